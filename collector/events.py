@@ -1,0 +1,255 @@
+"""The event schema: the one place that defines what kvtier records.
+
+Standard library only. Every other part (probes, the store, the simulator, the dashboard)
+imports these names; the DuckDB tables are derived from the dataclasses below
+(see ``collector/ddl.py``) and a test keeps the two in step.
+
+Two record types:
+
+* :class:`BlockEvent` — one thing that happened to one KV block: a lookup outcome
+  (GPU hit, CPU promotion, cold promotion, recompute miss) or a movement/bookkeeping
+  event (store, evict, drop, priority update).
+* :class:`RequestRecord` — one request: arrival, sizes, how many prompt tokens each tier
+  served and how many were recomputed, latency, and the tier configuration that was active.
+
+Units are in the field names: ``*_s`` seconds (wall-clock times are Unix epoch seconds),
+``*_bytes`` bytes, ``*_tokens`` tokens. Absent values are ``None``, never sentinels.
+
+Block hashes are unsigned 64-bit integers. Engines that hash to bytes are folded with
+:func:`block_hash_from_bytes` (the same rule vLLM applies to its KV events: the last eight
+bytes of the digest, big-endian), so GPU, CPU and file-tier events correlate by hash.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from typing import Iterator, Protocol
+
+UINT64_MAX = 2**64 - 1
+PRIORITY_MIN = 0
+PRIORITY_MAX = 100
+
+
+class Tier(enum.IntEnum):
+    """Where a block lives. Only ``GPU`` is on the compute path."""
+
+    GPU = 0
+    CPU = 1
+    COLD = 2
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+class Outcome(enum.IntEnum):
+    """What happened to a block.
+
+    The first four are lookup outcomes, one per block a request needs:
+    served from GPU, promoted from CPU, promoted from the cold tier (through CPU), or
+    recomputed by prefill. The rest are movements and bookkeeping.
+    """
+
+    GPU_HIT = 0
+    CPU_PROMOTION = 1
+    COLD_PROMOTION = 2
+    RECOMPUTE_MISS = 3
+    STORE = 4
+    EVICT = 5
+    DROP = 6
+    PRIORITY_UPDATE = 7
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @property
+    def is_lookup(self) -> bool:
+        return self in LOOKUP_OUTCOMES
+
+
+LOOKUP_OUTCOMES = frozenset(
+    {Outcome.GPU_HIT, Outcome.CPU_PROMOTION, Outcome.COLD_PROMOTION, Outcome.RECOMPUTE_MISS}
+)
+TIER_LABELS: tuple[str, ...] = tuple(t.label for t in Tier)
+OUTCOME_LABELS: tuple[str, ...] = tuple(o.label for o in Outcome)
+
+
+def parse_tier(value: str | int | Tier) -> Tier:
+    """Tier from its label (``"cpu"``), its code (``1``) or itself; ``ValueError`` otherwise."""
+    return _parse_enum(Tier, value, "tier")
+
+
+def parse_outcome(value: str | int | Outcome) -> Outcome:
+    """Outcome from its label (``"gpu_hit"``), its code or itself; ``ValueError`` otherwise."""
+    return _parse_enum(Outcome, value, "outcome")
+
+
+def _parse_enum(kind: type[enum.IntEnum], value, what: str):
+    if isinstance(value, kind):
+        return value
+    if isinstance(value, str):
+        try:
+            return kind[value.upper()]
+        except KeyError:
+            pass
+    elif isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    allowed = ", ".join(m.name.lower() for m in kind)
+    raise ValueError(f"unknown {what} {value!r}; allowed: {allowed}")
+
+
+def block_hash_from_bytes(digest: bytes) -> int:
+    """Fold a byte digest to the schema's uint64 hash: its last 8 bytes, big-endian."""
+    return int.from_bytes(digest[-8:], "big")
+
+
+def _sql(type_name: str, **extra) -> dict:
+    # Column type override for the DDL derivation (collector/ddl.py).
+    return {"sql": type_name, **extra}
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Who produced a batch of records: the engine kind, the serving instance, and the
+    stream (``source``) whose ``sequence`` numbers make ingest idempotent."""
+
+    engine: str
+    instance: str
+    source: str
+
+    def __post_init__(self) -> None:
+        for name in ("engine", "instance", "source"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"Origin.{name} must be a non-empty string, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class BlockEvent:
+    """One event on one KV block.
+
+    ``tier_from``/``tier_to`` describe the movement: a CPU promotion is CPU→GPU, a cold
+    promotion COLD→GPU (staged through CPU), a store GPU→CPU or CPU→COLD, an evict or drop
+    names the tier the block left (``tier_to`` is ``None``), a GPU hit has ``tier_to`` GPU
+    and no ``tier_from``. ``latency_s`` is the time the operation put on the request's path
+    (promotion transfer, recompute prefill share) or took in the background (store).
+    """
+
+    time_s: float
+    kind: Outcome
+    block_hash: int = field(metadata=_sql("UBIGINT"))
+    request_id: str | None = None
+    parent_hash: int | None = field(default=None, metadata=_sql("UBIGINT"))
+    position: int | None = field(default=None, metadata=_sql("INTEGER"))
+    tokens: int | None = field(default=None, metadata=_sql("INTEGER"))
+    size_bytes: int | None = None
+    tier_from: Tier | None = None
+    tier_to: Tier | None = None
+    priority: int | None = field(default=None, metadata=_sql("SMALLINT"))
+    latency_s: float | None = None
+
+    def __post_init__(self) -> None:
+        validate_block_event(self)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One request, as measured by an engine probe or read from a trace.
+
+    ``block_hashes`` are the prompt's prefix-chained block ids in order, each covering
+    ``block_size_tokens`` tokens (the last block may be partial). Token counts per tier
+    are prompt tokens; ``recomputed_tokens`` were prefilled because no tier had them.
+    ``itl_s`` is the mean inter-token latency of the response. ``tier_config_id`` names the
+    tier configuration that was active, so phases of a rollout can be compared.
+    ``session_id``/``request_type``/``turn``/``parent_request_id`` come from traces that have
+    them (Bailian, WEKA); ``None`` elsewhere.
+    """
+
+    request_id: str
+    arrival_s: float
+    prompt_tokens: int = field(metadata=_sql("INTEGER"))
+    output_tokens: int | None = field(default=None, metadata=_sql("INTEGER"))
+    block_hashes: tuple[int, ...] = field(default=(), metadata=_sql("UBIGINT[]"))
+    block_size_tokens: int | None = field(default=None, metadata=_sql("INTEGER"))
+    gpu_hit_tokens: int | None = None
+    cpu_promotion_tokens: int | None = None
+    cold_promotion_tokens: int | None = None
+    recomputed_tokens: int | None = None
+    ttft_s: float | None = None
+    itl_s: float | None = None
+    e2e_latency_s: float | None = None
+    tier_config_id: str | None = None
+    session_id: str | None = None
+    parent_request_id: str | None = None
+    request_type: str | None = None
+    turn: int | None = field(default=None, metadata=_sql("INTEGER"))
+
+    def __post_init__(self) -> None:
+        validate_request(self)
+
+
+# ---- validation rules, shared by the dataclasses and the store's columnar checks ----
+
+NON_NEGATIVE_BLOCK_FIELDS = ("position", "tokens", "size_bytes", "latency_s")
+NON_NEGATIVE_REQUEST_FIELDS = (
+    "prompt_tokens", "output_tokens", "block_size_tokens", "gpu_hit_tokens",
+    "cpu_promotion_tokens", "cold_promotion_tokens", "recomputed_tokens",
+    "ttft_s", "itl_s", "e2e_latency_s",
+)
+
+
+def validate_block_event(event: BlockEvent) -> None:
+    """Raise ``ValueError`` naming the first field that breaks the schema's rules."""
+    if not isinstance(event.kind, Outcome):
+        raise ValueError(f"kind must be an Outcome, got {event.kind!r}")
+    for name in ("tier_from", "tier_to"):
+        value = getattr(event, name)
+        if value is not None and not isinstance(value, Tier):
+            raise ValueError(f"{name} must be a Tier or None, got {value!r}")
+    if not isinstance(event.block_hash, int) or not 0 <= event.block_hash <= UINT64_MAX:
+        raise ValueError(f"block_hash must be an unsigned 64-bit int, got {event.block_hash!r}")
+    if event.parent_hash is not None and not 0 <= event.parent_hash <= UINT64_MAX:
+        raise ValueError(f"parent_hash must be an unsigned 64-bit int, got {event.parent_hash!r}")
+    _non_negative(event, NON_NEGATIVE_BLOCK_FIELDS)
+    if event.priority is not None and not PRIORITY_MIN <= event.priority <= PRIORITY_MAX:
+        raise ValueError(f"priority must be in {PRIORITY_MIN}..{PRIORITY_MAX}, got {event.priority}")
+
+
+def validate_request(record: RequestRecord) -> None:
+    """Raise ``ValueError`` naming the first field that breaks the schema's rules."""
+    if not isinstance(record.request_id, str) or not record.request_id:
+        raise ValueError(f"request_id must be a non-empty string, got {record.request_id!r}")
+    _non_negative(record, NON_NEGATIVE_REQUEST_FIELDS)
+    if not isinstance(record.block_hashes, tuple):
+        raise ValueError("block_hashes must be a tuple of ints")
+
+
+def _non_negative(record, names: tuple[str, ...]) -> None:
+    for name in names:
+        value = getattr(record, name)
+        if value is not None and not value >= 0:  # also rejects NaN
+            raise ValueError(f"{name} must be >= 0, got {value!r}")
+
+
+# ---- introspection used to derive tables and columnar buffers ----
+
+def schema_fields(record_type: type) -> tuple[dataclasses.Field, ...]:
+    """The fields of ``BlockEvent`` or ``RequestRecord``, in column order."""
+    return dataclasses.fields(record_type)
+
+
+class TraceReader(Protocol):
+    """Anything that yields request records in arrival order.
+
+    The store is one reader; the public trace formats (Mooncake, WEKA, Bailian) are others.
+    Implementations must yield ``RequestRecord`` values sorted by ``arrival_s`` (ties in
+    source order) and may be iterated more than once.
+    """
+
+    def requests(self) -> Iterator[RequestRecord]: ...

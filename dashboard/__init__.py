@@ -1,0 +1,1 @@
+"""The Streamlit dashboard over the store and the recommendations."""

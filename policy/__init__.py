@@ -1,0 +1,1 @@
+"""Cache policy: trace readers, the tiered what-if simulator, the cost model, recommendations."""
