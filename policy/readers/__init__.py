@@ -1,0 +1,79 @@
+"""Trace readers: public trace formats as :class:`collector.events.TraceReader` values.
+
+``open_trace(path, format=None)`` picks the reader by name or sniffs the format from the path
+and its first record. Each reader yields ``RequestRecord`` values in arrival order.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from policy.readers.bailian import BailianReader
+from policy.readers.base import TraceFormatError, open_text
+from policy.readers.mooncake import MooncakeReader
+from policy.readers.weka import WekaLayout, WekaReader
+
+READERS = {"mooncake": MooncakeReader, "weka": WekaReader, "bailian": BailianReader}
+# The store and Parquet segments are read by collector.reader (the lead's part of issue 3).
+FORMATS = (*READERS, "store")
+
+__all__ = ["BailianReader", "MooncakeReader", "TraceFormatError", "WekaLayout", "WekaReader",
+           "FORMATS", "open_trace", "sniff_format"]
+
+
+def open_trace(path: str | Path, format: str | None = None, *, skip_bad: bool = False,
+               block_tokens: int | None = None):
+    """A reader for ``path``; ``format`` is one of :data:`FORMATS` or ``None`` to sniff.
+
+    ``block_tokens`` overrides the format's block size (Mooncake, Bailian). Raises
+    ``FileNotFoundError`` for a missing path and :class:`TraceFormatError` for an unknown
+    format, naming the allowed ones.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(2, "No such file or directory", str(path))
+    name = format or sniff_format(path)
+    if name == "store":
+        raise TraceFormatError(path, None, "store/Parquet traces are read by collector.reader, "
+                                           "not by policy.readers")
+    if name not in READERS:
+        raise TraceFormatError(path, None, f"unknown trace format {name!r}; allowed: "
+                                           f"{', '.join(FORMATS)}")
+    if name == "weka":
+        return WekaReader(path, skip_bad=skip_bad)
+    extra = {} if block_tokens is None else {"block_tokens": block_tokens}
+    return READERS[name](path, skip_bad=skip_bad, **extra)
+
+
+def sniff_format(path: Path) -> str:
+    """The trace format of ``path`` from its name and first record."""
+    if path.is_dir():
+        if any(path.glob("*.json")):
+            return "weka"
+        if any(path.glob("*.duckdb")) or any(path.rglob("*.parquet")):
+            return "store"
+        raise TraceFormatError(path, None, "folder holds no *.json conversations, *.duckdb or "
+                                           f"*.parquet; allowed formats: {', '.join(FORMATS)}")
+    name = path.name
+    if name.endswith((".tar.gz", ".tgz", ".tar", ".json")):
+        return "weka"
+    if name.endswith((".duckdb", ".parquet")):
+        return "store"
+    return _sniff_jsonl(path)
+
+
+def _sniff_jsonl(path: Path) -> str:
+    try:
+        with open_text(path) as handle:
+            first = next((line for line in handle if line.strip()), "")
+        obj = json.loads(first) if first else None
+    except (UnicodeDecodeError, json.JSONDecodeError, OSError, EOFError) as error:
+        raise TraceFormatError(path, 1, f"cannot detect the trace format ({error}); pass "
+                                        f"--format, one of {', '.join(FORMATS)}") from None
+    if isinstance(obj, dict) and "chat_id" in obj:
+        return "bailian"
+    if isinstance(obj, dict) and {"timestamp", "input_length", "hash_ids"} <= obj.keys():
+        return "mooncake"
+    raise TraceFormatError(path, 1, "first record matches no known trace format; allowed: "
+                                    f"{', '.join(FORMATS)}")

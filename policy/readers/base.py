@@ -1,0 +1,120 @@
+"""What every trace reader shares: the format error, line-level validation, and skip counting.
+
+A reader turns one public trace format into :class:`collector.events.RequestRecord` values in
+arrival order (the :class:`collector.events.TraceReader` protocol). Bad input never escapes as a
+traceback: each problem raises :class:`TraceFormatError` naming the file and line, or, when the
+reader was built with ``skip_bad=True``, the line is skipped and counted in ``skipped``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import IO, Iterator
+
+from collector.events import UINT64_MAX
+from kvtier.errors import KvtierError
+
+
+class TraceFormatError(KvtierError, ValueError):
+    """A trace line or file that breaks its format. The message starts with ``path:line:``."""
+
+    def __init__(self, path: str | Path, line: int | None, problem: str) -> None:
+        where = f"{path}:{line}" if line is not None else str(path)
+        super().__init__(f"{where}: {problem}")
+        self.path = str(path)
+        self.line = line
+        self.problem = problem
+
+
+class BadLine(Exception):
+    """Raised by a per-line parser; the reader adds the file and line and decides to skip."""
+
+
+def open_text(path: Path) -> IO[str]:
+    """Open a plain or gzip-compressed text file."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def iter_json_lines(path: Path) -> Iterator[tuple[int, dict | BadLine]]:
+    """Yield ``(line_number, object)`` for each non-blank line; a bad line yields a BadLine."""
+    with open_text(path) as handle:
+        for number, text in enumerate(handle, start=1):
+            if not text.strip():
+                continue
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError as error:
+                yield number, BadLine(f"invalid JSON ({error.msg} at column {error.colno})")
+                continue
+            if not isinstance(value, dict):
+                yield number, BadLine(f"expected a JSON object, got {type(value).__name__}")
+                continue
+            yield number, value
+
+
+def check_fields(obj: dict, required: frozenset[str], optional: frozenset[str] = frozenset()) -> None:
+    """Missing or unknown fields are errors: a renamed field must not be silently ignored."""
+    missing = sorted(required - obj.keys())
+    if missing:
+        raise BadLine(f"missing field(s) {', '.join(missing)}")
+    unknown = sorted(obj.keys() - required - optional)
+    if unknown:
+        allowed = ", ".join(sorted(required | optional))
+        raise BadLine(f"unknown field(s) {', '.join(unknown)}; allowed: {allowed}")
+
+
+def non_negative_int(obj: dict, name: str) -> int:
+    value = obj[name]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BadLine(f"{name} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def non_negative_number(obj: dict, name: str) -> float:
+    value = obj[name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise BadLine(f"{name} must be a non-negative number, got {value!r}")
+    if math.isinf(value):
+        raise BadLine(f"{name} must be finite, got {value!r}")
+    return float(value)
+
+
+def hash_list(obj: dict, name: str, expected_len: int, rule: str) -> tuple[int, ...]:
+    """The block id list, checked for type, uint64 range and length against the input size."""
+    values = obj[name]
+    if not isinstance(values, list):
+        raise BadLine(f"{name} must be a list of integers, got {type(values).__name__}")
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= UINT64_MAX:
+            raise BadLine(f"{name} holds {value!r}; ids must be unsigned 64-bit integers")
+    if len(values) != expected_len:
+        raise BadLine(f"{name} has {len(values)} ids but {rule} gives {expected_len}")
+    return tuple(values)
+
+
+def stable_namespace(label: str, low_bits: int) -> int:
+    """A deterministic uint64 prefix for ``label`` with the low ``low_bits`` bits clear.
+
+    Used to move per-conversation ids into one global space: ``namespace | local_id``.
+    blake2b, not ``hash()``, so ids are the same in every process.
+    """
+    digest = hashlib.blake2b(label.encode("utf-8"), digest_size=8).digest()
+    return (int.from_bytes(digest, "big") >> low_bits) << low_bits
+
+
+class SkipCounter:
+    """Mixin for readers: raise or count a bad line depending on ``skip_bad``."""
+
+    skip_bad: bool
+    skipped: int
+
+    def _bad(self, path: Path, line: int | None, problem: str) -> None:
+        if not self.skip_bad:
+            raise TraceFormatError(path, line, problem)
+        self.skipped += 1
