@@ -1,0 +1,1 @@
+"""The tiered what-if simulator: policies, tier flows, replay and statistics."""

@@ -1,0 +1,130 @@
+"""Admission: whether a block deserves a slot at all, composed around any eviction policy.
+
+An :class:`Admitter` answers ``admit(key, info)``; :class:`Admitted` wraps a policy and asks
+it before every insert of a non-resident key. A refused key is simply not stored (the caller
+sees ``key not in cache``) and nothing is evicted. Eviction order stays the inner policy's.
+
+Admitters here: vLLM's ``store_threshold`` (store a chunk only once it has been offered N
+times), TensorRT-LLM's ``secondary_offload_min_priority`` gate (``>=`` as coded, ``>`` as
+documented), and a score threshold for learned models (the model outputs a score; the
+threshold is a separate, swept parameter).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from collector.events import PRIORITY_MAX, PRIORITY_MIN
+from policy.sim.policies.base import DEFAULT_INFO, BlockInfo, CachePolicy, Key
+
+
+class Admitter(Protocol):
+    """Decides whether a candidate block is stored. May keep state (offer counts)."""
+
+    name: str
+
+    def admit(self, key: Key, info: BlockInfo) -> bool: ...
+
+
+class Admitted:
+    """``policy`` with ``admitter`` in front of its inserts; otherwise the same protocol."""
+
+    def __init__(self, policy: CachePolicy, admitter: Admitter) -> None:
+        self.policy = policy
+        self.admitter = admitter
+        self.name = f"{admitter.name}+{policy.name}"
+        self.capacity_blocks = policy.capacity_blocks
+
+    def __contains__(self, key: Key) -> bool:
+        return key in self.policy
+
+    def __len__(self) -> int:
+        return len(self.policy)
+
+    def __iter__(self):
+        return iter(self.policy)
+
+    def touch(self, key: Key, info: BlockInfo = DEFAULT_INFO) -> None:
+        self.policy.touch(key, info)
+
+    def insert(self, key: Key, info: BlockInfo = DEFAULT_INFO) -> list[Key]:
+        if key not in self.policy and not self.admitter.admit(key, info):
+            return []
+        return self.policy.insert(key, info)
+
+    def remove(self, key: Key) -> None:
+        self.policy.remove(key)
+
+    def pop_victim(self) -> Key:
+        return self.policy.pop_victim()
+
+
+class OfferCountAdmitter:
+    """vLLM ``store_threshold``: admit a key on its ``min_offers``-th offer (0 or 1: always).
+
+    Offer counts live in an LRU-bounded tracker of ``max_tracked`` keys (vLLM's
+    ``max_tracker_size``, default 64000), so a key forgotten by the tracker starts again.
+    """
+
+    name = "store_threshold"
+
+    def __init__(self, min_offers: int, max_tracked: int = 64000) -> None:
+        if min_offers < 0 or max_tracked <= 0:
+            raise ValueError(f"min_offers must be >= 0 and max_tracked > 0, got "
+                             f"{min_offers} and {max_tracked}")
+        self.min_offers = min_offers
+        self.max_tracked = max_tracked
+        self._offers: OrderedDict = OrderedDict()
+
+    def admit(self, key: Key, info: BlockInfo) -> bool:
+        if self.min_offers <= 1:
+            return True
+        count = self._offers.pop(key, 0) + 1
+        if count >= self.min_offers:
+            return True
+        self._offers[key] = count
+        if len(self._offers) > self.max_tracked:
+            self._offers.popitem(last=False)
+        return False
+
+
+COMPARISONS = ("ge", "gt")
+
+
+@dataclass(frozen=True)
+class PriorityAdmitter:
+    """TensorRT-LLM's offload gate: a GPU victim goes to host memory only if its priority
+    passes ``min_priority``. ``comparison="ge"`` is the C++ code (``>=``, default 30);
+    ``"gt"`` is the documented rule (``>``; the docs give a default of 35)."""
+
+    min_priority: int = 30
+    comparison: str = "ge"
+    name: str = "secondary_offload_min_priority"
+
+    def __post_init__(self) -> None:
+        if self.comparison not in COMPARISONS:
+            raise ValueError(f"comparison must be one of {', '.join(COMPARISONS)}, "
+                             f"got {self.comparison!r}")
+        if not PRIORITY_MIN <= self.min_priority <= PRIORITY_MAX:
+            raise ValueError(f"min_priority must be in {PRIORITY_MIN}..{PRIORITY_MAX}, "
+                             f"got {self.min_priority}")
+
+    def admit(self, key: Key, info: BlockInfo) -> bool:
+        if self.comparison == "ge":
+            return info.priority >= self.min_priority
+        return info.priority > self.min_priority
+
+
+class ScoreAdmitter:
+    """Admit when ``score(key, info) >= threshold`` (the learned model's plug-in point)."""
+
+    name = "score"
+
+    def __init__(self, score: Callable[[Key, BlockInfo], float], threshold: float) -> None:
+        self.score = score
+        self.threshold = threshold
+
+    def admit(self, key: Key, info: BlockInfo) -> bool:
+        return self.score(key, info) >= self.threshold
