@@ -1,0 +1,55 @@
+"""The unit of ingest: a batch of records from one source, with a sequence number.
+
+A batch is idempotent by ``(origin.source, sequence)``: the store keeps a ledger of the
+pairs it has committed and skips a batch it has seen, so a tap may replay freely.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import pyarrow as pa
+
+from collector.columns import Rejections, empty_table, rows_to_table
+from collector.events import BlockEvent, Origin, RequestRecord
+
+
+@dataclass(frozen=True)
+class EventBatch:
+    """Block events and request records from one origin, already validated.
+
+    ``rejected`` counts rows that were left out before the batch reached the store (by the
+    recorder or by :meth:`from_rows`), so the store's ledger can account for them.
+    """
+
+    origin: Origin
+    sequence: int
+    block_events: pa.Table
+    requests: pa.Table
+    rejected: Rejections = field(default_factory=Rejections)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.sequence, int) or not 0 <= self.sequence < 2**63:
+            raise ValueError(f"sequence must be a non-negative int below 2**63, got {self.sequence!r}")
+
+    @property
+    def num_rows(self) -> int:
+        return self.block_events.num_rows + self.requests.num_rows
+
+    @classmethod
+    def from_rows(cls, origin: Origin, sequence: int, block_events: Iterable = (),
+                  requests: Iterable = ()) -> "EventBatch":
+        """Build a batch from ``BlockEvent``/``RequestRecord`` values or dicts of their fields.
+
+        Malformed rows (wrong types, out-of-range values, unknown tiers) are left out and
+        counted in ``rejected``; the rest are kept.
+        """
+        events, rejected = rows_to_table(BlockEvent, block_events)
+        reqs, more = rows_to_table(RequestRecord, requests)
+        rejected.update(more)
+        return cls(origin, sequence, events, reqs, rejected)
+
+    @classmethod
+    def empty(cls, origin: Origin, sequence: int) -> "EventBatch":
+        return cls(origin, sequence, empty_table(BlockEvent), empty_table(RequestRecord))

@@ -1,0 +1,255 @@
+"""Column layouts derived from the schema, and rows -> Arrow conversion with validation.
+
+``collector/events.py`` defines the records; this module turns each dataclass field into a
+:class:`Column` (SQL type, Arrow type, nullability) so the DuckDB tables, the Arrow batches
+and the Parquet segments all follow the schema without restating it.
+
+Conversion never raises on bad rows: a row with a wrong type, a negative latency or an
+unknown tier is left out and counted under a reason (``Rejections``); the rest convert.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import typing
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from collector.events import (
+    NON_NEGATIVE_BLOCK_FIELDS, NON_NEGATIVE_REQUEST_FIELDS, PRIORITY_MAX, PRIORITY_MIN,
+    BlockEvent, Outcome, RequestRecord, Tier,
+)
+
+log = logging.getLogger(__name__)
+
+_SQL_TO_ARROW = {
+    "DOUBLE": pa.float64(), "BIGINT": pa.int64(), "INTEGER": pa.int32(),
+    "SMALLINT": pa.int16(), "UBIGINT": pa.uint64(), "VARCHAR": pa.string(),
+    "UBIGINT[]": pa.list_(pa.uint64()),
+}
+_PY_TO_SQL = {float: "DOUBLE", int: "BIGINT", str: "VARCHAR"}
+ENUM_SQL_NAMES = {Tier: "tier", Outcome: "outcome"}
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column: its name, DuckDB type, Arrow type, and for enums the enum class."""
+
+    name: str
+    sql_type: str
+    arrow_type: pa.DataType
+    nullable: bool
+    enum_type: type[enum.IntEnum] | None = None
+
+    @property
+    def enum_labels(self) -> list[str]:
+        return [m.name.lower() for m in self.enum_type] if self.enum_type else []
+
+
+def _columns_of(record_type: type) -> tuple[Column, ...]:
+    hints = typing.get_type_hints(record_type)
+    columns = []
+    for f in dataclasses.fields(record_type):
+        base, nullable = _unwrap_optional(hints[f.name])
+        if isinstance(base, type) and issubclass(base, enum.IntEnum):
+            columns.append(Column(f.name, ENUM_SQL_NAMES[base], pa.dictionary(pa.int8(), pa.string()),
+                                  nullable, base))
+            continue
+        sql = f.metadata.get("sql") or _PY_TO_SQL[base]
+        columns.append(Column(f.name, sql, _SQL_TO_ARROW[sql], nullable))
+    return tuple(columns)
+
+
+def _unwrap_optional(hint) -> tuple[Any, bool]:
+    args = typing.get_args(hint)
+    if type(None) in args:
+        (base,) = [a for a in args if a is not type(None)]
+        return base, True
+    return (tuple if typing.get_origin(hint) is tuple else hint), False
+
+
+BLOCK_EVENT_COLUMNS: tuple[Column, ...] = _columns_of(BlockEvent)
+REQUEST_COLUMNS: tuple[Column, ...] = _columns_of(RequestRecord)
+
+
+class Rejections(Counter):
+    """Rows left out of a batch, counted by reason (``"negative latency_s"``, ...)."""
+
+    def add(self, reason: str, count: int = 1, example: Any = None) -> None:
+        if count <= 0:
+            return
+        if reason not in self:
+            log.warning("rejected %d row(s): %s%s", count, reason,
+                        f" (e.g. {example!r})" if example is not None else "")
+        self[reason] += count
+
+
+# ---------------------------------------------------------------- rows -> Arrow
+
+def rows_to_table(record_type: type, rows: Iterable[Any]) -> tuple[pa.Table, Rejections]:
+    """Convert dataclass instances or dicts (keyed by field name) to a validated table.
+
+    Enum fields accept the member, its label (``"cpu"``) or its code (``1``). Rows with a
+    missing required field, a value of the wrong type, an unknown enum value or a value
+    outside the schema's range are dropped and counted in the returned ``Rejections``.
+    """
+    columns = _COLUMNS[record_type]
+    rejections = Rejections()
+    records = [_as_mapping(row) for row in rows]
+    keep = np.ones(len(records), dtype=bool)
+    values_by_column = {}
+    for column in columns:
+        values = [r.get(column.name) if r is not None else None for r in records]
+        values_by_column[column.name] = _coerce(column, values, keep, rejections)
+    for i, r in enumerate(records):
+        if r is None and keep[i]:
+            keep[i] = False
+            rejections.add("row is not a record or mapping")
+    arrays = {}
+    for column in columns:
+        values = [v for v, k in zip(values_by_column[column.name], keep) if k]
+        arrays[column.name] = _to_arrow(column, values)
+    table = pa.table(arrays)
+    table, more = validate_table(record_type, table)
+    rejections.update(more)
+    return table, rejections
+
+
+def _as_mapping(row: Any) -> dict | None:
+    if isinstance(row, dict):
+        return row
+    if dataclasses.is_dataclass(row):
+        return {f.name: getattr(row, f.name) for f in dataclasses.fields(row)}
+    return None
+
+
+def _coerce(column: Column, values: list, keep: np.ndarray, rejections: Rejections) -> list:
+    """Per-value type check; marks bad rows in ``keep``. Returns the (possibly mapped) values."""
+    check = _CHECKS[column.sql_type] if column.enum_type is None else None
+    out = []
+    for i, value in enumerate(values):
+        if value is None:
+            if not column.nullable and keep[i]:
+                keep[i] = False
+                rejections.add(f"missing {column.name}")
+            out.append(None)
+            continue
+        if column.enum_type is not None:
+            code = _ENUM_CODES[column.enum_type].get(value)
+            if code is None:
+                if keep[i]:
+                    keep[i] = False
+                    rejections.add(f"unknown {ENUM_SQL_NAMES[column.enum_type]}", example=value)
+                out.append(None)
+            else:
+                out.append(code)
+            continue
+        if not check(value):
+            if keep[i]:
+                keep[i] = False
+                rejections.add(f"wrong type for {column.name}", example=value)
+            out.append(None)
+            continue
+        out.append(tuple(value) if column.sql_type == "UBIGINT[]" else value)
+    return out
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+
+
+def _is_uint64(v) -> bool:
+    return _is_int(v) and 0 <= v < 2**64
+
+
+def _is_hash_list(v) -> bool:
+    return isinstance(v, (tuple, list)) and all(_is_uint64(h) for h in v)
+
+
+_CHECKS = {
+    "DOUBLE": _is_number, "BIGINT": _is_int, "INTEGER": lambda v: _is_int(v) and -2**31 <= v < 2**31,
+    "SMALLINT": lambda v: _is_int(v) and -2**15 <= v < 2**15, "UBIGINT": _is_uint64,
+    "VARCHAR": lambda v: isinstance(v, str), "UBIGINT[]": _is_hash_list,
+}
+
+
+def _enum_codes(kind: type[enum.IntEnum]) -> dict:
+    codes: dict = {}
+    for member in kind:
+        codes[member] = codes[member.name.lower()] = codes[int(member)] = int(member)
+    return codes
+
+
+_ENUM_CODES = {Tier: _enum_codes(Tier), Outcome: _enum_codes(Outcome)}
+
+
+def _to_arrow(column: Column, values: list) -> pa.Array:
+    if column.enum_type is not None:
+        return enum_array(column, pa.array(values, type=pa.int8()))
+    return pa.array(values, type=column.arrow_type)
+
+
+def enum_array(column: Column, codes: pa.Array | np.ndarray, mask: np.ndarray | None = None) -> pa.Array:
+    """Dictionary-encode valid enum codes with the enum's labels (DuckDB reads it as its ENUM).
+
+    ``mask`` marks nulls (True = null). Codes must already be in range; see ``unknown_codes``.
+    """
+    if not isinstance(codes, pa.Array):
+        codes = pa.array(codes, type=pa.int8(), mask=mask)
+    return pa.DictionaryArray.from_arrays(codes, pa.array(column.enum_labels))
+
+
+def unknown_codes(column: Column, codes: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """Boolean array: which raw codes name no member of the column's enum (nulls never do)."""
+    bad = (codes < 0) | (codes >= len(column.enum_labels))
+    return bad & ~mask if mask is not None else bad
+
+
+# ---------------------------------------------------------------- vectorised checks
+
+def validate_table(record_type: type, table: pa.Table) -> tuple[pa.Table, Rejections]:
+    """Drop rows that break the schema's range rules; count them by reason."""
+    rejections = Rejections()
+    bad = None
+    for name in _NON_NEGATIVE[record_type]:
+        column = table.column(name)
+        # NaN compares false, so "not (x >= 0)" also catches NaN; nulls are allowed.
+        broken = pc.fill_null(pc.invert(pc.greater_equal(column, 0)), False)
+        bad = _count_and_merge(bad, broken, f"negative or NaN {name}", rejections, column)
+    if record_type is BlockEvent:
+        priority = table.column("priority")
+        outside = pc.fill_null(pc.or_(pc.less(priority, PRIORITY_MIN), pc.greater(priority, PRIORITY_MAX)), False)
+        bad = _count_and_merge(bad, outside, f"priority outside {PRIORITY_MIN}..{PRIORITY_MAX}", rejections, priority)
+    if bad is None or not pc.any(bad).as_py():
+        return table, rejections
+    return table.filter(pc.invert(bad)), rejections
+
+
+def _count_and_merge(bad, broken, reason: str, rejections: Rejections, column) -> Any:
+    count = pc.sum(broken).as_py() or 0
+    if count:
+        example = None
+        if column is not None:
+            example = column.filter(broken)[0].as_py()
+        rejections.add(reason, count, example)
+    return broken if bad is None else pc.or_(bad, broken)
+
+
+_COLUMNS = {BlockEvent: BLOCK_EVENT_COLUMNS, RequestRecord: REQUEST_COLUMNS}
+_NON_NEGATIVE = {BlockEvent: NON_NEGATIVE_BLOCK_FIELDS, RequestRecord: NON_NEGATIVE_REQUEST_FIELDS}
+
+
+def empty_table(record_type: type) -> pa.Table:
+    """A zero-row table with the record type's Arrow schema."""
+    return pa.table({c.name: pa.array([], type=c.arrow_type) for c in _COLUMNS[record_type]})

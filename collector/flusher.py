@@ -1,0 +1,90 @@
+"""The background flusher: drains a recorder into the store, off the engine's path.
+
+A batch the store fails to take (disk full, a locked file) is kept and retried with the same
+sequence number, so the retry is idempotent; while a batch waits, new events keep
+accumulating in the recorder's bounded buffer (and are dropped and counted if it fills).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+from collector.batch import EventBatch
+from collector.recorder import Recorder
+from collector.store import IngestResult, TraceStore
+
+log = logging.getLogger(__name__)
+
+
+class Flusher:
+    """Moves batches from ``recorder`` to ``store`` every ``interval_s`` seconds.
+
+    ``on_ingest`` (optional) sees every ``IngestResult``: the hook for metrics exporters.
+    Use as a context manager, or ``start()``/``stop()``; ``stop`` drains what is left.
+    """
+
+    def __init__(self, recorder: Recorder, store: TraceStore, *, interval_s: float = 0.5,
+                 on_ingest: Callable[[IngestResult], None] | None = None):
+        if not interval_s > 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
+        self.recorder = recorder
+        self.store = store
+        self.interval_s = interval_s
+        self._on_ingest = on_ingest
+        self._pending: EventBatch | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.batches_stored = 0
+        self.rows_stored = 0
+        self.failures = 0
+
+    def flush_once(self) -> IngestResult | None:
+        """Store the pending batch or the next one drained; ``None`` if there was nothing."""
+        batch = self._pending or self.recorder.take_events()
+        if batch is None:
+            return None
+        self._pending = batch
+        try:
+            result = self.store.ingest(batch)
+        except Exception:
+            self.failures += 1
+            log.exception("store rejected batch %s/%d; will retry", batch.origin.source, batch.sequence)
+            return None
+        self._pending = None
+        self.batches_stored += 0 if result.duplicate else 1
+        self.rows_stored += result.stored
+        if self._on_ingest is not None:
+            self._on_ingest(result)
+        return result
+
+    def flush(self) -> int:
+        """Drain until the recorder is empty or the store fails. Returns batches handled."""
+        handled = 0
+        while self.flush_once() is not None:
+            handled += 1
+        return handled
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.flush()
+        self.flush()
+
+    def start(self) -> "Flusher":
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="kvtier-flusher", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def __enter__(self) -> "Flusher":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,106 @@
+"""Immutable Parquet segments: how other processes read what the store holds.
+
+DuckDB's writer locks its file against every other process, so the dashboard, ``analyze``
+and fleet-wide queries read segments instead. ``export_segments`` writes the rows of every
+batch committed since the last export as new files under a hive layout::
+
+    ROOT/block_events/day=2026-11-29/instance=node-7/b000042-<uuid>.parquet
+    ROOT/requests/day=2026-11-29/instance=node-7/b000042-<uuid>.parquet
+
+Files are written in a staging folder and renamed into place, so a reader never sees a
+partial file; a written file is never changed again. ``day`` is the UTC date of the event
+time (``time_s``) or arrival (``arrival_s``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from collector.ddl import BLOCK_EVENTS_TABLE, EXPORTS_TABLE, REQUESTS_TABLE, TIME_COLUMN, WITH_ORIGIN
+from collector.store import TraceStore
+
+SEGMENT_TABLES = (BLOCK_EVENTS_TABLE, REQUESTS_TABLE)
+
+
+@dataclass(frozen=True, slots=True)
+class ExportResult:
+    files: tuple[Path, ...]
+    rows: dict[str, int]
+
+    @property
+    def total_rows(self) -> int:
+        return sum(self.rows.values())
+
+
+def export_segments(store: TraceStore, root: str | Path) -> ExportResult:
+    """Write the rows of batches committed since the previous export to ``root`` as new
+    segments (the store remembers, per root, how far it has exported)."""
+    root = Path(root).resolve()
+    staging = root / f".staging-{uuid.uuid4().hex}"
+    files: list[Path] = []
+    rows: dict[str, int] = {}
+
+    def work(con) -> None:
+        through = con.execute("SELECT coalesce(max(batch_id), 0) FROM ingested_batches").fetchall()[0][0]
+        for table in SEGMENT_TABLES:
+            done = con.execute(
+                f"SELECT coalesce(max(through_batch_id), 0) FROM {EXPORTS_TABLE} "
+                "WHERE segment_root = ? AND table_name = ?", [str(root), table]).fetchall()[0][0]
+            count = con.execute(
+                f"SELECT count(*) FROM {table} WHERE batch_id > ? AND batch_id <= ?", [done, through]
+            ).fetchall()[0][0]
+            rows[table] = count
+            written = _write_table(con, table, done, through, staging / table, root / table) if count else []
+            files.extend(written)
+            con.execute(f"INSERT INTO {EXPORTS_TABLE} VALUES (?, ?, ?, ?, ?, epoch(now()))",
+                        [str(root), table, through, len(written), count])
+
+    try:
+        store.run_locked(work)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return ExportResult(tuple(files), rows)
+
+
+def _write_table(con, table: str, after: int, through: int, staging: Path, final: Path) -> list[Path]:
+    staging.mkdir(parents=True, exist_ok=True)
+    day = f"strftime(make_timestamp(CAST({TIME_COLUMN[table]} * 1e6 AS BIGINT)), '%Y-%m-%d')"
+    con.execute(f"""
+        COPY (SELECT *, {day} AS day FROM {WITH_ORIGIN[table]}
+              WHERE batch_id > {int(after)} AND batch_id <= {int(through)}
+              ORDER BY {TIME_COLUMN[table]})
+        TO '{_sql_path(staging)}'
+        (FORMAT parquet, PARTITION_BY (day, instance), FILENAME_PATTERN 'b{int(through):07d}-{{uuid}}',
+         COMPRESSION zstd)""")
+    moved = []
+    for path in sorted(staging.rglob("*.parquet")):
+        target = final / path.relative_to(staging)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, target)  # atomic within one filesystem
+        moved.append(target)
+    return moved
+
+
+def _sql_path(path: Path) -> str:
+    return str(path).replace("'", "''")
+
+
+def segment_glob(root: str | Path, table: str) -> str:
+    """The glob DuckDB (or any Parquet engine) reads a table's segments with."""
+    if table not in SEGMENT_TABLES:
+        raise ValueError(f"unknown segment table {table!r}; tables: {', '.join(SEGMENT_TABLES)}")
+    return str(Path(root) / table / "**" / "*.parquet")
+
+
+def has_segments(root: str | Path, table: str) -> bool:
+    return any((Path(root) / table).rglob("*.parquet"))
+
+
+def segments_relation(con, root: str | Path, table: str) -> str:
+    """SQL text for a table's segments, for use in FROM (hive columns ``day``, ``instance``)."""
+    return (f"read_parquet('{_sql_path(Path(segment_glob(root, table)))}', "
+            "hive_partitioning = true, union_by_name = true)")

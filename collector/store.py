@@ -1,0 +1,175 @@
+"""The trace store: one DuckDB file, written by one process.
+
+Ingest is columnar (Arrow tables registered with DuckDB and inserted with one
+``INSERT ... SELECT``; never ``executemany``) and idempotent: each batch is committed in one
+transaction together with its ``(source, sequence)`` ledger row, so a batch the store has
+acknowledged survives a crash and a replayed batch is skipped.
+
+DuckDB locks the file against every other process, readers included. Other processes read
+the Parquet segments this store exports (``collector/segments.py``), never the file itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import duckdb
+import pyarrow as pa
+
+from collector.batch import EventBatch
+from collector.columns import Rejections
+from collector.ddl import (
+    BLOCK_EVENTS_TABLE, LEDGER_TABLE, REQUESTS_TABLE, TABLE_COLUMNS, TIME_COLUMN,
+    schema_statements,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    """What one ``ingest`` call did. ``duplicate`` means the batch was already stored."""
+
+    source: str
+    sequence: int
+    block_events: int = 0
+    requests: int = 0
+    rejected: Rejections = field(default_factory=Rejections)
+    duplicate: bool = False
+    batch_id: int | None = None
+
+    @property
+    def stored(self) -> int:
+        return self.block_events + self.requests
+
+
+@dataclass(frozen=True, slots=True)
+class PruneResult:
+    cutoff_s: float
+    block_events: int
+    requests: int
+
+
+class TraceStore:
+    """A DuckDB trace store. Thread-safe: calls are serialised on one connection.
+
+    ``path`` is a file (created with its schema if new) or ``":memory:"``. ``clock`` gives
+    the current Unix time in seconds (injected for tests).
+    """
+
+    def __init__(self, path: str | Path = ":memory:", *, clock: Callable[[], float] = time.time):
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._con = duckdb.connect(self.path)
+        for statement in schema_statements():
+            self._con.execute(statement)
+        self.rejected_total: Counter = Counter()
+
+    # ------------------------------------------------------------------ writing
+
+    def ingest(self, batch: EventBatch) -> IngestResult:
+        """Store a batch atomically, once. Returns after the commit (the acknowledgement)."""
+        origin = batch.origin
+        with self._lock:
+            con = self._con
+            con.execute("BEGIN TRANSACTION")
+            try:
+                seen = con.execute(
+                    f"SELECT 1 FROM {LEDGER_TABLE} WHERE source = ? AND sequence = ?",
+                    [origin.source, batch.sequence],
+                ).fetchall()
+                if seen:
+                    con.execute("ROLLBACK")
+                    return IngestResult(origin.source, batch.sequence, duplicate=True)
+                batch_id = con.execute("SELECT nextval('batch_ids')").fetchall()[0][0]
+                self._insert(BLOCK_EVENTS_TABLE, batch.block_events, batch_id)
+                self._insert(REQUESTS_TABLE, batch.requests, batch_id)
+                con.execute(
+                    f"INSERT INTO {LEDGER_TABLE} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [origin.source, batch.sequence, batch_id, origin.engine, origin.instance,
+                     batch.block_events.num_rows, batch.requests.num_rows,
+                     sum(batch.rejected.values()), self._clock()],
+                )
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        self.rejected_total.update(batch.rejected)
+        return IngestResult(origin.source, batch.sequence, batch.block_events.num_rows,
+                            batch.requests.num_rows, batch.rejected, False, batch_id)
+
+    def _insert(self, table: str, data: pa.Table, batch_id: int) -> None:
+        if data.num_rows == 0:
+            return
+        names = [c.name for c in TABLE_COLUMNS[table]]
+        if data.column_names != names:
+            raise ValueError(f"{table} batch columns {data.column_names} differ from the schema's {names}")
+        columns = ", ".join(names)
+        self._con.register("_incoming", data)
+        try:
+            self._con.execute(
+                f"INSERT INTO {table} ({columns}, batch_id) SELECT {columns}, ? FROM _incoming", [batch_id])
+        finally:
+            self._con.unregister("_incoming")
+
+    def prune(self, max_age_s: float) -> PruneResult:
+        """Retention: delete records older than ``max_age_s`` (by event time / arrival).
+
+        The batch ledger is kept, so a replay of an old batch is still recognised and not
+        stored again.
+        """
+        if not max_age_s >= 0:
+            raise ValueError(f"max_age_s must be >= 0, got {max_age_s!r}")
+        cutoff = self._clock() - max_age_s
+        deleted = {}
+        with self._lock:
+            for table in (BLOCK_EVENTS_TABLE, REQUESTS_TABLE):
+                deleted[table] = self._con.execute(
+                    f"DELETE FROM {table} WHERE {TIME_COLUMN[table]} < ?", [cutoff]
+                ).fetchall()[0][0]
+        return PruneResult(cutoff, deleted[BLOCK_EVENTS_TABLE], deleted[REQUESTS_TABLE])
+
+    # ------------------------------------------------------------------ reading
+
+    def query(self, sql: str, params: list | None = None) -> pa.Table:
+        """Run a read query on the store's connection and return an Arrow table."""
+        with self._lock:
+            return self._con.sql(sql, params=params or None).to_arrow_table()
+
+    def scalar(self, sql: str, params: list | None = None):
+        with self._lock:
+            rows = self._con.execute(sql, params or []).fetchall()
+        return rows[0][0] if rows else None
+
+    def count(self, table: str) -> int:
+        if table not in TABLE_COLUMNS and table != LEDGER_TABLE:
+            raise ValueError(f"unknown table {table!r}; tables: {sorted([*TABLE_COLUMNS, LEDGER_TABLE])}")
+        return self.scalar(f"SELECT count(*) FROM {table}")
+
+    def run_locked(self, work: Callable[[duckdb.DuckDBPyConnection], object]):
+        """Run ``work(connection)`` with the store's lock held (for exports and readers)."""
+        with self._lock:
+            return work(self._con)
+
+    def checkpoint(self) -> None:
+        with self._lock:
+            self._con.execute("CHECKPOINT")
+
+    def close(self) -> None:
+        with self._lock:
+            self._con.close()
+
+    def __enter__(self) -> "TraceStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

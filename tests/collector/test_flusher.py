@@ -1,0 +1,44 @@
+"""The flusher moves batches to the store in the background and retries failures idempotently."""
+
+from __future__ import annotations
+
+from collector.events import Outcome
+from collector.flusher import Flusher
+from collector.recorder import Recorder
+from collector.store import TraceStore
+
+
+def test_background_flusher_stores_everything_by_stop(origin, file_store):
+    recorder = Recorder(origin)
+    seen = []
+    with Flusher(recorder, file_store, interval_s=0.01, on_ingest=seen.append):
+        for i in range(10_000):
+            recorder.record(Outcome.GPU_HIT, i)
+    assert file_store.count("block_events") == 10_000
+    assert sum(result.block_events for result in seen) == 10_000
+    assert recorder.pending_events == 0
+
+
+class FailingOnce(TraceStore):
+    """A real store whose first ingest fails, as a full disk would."""
+
+    failed = False
+
+    def ingest(self, batch):
+        if not self.failed:
+            self.failed = True
+            raise OSError("No space left on device")
+        return super().ingest(batch)
+
+
+def test_failed_batch_is_retried_with_the_same_sequence(origin, clock):
+    store = FailingOnce(":memory:", clock=clock)
+    recorder = Recorder(origin)
+    flusher = Flusher(recorder, store)
+    recorder.record(Outcome.STORE, 1)
+    assert flusher.flush() == 0 and flusher.failures == 1
+    recorder.record(Outcome.STORE, 2)
+    assert flusher.flush() == 2
+    ledger = store.query("SELECT sequence, block_events FROM ingested_batches ORDER BY sequence").to_pylist()
+    assert ledger == [{"sequence": 0, "block_events": 1}, {"sequence": 1, "block_events": 1}]
+    store.close()

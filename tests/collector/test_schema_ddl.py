@@ -1,0 +1,91 @@
+"""The DuckDB tables follow the event schema, field by field."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+import pytest
+
+from collector.batch import EventBatch
+from collector.events import (
+    BlockEvent, Outcome, RequestRecord, Tier, block_hash_from_bytes, parse_outcome, parse_tier,
+)
+
+EXPECTED_SQL = {float: "DOUBLE", int: "BIGINT", str: "VARCHAR", Tier: "ENUM('gpu', 'cpu', 'cold')"}
+
+
+def described(store, table):
+    return {row["column_name"]: row for row in store.query(f"DESCRIBE {table}").to_pylist()}
+
+
+@pytest.mark.parametrize("record_type, table", [(BlockEvent, "block_events"), (RequestRecord, "requests")])
+def test_every_schema_field_is_a_column_in_order(store, record_type, table):
+    columns = list(described(store, table))
+    fields = [f.name for f in dataclasses.fields(record_type)]
+    assert columns == fields + ["batch_id"]
+
+
+@pytest.mark.parametrize("record_type, table", [(BlockEvent, "block_events"), (RequestRecord, "requests")])
+def test_column_types_and_nullability_follow_annotations(store, record_type, table):
+    columns = described(store, table)
+    hints = typing.get_type_hints(record_type)
+    for f in dataclasses.fields(record_type):
+        column = columns[f.name]
+        optional = type(None) in typing.get_args(hints[f.name])
+        assert (column["null"] == "YES") == optional, f.name
+        base = next((a for a in typing.get_args(hints[f.name]) if a is not type(None)), hints[f.name])
+        if "sql" in f.metadata:
+            assert column["column_type"] == f.metadata["sql"], f.name
+        elif base is Outcome:
+            assert column["column_type"].startswith("ENUM('gpu_hit', 'cpu_promotion'"), f.name
+        else:
+            assert column["column_type"] == EXPECTED_SQL[base], f.name
+
+
+def test_enum_types_list_every_member(store):
+    tiers = store.scalar("SELECT enum_range(NULL::tier)")
+    outcomes = store.scalar("SELECT enum_range(NULL::outcome)")
+    assert tiers == [t.label for t in Tier]
+    assert outcomes == [o.label for o in Outcome]
+
+
+def test_full_block_event_round_trips_through_the_store(store, origin):
+    event = BlockEvent(time_s=1_800_000_000.25, kind=Outcome.COLD_PROMOTION, block_hash=2**64 - 1,
+                       request_id="cmpl-1", parent_hash=42, position=3, tokens=16, size_bytes=1 << 20,
+                       tier_from=Tier.COLD, tier_to=Tier.GPU, priority=80, latency_s=0.0125)
+    store.ingest(EventBatch.from_rows(origin, 0, [event]))
+    row = store.query("SELECT * EXCLUDE (batch_id) FROM block_events").to_pylist()[0]
+    expected = dataclasses.asdict(event)
+    expected.update(kind="cold_promotion", tier_from="cold", tier_to="gpu")
+    assert row == expected
+
+
+def test_request_record_round_trips_through_the_store(store, origin):
+    record = RequestRecord(request_id="r1", arrival_s=5.0, prompt_tokens=1000, output_tokens=20,
+                           block_hashes=(1, 2, 2**63), block_size_tokens=512, gpu_hit_tokens=512,
+                           cpu_promotion_tokens=0, cold_promotion_tokens=0, recomputed_tokens=488,
+                           ttft_s=0.2, itl_s=0.01, e2e_latency_s=0.5, tier_config_id="gpu-only",
+                           session_id="s", parent_request_id="r0", request_type="text", turn=2)
+    store.ingest(EventBatch.from_rows(origin, 0, requests=[record]))
+    row = store.query("SELECT * EXCLUDE (batch_id) FROM requests").to_pylist()[0]
+    row["block_hashes"] = tuple(row["block_hashes"])
+    assert row == dataclasses.asdict(record)
+
+
+def test_schema_validation_names_the_bad_field():
+    with pytest.raises(ValueError, match="latency_s"):
+        BlockEvent(0.0, Outcome.GPU_HIT, 1, latency_s=-0.1)
+    with pytest.raises(ValueError, match="priority"):
+        BlockEvent(0.0, Outcome.PRIORITY_UPDATE, 1, priority=101)
+    with pytest.raises(ValueError, match="block_hash"):
+        BlockEvent(0.0, Outcome.GPU_HIT, 2**64)
+    with pytest.raises(ValueError, match="unknown tier 'nvme'; allowed: gpu, cpu, cold"):
+        parse_tier("nvme")
+    assert parse_outcome("cpu_promotion") is Outcome.CPU_PROMOTION
+    assert parse_tier(2) is Tier.COLD
+
+
+def test_byte_hashes_fold_like_vllm():
+    digest = bytes(range(32))
+    assert block_hash_from_bytes(digest) == int.from_bytes(digest, "big") & (2**64 - 1)

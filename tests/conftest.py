@@ -1,0 +1,48 @@
+"""Shared fixtures: fresh stores per test, a fixed clock, the shared traces folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from collector.events import Origin
+from collector.store import TraceStore
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_TRACES = REPO.parent / "shared" / "traces"
+
+
+class FixedClock:
+    """A clock tests move by hand."""
+
+    def __init__(self, now_s: float = 1_800_000_000.0):
+        self.now_s = now_s
+
+    def __call__(self) -> float:
+        return self.now_s
+
+    def advance(self, seconds: float) -> None:
+        self.now_s += seconds
+
+
+@pytest.fixture
+def clock() -> FixedClock:
+    return FixedClock()
+
+
+@pytest.fixture
+def store(clock) -> TraceStore:
+    with TraceStore(":memory:", clock=clock) as s:
+        yield s
+
+
+@pytest.fixture
+def file_store(tmp_path, clock) -> TraceStore:
+    with TraceStore(tmp_path / "store.duckdb", clock=clock) as s:
+        yield s
+
+
+@pytest.fixture
+def origin() -> Origin:
+    return Origin(engine="reference", instance="node-1", source="node-1/test")
