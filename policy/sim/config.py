@@ -1,0 +1,115 @@
+"""Typed configuration of a simulated tier stack: sizes, semantics, policy, admission knobs.
+
+Capacities are in blocks of the trace's block size: an int, ``None`` for unlimited, and 0 for
+"no such tier" (CPU and cold). :func:`blocks_from_tokens` converts token budgets.
+
+Semantics (how blocks move between tiers; see ``policy/sim/flows.py``):
+
+* ``"exclusive"`` — a block lives in one tier: a promotion moves it up to the GPU, a GPU
+  victim moves down to CPU (if admitted), a CPU victim to the cold tier, a cold victim is
+  dropped. Every tier uses ``policy``. This is the classic victim-cache hierarchy.
+* ``"vllm"`` — vLLM 0.33's OffloadingConnector: the GPU prefix cache is LRU and its victims
+  are dropped; every newly computed block is offered to the CPU tier as it fills (write-through,
+  gated by ``store_threshold``) and each CPU store cascades to the file (cold) tier, which
+  skips existing files; a cold hit is staged through CPU (it takes a CPU slot) before loading
+  to the GPU; CPU recency is applied once per request. ``policy`` is the CPU policy
+  (vLLM ships ``lru`` and ``arc``).
+* ``"trtllm"`` — TensorRT-LLM: priority LRU on GPU and host; a GPU victim is offloaded to
+  host memory only if its priority passes ``offload_min_priority`` (``offload_comparison``
+  ``"ge"`` as coded, ``"gt"`` as documented), else dropped; host hits move back to the GPU.
+  There is no third tier.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from collector.events import PRIORITY_MAX, PRIORITY_MIN
+from policy.sim.policies import POLICIES
+from policy.sim.policies.admission import COMPARISONS
+
+SEMANTICS = ("exclusive", "vllm", "trtllm")
+VLLM_CPU_POLICIES = ("lru", "arc")
+DEFAULT_PRIORITY = 35  # TensorRT-LLM kDefaultRetentionPriority
+
+
+@dataclass(frozen=True)
+class PriorityRule:
+    """The retention priority of a block by its position in the prompt: the first
+    ``prefix_blocks`` blocks (e.g. a shared system prompt) get ``prefix_priority``, the rest
+    ``default_priority``. The defaults give every block TensorRT-LLM's default, 35."""
+
+    default_priority: int = DEFAULT_PRIORITY
+    prefix_blocks: int = 0
+    prefix_priority: int = DEFAULT_PRIORITY
+
+    def __post_init__(self) -> None:
+        for name in ("default_priority", "prefix_priority"):
+            value = getattr(self, name)
+            if not PRIORITY_MIN <= value <= PRIORITY_MAX:
+                raise ValueError(f"{name} must be in {PRIORITY_MIN}..{PRIORITY_MAX}, got {value}")
+        if self.prefix_blocks < 0:
+            raise ValueError(f"prefix_blocks must be >= 0, got {self.prefix_blocks}")
+
+    def priority(self, position: int) -> int:
+        return self.prefix_priority if position < self.prefix_blocks else self.default_priority
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One tier stack to replay a trace against. Validated at construction."""
+
+    gpu_blocks: int | None
+    cpu_blocks: int | None = 0
+    cold_blocks: int | None = 0
+    semantics: str = "exclusive"
+    policy: str = "lru"
+    store_threshold: int = 0
+    offload_min_priority: int = 30
+    offload_comparison: str = "ge"
+    priorities: PriorityRule = field(default_factory=PriorityRule)
+    default_block_tokens: int = 16
+
+    def __post_init__(self) -> None:
+        for name in ("gpu_blocks", "cpu_blocks", "cold_blocks"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 0):
+                raise ValueError(f"{name} must be an int >= 0 or None (unlimited), got {value!r}")
+        _choice("semantics", self.semantics, SEMANTICS)
+        _choice("offload_comparison", self.offload_comparison, COMPARISONS)
+        allowed = VLLM_CPU_POLICIES if self.semantics == "vllm" else tuple(POLICIES)
+        _choice(f"policy (with semantics {self.semantics!r})", self.policy, allowed)
+        if self.store_threshold < 0:
+            raise ValueError(f"store_threshold must be >= 0, got {self.store_threshold}")
+        if self.semantics == "vllm" and self.store_threshold >= 2 and self.cold_blocks != 0:
+            raise ValueError("store_threshold >= 2 cannot be combined with a cold (file) tier: "
+                             "vLLM's TieringOffloadingSpec rejects it")
+        if self.semantics == "trtllm" and self.cold_blocks != 0:
+            raise ValueError(f"cold_blocks must be 0 with semantics 'trtllm' (it has a GPU and a "
+                             f"host tier only), got {self.cold_blocks}")
+        if not PRIORITY_MIN <= self.offload_min_priority <= PRIORITY_MAX:
+            raise ValueError(f"offload_min_priority must be in {PRIORITY_MIN}..{PRIORITY_MAX}, "
+                             f"got {self.offload_min_priority}")
+        if self.default_block_tokens <= 0:
+            raise ValueError(f"default_block_tokens must be > 0, got {self.default_block_tokens}")
+
+    @property
+    def uses_future(self) -> bool:
+        """Whether a policy needs each block's next use (Belady)."""
+        return self.policy == "belady"
+
+
+def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+
+
+def blocks_from_tokens(tokens: float | None, block_tokens: int) -> int | None:
+    """Whole blocks that fit in a token budget; ``None``/``inf`` stays unlimited."""
+    if tokens is None or math.isinf(tokens):
+        return None
+    if tokens < 0:
+        raise ValueError(f"token capacity must be >= 0, got {tokens}")
+    return int(tokens // block_tokens)

@@ -1,0 +1,229 @@
+"""How blocks move between the GPU, CPU and cold tiers (see ``SimConfig`` for the three
+semantics). A flow owns the tier caches; the simulator asks it to look up a request's prefix
+and then to serve the request, and reads movement totals from the shared ``SimResult``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from collector.events import Outcome, Tier
+from policy.sim.config import SimConfig
+from policy.sim.policies import (LRU, Admitted, BlockInfo, OfferCountAdmitter, PriorityAdmitter,
+                                 PriorityLRU, make_policy)
+from policy.sim.policies.admission import Admitter
+from policy.sim.result import SimResult
+
+# emit(kind, block_hash, tier_from, tier_to): movement events, a no-op unless events are wanted
+Emit = Callable[[Outcome, int, Tier | None, Tier | None], None]
+
+
+def _no_emit(kind, block_hash, tier_from, tier_to) -> None:
+    return None
+
+
+class Flow:
+    """Common lookup: the tier holding each leading block, stopping at the first miss."""
+
+    def __init__(self, result: SimResult, emit: Emit = _no_emit) -> None:
+        self.result = result
+        self.emit = emit
+        self.gpu = self.cpu = self.cold = None
+
+    def lookup(self, hashes: Sequence[int]) -> list[Tier]:
+        """Tiers of the prefix-contiguous hits: ``found[i]`` serves block ``i``."""
+        found = []
+        gpu, cpu, cold = self.gpu, self.cpu, self.cold
+        for h in hashes:
+            if h in gpu:
+                found.append(Tier.GPU)
+            elif cpu is not None and h in cpu:
+                found.append(Tier.CPU)
+            elif cold is not None and h in cold:
+                found.append(Tier.COLD)
+            else:
+                break
+        return found
+
+    def serve(self, hashes: Sequence[int], infos: Sequence[BlockInfo], found: list[Tier]) -> None:
+        raise NotImplementedError
+
+    def pin_gpu_hits(self, hashes: Sequence[int], infos: Sequence[BlockInfo],
+                     found: list[Tier]) -> None:
+        """Touch the GPU hits first, like an engine pinning them before it allocates, so the
+        request's own new blocks cannot evict them."""
+        for h, info, tier in zip(hashes, infos, found):
+            if tier is Tier.GPU:
+                self.gpu.touch(h, info)
+
+
+class ExclusiveFlow(Flow):
+    """One copy per block: promotions move up, victims move down (TensorRT-LLM, victim caches).
+
+    ``cpu_admitter`` gates GPU victims into the CPU tier (TensorRT-LLM's priority gate, a
+    store threshold, a learned score); a refused victim is dropped.
+    """
+
+    def __init__(self, config: SimConfig, result: SimResult, emit: Emit = _no_emit,
+                 cpu_admitter: Admitter | None = None) -> None:
+        super().__init__(result, emit)
+        self.gpu = make_policy(config.policy, config.gpu_blocks)
+        self.cpu = _optional(config.policy, config.cpu_blocks, cpu_admitter)
+        self.cold = _optional(config.policy, config.cold_blocks, None)
+        self._info: dict[int, BlockInfo] = {}  # last reference of each resident block
+
+    def serve(self, hashes, infos, found) -> None:
+        self.pin_gpu_hits(hashes, infos, found)
+        for i, (h, info) in enumerate(zip(hashes, infos)):
+            self._info[h] = info
+            if h in self.gpu:
+                if i >= len(found):  # resident past the prefix gap: recomputed, still a use
+                    self.gpu.touch(h, info)
+                continue
+            if self.cpu is not None and h in self.cpu:
+                self.cpu.remove(h)
+            elif self.cold is not None and h in self.cold:
+                self.cold.remove(h)
+            self._into_gpu(h, info)
+
+    def _into_gpu(self, h: int, info: BlockInfo) -> None:
+        victims = self.gpu.insert(h, info)
+        self.result.gpu_evictions_total += len(victims)
+        for victim in victims:
+            self.emit(Outcome.EVICT, victim, Tier.GPU, None)
+            self._demote(victim, Tier.CPU)
+
+    def _demote(self, h: int, tier: Tier) -> None:
+        cache = self.cpu if tier is Tier.CPU else self.cold if tier is Tier.COLD else None
+        if cache is None:
+            self._drop(h)
+            return
+        victims = cache.insert(h, self._info[h])
+        if h not in cache:
+            self._drop(h)
+            return
+        self._count_store(tier)
+        self.emit(Outcome.STORE, h, Tier(tier - 1), tier)
+        self._count_evictions(tier, len(victims))
+        for victim in victims:
+            self.emit(Outcome.EVICT, victim, tier, None)
+            self._demote(victim, Tier(tier + 1))
+
+    def _drop(self, h: int) -> None:
+        self._info.pop(h, None)
+        self.result.drops_total += 1
+        self.emit(Outcome.DROP, h, None, None)
+
+    def _count_store(self, tier: Tier) -> None:
+        if tier is Tier.CPU:
+            self.result.cpu_stores_total += 1
+        else:
+            self.result.cold_stores_total += 1
+
+    def _count_evictions(self, tier: Tier, n: int) -> None:
+        if tier is Tier.CPU:
+            self.result.cpu_evictions_total += n
+        else:
+            self.result.cold_evictions_total += n
+
+
+def trtllm_flow(config: SimConfig, result: SimResult, emit: Emit = _no_emit) -> ExclusiveFlow:
+    """TensorRT-LLM: priority LRU in both tiers, GPU victims gated by priority into host."""
+    flow = ExclusiveFlow(config, result, emit)
+    flow.gpu = PriorityLRU(config.gpu_blocks)
+    if config.cpu_blocks != 0:
+        gate = PriorityAdmitter(config.offload_min_priority, config.offload_comparison)
+        flow.cpu = Admitted(PriorityLRU(config.cpu_blocks), gate)
+    return flow
+
+
+class VllmFlow(Flow):
+    """vLLM's OffloadingConnector: write-through to CPU as blocks fill, file tier behind CPU."""
+
+    def __init__(self, config: SimConfig, result: SimResult, emit: Emit = _no_emit,
+                 cpu_admitter: Admitter | None = None) -> None:
+        super().__init__(result, emit)
+        self.gpu = LRU(config.gpu_blocks)
+        self.cpu = None
+        if config.cpu_blocks != 0:
+            self._cpu_slots = make_policy(config.policy, config.cpu_blocks)
+            admitter = cpu_admitter or OfferCountAdmitter(config.store_threshold)
+            self.cpu = Admitted(self._cpu_slots, admitter)
+        self.cold = LRU(config.cold_blocks) if config.cold_blocks != 0 else None
+
+    def serve(self, hashes, infos, found) -> None:
+        reused_on_cpu = []
+        self.pin_gpu_hits(hashes, infos, found)
+        for i, (h, info) in enumerate(zip(hashes, infos)):
+            tier = found[i] if i < len(found) else None
+            if tier is Tier.GPU and h in self.gpu:
+                continue
+            if tier is Tier.COLD:
+                self._stage_into_cpu(h, info)
+            elif tier is Tier.CPU:
+                reused_on_cpu.append((h, info))
+            self._gpu_insert(h, info)
+            if tier is None:
+                self._offer_to_cpu(h, info)
+        for h, info in reused_on_cpu:  # recency once per request, head to tail
+            if h in self.cpu:
+                self.cpu.touch(h, info)
+
+    def _gpu_insert(self, h: int, info: BlockInfo) -> None:
+        victims = self.gpu.insert(h, info)  # GPU victims are freed; copies live in CPU already
+        self.result.gpu_evictions_total += len(victims)
+        for victim in victims:
+            self.emit(Outcome.EVICT, victim, Tier.GPU, None)
+
+    def _offer_to_cpu(self, h: int, info: BlockInfo) -> None:
+        if self.cpu is None or h in self.cpu:
+            return
+        victims = self.cpu.insert(h, info)
+        self._after_cpu_write(h, victims)
+        if h in self.cpu and self.cold is not None and h not in self.cold:
+            self._cold_store(h, info)
+
+    def _stage_into_cpu(self, h: int, info: BlockInfo) -> None:
+        if self.cpu is None:
+            return
+        victims = self._cpu_slots.insert(h, info)  # a promotion slot: no store threshold
+        self._after_cpu_write(h, victims)
+
+    def _after_cpu_write(self, h: int, victims: list) -> None:
+        if h in self.cpu:
+            self.result.cpu_stores_total += 1
+            self.emit(Outcome.STORE, h, Tier.GPU, Tier.CPU)
+        else:
+            self.result.drops_total += 1
+            self.emit(Outcome.DROP, h, None, None)
+        self.result.cpu_evictions_total += len(victims)
+        for victim in victims:
+            self.emit(Outcome.EVICT, victim, Tier.CPU, None)
+
+    def _cold_store(self, h: int, info: BlockInfo) -> None:
+        victims = self.cold.insert(h, info)
+        self.result.cold_stores_total += 1
+        self.result.cold_evictions_total += len(victims)
+        self.emit(Outcome.STORE, h, Tier.CPU, Tier.COLD)
+        for victim in victims:
+            self.emit(Outcome.EVICT, victim, Tier.COLD, None)
+
+
+def _optional(policy: str, capacity: int | None, admitter: Admitter | None):
+    if capacity == 0:
+        return None
+    cache = make_policy(policy, capacity)
+    return Admitted(cache, admitter) if admitter is not None else cache
+
+
+def build_flow(config: SimConfig, result: SimResult, emit: Emit = _no_emit,
+               cpu_admitter: Admitter | None = None) -> Flow:
+    """The flow for ``config.semantics``; ``cpu_admitter`` replaces the default CPU gate."""
+    if config.semantics == "vllm":
+        return VllmFlow(config, result, emit, cpu_admitter)
+    if config.semantics == "trtllm":
+        return trtllm_flow(config, result, emit)
+    admitter = cpu_admitter
+    if admitter is None and config.store_threshold >= 2:
+        admitter = OfferCountAdmitter(config.store_threshold)
+    return ExclusiveFlow(config, result, emit, admitter)
