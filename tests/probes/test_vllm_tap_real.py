@@ -1,0 +1,131 @@
+"""The tap against vLLM's own ``ZmqEventPublisher`` (official vllm==0.33.0 wheel, run in a
+side environment so vLLM never enters the project's dependencies).
+
+The side environment is found through ``KVTIER_VLLM_PYTHON`` or at
+``/tmp/kvt-vllm-side/bin/python`` (tests/probes/vllm_side_env.sh builds it); without it
+these tests skip. vLLM's publisher connects to the tap's bound socket (non-wildcard
+endpoint), which makes ZMQ's slow-joiner loss real: the tap heals it from vLLM's replay
+socket (``heal_from_zero``), which is the behaviour under test.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from probes.vllm_tap import VllmEventTap, VllmTapConfig
+
+SIDE_PYTHON = os.environ.get("KVTIER_VLLM_PYTHON", "/tmp/kvt-vllm-side/bin/python")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(not Path(SIDE_PYTHON).exists(), reason="no vLLM side environment"),
+]
+
+
+class Side:
+    """The side process, one command per line."""
+
+    def __init__(self):
+        script = Path(__file__).with_name("vllm_side_publisher.py")
+        self.proc = subprocess.Popen([SIDE_PYTHON, str(script)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert self.proc.stdout.readline().strip() == "ready"
+
+    def __call__(self, line: str) -> None:
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline().strip()
+        if answer != "ok":
+            raise RuntimeError(f"side publisher: {line!r} -> {answer!r}")
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.flush()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+@pytest.fixture(scope="module")
+def side():
+    proc = Side()
+    yield proc
+    proc.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class DroppingTap(VllmEventTap):
+    """Loses chosen live frames, as a congested network would."""
+
+    drop: set = set()
+
+    def _on_live(self, parts):
+        if int.from_bytes(parts[1], "big") in self.drop:
+            self.drop.discard(int.from_bytes(parts[1], "big"))
+            return 0
+        return super()._on_live(parts)
+
+
+def pump(tap, side, done, rounds=60):
+    """Publish one batch per round until ``done()``; batch n carries hashes 100+n and 200+n."""
+    for n in range(rounds):
+        if done():
+            return
+        side(f"publish {100 + n},{200 + n}")
+        tap.poll(0.2)
+    raise AssertionError("the tap did not deliver what was published")
+
+
+def sequences(batches, source):
+    return {b.sequence for b in batches if b.origin.source == source}
+
+
+def test_real_vllm_publisher_gap_replay_and_restart(side):
+    batches = []
+    replay = f"tcp://127.0.0.1:{free_port()}"
+    tap = DroppingTap(VllmTapConfig(endpoints=("tcp://127.0.0.1:0",), bind=True,
+                                    replay_endpoints=((0, replay),), topic="kv",
+                                    heal_from_zero=True, instance="real"), batches.append)
+    (endpoint,) = tap.open()
+    try:
+        side(f"start {endpoint} {replay} kv")
+        # 1. slow-joiner losses and one frame lost mid-stream, healed from vLLM's replay socket
+        tap.drop = {3}
+        pump(tap, side, lambda: batches and sequences(batches, batches[0].origin.source)
+             >= set(range(6)))
+        first = batches[0].origin.source
+        assert {b.origin.source for b in batches} == {first}
+        assert tap.stats.gaps + (batches[0].sequence > 0) >= 1
+        assert tap.stats.replayed_batches >= 1
+        assert tap.stats.bad_frames == 0 and tap.stats.lost_batches == 0
+        rows = [r for b in batches if b.sequence == 3 for r in b.block_events.to_pylist()]
+        assert [(r["kind"], r["block_hash"], r["tier_to"]) for r in rows] == [
+            ("store", 103, "gpu"), ("store", 203, "gpu"), ("store", 103, "cpu"),
+            ("evict", 203, None)]
+        # 2. the publisher restarts: its sequence goes back to 0, under a new source
+        side("stop")
+        side(f"start {endpoint} {replay} kv")
+        later = lambda: [b for b in batches if b.origin.source != first]
+        pump(tap, side, lambda: later() and sequences(later(), later()[0].origin.source)
+             >= {0, 1, 2})
+        assert tap.stats.restarts == 1
+        assert len({b.origin.source for b in later()}) == 1
+    finally:
+        try:
+            side("stop")
+        except RuntimeError:
+            pass  # it was already stopped
+        tap.close()
