@@ -1,0 +1,42 @@
+"""The one-pass LRU curve equals a per-capacity replay of the simulator."""
+
+import numpy as np
+import pytest
+
+from policy.curves import FIRST_USE, lru_curve, stack_distances
+from policy.readers import MooncakeReader
+from policy.sim.config import SimConfig
+from policy.sim.simulator import simulate
+from simtools import random_prefix_trace
+
+
+def test_stack_distances_by_hand():
+    # a b c a b b d a
+    hashes = np.array([1, 2, 3, 1, 2, 2, 4, 1], dtype=np.uint64)
+    expected = [FIRST_USE, FIRST_USE, FIRST_USE, 3, 3, 1, FIRST_USE, 3]
+    assert stack_distances(hashes).tolist() == expected
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_curve_equals_replay_at_every_capacity(seed):
+    records = random_prefix_trace(seed, n_requests=200)
+    curve = lru_curve(records)
+    for capacity in [0, *range(1, 80), None]:
+        replay = simulate(records, SimConfig(gpu_blocks=capacity))
+        assert curve.token_hit_ratio(capacity) == pytest.approx(replay.token_hit_ratio, abs=1e-12)
+        assert curve.block_hit_ratio(capacity) == pytest.approx(replay.block_hit_ratio, abs=1e-12)
+
+
+def test_curve_is_monotone_and_ends_at_the_unlimited_ratio(mooncake_path):
+    records = list(MooncakeReader(mooncake_path).requests())
+    curve = lru_curve(records)
+    assert np.all(np.diff(curve.hit_tokens) > 0) and np.all(np.diff(curve.capacities_blocks) > 0)
+    assert curve.token_hit_ratio(None) == pytest.approx(0.3736, abs=0.001)
+    for capacity in (3000, 30000):
+        assert curve.token_hit_ratio(capacity) == pytest.approx(
+            simulate(records, SimConfig(gpu_blocks=capacity)).token_hit_ratio, abs=1e-12)
+
+
+def test_empty_trace_gives_an_empty_curve():
+    curve = lru_curve([])
+    assert curve.token_hit_ratio(10) == 0.0 and curve.token_hit_ratio(None) == 0.0
