@@ -1,0 +1,240 @@
+"""TensorRT-LLM KV-cache events -> kvtier block events, and a poller for ``/kv_cache_events``.
+
+Formats covered (``shared/reference/engines.md`` §1.5): the JSON of
+``tensorrt_llm/_utils.py::KVCacheEventSerializer`` (commit ``ed53795``) as returned by
+``trtllm-serve``'s ``POST /kv_cache_events`` (a destructive drain) or by
+``LLM.get_kv_cache_events()``, plus the newer envelope keys (``hash_algo``,
+``layer_group_id``), per-block ``mm_keys``/``cache_salt`` and hex-string hashes
+(``v2_sha256``). Unknown keys are ignored.
+
+Mapping (TRT-LLM has two cache levels: 0 = GPU, 1 = host):
+
+* ``created`` -> no rows; its ``num_blocks_per_cache_level`` is kept as capacity.
+* ``stored`` -> ``STORE`` per block into the block's level, with its priority and token count.
+* ``updated`` with ``cache_level`` 0->1 -> ``STORE`` GPU->CPU (offload to host);
+  1->0 -> ``CPU_PROMOTION`` (onboard); a ``priority`` diff -> ``PRIORITY_UPDATE``.
+* ``removed`` -> ``EVICT`` from the level the block was last seen at (GPU if never seen).
+
+Events carry no timestamp, so rows get the poll time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from collector.batch import EventBatch
+from collector.events import (
+    PRIORITY_MAX, PRIORITY_MIN, UINT64_MAX, BlockEvent, Origin, Outcome, Tier,
+)
+from probes.polling import DEFAULT_HOST, FetchError, PollLoop, fetch
+
+log = logging.getLogger(__name__)
+
+_LEVEL_TIER = {0: Tier.GPU, 1: Tier.CPU}
+
+
+class EventError(ValueError):
+    """One TRT-LLM event that does not follow the documented shape."""
+
+
+def to_block_hash(value) -> int:
+    """An int (``v1_block_key``, ``v2_sha256_64``) or a hex string (``v2_sha256``) -> uint64."""
+    if isinstance(value, bool):
+        raise EventError("block hash cannot be a boolean")
+    if isinstance(value, int):
+        return value & UINT64_MAX
+    if isinstance(value, str) and value:
+        try:  # the low 64 bits of the digest, as block_hash_from_bytes folds bytes
+            return int(value, 16) & UINT64_MAX
+        except ValueError:
+            raise EventError(f"block hash {value[:20]!r} is not hex") from None
+    raise EventError(f"block hash must be an int or hex string, got {type(value).__name__}")
+
+
+@dataclass
+class TrtllmEventMapper:
+    """Stateful mapping: it remembers each block's cache level so ``removed`` names a tier.
+
+    One mapper per engine instance. ``capacity_blocks`` holds the last ``created`` event's
+    blocks per level; ``bad_events`` counts events skipped as malformed.
+    """
+
+    max_tracked_blocks: int = 1_000_000
+    capacity_blocks: tuple[int, ...] = ()
+    bad_events: int = 0
+    _levels: dict = field(default_factory=dict)
+
+    def map_events(self, events, time_s: float) -> list[BlockEvent]:
+        """Map a list of TRT-LLM event dicts; malformed ones are counted and skipped."""
+        if not isinstance(events, list):
+            self.bad_events += 1
+            return []
+        out: list[BlockEvent] = []
+        for event in events:
+            try:
+                out.extend(self._map_one(event, time_s))
+            except (EventError, ValueError, TypeError, KeyError, AttributeError):
+                self.bad_events += 1
+        return out
+
+    def _map_one(self, event, time_s: float) -> list[BlockEvent]:
+        data = event["data"]
+        kind = data["type"]
+        if kind == "created":
+            self.capacity_blocks = tuple(int(n) for n in data["num_blocks_per_cache_level"])
+            return []
+        if kind == "stored":
+            return self._stored(data, time_s)
+        if kind == "removed":
+            return [self._removed(h, time_s) for h in _list(data["block_hashes"])]
+        if kind == "updated":
+            return self._updated(data, time_s)
+        raise EventError(f"unknown event type {kind!r}")
+
+    def _stored(self, data: dict, time_s: float) -> list[BlockEvent]:
+        parent = data.get("parent_hash")
+        parent = None if parent is None else to_block_hash(parent)
+        out = []
+        for block in _list(data["blocks"]):
+            block_hash = to_block_hash(block["block_hash"])
+            level = _level(block.get("cache_level", 0))
+            tokens = block.get("tokens")
+            out.append(BlockEvent(time_s, Outcome.STORE, block_hash, parent_hash=parent,
+                                  tokens=len(tokens) if isinstance(tokens, list) else None,
+                                  tier_to=_LEVEL_TIER[level],
+                                  priority=_priority(block.get("priority"))))
+            self._remember(block_hash, level)
+            parent = block_hash
+        return out
+
+    def _removed(self, raw_hash, time_s: float) -> BlockEvent:
+        block_hash = to_block_hash(raw_hash)
+        level = self._levels.pop(block_hash, 0)
+        return BlockEvent(time_s, Outcome.EVICT, block_hash, tier_from=_LEVEL_TIER[level])
+
+    def _updated(self, data: dict, time_s: float) -> list[BlockEvent]:
+        block_hash = to_block_hash(data["block_hash"])
+        out = []
+        level_diff = data.get("cache_level")
+        if level_diff is not None:
+            old, new = _level(level_diff["old_value"]), _level(level_diff["new_value"])
+            if (old, new) == (0, 1):
+                out.append(BlockEvent(time_s, Outcome.STORE, block_hash,
+                                      tier_from=Tier.GPU, tier_to=Tier.CPU))
+            elif (old, new) == (1, 0):
+                out.append(BlockEvent(time_s, Outcome.CPU_PROMOTION, block_hash,
+                                      tier_from=Tier.CPU, tier_to=Tier.GPU))
+            self._remember(block_hash, new)
+        priority_diff = data.get("priority")
+        if priority_diff is not None:
+            out.append(BlockEvent(time_s, Outcome.PRIORITY_UPDATE, block_hash,
+                                  priority=_priority(priority_diff["new_value"])))
+        return out
+
+    def _remember(self, block_hash: int, level: int) -> None:
+        if block_hash in self._levels or len(self._levels) < self.max_tracked_blocks:
+            self._levels[block_hash] = level
+
+
+def _list(value) -> list:
+    if not isinstance(value, list):
+        raise EventError(f"expected a list, got {type(value).__name__}")
+    return value
+
+
+def _level(value) -> int:
+    if value not in _LEVEL_TIER or isinstance(value, bool):
+        raise EventError(f"cache_level must be 0 (GPU) or 1 (host), got {value!r}")
+    return value
+
+
+def _priority(value) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not (
+            PRIORITY_MIN <= value <= PRIORITY_MAX):
+        raise EventError(f"priority must be an int in {PRIORITY_MIN}..{PRIORITY_MAX}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class TrtllmPollerConfig:
+    """``url`` is trtllm-serve's drain endpoint (loopback by default)."""
+
+    url: str = f"{DEFAULT_HOST}:8000/kv_cache_events"
+    instance: str = "trtllm"
+    interval_s: float = 1.0
+    timeout_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"url must be http(s), got {self.url!r}")
+        for name in ("interval_s", "timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if not self.instance:
+            raise ValueError("instance must be a non-empty string")
+
+
+@dataclass
+class PollStats:
+    polls: int = 0
+    batches: int = 0
+    block_events: int = 0
+    fetch_errors: int = 0
+    bad_bodies: int = 0
+    callback_errors: int = 0
+
+
+class TrtllmEventPoller:
+    """POST ``/kv_cache_events`` each round; hand the mapped events to ``on_batch``.
+
+    Each non-empty round is one batch, numbered from 0 under a source named at construction
+    (the drain is destructive, so there is nothing to replay).
+    """
+
+    def __init__(self, config: TrtllmPollerConfig, on_batch: Callable[[EventBatch], None], *,
+                 clock: Callable[[], float] = time.time):
+        self.config, self._on_batch, self._clock = config, on_batch, clock
+        self.mapper = TrtllmEventMapper()
+        self.stats = PollStats()
+        self._origin = Origin("trtllm", config.instance,
+                              f"trtllm-http:{config.instance}:{int(clock() * 1000)}")
+        self._sequence = 0
+        self._loop = PollLoop(self.poll, config.interval_s, "kvtier-trtllm-events")
+        self.start, self.stop = self._loop.start, self._loop.stop
+
+    def poll(self) -> int:
+        """One drain; returns the number of block events delivered. Never raises."""
+        self.stats.polls += 1
+        try:
+            body = fetch(self.config.url, method="POST", timeout_s=self.config.timeout_s)
+            events = json.loads(body)
+        except FetchError as exc:
+            self.stats.fetch_errors += 1
+            log.warning("TRT-LLM event poll failed: %s", exc)
+            return 0
+        except ValueError:
+            self.stats.bad_bodies += 1
+            return 0
+        return self.deliver(events)
+
+    def deliver(self, events) -> int:
+        """Map and hand over events obtained elsewhere (e.g. ``LLM.get_kv_cache_events()``)."""
+        rows = self.mapper.map_events(events, self._clock())
+        if not rows:
+            return 0
+        batch = EventBatch.from_rows(self._origin, self._sequence, block_events=rows)
+        self._sequence += 1
+        self.stats.batches += 1
+        self.stats.block_events += batch.block_events.num_rows
+        try:
+            self._on_batch(batch)
+        except Exception:
+            self.stats.callback_errors += 1
+            log.exception("TRT-LLM event poller: on_batch failed")
+        return batch.block_events.num_rows
