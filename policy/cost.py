@@ -1,0 +1,124 @@
+"""The latency cost model: promotions, recompute, and queueing for TTFT percentiles.
+
+* A promotion over a tier path costs one operation latency per request that uses the path
+  (engines batch a request's blocks into one transfer) plus bytes / bandwidth.
+  A cold promotion is staged through CPU: cold->CPU, then CPU->GPU.
+* A recompute miss costs the prefill of the uncached tokens at ``prefill_tokens_per_s``
+  (linear in tokens: attention's quadratic term is ignored, which flatters long prompts).
+* Contention: requests share one prefill server in arrival order (Lindley's recursion,
+  ``wait[n] = max(0, wait[n-1] + service[n-1] - gap[n])``), so TTFT = wait + service, and
+  the p50/p95/p99 come from the replay's requests.
+
+Every parameter carries its source: ``"measured"`` (from an active probe) or ``"default"``
+(the documented assumption below); every estimate lists them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+
+from policy.geometry import DEFAULT_GEOMETRY, KVGeometry, geometry
+
+SOURCES = ("measured", "default")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One model parameter, its unit in the owning field's name, and where it came from."""
+
+    value: float
+    source: str = "default"
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise ValueError(f"source must be one of {', '.join(SOURCES)}, got {self.source!r}")
+        if not self.value > 0:
+            raise ValueError(f"a cost parameter must be > 0, got {self.value!r}")
+
+
+@dataclass(frozen=True)
+class CostParams:
+    """Defaults are assumptions for one H100-class GPU on PCIe Gen5 with a local NVMe file
+    tier and an 8B-class model; replace them with probe measurements when available."""
+
+    cpu_gpu_bandwidth_bytes_per_s: Param = Param(20e9, note="PCIe Gen5 x16, pinned, effective")
+    cpu_gpu_op_latency_s: Param = Param(20e-6, note="one batched copy launch")
+    cold_cpu_bandwidth_bytes_per_s: Param = Param(2e9, note="one local NVMe, O_DIRECT reads")
+    cold_cpu_op_latency_s: Param = Param(200e-6, note="file open + first read")
+    prefill_tokens_per_s: Param = Param(8000.0, note="8B-class model, one H100, batch of one")
+    model: KVGeometry = field(default_factory=lambda: geometry(DEFAULT_GEOMETRY))
+
+    def sources(self) -> dict[str, str]:
+        return {name: getattr(self, name).source for name in self.__dataclass_fields__
+                if isinstance(getattr(self, name), Param)}
+
+    def promotion_s(self, tokens: int, path: str) -> float:
+        """Time to move ``tokens`` worth of KV over ``path`` ("cpu" or "cold"); 0 for none."""
+        if tokens <= 0:
+            return 0.0
+        bytes_moved = tokens * self.model.bytes_per_token
+        seconds = (self.cpu_gpu_op_latency_s.value
+                   + bytes_moved / self.cpu_gpu_bandwidth_bytes_per_s.value)
+        if path == "cold":
+            seconds += (self.cold_cpu_op_latency_s.value
+                        + bytes_moved / self.cold_cpu_bandwidth_bytes_per_s.value)
+        elif path != "cpu":
+            raise ValueError(f"path must be 'cpu' or 'cold', got {path!r}")
+        return seconds
+
+    def recompute_s(self, tokens: int) -> float:
+        return tokens / self.prefill_tokens_per_s.value
+
+    def service_s(self, cpu_tokens: int, cold_tokens: int, recompute_tokens: int) -> float:
+        """A request's time to first token without queueing."""
+        return (self.promotion_s(cpu_tokens, "cpu") + self.promotion_s(cold_tokens, "cold")
+                + self.recompute_s(recompute_tokens))
+
+
+@dataclass(frozen=True)
+class TtftEstimate:
+    """TTFT percentiles of a replay under the queueing model, with parameter sources."""
+
+    requests: int
+    p50_s: float
+    p95_s: float
+    p99_s: float
+    mean_s: float
+    mean_service_s: float
+    utilisation: float
+    parameter_sources: dict
+
+    def to_dict(self) -> dict:
+        return {"requests": self.requests, "ttft_p50_s": self.p50_s, "ttft_p95_s": self.p95_s,
+                "ttft_p99_s": self.p99_s, "ttft_mean_s": self.mean_s,
+                "mean_service_s": self.mean_service_s, "utilisation": self.utilisation,
+                "parameter_sources": dict(self.parameter_sources)}
+
+
+def queue_ttft(arrivals_s: Iterable[float], services_s: Iterable[float],
+               sources: dict | None = None) -> TtftEstimate:
+    """TTFT of each request through one FIFO server (Lindley), summarised as percentiles.
+    ``arrivals_s`` must be non-decreasing; ties are served in the given order."""
+    arrivals = np.asarray(list(arrivals_s), dtype=float)
+    services = np.asarray(list(services_s), dtype=float)
+    if arrivals.shape != services.shape:
+        raise ValueError(f"{len(arrivals)} arrivals but {len(services)} service times")
+    if len(arrivals) and np.any(np.diff(arrivals) < 0):
+        raise ValueError("arrivals_s must be non-decreasing")
+    ttft = np.empty_like(services)
+    free_at = -np.inf
+    for i, (arrival, service) in enumerate(zip(arrivals.tolist(), services.tolist())):
+        start = arrival if arrival > free_at else free_at
+        free_at = start + service
+        ttft[i] = free_at - arrival
+    if not len(ttft):
+        return TtftEstimate(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, dict(sources or {}))
+    span = max(arrivals[-1] - arrivals[0], 1e-9)
+    p50, p95, p99 = np.percentile(ttft, [50, 95, 99])
+    return TtftEstimate(len(ttft), float(p50), float(p95), float(p99), float(ttft.mean()),
+                        float(services.mean()), float(min(services.sum() / span, 1e9)),
+                        dict(sources or {}))

@@ -1,0 +1,86 @@
+"""Geometry, capacity parsing, the cost model and the queueing estimate."""
+
+import math
+
+import pytest
+
+from policy.cost import CostParams, Param, queue_ttft
+from policy.geometry import KVGeometry, geometry, parse_capacity_tokens
+from policy.sim.config import SimConfig
+from policy.whatif import what_if
+from simtools import request
+
+LLAMA8B = geometry("llama-3.1-8b")
+
+
+def test_llama_8b_kv_is_128_kib_per_token():
+    assert LLAMA8B.bytes_per_token == 2 * 32 * 8 * 128 * 2 == 131072
+    assert LLAMA8B.block_bytes(16) == 2 * 2**20
+
+
+@pytest.mark.parametrize("text, tokens", [
+    ("4e6", 4_000_000), ("10M", 10_000_000), ("2.5k", 2500), ("123", 123), ("inf", math.inf),
+    ("16GiB", 16 * 2**30 // 131072), ("1GB", 1_000_000_000 // 131072),
+])
+def test_capacity_parsing(text, tokens):
+    assert parse_capacity_tokens(text, LLAMA8B) == tokens
+
+
+@pytest.mark.parametrize("text, message", [
+    ("lots", "bad capacity 'lots'"), ("10Q", "bad capacity suffix 'Q'"),
+    ("16GiB", "is in bytes; give a model geometry"),
+])
+def test_capacity_errors(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_capacity_tokens(text)
+
+
+def test_geometry_validation_and_lookup():
+    with pytest.raises(ValueError, match="kv_heads must be a positive int, got 0"):
+        KVGeometry("x", layers=1, kv_heads=0, head_dim=1)
+    with pytest.raises(ValueError, match="unknown model geometry 'gpt-9'; known: llama-3.1-8b"):
+        geometry("gpt-9")
+
+
+def test_promotion_is_latency_plus_bytes_over_bandwidth():
+    params = CostParams(cpu_gpu_bandwidth_bytes_per_s=Param(1e9), cpu_gpu_op_latency_s=Param(1e-3),
+                        cold_cpu_bandwidth_bytes_per_s=Param(1e8), cold_cpu_op_latency_s=Param(1e-2),
+                        prefill_tokens_per_s=Param(1000.0, source="measured"))
+    tokens = 1000  # 131,072,000 bytes
+    assert params.promotion_s(tokens, "cpu") == pytest.approx(1e-3 + 0.131072)
+    assert params.promotion_s(tokens, "cold") == pytest.approx(1e-3 + 0.131072 + 1e-2 + 1.31072)
+    assert params.promotion_s(0, "cold") == 0.0
+    assert params.recompute_s(500) == pytest.approx(0.5)
+    assert params.sources()["prefill_tokens_per_s"] == "measured"
+    assert params.sources()["cpu_gpu_op_latency_s"] == "default"
+
+
+def test_param_validation():
+    with pytest.raises(ValueError, match="source must be one of measured, default, got 'guess'"):
+        Param(1.0, source="guess")
+    with pytest.raises(ValueError, match="must be > 0, got 0"):
+        Param(0)
+
+
+def test_queue_delays_requests_that_arrive_while_the_server_is_busy():
+    estimate = queue_ttft([0.0, 0.0, 10.0], [2.0, 2.0, 1.0])
+    # first waits 0 (2 s), second waits 2 (4 s), third finds the server idle (1 s)
+    assert estimate.p50_s == pytest.approx(2.0)
+    assert estimate.mean_s == pytest.approx(7.0 / 3)
+    assert estimate.p99_s == pytest.approx(4.0, abs=0.05)
+
+
+def test_queue_rejects_unsorted_arrivals():
+    with pytest.raises(ValueError, match="non-decreasing"):
+        queue_ttft([1.0, 0.0], [1.0, 1.0])
+
+
+def test_what_if_prices_hits_below_recompute():
+    records = [request([1, 2, 3, 4], block_tokens=256, t=float(i)) for i in range(5)]
+    cached = what_if(records, SimConfig(gpu_blocks=None))
+    uncached = what_if(records, SimConfig(gpu_blocks=0))
+    assert cached.result.gpu_hit_tokens == 4 * 1024
+    assert cached.ttft.p50_s == 0.0 and uncached.ttft.p50_s == pytest.approx(1024 / 8000)
+    assert cached.ttft.parameter_sources["prefill_tokens_per_s"] == "default"
+    compressed = what_if(records, SimConfig(gpu_blocks=0), time_scale=0.01)
+    assert compressed.ttft.p99_s > uncached.ttft.p99_s  # more load, more queueing
