@@ -1,0 +1,43 @@
+"""The reuse analysis: the seed's four questions and the wrong-optimisation verdict.
+
+``analyze(records, params, ...)`` runs one pass and returns a JSON-ready report;
+``render(report)`` prints it for people.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from collector.events import RequestRecord
+from policy.cost import CostParams
+from policy.reuse.collect import ReuseStats, collect
+from policy.reuse.questions import block_sizing, drop_candidates, reuse_timing, shared_prefixes
+from policy.reuse.render import render
+from policy.reuse.verdict import verdict
+
+__all__ = ["ReuseStats", "analyze", "collect", "render", "report_from_stats"]
+
+
+def analyze(records: Iterable[RequestRecord], params: CostParams = CostParams(), *,
+            gpu_token_hit_ratio: float | None = None, ttft_slo_s: float | None = None,
+            top: int = 10, drop_below: float = 0.05) -> dict:
+    """The reuse report of a trace (see :func:`report_from_stats`)."""
+    return report_from_stats(collect(records), params, gpu_token_hit_ratio=gpu_token_hit_ratio,
+                             ttft_slo_s=ttft_slo_s, top=top, drop_below=drop_below)
+
+
+def report_from_stats(stats: ReuseStats, params: CostParams = CostParams(), *,
+                      gpu_token_hit_ratio: float | None = None, ttft_slo_s: float | None = None,
+                      top: int = 10, drop_below: float = 0.05) -> dict:
+    """A JSON-ready dict: trace totals, the four answers, and the verdict."""
+    return {
+        "trace": {"requests": stats.requests, "prompt_tokens": stats.prompt_tokens,
+                  "block_refs": stats.block_refs, "duration_s": stats.duration_s,
+                  "block_tokens": stats.block_tokens},
+        "shared_prefixes": shared_prefixes(stats, top),
+        "reuse_timing": reuse_timing(stats),
+        "block_sizing": block_sizing(stats, params),
+        "drop": drop_candidates(stats, drop_below),
+        "offloading": verdict(stats, params, gpu_token_hit_ratio=gpu_token_hit_ratio,
+                              ttft_slo_s=ttft_slo_s),
+    }
