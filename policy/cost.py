@@ -15,6 +15,7 @@ Every parameter carries its source: ``"measured"`` (from an active probe) or ``"
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -100,9 +101,13 @@ class TtftEstimate:
 
 
 def queue_ttft(arrivals_s: Iterable[float], services_s: Iterable[float],
-               sources: dict | None = None) -> TtftEstimate:
-    """TTFT of each request through one FIFO server (Lindley), summarised as percentiles.
-    ``arrivals_s`` must be non-decreasing; ties are served in the given order."""
+               sources: dict | None = None, servers: int = 1) -> TtftEstimate:
+    """TTFT of each request through ``servers`` identical FIFO servers (Lindley's recursion;
+    each request takes the server that frees first), summarised as percentiles.
+    ``arrivals_s`` must be non-decreasing; ties are served in the given order.
+    ``utilisation`` above 1 means the queue grows without bound over the trace."""
+    if isinstance(servers, bool) or not isinstance(servers, int) or servers < 1:
+        raise ValueError(f"servers must be an int >= 1, got {servers!r}")
     arrivals = np.asarray(list(arrivals_s), dtype=float)
     services = np.asarray(list(services_s), dtype=float)
     if arrivals.shape != services.shape:
@@ -110,15 +115,15 @@ def queue_ttft(arrivals_s: Iterable[float], services_s: Iterable[float],
     if len(arrivals) and np.any(np.diff(arrivals) < 0):
         raise ValueError("arrivals_s must be non-decreasing")
     ttft = np.empty_like(services)
-    free_at = -np.inf
+    free_at = [-np.inf] * servers  # a heap of the times each server becomes free
     for i, (arrival, service) in enumerate(zip(arrivals.tolist(), services.tolist())):
-        start = arrival if arrival > free_at else free_at
-        free_at = start + service
-        ttft[i] = free_at - arrival
+        start = max(arrival, heapq.heappop(free_at))
+        heapq.heappush(free_at, start + service)
+        ttft[i] = start + service - arrival
     if not len(ttft):
         return TtftEstimate(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, dict(sources or {}))
     span = max(arrivals[-1] - arrivals[0], 1e-9)
     p50, p95, p99 = np.percentile(ttft, [50, 95, 99])
     return TtftEstimate(len(ttft), float(p50), float(p95), float(p99), float(ttft.mean()),
-                        float(services.mean()), float(min(services.sum() / span, 1e9)),
+                        float(services.mean()), float(services.sum() / (span * servers)),
                         dict(sources or {}))

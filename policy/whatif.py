@@ -24,9 +24,10 @@ class WhatIf:
 
 
 def what_if(records: Iterable[RequestRecord], config: SimConfig,
-            params: CostParams = CostParams(), time_scale: float = 1.0) -> WhatIf:
+            params: CostParams = CostParams(), time_scale: float = 1.0,
+            servers: int = 1) -> WhatIf:
     """Replay ``records`` against ``config``; ``time_scale`` < 1 compresses inter-arrival
-    times (a load ramp: 0.5 doubles the request rate)."""
+    times (a load ramp: 0.5 doubles the request rate); ``servers`` prefill in parallel."""
     if not time_scale > 0:
         raise ValueError(f"time_scale must be > 0, got {time_scale!r}")
     arrivals, services = [], []
@@ -38,4 +39,4 @@ def what_if(records: Iterable[RequestRecord], config: SimConfig,
                                          outcome.recompute_tokens))
 
     result = Simulator(config).replay(records, on_request=price)
-    return WhatIf(result, queue_ttft(arrivals, services, params.sources()))
+    return WhatIf(result, queue_ttft(arrivals, services, params.sources(), servers))

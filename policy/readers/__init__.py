@@ -35,8 +35,7 @@ def open_trace(path: str | Path, format: str | None = None, *, skip_bad: bool = 
         raise FileNotFoundError(2, "No such file or directory", str(path))
     name = format or sniff_format(path)
     if name == "store":
-        raise TraceFormatError(path, None, "store/Parquet traces are read by collector.reader, "
-                                           "not by policy.readers")
+        return _store_reader(path)
     if name not in READERS:
         raise TraceFormatError(path, None, f"unknown trace format {name!r}; allowed: "
                                            f"{', '.join(FORMATS)}")
@@ -44,6 +43,17 @@ def open_trace(path: str | Path, format: str | None = None, *, skip_bad: bool = 
         return WekaReader(path, skip_bad=skip_bad)
     extra = {} if block_tokens is None else {"block_tokens": block_tokens}
     return READERS[name](path, skip_bad=skip_bad, **extra)
+
+
+def _store_reader(path: Path):
+    """The lead's store readers: a folder of Parquet segments or a DuckDB store file."""
+    from collector.reader import SegmentReader, StoreReader  # DuckDB: imported on use
+
+    if path.is_dir():
+        return SegmentReader(path)
+    from collector.store import TraceStore
+
+    return StoreReader(TraceStore(path))
 
 
 def sniff_format(path: Path) -> str:

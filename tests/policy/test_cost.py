@@ -84,3 +84,11 @@ def test_what_if_prices_hits_below_recompute():
     assert cached.ttft.parameter_sources["prefill_tokens_per_s"] == "default"
     compressed = what_if(records, SimConfig(gpu_blocks=0), time_scale=0.01)
     assert compressed.ttft.p99_s > uncached.ttft.p99_s  # more load, more queueing
+
+
+def test_two_servers_serve_a_burst_in_parallel():
+    one = queue_ttft([0.0, 0.0, 0.0, 0.0], [1.0] * 4, servers=1)
+    two = queue_ttft([0.0, 0.0, 0.0, 0.0], [1.0] * 4, servers=2)
+    assert one.mean_s == pytest.approx(2.5) and two.mean_s == pytest.approx(1.5)
+    with pytest.raises(ValueError, match="servers must be an int >= 1, got 0"):
+        queue_ttft([0.0], [1.0], servers=0)

@@ -1,0 +1,65 @@
+"""``kvtier analyze``: the reuse report of a trace or a store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kvtier.errors import KvtierError
+from policy.commands.common import (capacity_blocks, model_geometry, open_records,
+                                    peek_block_tokens, print_json)
+from policy.cost import CostParams
+
+
+def run(args) -> int:
+    if args.store and args.trace:
+        raise KvtierError("give --trace or --store, not both")
+    if args.store:
+        args.trace, args.format = args.store, "store"
+    reader, records = open_records(args)
+    block_tokens, records = peek_block_tokens(records)
+    model = model_geometry(args.model)
+    gpu_blocks = capacity_blocks(args.gpu_tokens, block_tokens, model, "--gpu-tokens", None)
+    report = _report(records, block_tokens, model, gpu_blocks, args)
+    report["trace"]["skipped_lines"] = getattr(reader, "skipped", 0)
+    if args.out:
+        _write(Path(args.out), report)
+    if args.json:
+        print_json(report)
+    else:
+        from policy.reuse import render
+
+        print(render(report))
+    return 0
+
+
+def _report(records, block_tokens: int, model, gpu_blocks, args) -> dict:
+    from policy.reuse import collect, report_from_stats
+    from policy.sim.config import SimConfig
+    from policy.sim.simulator import Simulator
+
+    if args.drop_below is not None and not 0 <= args.drop_below <= 1:
+        raise KvtierError(f"--drop-below must be in [0, 1], got {args.drop_below}")
+    gpu = None
+    if args.gpu_tokens is not None:  # one GPU-only LRU replay alongside the reuse pass
+        gpu = Simulator(SimConfig(gpu_blocks=gpu_blocks, default_block_tokens=block_tokens))
+        records = _tee(records, gpu)
+    stats = collect(records, block_tokens)
+    return report_from_stats(stats, CostParams(model=model),
+                             gpu_token_hit_ratio=gpu.result.token_hit_ratio if gpu else None,
+                             ttft_slo_s=args.ttft_slo_s, top=args.top,
+                             drop_below=args.drop_below if args.drop_below is not None else 0.05)
+
+
+def _tee(records, simulator):
+    for record in records:
+        simulator.serve(record)
+        yield record
+
+
+def _write(folder: Path, report: dict) -> None:
+    from policy.reuse import render
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "reuse_report.json").write_text(json.dumps(report, indent=2) + "\n")
+    (folder / "reuse_report.txt").write_text(render(report) + "\n")

@@ -1,0 +1,21 @@
+"""Engine config writers: render :class:`policy.writers.settings.EngineSettings` into each
+engine's own config format (one module per engine, standard library only).
+
+Each writer module has ``ENGINE``, ``FORMATS`` (file suffixes it edits), ``validate(settings)``
+and ``render(settings, existing_text_or_None, suffix) -> Rendered``; rendering merges into
+the existing text and keeps everything kvtier does not own.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+ENGINES = ("vllm", "trtllm", "lmcache", "sglang", "dynamo")
+
+
+def writer(engine: str) -> ModuleType:
+    """The writer module for ``engine``; ``ValueError`` naming the known engines."""
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+    return importlib.import_module(f"policy.writers.{engine}")
