@@ -31,7 +31,9 @@ def offload_threshold(min_priority: int, priorities: tuple[int, ...]) -> tuple[i
 
     Priorities in use are ``priorities`` plus TRT-LLM's default 35. The value ``t`` must
     satisfy ``max(kept) < t < min(offloaded)`` so that no priority in use equals ``t``:
-    then ``p > t`` (documented) and ``p >= t`` (coded) select the same blocks. Returns
+    then ``p > t`` (documented) and ``p >= t`` (coded) select the same blocks; within that
+    range the value nearest ``min_priority`` is taken, so a class added later is judged
+    close to the intent. Returns
     ``(t, offloaded, kept)``; ``ValueError`` when two classes sit on adjacent integers
     around the cut, where no such value exists.
     """
@@ -44,7 +46,7 @@ def offload_threshold(min_priority: int, priorities: tuple[int, ...]) -> tuple[i
         raise ValueError(f"offload_min_priority={min_priority}: priorities {low} and {high} are "
                          "adjacent, so no threshold means the same under TRT-LLM's documented "
                          "(>) and coded (>=) rules; move a retention class")
-    return low + 1, offloaded, kept
+    return min(max(min_priority, low + 1), high - 1), offloaded, kept
 
 
 def validate(settings: EngineSettings) -> None:
