@@ -21,12 +21,14 @@ log = logging.getLogger(__name__)
 class Flusher:
     """Moves batches from ``recorder`` to ``store`` every ``interval_s`` seconds.
 
-    ``on_ingest`` (optional) sees every ``IngestResult``: the hook for metrics exporters.
+    ``on_ingest(batch, result)`` (optional) sees every stored batch with its
+    ``IngestResult``: the hook for metrics and trace exporters. It runs on the flusher's
+    thread; an exception in it is logged and does not stop the flusher.
     Use as a context manager, or ``start()``/``stop()``; ``stop`` drains what is left.
     """
 
     def __init__(self, recorder: Recorder, store: TraceStore, *, interval_s: float = 0.5,
-                 on_ingest: Callable[[IngestResult], None] | None = None):
+                 on_ingest: Callable[[EventBatch, IngestResult], None] | None = None):
         if not interval_s > 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
         self.recorder = recorder
@@ -55,8 +57,11 @@ class Flusher:
         self._pending = None
         self.batches_stored += 0 if result.duplicate else 1
         self.rows_stored += result.stored
-        if self._on_ingest is not None:
-            self._on_ingest(result)
+        if self._on_ingest is not None and not result.duplicate:
+            try:
+                self._on_ingest(batch, result)
+            except Exception:
+                log.exception("on_ingest hook failed for batch %s/%d", batch.origin.source, batch.sequence)
         return result
 
     def flush(self) -> int:

@@ -11,7 +11,7 @@ from collector.store import TraceStore
 def test_background_flusher_stores_everything_by_stop(origin, file_store):
     recorder = Recorder(origin)
     seen = []
-    with Flusher(recorder, file_store, interval_s=0.01, on_ingest=seen.append):
+    with Flusher(recorder, file_store, interval_s=0.01, on_ingest=lambda batch, result: seen.append(result)):
         for i in range(10_000):
             recorder.record(Outcome.GPU_HIT, i)
     assert file_store.count("block_events") == 10_000
@@ -42,3 +42,17 @@ def test_failed_batch_is_retried_with_the_same_sequence(origin, clock):
     ledger = store.query("SELECT sequence, block_events FROM ingested_batches ORDER BY sequence").to_pylist()
     assert ledger == [{"sequence": 0, "block_events": 1}, {"sequence": 1, "block_events": 1}]
     store.close()
+
+
+def test_a_failing_hook_does_not_stop_the_flusher(origin, store):
+    recorder = Recorder(origin)
+
+    def broken(batch, result):
+        raise RuntimeError("exporter down")
+
+    flusher = Flusher(recorder, store, on_ingest=broken)
+    recorder.record(Outcome.GPU_HIT, 1)
+    flusher.flush()
+    recorder.record(Outcome.GPU_HIT, 2)
+    flusher.flush()
+    assert store.count("block_events") == 2

@@ -1,0 +1,1 @@
+"""Exports to existing monitoring stacks: Prometheus, OTLP, Grafana, alert rules."""
