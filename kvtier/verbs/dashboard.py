@@ -1,6 +1,17 @@
-"""`kvtier dashboard`: start the Streamlit dashboard (loopback by default)"""
+"""`kvtier dashboard`: start the Streamlit dashboard (loopback by default)
 
-from kvtier.verbs import not_yet
+Runs ``streamlit run dashboard/app.py`` in a child process bound to ``--host`` (127.0.0.1
+unless told otherwise). The dashboard reads Parquet segments only, never the collector's
+store file, so it can run while the collector writes. Streamlit is imported by the child,
+not here, so ``kvtier --help`` stays fast.
+"""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+from kvtier.errors import KvtierError
 
 SUMMARY = "start the Streamlit dashboard (loopback by default)"
 EXAMPLE = "kvtier dashboard --segments kvtier-out/segments --port 8501"
@@ -10,7 +21,40 @@ def add_arguments(parser) -> None:
     parser.add_argument("--segments", default="kvtier-out/segments", help="Parquet segment folder to read")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
     parser.add_argument("--port", type=int, default=8501, help="port to serve on")
+    parser.add_argument("--whatif", help="folder of what-if results (default: next to the segments)")
+    parser.add_argument("--recommendation", help="recommendation folder (default: next to the segments)")
+
+
+def streamlit_command(args) -> list[str]:
+    """The child command line for ``args``; ``KvtierError`` for bad input."""
+    if not 0 < args.port < 65536:
+        raise KvtierError(f"--port must be 1..65535, got {args.port}")
+    if not args.host:
+        raise KvtierError("--host must name an address, e.g. 127.0.0.1")
+    segments = Path(args.segments).resolve()
+    if segments.exists() and not segments.is_dir():
+        raise KvtierError(f"--segments must be a folder of Parquet segments, got the file {segments}")
+    if importlib.util.find_spec("streamlit") is None:
+        raise KvtierError("the dashboard needs Streamlit: pip install streamlit")
+    app = Path(importlib.util.find_spec("dashboard").origin).with_name("app.py")
+    command = [sys.executable, "-m", "streamlit", "run", str(app),
+               "--server.headless", "true", "--server.address", args.host,
+               "--server.port", str(args.port), "--browser.gatherUsageStats", "false",
+               "--", "--segments", str(segments)]
+    for name in ("whatif", "recommendation"):
+        if getattr(args, name, None):
+            command += [f"--{name}", str(Path(getattr(args, name)).resolve())]
+    return command
 
 
 def run(args) -> int:
-    raise not_yet("dashboard", 7, "the Streamlit dashboard")
+    command = streamlit_command(args)
+    print(f"kvtier dashboard: http://{args.host}:{args.port}/ (segments {Path(args.segments).resolve()}); "
+          "Ctrl-C stops it", flush=True)
+    child = subprocess.Popen(command)
+    try:
+        return child.wait()
+    except KeyboardInterrupt:
+        child.terminate()
+        child.wait(timeout=10)
+        raise

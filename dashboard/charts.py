@@ -1,0 +1,114 @@
+"""Vega-Lite specs for the pages. Plain dicts (no Altair), so tests can read them back.
+
+Each builder takes the column names its query returns and nothing else; data is passed to
+``st.vega_lite_chart`` separately.
+"""
+
+from __future__ import annotations
+
+from dashboard.queries import OUTCOME_ORDER
+
+OUTCOME_COLOURS = ("#2ca02c", "#1f77b4", "#9467bd", "#d62728")
+QUANTILES = ("p50", "p95", "p99")
+_OUTCOME_SCALE = {"domain": list(OUTCOME_ORDER), "range": list(OUTCOME_COLOURS)}
+
+
+def _outcome_colour() -> dict:
+    return {"field": "outcome", "type": "nominal", "title": "outcome", "scale": _OUTCOME_SCALE,
+            "sort": list(OUTCOME_ORDER)}
+
+
+def hit_quality_over_time(unit: str) -> dict:
+    """Stacked share of lookup outcomes per time bucket, one row per tier configuration."""
+    return {
+        "mark": {"type": "area", "interpolate": "step-after", "tooltip": True},
+        "width": 680, "height": 150,
+        "encoding": {
+            "x": {"field": "time", "type": "temporal", "title": "time (UTC)"},
+            "y": {"field": "share", "type": "quantitative", "stack": "normalize",
+                  "title": f"share of {unit}", "axis": {"format": "%"}},
+            "color": _outcome_colour(),
+            "order": {"field": "outcome_rank", "type": "quantitative"},
+            "row": {"field": "tier_config", "type": "nominal", "title": "tier configuration"},
+        },
+    }
+
+
+def outcome_totals(unit: str) -> dict:
+    """One normalised bar per tier configuration: how its lookups were served."""
+    return {
+        "mark": {"type": "bar", "tooltip": True},
+        "encoding": {
+            "y": {"field": "tier_config", "type": "nominal", "title": "tier configuration", "sort": None},
+            "x": {"field": "amount", "type": "quantitative", "stack": "normalize",
+                  "title": f"share of {unit}", "axis": {"format": "%"}},
+            "color": _outcome_colour(),
+            "order": {"field": "outcome_rank", "type": "quantitative"},
+        },
+    }
+
+
+def grouped_quantiles(group_field: str, title: str) -> dict:
+    """Bars of ``latency_ms`` per group, one bar per quantile side by side."""
+    return {
+        "mark": {"type": "bar", "tooltip": True},
+        "encoding": {
+            "x": {"field": group_field, "type": "nominal", "title": title, "sort": None},
+            "xOffset": {"field": "quantile", "type": "nominal", "sort": list(QUANTILES)},
+            "y": {"field": "latency_ms", "type": "quantitative", "title": "milliseconds"},
+            "color": {"field": "quantile", "type": "nominal", "sort": list(QUANTILES),
+                      "scale": {"scheme": "oranges"}},
+        },
+    }
+
+
+def reuse_classes() -> dict:
+    return {
+        "mark": {"type": "bar", "tooltip": True},
+        "encoding": {
+            "x": {"field": "reuse_class", "type": "ordinal", "title": "requests that used the block",
+                  "sort": {"field": "rank"}},
+            "y": {"field": "blocks", "type": "quantitative", "title": "blocks"},
+        },
+    }
+
+
+def reuse_gaps() -> dict:
+    return {
+        "mark": {"type": "bar", "tooltip": True},
+        "encoding": {
+            "x": {"field": "gap_s", "type": "quantitative", "title": "seconds until reuse (log)",
+                  "scale": {"type": "log"}},
+            "y": {"field": "uses", "type": "quantitative", "title": "reuses"},
+        },
+    }
+
+
+def shared_by_position() -> dict:
+    return {
+        "mark": {"type": "line", "point": True, "tooltip": True},
+        "encoding": {
+            "x": {"field": "position", "type": "quantitative", "title": "block position in prompt"},
+            "y": {"field": "shared_share", "type": "quantitative", "title": "share of blocks shared",
+                  "axis": {"format": "%"}},
+        },
+    }
+
+
+def whatif_curves() -> dict:
+    """Hit ratio against CPU capacity, one line per policy (Belady dashed), chosen point."""
+    return {
+        "layer": [
+            {"mark": {"type": "line", "point": True, "tooltip": True},
+             "encoding": {
+                 "x": {"field": "cpu_capacity_tokens", "type": "quantitative", "title": "CPU tier capacity (tokens)"},
+                 "y": {"field": "token_hit_ratio", "type": "quantitative", "title": "token hit ratio",
+                       "axis": {"format": "%"}},
+                 "color": {"field": "policy", "type": "nominal"},
+                 "strokeDash": {"field": "bound", "type": "nominal", "title": "line"}}},
+            {"transform": [{"filter": "datum.chosen"}],
+             "mark": {"type": "point", "size": 250, "shape": "diamond", "filled": True, "color": "black"},
+             "encoding": {"x": {"field": "cpu_capacity_tokens", "type": "quantitative"},
+                          "y": {"field": "token_hit_ratio", "type": "quantitative"}}},
+        ],
+    }

@@ -1,0 +1,206 @@
+"""The dashboard's data layer: Parquet segments opened in an in-memory DuckDB.
+
+The dashboard never opens the collector's store file (DuckDB's writer lock would block the
+collector, or the dashboard); it reads the immutable segments the store exports
+(``collector/segments.py``). Every page asks for aggregates computed in SQL; raw events are
+never loaded into Python, so ten million block events cost one scan, not ten million rows.
+
+Two views are defined on the connection:
+
+* ``events``: block events, each with the ``tier_config`` of its request (joined by
+  instance and request id; ``(unlabelled)`` when the request has no record);
+* ``requests``: request records.
+
+A view exists only when its table has segments (``SegmentData.has_events`` / ``has_requests``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+
+from collector.ddl import BLOCK_EVENTS_TABLE, REQUESTS_TABLE
+from collector.segments import has_segments, segments_relation
+
+UNLABELLED = "(unlabelled)"
+# Engines whose records come from replays rather than a serving engine: their latencies are
+# modelled, not measured.
+SIMULATED_ENGINES = frozenset({"trace-replay", "simulator"})
+# Bucket widths the overview picks from, so axes read in round units.
+NICE_BUCKETS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400)
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What the sidebar selects. Empty tuples mean "all"; times are Unix seconds, the range
+    is ``[start_s, end_s]`` and either end may be ``None`` (open)."""
+
+    engines: tuple[str, ...] = ()
+    instances: tuple[str, ...] = ()
+    tier_configs: tuple[str, ...] = ()
+    start_s: float | None = None
+    end_s: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("engines", "instances", "tier_configs"):
+            value = getattr(self, name)
+            if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
+                raise ValueError(f"Filters.{name} must be a tuple of strings, got {value!r}")
+        for name in ("start_s", "end_s"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value)):
+                raise ValueError(f"Filters.{name} must be a finite number of seconds or None, got {value!r}")
+        if self.start_s is not None and self.end_s is not None and self.start_s > self.end_s:
+            raise ValueError(f"Filters.start_s {self.start_s} is after end_s {self.end_s}")
+
+
+@dataclass(frozen=True)
+class Facets:
+    """What the segments hold, for the sidebar and for choosing explanations.
+
+    ``tier_configs`` are in rollout order (first request seen first); ``phases`` has one row
+    per tier configuration: ``tier_config``, ``first_s``, ``last_s``, ``requests``.
+    """
+
+    engines: tuple[str, ...] = ()
+    instances: tuple[str, ...] = ()
+    tier_configs: tuple[str, ...] = ()
+    start_s: float | None = None
+    end_s: float | None = None
+    block_events: int = 0
+    requests: int = 0
+    phases: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    @property
+    def empty(self) -> bool:
+        return self.block_events == 0 and self.requests == 0
+
+    @property
+    def simulated_only(self) -> bool:
+        """True when every engine in the data is a replay (latencies are modelled)."""
+        return bool(self.engines) and set(self.engines) <= SIMULATED_ENGINES
+
+
+class SegmentData:
+    """Read-only queries over a segment root (``ROOT/{block_events,requests}/...``).
+
+    Holds its own in-memory DuckDB connection; call ``close()`` (or use ``with``). The root
+    may be missing or empty: the data is then empty, not an error.
+    """
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.con = duckdb.connect()
+        self.has_events = self.root.is_dir() and has_segments(self.root, BLOCK_EVENTS_TABLE)
+        self.has_requests = self.root.is_dir() and has_segments(self.root, REQUESTS_TABLE)
+        self._define_views()
+
+    def _define_views(self) -> None:
+        if self.has_requests:
+            self.con.execute("CREATE VIEW requests AS SELECT * REPLACE "
+                             f"(coalesce(tier_config_id, '{UNLABELLED}') AS tier_config_id) "
+                             f"FROM {segments_relation(self.con, self.root, REQUESTS_TABLE)}")
+        if not self.has_events:
+            return
+        raw = segments_relation(self.con, self.root, BLOCK_EVENTS_TABLE)
+        if self.has_requests:
+            self.con.execute(f"""CREATE VIEW events AS
+                SELECT e.* REPLACE (CAST(e.kind AS VARCHAR) AS kind,
+                                    CAST(e.tier_from AS VARCHAR) AS tier_from),
+                       coalesce(c.tier_config, '{UNLABELLED}') AS tier_config
+                FROM {raw} e LEFT JOIN (
+                    SELECT instance, request_id, any_value(tier_config_id) AS tier_config
+                    FROM requests WHERE request_id IS NOT NULL GROUP BY ALL) c
+                  ON c.instance = e.instance AND c.request_id = e.request_id""")
+        else:
+            self.con.execute(f"""CREATE VIEW events AS
+                SELECT * REPLACE (CAST(kind AS VARCHAR) AS kind, CAST(tier_from AS VARCHAR) AS tier_from),
+                       '{UNLABELLED}' AS tier_config FROM {raw}""")
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> "SegmentData":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ queries
+
+    def df(self, sql: str, params: list | None = None) -> pd.DataFrame:
+        """Run an aggregate query and return its (small) result as a DataFrame."""
+        return self.con.execute(sql, params or []).df()
+
+    def facets(self) -> Facets:
+        """Engines, instances, tier configurations, time span and counts (unfiltered)."""
+        parts, counts = [], {"events": 0, "requests": 0}
+        if self.has_events:
+            parts.append("SELECT engine, instance, min(time_s) AS lo, max(time_s) AS hi, "
+                         "count(*) AS n, 'events' AS t FROM events GROUP BY ALL")
+        if self.has_requests:
+            parts.append("SELECT engine, instance, min(arrival_s) AS lo, max(arrival_s) AS hi, "
+                         "count(*) AS n, 'requests' AS t FROM requests GROUP BY ALL")
+        if not parts:
+            return Facets()
+        spans = self.df(" UNION ALL ".join(parts))
+        for table, n in spans.groupby("t")["n"].sum().items():
+            counts[table] = int(n)
+        phases = self.phases() if self.has_requests else pd.DataFrame()
+        return Facets(
+            engines=tuple(sorted(spans["engine"].dropna().unique())),
+            instances=tuple(sorted(spans["instance"].dropna().unique())),
+            tier_configs=tuple(phases["tier_config"]) if len(phases) else (UNLABELLED,),
+            start_s=_float(spans["lo"].min()), end_s=_float(spans["hi"].max()),
+            block_events=counts["events"], requests=counts["requests"], phases=phases)
+
+    def phases(self, filters: Filters = Filters()) -> pd.DataFrame:
+        """One row per tier configuration in rollout order: first/last arrival, requests."""
+        where, params = self.where(filters, "requests")
+        return self.df(f"""SELECT tier_config_id AS tier_config, min(arrival_s) AS first_s,
+                max(arrival_s) AS last_s, count(*) AS requests
+            FROM requests {where} GROUP BY ALL ORDER BY first_s, tier_config""", params)
+
+    def where(self, filters: Filters, view: str) -> tuple[str, list]:
+        """A ``WHERE`` clause (and its parameters) applying ``filters`` to a view."""
+        time_col, config_col = (("time_s", "tier_config") if view == "events"
+                                else ("arrival_s", "tier_config_id"))
+        clauses, params = [], []
+        for column, values in (("engine", filters.engines), ("instance", filters.instances),
+                               (config_col, filters.tier_configs)):
+            if values:
+                clauses.append(f"list_contains(?::VARCHAR[], {column})")
+                params.append(list(values))
+        if filters.start_s is not None:
+            clauses.append(f"{time_col} >= ?")
+            params.append(filters.start_s)
+        if filters.end_s is not None:
+            clauses.append(f"{time_col} <= ?")
+            params.append(filters.end_s)
+        return ("WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+
+def bucket_width_s(start_s: float | None, end_s: float | None, target_buckets: int = 60) -> int:
+    """A round bucket width giving about ``target_buckets`` buckets over the span."""
+    if target_buckets < 1:
+        raise ValueError(f"target_buckets must be >= 1, got {target_buckets}")
+    span = (end_s - start_s) if start_s is not None and end_s is not None else 0.0
+    wanted = span / target_buckets
+    return next((b for b in NICE_BUCKETS_S if b >= wanted), NICE_BUCKETS_S[-1])
+
+
+def and_where(where: str, clause: str) -> str:
+    """``where`` (possibly empty) with one more clause."""
+    return f"{where} AND {clause}" if where else f"WHERE {clause}"
+
+
+def empty_frame(*columns: str) -> pd.DataFrame:
+    return pd.DataFrame({c: [] for c in columns})
+
+
+def _float(value) -> float | None:
+    return None if value is None or pd.isna(value) else float(value)

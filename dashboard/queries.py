@@ -1,0 +1,118 @@
+"""Aggregate queries behind the pages. Each returns a small DataFrame computed in SQL.
+
+Units are in the column names (``*_s``, ``*_ms``, ``*_bytes``); times on chart axes are
+``time`` (UTC timestamps of bucket starts).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from collector.events import LOOKUP_OUTCOMES
+from dashboard.data import Filters, SegmentData, and_where, bucket_width_s, empty_frame
+
+# Lookup outcomes in order of quality (best first), for stacking and colours.
+OUTCOME_ORDER = ("gpu_hit", "cpu_promotion", "cold_promotion", "recompute_miss")
+_LOOKUPS_SQL = ", ".join(f"'{o.label}'" for o in sorted(LOOKUP_OUTCOMES))
+_PROMOTIONS_SQL = "'cpu_promotion', 'cold_promotion'"
+_TOKEN_COLUMNS = {"gpu_hit": "gpu_hit_tokens", "cpu_promotion": "cpu_promotion_tokens",
+                  "cold_promotion": "cold_promotion_tokens", "recompute_miss": "recomputed_tokens"}
+# Reuse-count classes for the shared-prefix histogram: (label, lowest count in class).
+REUSE_CLASSES = (("1 (never reused)", 1), ("2", 2), ("3-5", 3), ("6-10", 6), ("11-100", 11), (">100", 101))
+
+
+def hit_quality(data: SegmentData, filters: Filters, span: tuple[float | None, float | None]
+                ) -> tuple[pd.DataFrame, str]:
+    """Lookup outcomes per time bucket and tier configuration.
+
+    Columns ``time``, ``tier_config``, ``outcome``, ``amount``, ``share``. Counted in blocks
+    from block events when there are any, else in prompt tokens from request records; the
+    second value names the unit (``"blocks"``, ``"tokens"``, or ``""`` when there is no data).
+    """
+    lo = filters.start_s if filters.start_s is not None else span[0]
+    hi = filters.end_s if filters.end_s is not None else span[1]
+    width = bucket_width_s(lo, hi)
+    if data.has_events:
+        where, params = data.where(filters, "events")
+        sql = f"""SELECT floor(time_s / {width}) * {width} AS bucket_s, tier_config, kind AS outcome,
+                count(*)::DOUBLE AS amount
+            FROM events {and_where(where, f"kind IN ({_LOOKUPS_SQL})")} GROUP BY ALL"""
+        unit = "blocks"
+    elif data.has_requests:
+        where, params = data.where(filters, "requests")
+        pairs = ", ".join(f"{{'outcome': '{o}', 'amount': sum({c})}}" for o, c in _TOKEN_COLUMNS.items())
+        sql = f"""SELECT bucket_s, tier_config, v.outcome, v.amount::DOUBLE AS amount FROM (
+                SELECT floor(arrival_s / {width}) * {width} AS bucket_s, tier_config_id AS tier_config,
+                       [{pairs}] AS pairs
+                FROM requests {where} GROUP BY ALL), unnest(pairs) AS u(v)
+            WHERE v.amount IS NOT NULL"""
+        unit = "tokens"
+    else:
+        return empty_frame("time", "tier_config", "outcome", "amount", "share"), ""
+    frame = data.df(f"""SELECT to_timestamp(bucket_s) AS time, tier_config, outcome, amount,
+            amount / sum(amount) OVER (PARTITION BY bucket_s, tier_config) AS share
+        FROM ({sql}) ORDER BY time, tier_config, outcome""", params)
+    return _ranked(frame), unit
+
+
+def outcome_totals(frame: pd.DataFrame) -> pd.DataFrame:
+    """Totals and shares per tier configuration and outcome, from ``hit_quality``'s frame."""
+    if frame.empty:
+        return empty_frame("tier_config", "outcome", "amount", "share")
+    totals = frame.groupby(["tier_config", "outcome"], as_index=False)["amount"].sum()
+    totals["share"] = totals["amount"] / totals.groupby("tier_config")["amount"].transform("sum")
+    return _ranked(totals)
+
+
+def _ranked(frame: pd.DataFrame) -> pd.DataFrame:
+    """Add ``outcome_rank`` (best outcome first) for stacking order."""
+    frame["outcome_rank"] = frame["outcome"].map({o: i for i, o in enumerate(OUTCOME_ORDER)})
+    return frame
+
+
+def promotion_latency(data: SegmentData, filters: Filters) -> pd.DataFrame:
+    """p50/p95/p99 promotion time (ms) by source tier and kind, long form: ``source_tier``,
+    ``kind``, ``quantile``, ``latency_ms``, ``events``; recompute misses are included."""
+    if not data.has_events:
+        return empty_frame("source_tier", "kind", "quantile", "latency_ms", "events")
+    where, params = data.where(filters, "events")
+    where = and_where(where, f"kind IN ({_PROMOTIONS_SQL}, 'recompute_miss') AND latency_s IS NOT NULL")
+    return data.df(f"""SELECT source_tier, kind, q.quantile, q.latency_s * 1000 AS latency_ms, events
+        FROM (SELECT CASE WHEN kind = 'recompute_miss' THEN 'recompute' ELSE coalesce(tier_from,
+                     CASE kind WHEN 'cpu_promotion' THEN 'cpu' ELSE 'cold' END) END AS source_tier,
+                     kind, count(*) AS events,
+                     quantile_cont(latency_s, [0.5, 0.95, 0.99]) AS qs
+              FROM events {where} GROUP BY ALL),
+             unnest([{{'quantile': 'p50', 'latency_s': qs[1]}}, {{'quantile': 'p95', 'latency_s': qs[2]}},
+                     {{'quantile': 'p99', 'latency_s': qs[3]}}]) AS u(q)
+        ORDER BY source_tier, q.quantile""", params)
+
+
+def transfer_budget(data: SegmentData, filters: Filters) -> pd.DataFrame:
+    """Per source tier: promotions, mean block size, effective bandwidth (bytes/s)."""
+    if not data.has_events:
+        return empty_frame("source_tier", "promotions", "mean_block_bytes", "bandwidth_bytes_per_s")
+    where, params = data.where(filters, "events")
+    where = and_where(where, f"kind IN ({_PROMOTIONS_SQL}) AND size_bytes IS NOT NULL")
+    return data.df(f"""SELECT coalesce(tier_from, kind) AS source_tier, count(*) AS promotions,
+            avg(size_bytes) AS mean_block_bytes,
+            sum(size_bytes) / nullif(sum(latency_s), 0) AS bandwidth_bytes_per_s
+        FROM events {where} GROUP BY ALL ORDER BY 1""", params)
+
+
+def request_latency(data: SegmentData, filters: Filters) -> pd.DataFrame:
+    """TTFT and ITL p50/p95/p99 (ms) per tier configuration, long form: ``tier_config``,
+    ``metric`` (``ttft``/``itl``), ``quantile``, ``latency_ms``, ``requests``."""
+    if not data.has_requests:
+        return empty_frame("tier_config", "metric", "quantile", "latency_ms", "requests")
+    where, params = data.where(filters, "requests")
+    parts = []
+    for metric, column in (("ttft", "ttft_s"), ("itl", "itl_s")):
+        parts.append(f"""SELECT tier_config_id AS tier_config, '{metric}' AS metric, count({column}) AS requests,
+                min(arrival_s) AS first_s, quantile_cont({column}, [0.5, 0.95, 0.99]) AS qs
+            FROM requests {and_where(where, f"{column} IS NOT NULL")} GROUP BY ALL""")
+    return data.df(f"""SELECT tier_config, metric, q.quantile, q.v * 1000 AS latency_ms, requests
+        FROM ({" UNION ALL ".join(parts)}),
+             unnest([{{'quantile': 'p50', 'v': qs[1]}}, {{'quantile': 'p95', 'v': qs[2]}},
+                     {{'quantile': 'p99', 'v': qs[3]}}]) AS u(q)
+        ORDER BY first_s, metric, q.quantile""", params + params)

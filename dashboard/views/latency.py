@@ -1,0 +1,54 @@
+"""Latency by tier: promotion time p50/p95/p99 by source tier (and recompute), and TTFT and
+inter-token latency per tier configuration (rollout phase)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import charts, queries
+from dashboard.views import MIN_PHASE_REQUESTS, PageContext, chart, rollout_in_progress
+
+
+def render(ctx: PageContext) -> None:
+    notice = rollout_in_progress(ctx.facets)
+    if notice:
+        st.warning(notice)
+    _promotions(ctx)
+    _requests(ctx)
+
+
+def _promotions(ctx: PageContext) -> None:
+    st.subheader("Promotion time by source tier")
+    frame = queries.promotion_latency(ctx.data, ctx.filters)
+    if frame.empty:
+        st.info("No promotion or recompute events with a latency: block events come from engine "
+                "probes (`kvtier collect`); simulated replays without a cost model carry none.")
+        return
+    chart(frame, charts.grouped_quantiles("source_tier", "source tier"))
+    budget = queries.transfer_budget(ctx.data, ctx.filters)
+    st.dataframe(frame.pivot_table(index=["source_tier", "events"], columns="quantile",
+                                   values="latency_ms").reset_index(), hide_index=True)
+    if not budget.empty:
+        st.caption("Block size against the transfer budget (effective bandwidth of promotions)")
+        st.dataframe(budget, hide_index=True)
+
+
+def _requests(ctx: PageContext) -> None:
+    frame = queries.request_latency(ctx.data, ctx.filters)
+    if frame.empty:
+        st.subheader("TTFT and inter-token latency per tier configuration")
+        st.info("No request records with TTFT or inter-token latency: they come from engine probes; "
+                "trace replays (`kvtier demo`) carry sizes and tier outcomes only.")
+        return
+    for metric, title in (("ttft", "Time to first token"), ("itl", "Inter-token latency")):
+        part = frame[frame["metric"] == metric]
+        st.subheader(f"{title} per tier configuration")
+        if part.empty:
+            st.info(f"No request carries {title.lower()}.")
+            continue
+        chart(part, charts.grouped_quantiles("tier_config", "tier configuration"))
+        few = sorted(set(part.loc[part["requests"] < MIN_PHASE_REQUESTS, "tier_config"]))
+        if few:
+            st.caption(f"Provisional (fewer than {MIN_PHASE_REQUESTS} requests): {', '.join(few)}")
+    st.dataframe(frame.pivot_table(index=["tier_config", "metric", "requests"], columns="quantile",
+                                   values="latency_ms").reset_index(), hide_index=True)

@@ -1,0 +1,41 @@
+"""Overview: how lookups were served over time (GPU hit, CPU promotion, cold promotion,
+recompute), split by tier configuration."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import charts, queries
+from dashboard.views import PageContext, chart, rollout_in_progress
+
+
+def render(ctx: PageContext) -> None:
+    span = (ctx.facets.start_s, ctx.facets.end_s)
+    frame, unit = queries.hit_quality(ctx.data, ctx.filters, span)
+    notice = rollout_in_progress(ctx.facets)
+    if notice:
+        st.warning(notice)
+    if frame.empty:
+        st.info("No lookups match the filters: widen the time range or clear the engine, instance "
+                "or configuration filters.")
+        return
+    if unit == "tokens":
+        st.caption("No block events in these segments yet: outcomes are prompt tokens from the "
+                   "request records (tokens served by each tier and recomputed).")
+    totals = queries.outcome_totals(frame)
+    _metrics(totals, unit)
+    st.subheader("How lookups were served, by tier configuration")
+    chart(totals, charts.outcome_totals(unit))
+    st.subheader("Over time")
+    chart(frame, charts.hit_quality_over_time(unit), stretch=False)
+    st.subheader("Totals")
+    st.dataframe(totals.drop(columns="outcome_rank"), hide_index=True)
+
+
+def _metrics(totals, unit: str) -> None:
+    overall = totals.groupby("outcome")["amount"].sum()
+    whole = overall.sum()
+    columns = st.columns(len(queries.OUTCOME_ORDER))
+    for column, outcome in zip(columns, queries.OUTCOME_ORDER):
+        share = overall.get(outcome, 0.0) / whole if whole else 0.0
+        column.metric(outcome.replace("_", " "), f"{share:.1%}", help=f"share of {unit}")

@@ -1,0 +1,37 @@
+"""Reuse: which blocks are shared, how soon they come back, and which never do."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import charts
+from dashboard import reuse as analysis
+from dashboard.views import PageContext, chart
+
+
+def render(ctx: PageContext) -> None:
+    classes = analysis.reuse_classes(ctx.data, ctx.filters)
+    if classes.empty:
+        st.info("No block hashes to analyse: reuse needs block events or request records with "
+                "`block_hashes` (the Mooncake, WEKA and Bailian traces have them).")
+        return
+    total = int(classes["blocks"].sum())
+    never = int(classes.loc[classes["rank"] == 0, "blocks"].sum())
+    stores = analysis.stores_never_promoted(ctx.data, ctx.filters)
+    left, middle, right = st.columns(3)
+    left.metric("distinct blocks", f"{total:,}")
+    middle.metric("never reused", f"{never / total:.1%}" if total else "-", help="used by one request only")
+    if stores["stored_blocks"]:
+        right.metric("stored, never promoted", f"{stores['never_promoted'] / stores['stored_blocks']:.1%}",
+                     help=f"of {stores['stored_blocks']:,} blocks written to a lower tier")
+    st.subheader("Shared blocks: how many requests used each block")
+    chart(classes, charts.reuse_classes())
+    st.subheader("Shared prefixes: share of blocks reused, by position in the prompt")
+    chart(analysis.shared_by_position(ctx.data, ctx.filters), charts.shared_by_position())
+    gaps = analysis.reuse_gaps(ctx.data, ctx.filters)
+    st.subheader("Reuse time: seconds between uses of the same block")
+    if gaps.empty:
+        st.info("No block was used twice in the selection, so there is no reuse time to show.")
+    else:
+        chart(gaps, charts.reuse_gaps())
+    st.dataframe(classes.drop(columns="rank"), hide_index=True)

@@ -1,0 +1,145 @@
+"""Every page through Streamlit's AppTest: charts exist, carry the right fields and rows,
+and empty, simulated-only and mid-rollout data render an explanation instead of a blank."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from streamlit.testing.v1 import AppTest
+
+import dashboard
+from dashboard.settings import ENV_RECOMMENDATION, ENV_SEGMENTS, ENV_WHATIF
+from dashboard.views import PAGES
+from tests.dashboard.fixtures import PHASES
+
+APP = str(Path(dashboard.__file__).with_name("app.py"))
+pytestmark = pytest.mark.timeout(120)
+
+
+def open_page(monkeypatch, segments, page, tmp_path=None, **folders) -> AppTest:
+    monkeypatch.setenv(ENV_SEGMENTS, str(segments))
+    for env, key in ((ENV_WHATIF, "whatif"), (ENV_RECOMMENDATION, "recommendation")):
+        monkeypatch.setenv(env, str(folders.get(key, segments.parent / f"no-{key}")))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["page"] = page
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def charts(at) -> list[tuple[dict, pa.Table]]:
+    """Each chart's spec and the rows it was given."""
+    return [(json.loads(c.proto.spec), pa.ipc.open_stream(c.proto.data.data).read_all())
+            for c in at.get("vega_lite_chart")]
+
+
+def test_overview_charts_outcomes_per_configuration(monkeypatch, full_segments):
+    at = open_page(monkeypatch, full_segments, "overview")
+    (totals_spec, totals), (time_spec, over_time) = charts(at)
+    assert totals_spec["encoding"]["y"]["field"] == "tier_config"
+    assert totals_spec["encoding"]["color"]["scale"]["domain"][0] == "gpu_hit"
+    assert set(totals.column("tier_config").to_pylist()) == set(PHASES)
+    assert time_spec["encoding"]["x"]["type"] == "temporal"
+    assert time_spec["encoding"]["row"]["field"] == "tier_config"
+    assert over_time.num_rows > 20 and "cold_promotion" in over_time.column("outcome").to_pylist()
+    assert [m.label for m in at.metric] == ["gpu hit", "cpu promotion", "cold promotion", "recompute miss"]
+    assert len(at.dataframe) == 1  # the table comes after the charts
+
+
+def test_sidebar_filter_narrows_the_charts(monkeypatch, full_segments):
+    at = open_page(monkeypatch, full_segments, "overview")
+    configs = next(m for m in at.sidebar.multiselect if m.label == "Tier configuration")
+    configs.set_value(["gpu-only"]).run()
+    (_, totals), _ = charts(at)
+    assert set(totals.column("tier_config").to_pylist()) == {"gpu-only"}
+
+
+def test_latency_page_charts_promotions_and_request_latency(monkeypatch, full_segments):
+    at = open_page(monkeypatch, full_segments, "latency")
+    (promo_spec, promo), (ttft_spec, ttft), (_, itl) = charts(at)
+    assert promo_spec["encoding"]["x"]["field"] == "source_tier"
+    assert promo_spec["encoding"]["xOffset"]["field"] == "quantile"
+    assert set(promo.column("source_tier").to_pylist()) == {"cpu", "cold", "recompute"}
+    assert set(ttft.column("metric").to_pylist()) == {"ttft"} and set(itl.column("metric").to_pylist()) == {"itl"}
+    assert ttft_spec["encoding"]["y"]["field"] == "latency_ms"
+
+
+def test_reuse_page_charts_sharing_positions_and_reuse_times(monkeypatch, full_segments):
+    at = open_page(monkeypatch, full_segments, "reuse")
+    (classes_spec, classes), (_, positions), (gaps_spec, gaps) = charts(at)
+    assert classes_spec["encoding"]["x"]["field"] == "reuse_class" and classes.num_rows >= 2
+    assert positions.num_rows > 3
+    assert gaps_spec["encoding"]["x"]["scale"]["type"] == "log" and gaps.num_rows > 0
+    assert "never reused" in [m.label for m in at.metric]
+
+
+@pytest.mark.parametrize("page", ["overview", "latency", "reuse"])
+def test_empty_folder_explains_how_to_get_data(monkeypatch, empty_segments, page):
+    at = open_page(monkeypatch, empty_segments, page)
+    assert not at.get("vega_lite_chart")
+    assert "kvtier demo" in at.info[0].value
+
+
+def test_simulated_only_data_says_so_and_explains_missing_latency(monkeypatch, simulated_segments):
+    overview = open_page(monkeypatch, simulated_segments, "overview")
+    assert "simulated replays" in overview.info[0].value
+    spec, rows = charts(overview)[0]
+    assert spec["encoding"]["x"]["title"] == "share of tokens" and rows.num_rows == 4
+    latency = open_page(monkeypatch, simulated_segments, "latency")
+    assert not latency.get("vega_lite_chart")
+    assert any("No promotion" in i.value for i in latency.info)
+    assert any("TTFT" in i.value or "inter-token" in i.value for i in latency.info)
+
+
+def test_mid_rollout_flags_the_newest_configuration(monkeypatch, mid_rollout_segments):
+    for page in ("overview", "latency"):
+        at = open_page(monkeypatch, mid_rollout_segments, page)
+        assert "Rollout in progress" in at.warning[0].value and "gpu+cpu+cold" in at.warning[0].value
+        assert at.get("vega_lite_chart")
+    latency = open_page(monkeypatch, mid_rollout_segments, "latency")
+    assert any("Provisional" in c.value and "gpu+cpu+cold" in c.value for c in latency.caption)
+
+
+@pytest.mark.parametrize("page, command", [("whatif", "kvtier simulate"), ("recommendation", "kvtier recommend")])
+def test_planning_pages_explain_how_to_produce_their_inputs(monkeypatch, full_segments, page, command):
+    at = open_page(monkeypatch, full_segments, page)
+    assert not at.get("vega_lite_chart") and command in at.info[0].value
+
+
+def test_whatif_page_draws_curves_with_bound_and_chosen_point(monkeypatch, full_segments, tmp_path):
+    points = [{"policy": p, "cpu_capacity_tokens": c, "token_hit_ratio": r}
+              for p in ("lru", "belady") for c, r in ((1e5, 0.2), (1e6, 0.5))]
+    (tmp_path / "sweep.json").write_text(json.dumps(
+        {"points": points, "chosen": {"policy": "lru", "cpu_capacity_tokens": 1e6}}))
+    at = open_page(monkeypatch, full_segments, "whatif", whatif=tmp_path)
+    (spec, rows), = charts(at)
+    assert spec["layer"][0]["encoding"]["strokeDash"]["field"] == "bound"
+    assert rows.num_rows == 4 and rows.column("chosen").to_pylist().count(True) == 1
+    assert set(rows.column("bound").to_pylist()) == {"bound", "policy"}
+
+
+def test_malformed_whatif_file_is_named_in_an_error(monkeypatch, full_segments, tmp_path):
+    (tmp_path / "bad.json").write_text(json.dumps([{"policy": "lru"}]))
+    at = open_page(monkeypatch, full_segments, "whatif", whatif=tmp_path)
+    assert "bad.json" in at.error[0].value
+
+
+def test_recommendation_shows_knob_configs_and_rollback_status(monkeypatch, full_segments, tmp_path):
+    (tmp_path / "recommendation.json").write_text(json.dumps({
+        "knob": "cpu_bytes_to_use", "value": "64GiB", "evidence": {"hit_ratio_gain": 0.2},
+        "rollback": {"ttft_p99_budget_s": 0.001}}))
+    (tmp_path / "vllm.yaml").write_text("kv_transfer_config: {}\n")
+    at = open_page(monkeypatch, full_segments, "recommendation", recommendation=tmp_path)
+    assert at.metric[0].label == "cpu_bytes_to_use" and at.metric[0].value == "64GiB"
+    assert at.code[-1].value.strip() == "kv_transfer_config: {}"
+    assert any("over budget" in m.value for m in at.markdown)
+
+
+def test_every_page_is_reachable_from_the_sidebar(monkeypatch, full_segments):
+    at = open_page(monkeypatch, full_segments, "overview")
+    for slug, (title, _) in PAGES.items():
+        at.sidebar.radio[0].set_value(slug).run()
+        assert at.title[0].value.endswith(title) and not at.exception

@@ -1,0 +1,136 @@
+"""The data layer against independent oracles: raw segment rows read back with DuckDB or
+``SegmentReader``, and numpy percentiles."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import duckdb
+import numpy as np
+import pytest
+
+from collector.reader import SegmentReader
+from collector.segments import segments_relation
+from dashboard import queries, reuse
+from dashboard.data import Filters, SegmentData, bucket_width_s
+from tests.dashboard.fixtures import PHASES
+
+
+@pytest.fixture
+def data(full_segments):
+    with SegmentData(full_segments) as d:
+        yield d
+
+
+def raw_events(root, where="TRUE"):
+    con = duckdb.connect()
+    return con.sql(f"SELECT * FROM {segments_relation(con, root, 'block_events')} WHERE {where}").df()
+
+
+def test_facets_list_engines_instances_and_configs_in_rollout_order(data, full_segments):
+    facets = data.facets()
+    assert facets.engines == ("vllm",)
+    assert facets.instances == ("node-a", "node-b")
+    assert facets.tier_configs == PHASES
+    assert facets.block_events == len(raw_events(full_segments))
+    assert facets.requests == 360 and not facets.simulated_only and not facets.empty
+
+
+def test_hit_quality_counts_every_lookup_once_per_configuration(data, full_segments):
+    frame, unit = queries.hit_quality(data, Filters(), (None, None))
+    assert unit == "blocks"
+    lookups = raw_events(full_segments, "CAST(kind AS VARCHAR) IN "
+                         "('gpu_hit', 'cpu_promotion', 'cold_promotion', 'recompute_miss')")
+    assert frame["amount"].sum() == len(lookups)
+    totals = queries.outcome_totals(frame).set_index(["tier_config", "outcome"])["amount"]
+    assert set(totals["gpu-only"].index) == {"gpu_hit", "recompute_miss"}  # no tier below GPU yet
+    assert totals["gpu+cpu+cold"]["cold_promotion"] > 0
+    shares = frame.groupby(["time", "tier_config"])["share"].sum()
+    assert np.allclose(shares, 1.0)
+
+
+def test_filters_narrow_by_instance_configuration_and_time(data, full_segments):
+    everything = queries.hit_quality(data, Filters(), (None, None))[0]["amount"].sum()
+    one = queries.hit_quality(data, Filters(instances=("node-a",)), (None, None))[0]
+    assert 0 < one["amount"].sum() < everything
+    phase = queries.hit_quality(data, Filters(tier_configs=("gpu+cpu",)), (None, None))[0]
+    assert set(phase["tier_config"]) == {"gpu+cpu"}
+    facets = data.facets()
+    middle = (facets.start_s + facets.end_s) / 2
+    early = queries.hit_quality(data, Filters(end_s=middle), (None, None))[0]
+    late = queries.hit_quality(data, Filters(start_s=middle), (None, None))[0]
+    assert early["amount"].sum() + late["amount"].sum() == everything
+    assert queries.hit_quality(data, Filters(engines=("sglang",)), (None, None))[0].empty
+
+
+def test_promotion_percentiles_match_numpy_per_source_tier(data, full_segments):
+    frame = queries.promotion_latency(data, Filters()).set_index(["source_tier", "quantile"])
+    assert set(frame.index.get_level_values(0)) == {"cpu", "cold", "recompute"}
+    cpu = raw_events(full_segments, "CAST(kind AS VARCHAR) = 'cpu_promotion'")["latency_s"] * 1000
+    for q, label in ((50, "p50"), (95, "p95"), (99, "p99")):
+        assert frame.loc[("cpu", label), "latency_ms"] == pytest.approx(np.percentile(cpu, q))
+    assert frame.loc[("cold", "p50"), "latency_ms"] > frame.loc[("cpu", "p50"), "latency_ms"]
+
+
+def test_ttft_and_itl_percentiles_per_phase_match_the_records(data, full_segments):
+    frame = queries.request_latency(data, Filters()).set_index(["tier_config", "metric", "quantile"])
+    ttft = defaultdict(list)
+    for record in SegmentReader(full_segments).requests():
+        ttft[record.tier_config_id].append(record.ttft_s * 1000)
+    for phase in PHASES:
+        assert frame.loc[(phase, "ttft", "p99"), "latency_ms"] == pytest.approx(np.percentile(ttft[phase], 99))
+        assert frame.loc[(phase, "ttft", "p99"), "requests"] == len(ttft[phase])
+
+
+def test_reuse_counts_match_the_requests_block_lists(data, full_segments):
+    users = defaultdict(set)
+    for record in SegmentReader(full_segments).requests():
+        for block in record.block_hashes:
+            users[block].add(record.request_id)
+    classes = reuse.reuse_classes(data, Filters()).set_index("rank")["blocks"]
+    assert classes.sum() == len(users)
+    assert classes[0] == sum(1 for r in users.values() if len(r) == 1)
+    gaps = reuse.reuse_gaps(data, Filters())
+    assert gaps["uses"].sum() == sum(len(r) - 1 for r in users.values())
+    position = reuse.shared_by_position(data, Filters()).set_index("position")
+    assert position.loc[0, "shared_share"] == 1.0  # every prompt starts with a shared prefix
+
+
+def test_stored_blocks_never_promoted_are_counted(data):
+    stores = reuse.stores_never_promoted(data, Filters())
+    assert 0 < stores["never_promoted"] <= stores["stored_blocks"]
+
+
+def test_request_only_segments_count_tokens(simulated_segments):
+    with SegmentData(simulated_segments) as data:
+        facets = data.facets()
+        assert facets.simulated_only and facets.block_events == 0
+        frame, unit = queries.hit_quality(data, Filters(), (facets.start_s, facets.end_s))
+        records = list(SegmentReader(simulated_segments).requests())
+        assert unit == "tokens"
+        assert frame["amount"].sum() == sum(r.prompt_tokens for r in records)
+        assert queries.promotion_latency(data, Filters()).empty
+        assert reuse.reuse_classes(data, Filters())["blocks"].sum() > 0  # from block_hashes
+
+
+def test_missing_or_empty_folder_is_empty_data_not_an_error(empty_segments, tmp_path):
+    for root in (empty_segments, tmp_path / "never-created"):
+        with SegmentData(root) as data:
+            assert data.facets().empty
+            assert queries.hit_quality(data, Filters(), (None, None))[1] == ""
+            assert reuse.reuse_classes(data, Filters()).empty
+
+
+@pytest.mark.parametrize("kwargs, named", [
+    ({"engines": "vllm"}, "engines"), ({"start_s": float("nan")}, "start_s"),
+    ({"start_s": 10.0, "end_s": 5.0}, "start_s 10.0"),
+])
+def test_bad_filters_name_the_bad_value(kwargs, named):
+    with pytest.raises(ValueError, match=named):
+        Filters(**kwargs)
+
+
+def test_bucket_width_is_round_and_gives_about_sixty_buckets():
+    assert bucket_width_s(0.0, 3600.0) == 60
+    assert bucket_width_s(0.0, 0.0) == 1
+    assert bucket_width_s(0.0, 1e9) == 86400

@@ -1,0 +1,54 @@
+"""`kvtier dashboard`: the child command it builds, its input checks, and a fast CLI path."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from kvtier.errors import KvtierError
+from kvtier.verbs import dashboard as verb
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    verb.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_command_binds_loopback_by_default_and_passes_the_segments(tmp_path):
+    command = verb.streamlit_command(parse("--segments", str(tmp_path), "--port", "18555"))
+    assert command[1:4] == ["-m", "streamlit", "run"] and command[4].endswith("dashboard/app.py")
+    assert command[command.index("--server.address") + 1] == "127.0.0.1"
+    assert command[command.index("--server.port") + 1] == "18555"
+    assert command[command.index("--server.headless") + 1] == "true"
+    assert command[-2:] == ["--segments", str(tmp_path.resolve())]
+
+
+def test_planning_folders_are_passed_through(tmp_path):
+    command = verb.streamlit_command(parse("--segments", str(tmp_path), "--whatif", str(tmp_path / "w")))
+    assert command[-2:] == ["--whatif", str((tmp_path / "w").resolve())]
+
+
+@pytest.mark.parametrize("argv, named", [(("--port", "0"), "--port"), (("--port", "70000"), "70000"),
+                                         (("--host", ""), "--host")])
+def test_bad_input_is_a_kvtier_error_naming_it(argv, named):
+    with pytest.raises(KvtierError, match=named):
+        verb.streamlit_command(parse(*argv))
+
+
+def test_segments_that_is_a_file_is_refused(tmp_path):
+    path = tmp_path / "store.duckdb"
+    path.write_bytes(b"x")
+    with pytest.raises(KvtierError, match="folder"):
+        verb.streamlit_command(parse("--segments", str(path)))
+
+
+@pytest.mark.timeout(60)
+def test_cli_path_does_not_import_streamlit_or_duckdb():
+    code = ("import sys, kvtier.cli; kvtier.cli.build_parser(); "
+            "print(sorted(m for m in ('streamlit', 'duckdb', 'dashboard.data') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
+    assert "streamlit" not in out and "dashboard.data" not in out
