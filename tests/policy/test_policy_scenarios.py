@@ -43,14 +43,16 @@ def test_arc_keeps_a_reused_key_through_a_scan():
 
 
 def test_s3fifo_one_hit_wonders_leave_through_the_small_queue():
-    cache = S3FIFO(10)              # small queue holds 1
-    for key in range(1, 11):
+    cache = S3FIFO(10)              # small queue 1, main 9, ghost 9
+    for key in range(1, 11):        # before any eviction, a full small queue spills into main
         cache.insert(key)
-    cache.touch(1)
-    assert cache.insert(11) == [2]  # 1 was used while probationary: promoted to main
-    assert 1 in cache
-    cache.insert(2)                 # 2 is in the ghost queue: goes straight to main
-    assert 2 in cache
+    cache.touch(1), cache.touch(1)
+    assert cache.insert(11) == [2]  # 1, used twice while probationary, moves to main;
+    assert 1 in cache               # main is then over its share and drops its oldest unused
+    assert cache.insert(12) == [11]  # 11 was never used in the small queue: out, into the ghost
+    assert cache.insert(11) == [12]  # the ghost remembers 11: straight to main; 12 leaves small
+    assert 11 in cache
+    assert cache.insert(13) == [3]   # main is over its share: its oldest unused key goes
 
 
 def test_priority_lowest_priority_goes_first_then_lru():

@@ -1,9 +1,13 @@
-"""S3-FIFO (Yang et al., SOSP'23): a small FIFO filter, a main FIFO, and a ghost FIFO.
+"""S3-FIFO (Yang et al., SOSP'23), following the authors' libCacheSim ``S3FIFO.c``.
 
-New keys enter the small queue (10% of capacity); a key evicted from it that was used while
-there moves to the main queue, otherwise it leaves and is remembered in the ghost queue. A
-ghost key that comes back goes straight to main. Main is FIFO with reinsertion: a key with a
-use count above zero is reinserted with the count decremented (counts saturate at 3).
+A small FIFO (10% of capacity) filters one-hit wonders, a main FIFO (the rest) reinserts
+used keys like a 2-bit clock, and a ghost FIFO (90% of capacity) remembers keys evicted from
+the small queue. A new key enters the small queue, or main if the ghost remembers it (and,
+until the first eviction, main once the small queue is full). Evicting from the small queue:
+a key used at least ``MOVE_TO_MAIN_THRESHOLD`` times moves to main, otherwise it leaves and the
+ghost remembers it. Evicting from main: a used key is reinserted with its count (capped at 3)
+minus one, an unused one leaves. Main is evicted when it is over its share or small is empty.
+A test checks hit counts equal to libCacheSim's on the same streams.
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ from collections import OrderedDict
 
 from policy.sim.policies.base import BlockInfo, CachePolicy, Key
 
-SMALL_FRACTION = 0.1
+SMALL_FRACTION = 0.10
+GHOST_FRACTION = 0.90
+MOVE_TO_MAIN_THRESHOLD = 2
 MAX_FREQUENCY = 3
 
 
@@ -25,40 +31,61 @@ class S3FIFO(CachePolicy):
         super().__init__(capacity_blocks)
         c = capacity_blocks or 0
         self.small_capacity = max(1, int(c * SMALL_FRACTION))
-        self._ghost_capacity = c
+        self.main_capacity = c - self.small_capacity
+        self._ghost_capacity = int(c * GHOST_FRACTION)
         self._small: OrderedDict = OrderedDict()  # key -> use count, oldest first
         self._main: OrderedDict = OrderedDict()
         self._ghost: OrderedDict = OrderedDict()
+        self._from_ghost = False
+        self._has_evicted = False
+
+    def _before_insert(self, key: Key, info: BlockInfo) -> None:
+        self._from_ghost = self._ghost.pop(key, False) is None
 
     def _store(self, key: Key, info: BlockInfo) -> None:
-        if self._ghost.pop(key, False) is None:
+        warming_up = not self._has_evicted and len(self._small) >= self.small_capacity
+        if self._from_ghost or warming_up:
             self._main[key] = 0
         else:
             self._small[key] = 0
 
     def _hit(self, key: Key, info: BlockInfo) -> None:
         queue = self._small if key in self._small else self._main
-        queue[key] = min(queue[key] + 1, MAX_FREQUENCY)
+        queue[key] += 1
 
     def _evict(self) -> Key:
+        self._has_evicted = True
         while True:
-            if self._small and (len(self._small) >= self.small_capacity or not self._main):
-                key, uses = self._small.popitem(last=False)
-                if uses == 0:
-                    self._remember(key)
-                    return key
-                self._main[key] = 0
+            if len(self._main) > self.main_capacity or not self._small:
+                victim = self._evict_main()
             else:
-                key, uses = self._main.popitem(last=False)
-                if uses == 0:
-                    return key
-                self._main[key] = uses - 1
+                victim = self._evict_small()
+            if victim is not None:
+                return victim
+
+    def _evict_small(self) -> Key | None:
+        while self._small:
+            key, uses = self._small.popitem(last=False)
+            if uses < MOVE_TO_MAIN_THRESHOLD:
+                self._remember(key)
+                return key
+            self._main[key] = 0
+        return None
+
+    def _evict_main(self) -> Key:
+        while True:
+            key, uses = self._main.popitem(last=False)
+            if uses == 0:
+                return key
+            self._main[key] = min(uses, MAX_FREQUENCY) - 1
 
     def _forget(self, key: Key) -> None:
         if self._small.pop(key, None) is None:
             del self._main[key]
 
     def _remember(self, key: Key) -> None:
+        if self._ghost_capacity <= 0 or key in self._ghost:
+            return
         self._ghost[key] = None
-        while len(self._ghost) > self._ghost_capacity:
+        if len(self._ghost) > self._ghost_capacity:
             self._ghost.popitem(last=False)
