@@ -24,6 +24,7 @@ demo: $(STAMP)
 	$(VENV)/bin/kvtier demo
 
 test: $(STAMP)
+	scripts/system-deps.sh
 	$(VENV)/bin/python -m pytest -q
 
 bench: $(STAMP)

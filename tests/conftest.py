@@ -46,3 +46,18 @@ def file_store(tmp_path, clock) -> TraceStore:
 @pytest.fixture
 def origin() -> Origin:
     return Origin(engine="reference", instance="node-1", source="node-1/test")
+
+
+def require_binary(name: str) -> str:
+    """The path of a system binary a test needs. Missing: skip locally, fail in CI (CI=true),
+    where ``make test`` installs it and a skip would hide a broken set-up."""
+    import os
+    import shutil
+
+    path = shutil.which(name)
+    if path is None:
+        message = f"{name} is not installed (scripts/system-deps.sh installs it)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path

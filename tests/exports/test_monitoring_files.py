@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 
 import pytest
 
 from collector.exports.alerts import LatencyBudget, alert_rules, rules_yaml
 from collector.exports.grafana import dashboard, panel_queries
-
-PROMTOOL = shutil.which("promtool")
-needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian's prometheus) is not installed")
+from tests.conftest import require_binary
 
 
-@needs_promtool
+
 def test_promtool_accepts_the_rules(tmp_path):
     path = tmp_path / "kvtier-alerts.yml"
     path.write_text(rules_yaml(LatencyBudget(ttft_p99_s=2.0, itl_p99_s=0.1)))
-    result = subprocess.run([PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([require_binary("promtool"), "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS: 2 rules found" in result.stdout
 
@@ -30,7 +27,6 @@ def _series(config: str, buckets: dict[str, str]) -> str:
         f"tier_config=\"{config}\",le=\"{le}\"}}'\n        values: '{values}'" for le, values in buckets.items())
 
 
-@needs_promtool
 def test_ttft_alert_fires_only_for_the_configuration_over_budget(tmp_path):
     budget = LatencyBudget(ttft_p99_s=2.0, itl_p99_s=0.1, sustained_s=300, window_s=120)
     (tmp_path / "rules.yml").write_text(rules_yaml(budget))
@@ -62,7 +58,7 @@ tests:
         alertname: KvtierITLP99OverBudget
         exp_alerts: []
 """)
-    result = subprocess.run([PROMTOOL, "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True,
+    result = subprocess.run([require_binary("promtool"), "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
 

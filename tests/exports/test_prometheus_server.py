@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import subprocess
 import time
@@ -14,10 +13,9 @@ import pytest
 
 from collector.exports.aggregate import MetricsState
 from collector.exports.prometheus import KvtierCollector, MetricsServer
+from tests.conftest import require_binary
 from tests.exports.conftest import sample_batch
 
-PROMETHEUS = shutil.which("prometheus")
-pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="Debian's prometheus is not installed (.ci/run installs it)")
 
 
 def free_port() -> int:
@@ -54,7 +52,7 @@ def prometheus(tmp_path):
         config.write_text("global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
                           "scrape_configs:\n  - job_name: kvtier\n"
                           f"    static_configs: [{{targets: ['{target}']}}]\n")
-        process = subprocess.Popen([PROMETHEUS, f"--config.file={config}", f"--web.listen-address=127.0.0.1:{port}",
+        process = subprocess.Popen([require_binary("prometheus"), f"--config.file={config}", f"--web.listen-address=127.0.0.1:{port}",
                                     f"--storage.tsdb.path={tmp_path / 'data'}"],
                                    stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "w"))
         processes.append(process)

@@ -1,0 +1,168 @@
+"""The collector service (``kvtier collect``): taps in, one store, exports out.
+
+Event taps (vLLM's ZMQ KV events, TensorRT-LLM's ``/kv_cache_events``) hand batches to
+``CollectorService.ingest``, which stores them idempotently and folds them into the metrics
+that ``/metrics`` and OTLP export. A maintenance thread writes Parquet segments for the
+dashboard and other readers, and applies retention. Nothing here runs inside an engine:
+taps read what engines publish, so a slow disk slows only the collector.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from collector.batch import EventBatch
+from collector.exports.aggregate import MetricsState
+from collector.exports.prometheus import KvtierCollector, MetricsServer, Sample
+from collector.store import IngestResult, TraceStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CollectorConfig:
+    """What the service runs. Servers bind to loopback unless ``metrics_host`` says otherwise."""
+
+    store_path: Path
+    segments_dir: Path | None = None
+    export_every_s: float = 60.0
+    retention_s: float | None = None
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = 9400
+    otlp: bool = False
+    otlp_interval_s: float = 10.0
+    vllm_endpoints: tuple[str, ...] = ()
+    vllm_bind: bool = True
+    vllm_replay: tuple[tuple[int, str], ...] = ()
+    trtllm_urls: tuple[str, ...] = ()
+    instance: str = field(default_factory=socket.gethostname)
+
+    def __post_init__(self) -> None:
+        for name in ("export_every_s", "otlp_interval_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if self.retention_s is not None and not self.retention_s > 0:
+            raise ValueError(f"retention_s must be > 0, got {self.retention_s!r}")
+        if self.metrics_port is not None and not 0 <= self.metrics_port < 65536:
+            raise ValueError(f"metrics_port must be in 0..65535, got {self.metrics_port}")
+
+
+class CollectorService:
+    """Owns the store, the metrics state, the exporters, the taps and their threads."""
+
+    def __init__(self, config: CollectorConfig, *, clock: Callable[[], float] = time.time):
+        self.config = config
+        self.clock = clock
+        self.store = TraceStore(config.store_path, clock=clock)
+        self.state = MetricsState(clock=clock)
+        self.taps: list = []
+        self.metrics: MetricsServer | None = None
+        self._pusher = self._spans = None
+        self._stop = threading.Event()
+        self._maintenance: threading.Thread | None = None
+        self.ingest_errors = 0
+
+    # ---------------------------------------------------------------- ingest
+
+    def ingest(self, batch: EventBatch) -> IngestResult | None:
+        """Store a tap's batch and export it. Never raises into the tap."""
+        try:
+            result = self.store.ingest(batch)
+        except Exception:
+            self.ingest_errors += 1
+            log.exception("could not store batch %s/%d", batch.origin.source, batch.sequence)
+            return None
+        if not result.duplicate:
+            self.state.observe(batch)
+            if self._spans is not None:
+                self._spans.observe(batch)
+        return result
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def start(self) -> "CollectorService":
+        if self.config.metrics_port is not None:
+            collector = KvtierCollector(self.state, sources=[self._tap_samples, self._service_samples])
+            self.metrics = MetricsServer(collector, self.config.metrics_host, self.config.metrics_port)
+        if self.config.otlp:
+            from collector.exports.otlp import OtlpMetricsPusher, RequestSpans, tracer_provider
+
+            self._pusher = OtlpMetricsPusher(self.state, interval_s=self.config.otlp_interval_s).start()
+            self._spans = RequestSpans(tracer_provider())
+        self.taps = self._make_taps()
+        for tap in self.taps:
+            tap.start()
+        self._maintenance = threading.Thread(target=self._maintain, name="kvtier-maintenance", daemon=True)
+        self._maintenance.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        for tap in self.taps:
+            tap.stop()
+        if self._maintenance is not None:
+            self._maintenance.join()
+        self.export_segments()
+        if self._pusher is not None:
+            self._pusher.stop()
+        if self._spans is not None:
+            self._spans.shutdown()
+        if self.metrics is not None:
+            self.metrics.close()
+        self.store.close()
+
+    def _make_taps(self) -> list:
+        taps = []
+        if self.config.vllm_endpoints:
+            from probes.vllm_tap import VllmEventTap, VllmTapConfig
+
+            taps.append(VllmEventTap(VllmTapConfig(
+                endpoints=self.config.vllm_endpoints, bind=self.config.vllm_bind,
+                replay_endpoints=self.config.vllm_replay, instance=self.config.instance), self.ingest,
+                clock=self.clock))
+        for url in self.config.trtllm_urls:
+            from probes.trtllm_events import TrtllmEventPoller, TrtllmPollerConfig
+
+            taps.append(TrtllmEventPoller(TrtllmPollerConfig(url=url, instance=self.config.instance),
+                                          self.ingest, clock=self.clock))
+        return taps
+
+    def _maintain(self) -> None:
+        while not self._stop.wait(self.config.export_every_s):
+            self.export_segments()
+            if self.config.retention_s is not None:
+                self.store.prune(self.config.retention_s)
+
+    def export_segments(self) -> int:
+        """Write new segments now (if a segment folder is configured); returns files written."""
+        if self.config.segments_dir is None:
+            return 0
+        from collector.segments import export_segments
+
+        try:
+            return len(export_segments(self.store, self.config.segments_dir).files)
+        except Exception:
+            log.exception("segment export to %s failed", self.config.segments_dir)
+            return 0
+
+    # ---------------------------------------------------------------- live samples
+
+    def _tap_samples(self):
+        for tap in self.taps:
+            stats = tap.stats
+            labels = {"tap": type(tap).__name__, "engine_instance": self.config.instance}
+            errors = sum(getattr(stats, name, 0) for name in
+                         ("bad_frames", "bad_events", "fetch_errors", "bad_bodies", "callback_errors"))
+            yield Sample("kvtier_tap_errors_total", "Frames, events or polls a tap could not use", errors, labels)
+            yield Sample("kvtier_tap_sequence_gaps_total", "Sequence gaps a tap detected", getattr(stats, "gaps", 0), labels)
+            yield Sample("kvtier_tap_lost_batches_total", "Missing batches a replay could not recover",
+                         getattr(stats, "lost_batches", 0), labels)
+
+    def _service_samples(self):
+        yield Sample("kvtier_ingest_errors_total", "Batches the store could not take", self.ingest_errors, {})

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Debian packages the test suite uses: real servers and tools, not mocks.
+#   prometheus (+ promtool): a real Prometheus scrapes the collector; alert rules are checked.
+# Installs what is missing when run as root with apt-get; otherwise says which tests will skip.
+set -euo pipefail
+packages=()
+command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || packages+=(prometheus)
+[ ${#packages[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  apt-get -o DPkg::Lock::Timeout=300 update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+else
+  echo "note: missing Debian packages ${packages[*]}; the tests that need them will be skipped" >&2
+fi
