@@ -1,0 +1,124 @@
+"""The vLLM classes behind :mod:`probes.vllm_hooks` (imports vLLM: load it only inside vLLM).
+
+``RecordingOffloadingManager`` delegates every call to vLLM's own manager and reports what
+happened to a :class:`probes.vllm_hooks.ManagerRecorder`; the two specs build it around
+the manager their vLLM base class builds.
+"""
+
+from __future__ import annotations
+
+from vllm.v1.kv_offload.base import LookupResult, OffloadingManager
+from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
+from vllm.v1.kv_offload.tiering.spec import TieringOffloadingSpec
+
+from probes.vllm_hooks import ManagerRecorder, recorder_for
+
+
+class RecordingOffloadingManager(OffloadingManager):
+    """vLLM's manager, unchanged, with each block decision recorded (see module doc)."""
+
+    def __init__(self, inner: OffloadingManager, observer: ManagerRecorder):
+        self.inner = inner
+        self.observer = observer
+
+    @property
+    def lock(self):
+        return self.inner.lock
+
+    def lookup(self, key, req_context):
+        result = self.inner.lookup(key, req_context)
+        if result is LookupResult.MISS:
+            self.observer.lookup(key, "MISS", req_context.req_id)
+        return result
+
+    def get_load_source(self, key, req_context):
+        return self.inner.get_load_source(key, req_context)
+
+    def prepare_load(self, keys, req_context):
+        keys = list(keys)
+        spec = self.inner.prepare_load(keys, req_context)
+        sources = [getattr(self.inner.get_load_source(k, req_context), "value", None) for k in keys]
+        self.observer.prepared_load(keys, sources, req_context.req_id)
+        return spec
+
+    def touch(self, keys, req_context):
+        return self.inner.touch(keys, req_context)
+
+    def complete_load(self, keys, req_context):
+        keys = list(keys)
+        self.inner.complete_load(keys, req_context)
+        self.observer.completed_load(keys, req_context.req_id)
+
+    def prepare_store(self, keys, req_context):
+        output = self.inner.prepare_store(keys, req_context)
+        if output is not None:
+            self.observer.prepared_store(output.keys_to_store, output.evicted_keys,
+                                         req_context.req_id)
+        return output
+
+    def complete_store(self, keys, req_context, success=True):
+        keys = list(keys)
+        self.inner.complete_store(keys, req_context, success)
+        self.observer.completed_store(keys, success, req_context.req_id)
+
+    def on_new_request(self, req_context):
+        return self.inner.on_new_request(req_context)
+
+    def on_request_finished(self, req_context):
+        return self.inner.on_request_finished(req_context)
+
+    def take_events(self):
+        events = list(self.inner.take_events())
+        self.observer.offloading_events(events)
+        return events
+
+    def on_schedule_end(self, context):
+        return self.inner.on_schedule_end(context)
+
+    def has_pending_work(self):
+        return self.inner.has_pending_work()
+
+    def reset_cache(self):
+        return self.inner.reset_cache()
+
+    def on_reset_flushed(self):
+        return self.inner.on_reset_flushed()
+
+    def get_stats(self):
+        return self.inner.get_stats()
+
+    def config_info(self):
+        return self.inner.config_info()
+
+    def shutdown(self):
+        return self.inner.shutdown()
+
+    def __getattr__(self, name):  # anything newer vLLM adds
+        return getattr(self.inner, name)
+
+
+def _wrap(spec, manager: OffloadingManager) -> OffloadingManager:
+    if isinstance(manager, RecordingOffloadingManager):
+        return manager
+    recorder = recorder_for(spec.config.engine_id, spec.extra_config.get("kvtier_instance"))
+    chunk_bytes = getattr(spec, "kv_bytes_per_chunk", None) or getattr(
+        spec, "aligned_kv_bytes_per_chunk", None)
+    return RecordingOffloadingManager(manager, ManagerRecorder(recorder, chunk_bytes=chunk_bytes))
+
+
+class KvtierCPUOffloadingSpec(CPUOffloadingSpec):
+    """vLLM's CPU spec, with the manager recorded."""
+
+    def get_manager(self) -> OffloadingManager:
+        if not isinstance(self._manager, RecordingOffloadingManager):
+            self._manager = _wrap(self, super().get_manager())
+        return self._manager
+
+
+class KvtierTieringOffloadingSpec(TieringOffloadingSpec):
+    """vLLM's CPU + secondary-tier spec, with the manager recorded."""
+
+    def get_manager(self) -> OffloadingManager:
+        if not isinstance(self._manager, RecordingOffloadingManager):
+            self._manager = _wrap(self, super().get_manager())
+        return self._manager

@@ -1,0 +1,91 @@
+"""The vLLM hook logic without vLLM: import safety and the recording rules."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import pytest
+
+from collector.events import Origin
+from collector.recorder import Recorder
+from probes import vllm_hooks
+from probes.vllm_hooks import ManagerRecorder, key_hash
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def k(i: int) -> bytes:
+    return i.to_bytes(32, "big") + (0).to_bytes(4, "big")
+
+
+@pytest.fixture
+def rec():
+    clock = Clock()
+    recorder = Recorder(Origin("vllm", "t", "t-1"), clock=clock)
+    return ManagerRecorder(recorder, chunk_bytes=2048, clock=clock), recorder, clock
+
+
+def rows(recorder):
+    return [(r["kind"], r["block_hash"], r["tier_from"], r["tier_to"], r["latency_s"])
+            for r in recorder.take_events().block_events.to_pylist()]
+
+
+def test_module_imports_without_vllm():
+    if "vllm" in sys.modules:
+        pytest.skip("vLLM is importable here")
+    importlib.reload(vllm_hooks)
+    with pytest.raises(ModuleNotFoundError):
+        vllm_hooks.KvtierCPUOffloadingSpec  # noqa: B018 - only inside vLLM
+    with pytest.raises(AttributeError):
+        vllm_hooks.NoSuchThing  # noqa: B018
+
+
+def test_key_hash_drops_the_group_index():
+    assert key_hash(k(7)) == 7
+
+
+def test_store_load_and_eviction_rules(rec):
+    observer, recorder, clock = rec
+    observer.prepared_store([k(1), k(2)], [k(9)], "r")
+    clock.now += 0.5
+    observer.completed_store([k(1), k(2), k(3)], True, "r")  # k(3) was never prepared: skipped
+    observer.prepared_load([k(1), k(2)], ["host", "disk"], "r")
+    clock.now += 0.25
+    observer.completed_load([k(1), k(2)], "r")
+    observer.lookup(k(4), "MISS", "r")
+    observer.lookup(k(5), "HIT", "r")
+    assert rows(recorder) == [
+        ("evict", 9, "cpu", None, None), ("store", 1, "gpu", "cpu", 0.5),
+        ("store", 2, "gpu", "cpu", 0.5), ("cpu_promotion", 1, "cpu", "gpu", 0.25),
+        ("cold_promotion", 2, "cold", "gpu", 0.25), ("recompute_miss", 4, None, None, None)]
+
+
+def test_failed_store_is_a_drop(rec):
+    observer, recorder, _ = rec
+    observer.prepared_store([k(1)], [], "r")
+    observer.completed_store([k(1)], False, "r")
+    assert rows(recorder) == [("drop", 1, "gpu", None, None)]
+
+
+class Event:
+    def __init__(self, keys, medium, removed, metadata_only=False):
+        self.keys, self.medium, self.removed, self.metadata_only = keys, medium, removed, metadata_only
+
+
+def test_manager_events_add_only_what_the_wrapper_could_not_see(rec):
+    observer, recorder, _ = rec
+    observer.prepared_store([], [k(1)], "r")
+    observer.offloading_events([
+        Event([k(1), k(2)], "CPU", True),        # k(1) already reported; k(2) made room for a promotion
+        Event([k(3)], "CPU", False),             # CPU stores come through complete_store
+        Event([k(4)], "STORAGE", False),         # a cascade into the file tier
+        Event([k(5)], "STORAGE", True, metadata_only=True)])
+    assert rows(recorder) == [("evict", 1, "cpu", None, None), ("evict", 2, "cpu", None, None),
+                              ("store", 4, "cpu", "cold", None)]

@@ -1,0 +1,118 @@
+"""Runs in the vLLM side environment: drives vLLM's real CPUOffloadingManager and
+TieringOffloadingManager (fs tier in a temporary folder) through kvtier's spec wrappers,
+and prints, as JSON, what the managers did next to what kvtier recorded.
+
+Usage: python vllm_side_hooks.py FS_ROOT  (runs the cpu, then the tiering scenario)
+Not a test module: tests/probes/test_vllm_hooks_real.py spawns it.
+"""
+
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+
+
+def offload_config(extra, mode):
+    from vllm.v1.kv_offload.config import (
+        OffloadingCacheConfig, OffloadingConfig, OffloadingGroupConfig, OffloadingModelConfig,
+        OffloadingParallelConfig,
+    )
+
+    return OffloadingConfig(
+        groups=(OffloadingGroupConfig(16, ("layer.0",), 0),), worker_kv_bytes_per_block=4096,
+        enable_kv_cache_events=True, extra_config=extra, engine_id=f"kvtier-test-{mode}-{os.getpid()}",
+        model=OffloadingModelConfig("kvtier/check", "float16", 4096),
+        cache=OffloadingCacheConfig(16, 1),
+        parallel=OffloadingParallelConfig(0, 1, 1, 1, 1, 1, 0, 1, None, True))
+
+
+def key(i):
+    from vllm.v1.kv_offload.base import make_offload_key
+
+    return make_offload_key((1000 + i).to_bytes(32, "big"), 0)
+
+
+def store(manager, keys, ctx, did):
+    with manager.lock:
+        out = manager.prepare_store(keys, ctx)
+        did["evicted"] += [int.from_bytes(k[:-4], "big") for k in out.evicted_keys]
+        manager.complete_store(out.keys_to_store, ctx)
+        did["stored"] += [int.from_bytes(k[:-4], "big") for k in out.keys_to_store]
+
+
+def load(manager, keys, ctx, did):
+    with manager.lock:
+        manager.prepare_load(keys, ctx)
+        manager.complete_load(keys, ctx)
+    did["loaded"] += [int.from_bytes(k[:-4], "big") for k in keys]
+
+
+def wait_lookup(manager, k, ctx, want, rounds=400):
+    from vllm.v1.kv_offload.base import ScheduleEndContext
+
+    for _ in range(rounds):
+        with manager.lock:
+            result = manager.lookup(k, ctx)
+            manager.on_schedule_end(ScheduleEndContext(set(), set()))
+        if result.name == want:
+            return result.name
+        time.sleep(0.01)
+    return result.name
+
+
+def run(mode, fs_root):
+    from vllm.v1.kv_offload.base import ReqContext
+    from vllm.v1.kv_offload.factory import OffloadingSpecFactory
+
+    from probes.vllm_hooks import active_recorders
+
+    extra = {"spec_module_path": "probes.vllm_hooks", "cpu_bytes_to_use": 4 * 4096,
+             "eviction_policy": "lru", "kvtier_instance": "side-test"}
+    if mode == "cpu":
+        extra["spec_name"] = "KvtierCPUOffloadingSpec"
+    else:
+        extra.update(spec_name="KvtierTieringOffloadingSpec",
+                     secondary_tiers=[{"type": "fs", "root_dir": fs_root,
+                                       "enable_kv_events": True}])
+    spec = OffloadingSpecFactory.create_spec(offload_config(extra, mode))
+    manager = spec.get_manager()
+    did = {"stored": [], "evicted": [], "loaded": [], "lookups": {}, "class": type(manager).__name__}
+    ctx = ReqContext("req-1")
+    with manager.lock:
+        manager.on_new_request(ctx)
+    store(manager, [key(i) for i in range(4)], ctx, did)            # fills the 4 chunks
+    if mode == "tiering":  # let the cascade to the fs tier finish before evicting
+        for _ in range(400):
+            with manager.lock:
+                manager.take_events()  # polls finished jobs, reports STORAGE stores
+                busy = manager.has_pending_work()
+            if not busy:
+                break
+            time.sleep(0.01)
+    store(manager, [key(4), key(5)], ctx, did)                       # evicts the 2 LRU chunks
+    did["lookups"]["k5"] = wait_lookup(manager, key(5), ctx, "HIT")
+    load(manager, [key(5)], ctx, did)                                # CPU -> GPU
+    if mode == "cpu":
+        did["lookups"]["k9"] = wait_lookup(manager, key(9), ctx, "MISS")
+    else:  # key 0 was evicted from CPU but lives in the fs tier: a cold promotion
+        did["lookups"]["k0"] = wait_lookup(manager, key(0), ctx, "HIT")
+        load(manager, [key(0)], ctx, did)
+    with manager.lock:
+        manager.take_events()
+        manager.on_request_finished(ctx)
+    manager.shutdown()
+    recorder = active_recorders()[spec.config.engine_id]
+    batch = recorder.take_events()
+    rows = batch.block_events.to_pylist() if batch is not None else []
+    return {"did": did, "rows": rows, "origin": batch.origin.source}
+
+
+def main():
+    results = {mode: run(mode, sys.argv[1]) for mode in ("cpu", "tiering")}
+    print("RESULT " + json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
