@@ -4,9 +4,16 @@ LRU is a stack algorithm: a reference hits in a cache of C blocks exactly when i
 distance (1 + the number of distinct blocks used since its previous use) is at most C. With
 prefix-contiguous accounting a block counts only if every earlier block of its request hit,
 so block i of a request hits at capacity C iff the running maximum of the distances of blocks
-0..i is at most C. One pass gives those maxima; a sort and a cumulative sum give the curve.
-This equals a per-capacity replay of single-tier LRU in the simulator (blocks touched head to
-tail), which a test checks.
+0..i is at most C. This equals a per-capacity replay of single-tier LRU in the simulator
+(blocks touched head to tail), which a test checks.
+
+**Runs.** If a reference's previous use is one position after the previous reference's
+previous use (a prompt re-sending a stretch of an earlier prompt in order), both references
+have the same distance: their look-back windows differ by one block leaving and one arriving.
+Prompts in LLM traffic are such stretches (agentic traces re-send their whole history), so
+distances are computed per run, not per reference: 82 M WEKA references form ~84 k runs.
+Per run the window count comes from a Fenwick tree with range updates over the run-boundary
+coordinates; finding runs takes one stable sort of the block ids.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from typing import Iterable
 import numpy as np
 
 from collector.events import RequestRecord
+from policy.curves_runs import RunTrace, find_runs, run_distances
 
 FIRST_USE = np.iinfo(np.int64).max  # distance of a first reference: a miss at every capacity
 
@@ -41,97 +49,50 @@ class HitRatioCurve:
         return self._at(self.hit_blocks, capacity_blocks) / max(self.block_refs, 1)
 
     def _at(self, cumulative: np.ndarray, capacity_blocks: int | None) -> int:
+        if not len(cumulative):
+            return 0
         if capacity_blocks is None:
-            return int(cumulative[-1]) if len(cumulative) else 0
+            return int(cumulative[-1])
         index = np.searchsorted(self.capacities_blocks, capacity_blocks, side="right")
         return int(cumulative[index - 1]) if index > 0 else 0
 
-    def points(self, capacities_blocks: Iterable[int]) -> list[tuple[int, float]]:
+    def points(self, capacities_blocks: Iterable[int | None]) -> list[tuple[int | None, float]]:
         """``(capacity, token hit ratio)`` at each requested capacity."""
         return [(c, self.token_hit_ratio(c)) for c in capacities_blocks]
 
 
 def stack_distances(hashes: np.ndarray) -> np.ndarray:
-    """LRU stack distance of every reference (1-based); :data:`FIRST_USE` for first uses.
-
-    A Fenwick tree over time marks each block's latest use; the distance of a reference is
-    one plus the marks strictly between its previous use and now. O(n log n).
-    """
-    _, dense = np.unique(hashes, return_inverse=True)
-    n = len(dense)
-    tree = [0] * (n + 1)
-    last: list[int] = [-1] * (int(dense.max()) + 1 if n else 0)  # -1: never used (local only)
-    total_marks = 0
-    out = np.empty(n, dtype=np.int64)
-    for t, key in enumerate(dense.tolist()):
-        p = last[key]
-        if p < 0:
-            out[t] = FIRST_USE
-        else:
-            out[t] = total_marks - _prefix_sum(tree, p + 1) + 1  # marks after p, plus itself
-            _add(tree, p + 1, -1, n)
-            total_marks -= 1
-        _add(tree, t + 1, 1, n)
-        total_marks += 1
-        last[key] = t
-    return out
-
-
-def _prefix_sum(tree: list[int], i: int) -> int:
-    total = 0
-    while i > 0:
-        total += tree[i]
-        i -= i & -i
-    return total
-
-
-def _add(tree: list[int], i: int, delta: int, n: int) -> None:
-    while i <= n:
-        tree[i] += delta
-        i += i & -i
+    """LRU stack distance of every reference (1-based); :data:`FIRST_USE` for first uses."""
+    trace = RunTrace.single_request(np.asarray(hashes, dtype=np.uint64))
+    runs = find_runs(trace)
+    distances = run_distances(runs, len(trace.hashes), FIRST_USE)
+    return np.repeat(distances, runs.lengths)
 
 
 def lru_curve(records: Iterable[RequestRecord], default_block_tokens: int = 16) -> HitRatioCurve:
     """The prefix-contiguous LRU hit-ratio curve of a trace, at every capacity, in one pass."""
-    hashes, request_of, tokens, prompt_total = _flatten(records, default_block_tokens)
-    distances = stack_distances(hashes)
-    running_max = _running_max_per_request(distances, request_of)
+    trace = RunTrace.from_records(records, default_block_tokens)
+    runs = find_runs(trace)
+    distances = run_distances(runs, len(trace.hashes), FIRST_USE)
+    running_max = _running_max_per_request(distances, runs.request)
+    tokens = runs.tokens(trace)
     order = np.argsort(running_max, kind="stable")
     sorted_max = running_max[order]
     hit = sorted_max != FIRST_USE
     capacities, first = np.unique(sorted_max[hit], return_index=True)
     cum_tokens = np.cumsum(tokens[order][hit])
-    cum_blocks = np.arange(1, len(cum_tokens) + 1)
+    cum_blocks = np.cumsum(runs.lengths[order][hit])
     last = np.append(first[1:], len(cum_tokens)).astype(np.int64) - 1 if len(first) else first
-    return HitRatioCurve(capacities, cum_tokens[last], cum_blocks[last], prompt_total,
-                         len(hashes))
+    return HitRatioCurve(capacities, cum_tokens[last], cum_blocks[last], trace.prompt_tokens,
+                         len(trace.hashes))
 
 
-def _flatten(records: Iterable[RequestRecord], default_block_tokens: int):
-    hashes: list[int] = []
-    request_of: list[int] = []
-    tokens: list[int] = []
-    prompt_total = 0
-    for index, record in enumerate(records):
-        size = record.block_size_tokens or default_block_tokens
-        prompt = record.prompt_tokens
-        prompt_total += prompt
-        for i, h in enumerate(record.block_hashes):
-            hashes.append(h)
-            request_of.append(index)
-            tokens.append(max(0, min(size, prompt - i * size)))
-    return (np.array(hashes, dtype=np.uint64), np.array(request_of, dtype=np.int64),
-            np.array(tokens, dtype=np.int64), prompt_total)
-
-
-def _running_max_per_request(distances: np.ndarray, request_of: np.ndarray) -> np.ndarray:
-    """Running maximum that restarts at each request (requests are contiguous runs)."""
-    if not len(distances):
-        return distances
-    starts = np.flatnonzero(np.r_[True, request_of[1:] != request_of[:-1]])
+def _running_max_per_request(distances: np.ndarray, request: np.ndarray) -> np.ndarray:
+    """Running maximum over runs that restarts at each request (runs never span two)."""
     out = np.empty_like(distances)
-    bounds = np.append(starts, len(distances))
-    # distances can be FIRST_USE (int64 max), so restart per run rather than offsetting.
-    for begin, end in zip(bounds[:-1], bounds[1:]):
-        np.maximum.accumulate(distances[begin:end], out=out[begin:end])
+    current, owner = 0, -1
+    for i, (d, r) in enumerate(zip(distances.tolist(), request.tolist())):
+        current = d if r != owner or d > current else current
+        owner = r
+        out[i] = current
     return out

@@ -40,3 +40,28 @@ def test_curve_is_monotone_and_ends_at_the_unlimited_ratio(mooncake_path):
 def test_empty_trace_gives_an_empty_curve():
     curve = lru_curve([])
     assert curve.token_hit_ratio(10) == 0.0 and curve.token_hit_ratio(None) == 0.0
+
+
+def naive_stack_distances(keys):
+    """Distinct keys since the previous use, counted by brute force."""
+    out = []
+    for t, key in enumerate(keys):
+        previous = max((p for p in range(t) if keys[p] == key), default=None)
+        out.append(FIRST_USE if previous is None else 1 + len(set(keys[previous + 1:t])))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_run_compressed_distances_equal_brute_force(seed):
+    import random
+    rng = random.Random(seed)
+    alphabet = rng.choice([2, 3, 8, 30])
+    keys = []
+    while len(keys) < 300:  # mix random references with re-sent stretches (runs)
+        if keys and rng.random() < 0.3:
+            start = rng.randrange(len(keys))
+            keys += keys[start:start + rng.randrange(1, 20)]
+        else:
+            keys.append(rng.randrange(alphabet))
+    got = stack_distances(np.array(keys, dtype=np.uint64)).tolist()
+    assert got == naive_stack_distances(keys)
