@@ -59,7 +59,7 @@ def _time_range(facets: Facets) -> tuple[float | None, float | None]:
     lo = datetime.fromtimestamp(int(facets.start_s), timezone.utc).replace(tzinfo=None)
     hi = datetime.fromtimestamp(int(facets.end_s) + 1, timezone.utc).replace(tzinfo=None)
     picked = st.sidebar.slider("Time range (UTC)", min_value=lo, max_value=hi, value=(lo, hi),
-                               step=timedelta(seconds=1), format="MM-DD HH:mm:ss")
+                               step=timedelta(seconds=1), format="MM-DD HH:mm")
     if picked == (lo, hi):
         return None, None  # the whole span: no filter, so new segments are included
     return tuple(p.replace(tzinfo=timezone.utc).timestamp() for p in picked)

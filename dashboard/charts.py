@@ -18,8 +18,9 @@ def _outcome_colour() -> dict:
             "sort": list(OUTCOME_ORDER)}
 
 
-def hit_quality_over_time(unit: str) -> dict:
-    """Stacked share of lookup outcomes per time bucket, one row per tier configuration."""
+def hit_quality_over_time(unit: str, configs: list[str]) -> dict:
+    """Stacked share of lookup outcomes per time bucket, one row per tier configuration
+    (rows in ``configs`` order: the rollout order)."""
     return {
         "mark": {"type": "area", "interpolate": "step-after", "tooltip": True},
         "width": 680, "height": 150,
@@ -29,17 +30,19 @@ def hit_quality_over_time(unit: str) -> dict:
                   "title": f"share of {unit}", "axis": {"format": "%"}},
             "color": _outcome_colour(),
             "order": {"field": "outcome_rank", "type": "quantitative"},
-            "row": {"field": "tier_config", "type": "nominal", "title": "tier configuration"},
+            "row": {"field": "tier_config", "type": "nominal", "title": "tier configuration",
+                    "sort": configs},
         },
     }
 
 
-def outcome_totals(unit: str) -> dict:
-    """One normalised bar per tier configuration: how its lookups were served."""
+def outcome_totals(unit: str, configs: list[str]) -> dict:
+    """One normalised bar per tier configuration (in ``configs`` order): how its lookups
+    were served."""
     return {
         "mark": {"type": "bar", "tooltip": True},
         "encoding": {
-            "y": {"field": "tier_config", "type": "nominal", "title": "tier configuration", "sort": None},
+            "y": {"field": "tier_config", "type": "nominal", "title": "tier configuration", "sort": configs},
             "x": {"field": "amount", "type": "quantitative", "stack": "normalize",
                   "title": f"share of {unit}", "axis": {"format": "%"}},
             "color": _outcome_colour(),
@@ -53,7 +56,8 @@ def grouped_quantiles(group_field: str, title: str) -> dict:
     return {
         "mark": {"type": "bar", "tooltip": True},
         "encoding": {
-            "x": {"field": group_field, "type": "nominal", "title": title, "sort": None},
+            "x": {"field": group_field, "type": "nominal", "title": title, "sort": None,
+                  "axis": {"labelAngle": 0}},
             "xOffset": {"field": "quantile", "type": "nominal", "sort": list(QUANTILES)},
             "y": {"field": "latency_ms", "type": "quantitative", "title": "milliseconds"},
             "color": {"field": "quantile", "type": "nominal", "sort": list(QUANTILES),
@@ -67,7 +71,7 @@ def reuse_classes() -> dict:
         "mark": {"type": "bar", "tooltip": True},
         "encoding": {
             "x": {"field": "reuse_class", "type": "ordinal", "title": "requests that used the block",
-                  "sort": {"field": "rank"}},
+                  "sort": {"field": "rank"}, "axis": {"labelAngle": 0}},
             "y": {"field": "blocks", "type": "quantitative", "title": "blocks"},
         },
     }
@@ -79,6 +83,7 @@ def reuse_gaps() -> dict:
         "encoding": {
             "x": {"field": "gap_s", "type": "quantitative", "title": "seconds until reuse (log)",
                   "scale": {"type": "log"}},
+            "x2": {"field": "gap_end_s"},
             "y": {"field": "uses", "type": "quantitative", "title": "reuses"},
         },
     }

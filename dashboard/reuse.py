@@ -52,12 +52,13 @@ def reuse_classes(data: SegmentData, filters: Filters) -> pd.DataFrame:
 
 def reuse_gaps(data: SegmentData, filters: Filters) -> pd.DataFrame:
     """Histogram of time between consecutive uses of the same block (by another request):
-    ``gap_s`` (bin start, seconds, log-spaced), ``uses``."""
+    ``gap_s`` and ``gap_end_s`` (bin edges, seconds, log-spaced), ``uses``."""
     uses = block_uses(data, filters)
     if uses is None:
-        return empty_frame("gap_s", "uses")
+        return empty_frame("gap_s", "gap_end_s", "uses")
     sql, params = uses
-    return data.df(f"""SELECT pow(10, b * {_LOG_BIN}) AS gap_s, count(*) AS uses FROM (
+    return data.df(f"""SELECT pow(10, b * {_LOG_BIN}) AS gap_s, pow(10, (b + 1) * {_LOG_BIN}) AS gap_end_s,
+            count(*) AS uses FROM (
             SELECT floor(greatest(least(log10(greatest(gap, 1e-9)), {_LOG_MAX}), {_LOG_MIN}) / {_LOG_BIN}) AS b
             FROM (SELECT time_s - lag(time_s) OVER (PARTITION BY block_hash ORDER BY time_s) AS gap
                   FROM (SELECT block_hash, request_id, min(time_s) AS time_s FROM ({sql}) GROUP BY ALL))

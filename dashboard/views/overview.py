@@ -23,11 +23,12 @@ def render(ctx: PageContext) -> None:
         st.caption("No block events in these segments yet: outcomes are prompt tokens from the "
                    "request records (tokens served by each tier and recomputed).")
     totals = queries.outcome_totals(frame)
+    configs = [c for c in ctx.facets.tier_configs if c in set(totals["tier_config"])]
     _metrics(totals, unit)
     st.subheader("How lookups were served, by tier configuration")
-    chart(totals, charts.outcome_totals(unit))
+    chart(totals, charts.outcome_totals(unit, configs))
     st.subheader("Over time")
-    chart(frame, charts.hit_quality_over_time(unit), stretch=False)
+    chart(frame, charts.hit_quality_over_time(unit, configs), stretch=False)
     st.subheader("Totals")
     st.dataframe(totals.drop(columns="outcome_rank"), hide_index=True)
 

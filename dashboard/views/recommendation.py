@@ -45,7 +45,8 @@ def _fields(reco: Recommendation) -> None:
                 st.json(fields[key])
             else:
                 st.write(fields[key])
-    rest = {k: v for k, v in fields.items() if k not in ("knob", "value", "expected_effect", "evidence")}
+    rest = {k: v for k, v in fields.items() 
+            if k not in ("knob", "value", "expected_effect", "evidence", "rollback")}
     if rest:
         st.code(json.dumps(rest, indent=2), language="json")
 

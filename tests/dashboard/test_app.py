@@ -44,6 +44,7 @@ def test_overview_charts_outcomes_per_configuration(monkeypatch, full_segments):
     assert set(totals.column("tier_config").to_pylist()) == set(PHASES)
     assert time_spec["encoding"]["x"]["type"] == "temporal"
     assert time_spec["encoding"]["row"]["field"] == "tier_config"
+    assert time_spec["encoding"]["row"]["sort"] == list(PHASES)  # rollout order, not alphabetical
     assert over_time.num_rows > 20 and "cold_promotion" in over_time.column("outcome").to_pylist()
     assert [m.label for m in at.metric] == ["gpu hit", "cpu promotion", "cold promotion", "recompute miss"]
     assert len(at.dataframe) == 1  # the table comes after the charts
