@@ -1,0 +1,145 @@
+"""vLLM probe benchmark: KV events from a ZMQ stream into the store, and the spec wrapper's cost.
+
+Run: ``python benchmarks/vllm_events.py --json`` (prints one JSON object). Small by default
+(a few seconds); ``--batches``/``--events-per-batch`` scale it.
+
+* ``events_per_s``: block events decoded and committed per second, end to end: a PUB socket
+  on 127.0.0.1 sends vLLM-format frames (``[topic, seq, msgpack [ts, events, dp]]``, map
+  events, uint64 hashes), the :class:`probes.vllm_tap.VllmEventTap` decodes them and a
+  :class:`collector.store.TraceStore` (in memory) ingests every batch. Sender and tap share
+  one thread, as the frames are queued before the tap drains them.
+* ``spec_overhead_ratio``: time of a fixed sequence of manager calls (prepare_store /
+  complete_store with evictions, lookup, prepare_load / complete_load) through kvtier's
+  ``RecordingOffloadingManager`` divided by the same calls on vLLM's bare
+  ``CPUOffloadingManager``, in the same process. Needs vLLM: run here if importable, else in
+  the side environment (``KVTIER_VLLM_PYTHON``, default ``/tmp/kvt-vllm-side/bin/python``),
+  else ``null``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def events_per_s(batches: int, per_batch: int) -> float:
+    import msgpack
+    import zmq
+
+    from collector.store import TraceStore
+    from probes.vllm_tap import VllmEventTap, VllmTapConfig
+
+    store = TraceStore(":memory:")
+    stored = [0]
+    tap = VllmEventTap(VllmTapConfig(endpoints=("tcp://127.0.0.1:0",), bind=True),
+                       lambda b: stored.__setitem__(0, stored[0] + store.ingest(b).block_events))
+    (endpoint,) = tap.open()
+    pub = zmq.Context.instance().socket(zmq.XPUB)
+    pub.setsockopt(zmq.SNDHWM, 0)
+    pub.connect(endpoint)
+    for _ in range(200):  # wait for the subscription (the bound SUB attaches when polled)
+        tap.poll(0.01)
+        if pub.poll(10):
+            pub.recv()
+            break
+    payloads = [msgpack.packb([1.7e9 + i, [
+        {"type": "BlockStored", "block_hashes": [2**63 + i * per_batch + j for j in range(per_batch)],
+         "parent_block_hash": None, "token_ids": [], "block_size": 16, "lora_id": None,
+         "medium": "GPU" if i % 2 else "CPU", "lora_name": None}], 0]) for i in range(batches)]
+    started = time.perf_counter()
+    for seq, body in enumerate(payloads):
+        pub.send_multipart([b"", seq.to_bytes(8, "big"), body])
+        if seq % 64 == 63:
+            tap.poll(0)
+    while stored[0] < batches * per_batch:
+        if not tap.poll(1.0) and stored[0] < batches * per_batch:
+            if time.perf_counter() - started > 60:
+                raise RuntimeError(f"stalled at {stored[0]} events")
+    elapsed = time.perf_counter() - started
+    tap.close()
+    pub.close(linger=0)
+    return stored[0] / elapsed
+
+
+def spec_overhead_ratio(rounds: int = 3000) -> float:
+    """Needs vLLM importable in this interpreter."""
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    from vllm.v1.kv_offload.base import ReqContext, make_offload_key
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+
+    from collector.events import Origin
+    from collector.recorder import Recorder
+    from probes.vllm_hooks import ManagerRecorder
+    from probes.vllm_hooks_classes import RecordingOffloadingManager
+
+    keys = [make_offload_key(i.to_bytes(32, "big"), 0) for i in range(rounds * 4)]
+
+    def workload(manager) -> float:
+        ctx = ReqContext("bench")
+        started = time.perf_counter()
+        for r in range(rounds):
+            batch = keys[r * 4:(r + 1) * 4]
+            out = manager.prepare_store(batch, ctx)
+            manager.complete_store(out.keys_to_store, ctx)
+            manager.lookup(batch[0], ctx)
+            manager.prepare_load(batch[:2], ctx)
+            manager.complete_load(batch[:2], ctx)
+        return time.perf_counter() - started
+
+    def bare():
+        return CPUOffloadingManager(num_chunks=64, cache_policy="lru")
+
+    def wrapped():
+        recorder = Recorder(Origin("vllm", "bench", "bench"), capacity_events=1 << 22)
+        return RecordingOffloadingManager(bare(), ManagerRecorder(recorder, chunk_bytes=4096))
+
+    times = {"bare": [], "wrapped": []}
+    for _ in range(3):  # interleaved, best of three
+        times["bare"].append(workload(bare()))
+        times["wrapped"].append(workload(wrapped()))
+    return min(times["wrapped"]) / min(times["bare"])
+
+
+def spec_overhead_anywhere() -> float | None:
+    try:
+        return spec_overhead_ratio()
+    except ImportError:
+        pass
+    side = os.environ.get("KVTIER_VLLM_PYTHON", "/tmp/kvt-vllm-side/bin/python")
+    if not Path(side).exists():
+        return None
+    done = subprocess.run([side, __file__, "--spec-only"], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    lines = [l for l in done.stdout.splitlines() if l.startswith("{")]
+    return json.loads(lines[-1])["spec_overhead_ratio"] if lines else None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--batches", type=int, default=2000)
+    parser.add_argument("--events-per-batch", type=int, default=50)
+    parser.add_argument("--spec-only", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.spec_only:
+        print(json.dumps({"spec_overhead_ratio": spec_overhead_ratio()}))
+        return 0
+    result = {"events_per_s": round(events_per_s(args.batches, args.events_per_batch)),
+              "spec_overhead_ratio": spec_overhead_anywhere(),
+              "batches": args.batches, "events_per_batch": args.events_per_batch}
+    if result["spec_overhead_ratio"] is not None:
+        result["spec_overhead_ratio"] = round(result["spec_overhead_ratio"], 3)
+    print(json.dumps(result) if args.json else "\n".join(f"{k}: {v}" for k, v in result.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
