@@ -9,12 +9,10 @@ the tiered replay and the recommendation join as their issues land (#3, #5, #6).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Callable
-
-from collector.events import Origin
 
 BUNDLED_TRACE = "mooncake_conversation_trace.jsonl.gz"
 
@@ -36,12 +34,11 @@ def bundled_trace() -> Path:
 
 def run_demo(config: DemoConfig, *, clock: Callable[[], float] = time.time, say=print) -> dict:
     """Run the demo and return its figures (also printed through ``say``)."""
-    from collector.flusher import Flusher
     from collector.reader import SegmentReader
-    from collector.recorder import Recorder
     from collector.segments import export_segments
     from collector.store import TraceStore
     from kvtier.progress import track
+    from kvtier.demo_phases import replay_phases
     from policy.readers import open_trace
 
     trace_path = config.trace or bundled_trace()
@@ -51,27 +48,22 @@ def run_demo(config: DemoConfig, *, clock: Callable[[], float] = time.time, say=
     segments = config.out_dir / "segments"
     _clear_previous_run(store_path, segments, say)
     started_s = clock()
-    origin = Origin("trace-replay", "demo", f"demo:{trace_path.name}:{started_s:.6f}")
     say(f"kvtier demo: trace {trace_path} ({getattr(reader, 'format_name', 'trace')})")
 
+    requests = list(_limited(reader.requests(), config.max_requests))
+    if not requests:
+        raise ValueError(f"{trace_path} holds no requests")
     with TraceStore(store_path, clock=clock) as store:
-        recorder = Recorder(origin, clock=clock)
         t0 = time.perf_counter()
-        with Flusher(recorder, store, interval_s=0.2) as flusher:
-            requests = list(_limited(reader.requests(), config.max_requests))
-            # The trace is laid on the wall clock so that it ends when the demo starts.
-            shift_s = started_s - max((r.arrival_s for r in requests), default=0.0)
-            for record in track(requests, "recording requests"):
-                recorder.record_request(replace(record, arrival_s=record.arrival_s + shift_s,
-                                                tier_config_id="trace"))
-        ingest_s = time.perf_counter() - t0
+        phases = replay_phases(requests, store, started_s=started_s,
+                               progress=lambda items, label: track(items, label, total=len(requests)))
+        replay_s = time.perf_counter() - t0
         figures = _store_figures(store)
-        figures.update(ingest_s=ingest_s, batches=flusher.batches_stored,
-                       dropped=recorder.dropped_requests)
         exported = export_segments(store, segments)
     read_back = sum(1 for _ in SegmentReader(segments).requests())
     figures.update(store=str(store_path), segments=str(segments), segment_files=len(exported.files),
-                   read_back_requests=read_back)
+                   read_back_requests=read_back, replay_s=replay_s, trace_requests=len(requests),
+                   phases=[_phase_row(p) for p in phases])
     _report(figures, say)
     return figures
 
@@ -95,28 +87,37 @@ def _limited(records, limit):
 
 
 def _store_figures(store) -> dict:
-    row = store.query("""
-        WITH refs AS (SELECT unnest(block_hashes) AS h FROM requests),
-             uses AS (SELECT h, count(*) AS n FROM refs GROUP BY h)
+    return store.query("""
         SELECT (SELECT count(*) FROM requests) AS requests,
-               (SELECT sum(prompt_tokens) FROM requests) AS prompt_tokens,
-               (SELECT sum(output_tokens) FROM requests) AS output_tokens,
-               (SELECT count(*) FROM refs) AS block_references,
-               (SELECT count(*) FROM uses) AS distinct_blocks,
-               (SELECT count(*) FROM uses WHERE n = 1) AS blocks_used_once,
-               (SELECT max(arrival_s) - min(arrival_s) FROM requests) AS span_s
+               (SELECT count(*) FROM block_events) AS block_events,
+               (SELECT count(*) FROM ingested_batches) AS batches,
+               (SELECT coalesce(sum(rejected), 0) FROM ingested_batches) AS rejected
     """).to_pylist()[0]
-    return row
+
+
+def _phase_row(result) -> dict:
+    t = result.totals
+    prompt = t["prompt_tokens"] or 1
+    return {"phase": result.phase.name, "requests": t["requests"],
+            "gpu_hit": t["gpu_hit_tokens"] / prompt, "cpu_promotion": t["cpu_promotion_tokens"] / prompt,
+            "cold_promotion": t["cold_promotion_tokens"] / prompt, "recompute": t["recompute_tokens"] / prompt,
+            "promotion_transfer_s": result.promotion_cost_s, "recompute_same_tokens_s": result.recompute_same_tokens_s}
 
 
 def _report(f: dict, say) -> None:
-    once = f["blocks_used_once"] / f["distinct_blocks"] if f["distinct_blocks"] else 0.0
-    say(f"  recorded {f['requests']:,} requests over {f['span_s'] / 60:.1f} min of trace time "
-        f"({f['prompt_tokens']:,} prompt tokens, {f['output_tokens']:,} output tokens) "
-        f"into {f['store']} in {f['batches']} batch(es), {f['ingest_s']:.2f} s, {f['dropped']} dropped")
-    say(f"  {f['block_references']:,} block references to {f['distinct_blocks']:,} distinct prefix blocks; "
-        f"{once:.1%} of the blocks are referenced once (never reused)")
-    say(f"  exported {f['segment_files']} Parquet segment file(s) to {f['segments']}; "
-        f"read back {f['read_back_requests']:,} requests from them without touching the store's lock")
-    say("  not yet in the demo: the reference engine and the GPU-only -> +CPU -> +file rollout (#6), "
-        "the tiered what-if replay (#3), the admission model and engine configs (#5), the dashboard (#7)")
+    say(f"  replayed {f['trace_requests']:,} requests through {len(f['phases'])} tier configurations "
+        f"in {f['replay_s']:.1f} s (simulated, vLLM semantics, LRU)")
+    say(f"  {'phase':14s} {'GPU hit':>8s} {'CPU prom.':>10s} {'cold prom.':>10s} {'recompute':>10s} "
+        f"{'transfer s':>11s} {'recompute s':>12s}")
+    for row in f["phases"]:
+        say(f"  {row['phase']:14s} {row['gpu_hit']:8.1%} {row['cpu_promotion']:10.1%} {row['cold_promotion']:10.1%} "
+            f"{row['recompute']:10.1%} {row['promotion_transfer_s']:11.1f} {row['recompute_same_tokens_s']:12.1f}")
+    say("  (shares of prompt tokens; 'transfer s' is the promotions' copy time and 'recompute s' the prefill "
+        "the same tokens would have cost, both from the cost model's documented defaults, not measured)")
+    say(f"  stored {f['block_events']:,} block events and {f['requests']:,} request records in {f['batches']} "
+        f"batches ({f['rejected']} rejected) in {f['store']}")
+    say(f"  exported {f['segment_files']} Parquet segment file(s) to {f['segments']}; read back "
+        f"{f['read_back_requests']:,} requests from them without touching the store's lock")
+    say(f"  open the dashboard: kvtier dashboard --segments {f['segments']}")
+    say("  not yet in the demo: the reference engine with measured latencies and the live rollout (#6), "
+        "the admission model and engine configs (#5)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -81,15 +82,17 @@ def test_demo_runs_end_to_end_and_reports_counted_figures(tmp_path):
     out = tmp_path / "out"
     result = kvtier("demo", "--out", str(out), "--max-requests", "500")
     assert result.returncode == 0, result.stderr
-    assert "recorded 500 requests" in result.stdout
+    assert "replayed 500 requests through 3 tier configurations" in result.stdout
     store = out / "kvtier.duckdb"
-    info = kvtier("store", "info", str(store), "--json")
-    assert '"requests": 500' in info.stdout
+    info = json.loads(kvtier("store", "info", str(store), "--json").stdout)
+    assert info["requests"] == 3 * 500  # one record per request per phase
+    kinds = info["block_events_by_kind"]
+    assert kinds["gpu_hit"] > 0 and kinds["recompute_miss"] > 0 and kinds["cpu_promotion"] > 0
     assert list((out / "segments" / "requests").rglob("*.parquet"))
     # A second run replaces the first instead of adding to it.
     again = kvtier("demo", "--out", str(out), "--max-requests", "200")
     assert "replacing the previous demo run" in again.stdout
-    assert '"requests": 200' in kvtier("store", "info", str(store), "--json").stdout
+    assert json.loads(kvtier("store", "info", str(store), "--json").stdout)["requests"] == 3 * 200
 
 
 def test_store_export_and_prune_from_the_command_line(tmp_path):
@@ -97,6 +100,8 @@ def test_store_export_and_prune_from_the_command_line(tmp_path):
     kvtier("demo", "--out", str(out), "--max-requests", "50")
     store = str(out / "kvtier.duckdb")
     exported = kvtier("store", "export", store, "--segments", str(tmp_path / "seg"))
-    assert "50" in exported.stdout and exported.returncode == 0
+    assert exported.returncode == 0 and "150 row(s)" not in exported.stdout
+    assert list((tmp_path / "seg" / "requests").rglob("*.parquet"))
     pruned = kvtier("store", "prune", store, "--max-age", "0")
-    assert "deleted 0 block event(s) and 50 request(s)" in pruned.stdout
+    assert "and 150 request(s)" in pruned.stdout
+    assert json.loads(kvtier("store", "info", store, "--json").stdout)["block_events"] == 0
