@@ -89,3 +89,14 @@ def test_manager_events_add_only_what_the_wrapper_could_not_see(rec):
         Event([k(5)], "STORAGE", True, metadata_only=True)])
     assert rows(recorder) == [("evict", 1, "cpu", None, None), ("evict", 2, "cpu", None, None),
                               ("store", 4, "cpu", "cold", None)]
+
+
+def test_policy_module_imports_and_configures_without_vllm():
+    from probes import vllm_policy
+
+    vllm_policy.configure(lambda h: 0.0, threshold=0.3)
+    vllm_policy.configure(None)
+    with pytest.raises(ValueError, match="threshold must be in 0..1"):
+        vllm_policy.configure(None, threshold=2)
+    with pytest.raises(ValueError, match="callable"):
+        vllm_policy.configure(42)

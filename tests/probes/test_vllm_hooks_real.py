@@ -59,3 +59,10 @@ def test_tiering_manager_with_an_fs_tier_records_cascades_and_cold_promotions(dr
     # the promotion needed a CPU slot: vLLM evicted the LRU chunk itself, and it is recorded
     assert [r["block_hash"] for r in by_kind(rows, "evict")] == did["evicted"] + [1002]
     assert list(driven["fs_root"].rglob("*.bin"))  # the fs tier really wrote files
+
+
+def test_scored_policy_evicts_low_score_chunks_before_lru_order(driven):
+    did = driven["policy"]["did"]
+    assert did["stored"] == [1000, 1001, 1002, 1003, 1004, 1005, 1006]
+    # plain LRU would have evicted 1000, 1001, 1002; the low-score chunks (odd) go first
+    assert did["evicted"] == [1001, 1003, 1000]

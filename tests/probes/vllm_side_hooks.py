@@ -111,7 +111,29 @@ def run(mode, fs_root):
 
 def main():
     results = {mode: run(mode, sys.argv[1]) for mode in ("cpu", "tiering")}
+    results["policy"] = run_policy()
     print("RESULT " + json.dumps(results))
+
+
+
+
+def run_policy():
+    """vLLM's real CPUOffloadingManager with kvtier's scored policy: odd hashes score low."""
+    from vllm.v1.kv_offload.base import ReqContext
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+
+    from probes import vllm_policy
+
+    vllm_policy.configure(lambda h: 0.1 if h % 2 else 0.9, threshold=0.5)
+    manager = CPUOffloadingManager(num_chunks=4, cache_policy="KvtierScoredLRUPolicy",
+                                   cache_policy_module_path="probes.vllm_policy")
+    did = {"stored": [], "evicted": [], "loaded": []}
+    ctx = ReqContext("req-p")
+    store(manager, [key(0), key(1), key(2), key(3)], ctx, did)   # 1001, 1003 score low
+    store(manager, [key(4)], ctx, did)                           # evicts 1001, not LRU 1000
+    store(manager, [key(5), key(6)], ctx, did)                   # evicts 1003, then LRU 1000
+    vllm_policy.configure(None)
+    return {"did": did}
 
 
 if __name__ == "__main__":
