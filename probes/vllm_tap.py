@@ -28,75 +28,12 @@ from typing import Callable
 from collector.batch import EventBatch
 from collector.events import BlockEvent, Origin, Outcome, Tier
 from probes.vllm_events import DecodedBatch, Frame, FrameError, decode_payload, split_frame
+from probes.vllm_tap_config import TapStats, VllmTapConfig
 from probes.vllm_tap_state import StreamState
 
 log = logging.getLogger(__name__)
 
-_ALL_INTERFACES = ("*", "0.0.0.0", "[::]", "::")
-
-
-@dataclass(frozen=True)
-class VllmTapConfig:
-    """Where and how to listen. ``replay_endpoints`` maps a dp rank to its ROUTER socket.
-
-    ``bind`` makes the tap bind ``endpoints`` (vLLM connects to it); binding all interfaces
-    needs ``allow_all_interfaces``. ``heal_from_zero`` asks the replay socket for the
-    sequences before the first one seen (a tap that joins late, or ZMQ's slow-joiner loss).
-    """
-
-    endpoints: tuple[str, ...] = ("tcp://127.0.0.1:5557",)
-    bind: bool = False
-    replay_endpoints: tuple[tuple[int, str], ...] = ()
-    topic: str = ""
-    instance: str = "vllm"
-    heal_from_zero: bool = False
-    replay_timeout_s: float = 2.0
-    max_message_bytes: int = 64 << 20
-    max_tracked_blocks: int = 1_000_000
-    allow_all_interfaces: bool = False
-
-    def __post_init__(self) -> None:
-        if not self.endpoints:
-            raise ValueError("endpoints must name at least one ZMQ endpoint")
-        for endpoint in self.endpoints + tuple(e for _, e in self.replay_endpoints):
-            if not isinstance(endpoint, str) or "://" not in endpoint:
-                raise ValueError(f"bad ZMQ endpoint {endpoint!r}; expected e.g. tcp://127.0.0.1:5557")
-        if self.bind and not self.allow_all_interfaces:
-            for endpoint in self.endpoints:
-                if _host(endpoint) in _ALL_INTERFACES:
-                    raise ValueError(f"binding {endpoint!r} listens on all interfaces; "
-                                     "use tcp://127.0.0.1:PORT or set allow_all_interfaces")
-        ranks = [r for r, _ in self.replay_endpoints]
-        if len(set(ranks)) != len(ranks) or any(not isinstance(r, int) or r < 0 for r in ranks):
-            raise ValueError(f"replay_endpoints need distinct dp ranks >= 0, got {ranks}")
-        for name in ("replay_timeout_s", "max_message_bytes", "max_tracked_blocks"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if not self.instance:
-            raise ValueError("instance must be a non-empty string")
-
-
-def _host(endpoint: str) -> str:
-    rest = endpoint.split("://", 1)[1]
-    return rest.rsplit(":", 1)[0] if ":" in rest else rest
-
-
-@dataclass
-class TapStats:
-    """Counters since the tap started. ``lost_batches`` were missing and not replayable."""
-
-    batches: int = 0
-    block_events: int = 0
-    bad_frames: int = 0
-    bad_events: int = 0
-    gaps: int = 0
-    replay_requests: int = 0
-    replayed_batches: int = 0
-    replay_duplicates: int = 0
-    replay_timeouts: int = 0
-    lost_batches: int = 0
-    restarts: int = 0
-    callback_errors: int = 0
+__all__ = ["TapStats", "VllmEventTap", "VllmTapConfig"]
 
 
 @dataclass
