@@ -70,13 +70,18 @@ def replay_phases(records: Sequence[RequestRecord], store: TraceStore, *, starte
         sim = Simulator(config, events=_recording(recorder))
         with Flusher(recorder, store, interval_s=0.2):
             totals = sim.replay(progress(shifted, f"phase {phase.name}"),
-                                on_request=lambda record, outcome: recorder.record_request(
-                                    outcome.apply_to(record, tier_config_id=phase.name)))
+                                on_request=_request_recording(recorder, phase.name))
         moved = params.promotion_s(totals.cpu_promotion_tokens, "cpu") + params.promotion_s(
             totals.cold_promotion_tokens, "cold")
         recompute = params.recompute_s(totals.cpu_promotion_tokens + totals.cold_promotion_tokens)
         results.append(PhaseResult(phase, totals.to_dict(), moved, recompute))
     return results
+
+
+def _request_recording(recorder: Recorder, tier_config_id: str) -> Callable:
+    def on_request(record: RequestRecord, outcome) -> None:
+        recorder.record_request(outcome.apply_to(record, tier_config_id=tier_config_id))
+    return on_request
 
 
 def _recording(recorder: Recorder) -> Callable[[BlockEvent], None]:

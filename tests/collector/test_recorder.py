@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from collector.events import Origin, Outcome, RequestRecord, Tier
+from collector.events import Outcome, RequestRecord, Tier
 from collector.recorder import Recorder, _RequestKeys
 
 

@@ -94,7 +94,7 @@ def test_every_grafana_query_is_valid_promql_with_data(prometheus, clock):
     with MetricsServer(KvtierCollector(state)) as server:
         base = prometheus(f"127.0.0.1:{server.port}")
         wait_for_series(base, "kvtier_block_events_total")
-        for title, queries in panel_queries().items():
+        for queries in panel_queries().values():
             for expr, _ in queries:
                 concrete = (expr.replace("$__rate_interval", "1m").replace("$engine_instance", ".*")
                             .replace("$engine", ".*").replace("$tier_config", ".*"))
