@@ -23,15 +23,17 @@ arrival order while holding only conversations that can still emit earlier arriv
 from __future__ import annotations
 
 import heapq
-import json
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from collector.events import RequestRecord
-from policy.readers.base import BadLine, SkipCounter, TraceFormatError, check_fields, hash_list, \
-    non_negative_int, non_negative_number, stable_namespace
+import numpy as np
+
+from policy.readers.base import (BadLine, SkipCounter, TraceFormatError, check_fields, hash_array,
+                                 json_loads, non_negative_int, non_negative_number,
+                                 stable_namespace)
 
 TOP_FIELDS = frozenset({"id", "requests", "block_size"})
 TOP_OPTIONAL = frozenset({"models", "hash_id_scope", "tool_tokens", "system_tokens", "totals"})
@@ -107,19 +109,16 @@ class WekaReader(SkipCounter):
 
     def _conversation(self, name: str, raw: bytes, start_s: float) -> list[RequestRecord]:
         try:
-            doc = json.loads(raw)
+            doc = json_loads(raw)
             if not isinstance(doc, dict):
                 raise BadLine("expected a JSON object per conversation")
             check_fields(doc, TOP_FIELDS, TOP_OPTIONAL)
             conv = _Conversation(str(doc["id"]), non_negative_int(doc, "block_size"))
             conv.walk(doc["requests"], start_s, "requests", kind="main")
             return conv.records
-        except json.JSONDecodeError as error:
-            problem = f"invalid JSON ({error.msg} at line {error.lineno})"
         except BadLine as error:
-            problem = str(error)
-        self._bad(Path(name), None, problem)
-        return []
+            self._bad(Path(name), None, str(error))
+            return []
 
 
 class _Conversation:
@@ -130,7 +129,7 @@ class _Conversation:
             raise BadLine(f"block_size must be > 0, got {block_tokens}")
         self.id = conversation_id
         self.block_tokens = block_tokens
-        self.namespace = stable_namespace(conversation_id, LOCAL_ID_BITS)
+        self.namespace = np.uint64(stable_namespace(conversation_id, LOCAL_ID_BITS))
         self.records: list[RequestRecord] = []
 
     def walk(self, entries: Iterable, origin_s: float, where: str, kind: str) -> None:
@@ -149,16 +148,16 @@ class _Conversation:
     def _record(self, entry: dict, origin_s: float, kind: str, index: int) -> RequestRecord:
         check_fields(entry, REQUEST_FIELDS, REQUEST_OPTIONAL)
         prompt = non_negative_int(entry, "in")
-        local = hash_list(entry, "hash_ids", prompt // self.block_tokens,
-                          f"in // {self.block_tokens}")
-        if local and max(local) >= 1 << LOCAL_ID_BITS:
-            raise BadLine(f"hash_ids holds {max(local)}; local ids must be < 2**{LOCAL_ID_BITS}")
-        base = self.namespace
+        local = hash_array(entry, "hash_ids", prompt // self.block_tokens,
+                           f"in // {self.block_tokens}")
+        if len(local) and int(local.max()) >= 1 << LOCAL_ID_BITS:
+            raise BadLine(f"hash_ids holds {int(local.max())}; local ids must be < 2**{LOCAL_ID_BITS}")
         return RequestRecord(
             request_id=f"{self.id}:{len(self.records)}",
             arrival_s=origin_s + non_negative_number(entry, "t"),
             prompt_tokens=prompt, output_tokens=non_negative_int(entry, "out"),
-            block_hashes=tuple(base | h for h in local), block_size_tokens=self.block_tokens,
+            block_hashes=tuple((local | self.namespace).tolist()),
+            block_size_tokens=self.block_tokens,
             session_id=self.id, request_type=kind, turn=index + 1,
             ttft_s=non_negative_number(entry, "ttft") if entry.get("ttft") is not None else None,
         )
