@@ -66,3 +66,16 @@ def test_scored_policy_evicts_low_score_chunks_before_lru_order(driven):
     assert did["stored"] == [1000, 1001, 1002, 1003, 1004, 1005, 1006]
     # plain LRU would have evicted 1000, 1001, 1002; the low-score chunks (odd) go first
     assert did["evicted"] == [1001, 1003, 1000]
+
+
+def test_connector_resolves_through_vllms_factory_and_records_the_token_split(driven):
+    out = driven["connector"]
+    assert out["subclass"] and out["answer"] == [32, True]
+    assert [(r["kind"], r["block_hash"], r["position"]) for r in out["rows"]] == [
+        ("gpu_hit", 7000, 0), ("gpu_hit", 7001, 1)]
+    (request,) = out["requests"]
+    assert (request["request_id"], request["prompt_tokens"], request["output_tokens"],
+            request["gpu_hit_tokens"], request["cpu_promotion_tokens"],
+            request["cold_promotion_tokens"], request["recomputed_tokens"]) == (
+        "req-c", 100, 7, 32, 16, 16, 36)
+    assert request["e2e_latency_s"] >= 1

@@ -112,6 +112,7 @@ def run(mode, fs_root):
 def main():
     results = {mode: run(mode, sys.argv[1]) for mode in ("cpu", "tiering")}
     results["policy"] = run_policy()
+    results["connector"] = run_connector()
     print("RESULT " + json.dumps(results))
 
 
@@ -134,6 +135,44 @@ def run_policy():
     store(manager, [key(5), key(6)], ctx, did)                   # evicts 1003, then LRU 1000
     vllm_policy.configure(None)
     return {"did": did}
+
+
+def run_connector():
+    """vLLM's connector factory resolves kvtier's connector; its scheduler-side overrides
+    record the token split (the scheduler itself is a stub: building it needs a model)."""
+    from types import SimpleNamespace
+
+    from vllm.config.kv_transfer import KVTransferConfig
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import (
+        OffloadingConnector,
+    )
+    from vllm.v1.metrics.cache_hit_source import CacheHitSource
+
+    from collector.events import Origin
+    from collector.recorder import Recorder
+    from probes.vllm_connector import RequestTokenAccounting
+
+    cls = KVConnectorFactory.get_connector_class(KVTransferConfig(
+        kv_connector="KvtierOffloadingConnector", kv_connector_module_path="probes.vllm_connector",
+        kv_role="kv_both", kv_connector_extra_config={"cpu_bytes_to_use": 1 << 20}))
+    connector = object.__new__(cls)
+    connector._bounding_group_ids = ()
+    connector.connector_scheduler = SimpleNamespace(
+        get_num_new_matched_tokens=lambda request, n, max_num_new_tokens=None: (32, True),
+        get_external_cache_hit_sources=lambda request, n: {CacheHitSource.HOST: 16,
+                                                           CacheHitSource.DISK: 16},
+        request_finished=lambda request: (False, None))
+    recorder = Recorder(Origin("vllm", "conn", "conn-1"))
+    connector._kvtier = RequestTokenAccounting(recorder, 16)
+    request = SimpleNamespace(request_id="req-c", arrival_time=time.time() - 1,
+                              num_prompt_tokens=100, num_output_tokens=7,
+                              block_hashes=[(7000 + i).to_bytes(32, "big") for i in range(6)])
+    answer = connector.get_num_new_matched_tokens(request, 32)
+    connector.request_finished(request, [])
+    batch = recorder.take_events()
+    return {"subclass": issubclass(cls, OffloadingConnector), "answer": list(answer),
+            "rows": batch.block_events.to_pylist(), "requests": batch.requests.to_pylist()}
 
 
 if __name__ == "__main__":
