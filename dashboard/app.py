@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 
 import streamlit as st
 
-from dashboard.data import Facets, Filters, SegmentData
+from dashboard.data import Facets, Filters, SegmentData, segment_signature
 from dashboard.settings import DashboardConfig
 from dashboard.views import PAGES, PageContext, explain_no_data
 
@@ -22,7 +22,7 @@ def main() -> None:
     config = DashboardConfig.from_sources(sys.argv[1:], os.environ)
     slug = _choose_page()
     with SegmentData(config.segments) as data:
-        facets = data.facets()
+        facets = _facets(str(config.segments), segment_signature(config.segments))
         filters = _filters(facets)
         title, render = PAGES[slug]
         st.title(f"kvtier · {title}")
@@ -31,6 +31,13 @@ def main() -> None:
             return
         _notices(facets)
         render(PageContext(data, facets, filters, config))
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _facets(root: str, signature: tuple[int, float]) -> Facets:
+    """Facets of the segments, recomputed only when ``signature`` (new segments) changes."""
+    with SegmentData(root) as data:
+        return data.facets()
 
 
 def _choose_page() -> str:

@@ -7,9 +7,10 @@ never loaded into Python, so ten million block events cost one scan, not ten mil
 
 Two views are defined on the connection:
 
-* ``events``: block events, each with the ``tier_config`` of its request (joined by
-  instance and request id; ``(unlabelled)`` when the request has no record);
-* ``requests``: request records.
+* ``raw_events``: block events (``kind`` and ``tier_from`` as text);
+* ``events``: the same, each with the ``tier_config`` of its request (joined by instance
+  and request id; ``(unlabelled)`` when the request has no record);
+* ``requests``: request records; ``request_configs``: one tier configuration per request.
 
 A view exists only when its table has segments (``SegmentData.has_events`` / ``has_requests``).
 """
@@ -100,26 +101,33 @@ class SegmentData:
         self._define_views()
 
     def _define_views(self) -> None:
+        self.con.execute("SET enable_progress_bar = false")
         if self.has_requests:
             self.con.execute("CREATE VIEW requests AS SELECT * REPLACE "
                              f"(coalesce(tier_config_id, '{UNLABELLED}') AS tier_config_id) "
                              f"FROM {segments_relation(self.con, self.root, REQUESTS_TABLE)}")
+            self.con.execute("""CREATE VIEW request_configs AS
+                SELECT instance, request_id, any_value(tier_config_id) AS tier_config
+                FROM requests WHERE request_id IS NOT NULL GROUP BY ALL""")
         if not self.has_events:
             return
-        raw = segments_relation(self.con, self.root, BLOCK_EVENTS_TABLE)
-        if self.has_requests:
-            self.con.execute(f"""CREATE VIEW events AS
-                SELECT e.* REPLACE (CAST(e.kind AS VARCHAR) AS kind,
-                                    CAST(e.tier_from AS VARCHAR) AS tier_from),
-                       coalesce(c.tier_config, '{UNLABELLED}') AS tier_config
-                FROM {raw} e LEFT JOIN (
-                    SELECT instance, request_id, any_value(tier_config_id) AS tier_config
-                    FROM requests WHERE request_id IS NOT NULL GROUP BY ALL) c
-                  ON c.instance = e.instance AND c.request_id = e.request_id""")
-        else:
-            self.con.execute(f"""CREATE VIEW events AS
-                SELECT * REPLACE (CAST(kind AS VARCHAR) AS kind, CAST(tier_from AS VARCHAR) AS tier_from),
-                       '{UNLABELLED}' AS tier_config FROM {raw}""")
+        self.con.execute(f"""CREATE VIEW raw_events AS
+            SELECT * REPLACE (CAST(kind AS VARCHAR) AS kind, CAST(tier_from AS VARCHAR) AS tier_from)
+            FROM {segments_relation(self.con, self.root, BLOCK_EVENTS_TABLE)}""")
+        self.con.execute(f"CREATE VIEW events AS {self.with_config('raw_events')}")
+
+    def with_config(self, relation: str) -> str:
+        """SQL adding ``tier_config`` (of each row's request) to a relation that has
+        ``instance`` and ``request_id``. Joining costs a probe per row: aggregate first."""
+        if not self.has_requests:
+            return f"SELECT e.*, '{UNLABELLED}' AS tier_config FROM {relation} e"
+        return (f"SELECT e.*, coalesce(c.tier_config, '{UNLABELLED}') AS tier_config FROM {relation} e "
+                "LEFT JOIN request_configs c ON c.instance = e.instance AND c.request_id = e.request_id")
+
+    def events_view(self, filters: Filters) -> str:
+        """``events`` when the filters need each event's tier configuration, else the
+        cheaper ``raw_events`` (no join)."""
+        return "events" if filters.tier_configs else "raw_events"
 
     def close(self) -> None:
         self.con.close()
@@ -141,7 +149,7 @@ class SegmentData:
         parts, counts = [], {"events": 0, "requests": 0}
         if self.has_events:
             parts.append("SELECT engine, instance, min(time_s) AS lo, max(time_s) AS hi, "
-                         "count(*) AS n, 'events' AS t FROM events GROUP BY ALL")
+                         "count(*) AS n, 'events' AS t FROM raw_events GROUP BY ALL")
         if self.has_requests:
             parts.append("SELECT engine, instance, min(arrival_s) AS lo, max(arrival_s) AS hi, "
                          "count(*) AS n, 'requests' AS t FROM requests GROUP BY ALL")
@@ -165,13 +173,17 @@ class SegmentData:
                 max(arrival_s) AS last_s, count(*) AS requests
             FROM requests {where} GROUP BY ALL ORDER BY first_s, tier_config""", params)
 
-    def where(self, filters: Filters, view: str) -> tuple[str, list]:
-        """A ``WHERE`` clause (and its parameters) applying ``filters`` to a view."""
-        time_col, config_col = (("time_s", "tier_config") if view == "events"
-                                else ("arrival_s", "tier_config_id"))
+    def where(self, filters: Filters, view: str, *, configs: bool = True) -> tuple[str, list]:
+        """A ``WHERE`` clause (and its parameters) applying ``filters`` to a view
+        (``events``/``raw_events``/``requests``); ``configs=False`` leaves out the tier
+        configuration filter (for relations without ``tier_config``)."""
+        time_col = "arrival_s" if view == "requests" else "time_s"
+        config_col = "tier_config_id" if view == "requests" else "tier_config"
+        pairs = [("engine", filters.engines), ("instance", filters.instances)]
+        if configs and view != "raw_events":
+            pairs.append((config_col, filters.tier_configs))
         clauses, params = [], []
-        for column, values in (("engine", filters.engines), ("instance", filters.instances),
-                               (config_col, filters.tier_configs)):
+        for column, values in pairs:
             if values:
                 clauses.append(f"list_contains(?::VARCHAR[], {column})")
                 params.append(list(values))
@@ -182,6 +194,19 @@ class SegmentData:
             clauses.append(f"{time_col} <= ?")
             params.append(filters.end_s)
         return ("WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+
+def segment_signature(root: str | Path) -> tuple[int, float]:
+    """(file count, newest modification time) of the segments under ``root``: it changes
+    whenever the collector exports, so it keys cached results. Segments are never rewritten."""
+    count, newest = 0, 0.0
+    for path in Path(root).rglob("*.parquet") if Path(root).is_dir() else ():
+        try:
+            newest = max(newest, path.stat().st_mtime)
+        except OSError:  # removed by retention while listing
+            continue
+        count += 1
+    return count, newest
 
 
 def bucket_width_s(start_s: float | None, end_s: float | None, target_buckets: int = 60) -> int:

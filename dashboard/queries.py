@@ -33,10 +33,16 @@ def hit_quality(data: SegmentData, filters: Filters, span: tuple[float | None, f
     hi = filters.end_s if filters.end_s is not None else span[1]
     width = bucket_width_s(lo, hi)
     if data.has_events:
-        where, params = data.where(filters, "events")
-        sql = f"""SELECT floor(time_s / {width}) * {width} AS bucket_s, tier_config, kind AS outcome,
-                count(*)::DOUBLE AS amount
-            FROM events {and_where(where, f"kind IN ({_LOOKUPS_SQL})")} GROUP BY ALL"""
+        where, params = data.where(filters, "raw_events")
+        # Count per request first, then attach each request's configuration: one join probe
+        # per (bucket, request, outcome) instead of one per event.
+        per_request = f"""SELECT floor(time_s / {width}) * {width} AS bucket_s, instance, request_id,
+                kind AS outcome, count(*) AS n
+            FROM raw_events {and_where(where, f"kind IN ({_LOOKUPS_SQL})")} GROUP BY ALL"""
+        config_where, config_params = _config_filter(filters)
+        sql = f"""SELECT bucket_s, tier_config, outcome, sum(n)::DOUBLE AS amount
+            FROM ({data.with_config(f"({per_request})")}) {config_where} GROUP BY ALL"""
+        params = params + config_params
         unit = "blocks"
     elif data.has_requests:
         where, params = data.where(filters, "requests")
@@ -53,6 +59,12 @@ def hit_quality(data: SegmentData, filters: Filters, span: tuple[float | None, f
             amount / sum(amount) OVER (PARTITION BY bucket_s, tier_config) AS share
         FROM ({sql}) ORDER BY time, tier_config, outcome""", params)
     return _ranked(frame), unit
+
+
+def _config_filter(filters: Filters) -> tuple[str, list]:
+    if not filters.tier_configs:
+        return "", []
+    return "WHERE list_contains(?::VARCHAR[], tier_config)", [list(filters.tier_configs)]
 
 
 def outcome_totals(frame: pd.DataFrame) -> pd.DataFrame:
@@ -75,14 +87,15 @@ def promotion_latency(data: SegmentData, filters: Filters) -> pd.DataFrame:
     ``kind``, ``quantile``, ``latency_ms``, ``events``; recompute misses are included."""
     if not data.has_events:
         return empty_frame("source_tier", "kind", "quantile", "latency_ms", "events")
-    where, params = data.where(filters, "events")
+    view = data.events_view(filters)
+    where, params = data.where(filters, view)
     where = and_where(where, f"kind IN ({_PROMOTIONS_SQL}, 'recompute_miss') AND latency_s IS NOT NULL")
     return data.df(f"""SELECT source_tier, kind, q.quantile, q.latency_s * 1000 AS latency_ms, events
         FROM (SELECT CASE WHEN kind = 'recompute_miss' THEN 'recompute' ELSE coalesce(tier_from,
                      CASE kind WHEN 'cpu_promotion' THEN 'cpu' ELSE 'cold' END) END AS source_tier,
                      kind, count(*) AS events,
                      quantile_cont(latency_s, [0.5, 0.95, 0.99]) AS qs
-              FROM events {where} GROUP BY ALL),
+              FROM {view} {where} GROUP BY ALL),
              unnest([{{'quantile': 'p50', 'latency_s': qs[1]}}, {{'quantile': 'p95', 'latency_s': qs[2]}},
                      {{'quantile': 'p99', 'latency_s': qs[3]}}]) AS u(q)
         ORDER BY source_tier, q.quantile""", params)
@@ -92,12 +105,13 @@ def transfer_budget(data: SegmentData, filters: Filters) -> pd.DataFrame:
     """Per source tier: promotions, mean block size, effective bandwidth (bytes/s)."""
     if not data.has_events:
         return empty_frame("source_tier", "promotions", "mean_block_bytes", "bandwidth_bytes_per_s")
-    where, params = data.where(filters, "events")
+    view = data.events_view(filters)
+    where, params = data.where(filters, view)
     where = and_where(where, f"kind IN ({_PROMOTIONS_SQL}) AND size_bytes IS NOT NULL")
     return data.df(f"""SELECT coalesce(tier_from, kind) AS source_tier, count(*) AS promotions,
             avg(size_bytes) AS mean_block_bytes,
             sum(size_bytes) / nullif(sum(latency_s), 0) AS bandwidth_bytes_per_s
-        FROM events {where} GROUP BY ALL ORDER BY 1""", params)
+        FROM {view} {where} GROUP BY ALL ORDER BY 1""", params)
 
 
 def request_latency(data: SegmentData, filters: Filters) -> pd.DataFrame:

@@ -25,8 +25,9 @@ def block_uses(data: SegmentData, filters: Filters) -> tuple[str, list] | None:
     """SQL (and parameters) for block uses: ``block_hash``, ``request_id``, ``time_s``,
     ``position``; ``None`` when there is no data."""
     if data.has_events:
-        where, params = data.where(filters, "events")
-        return (f"SELECT block_hash, request_id, time_s, position FROM events "
+        view = data.events_view(filters)
+        where, params = data.where(filters, view)
+        return (f"SELECT block_hash, request_id, time_s, position FROM {view} "
                 f"{and_where(where, f'kind IN {_LOOKUPS}')}", params)
     if data.has_requests:
         where, params = data.where(filters, "requests")
@@ -86,8 +87,9 @@ def stores_never_promoted(data: SegmentData, filters: Filters) -> dict:
     the offload traffic that bought nothing. Keys ``stored_blocks``, ``never_promoted``."""
     if not data.has_events:
         return {"stored_blocks": 0, "never_promoted": 0}
-    where, params = data.where(filters, "events")
+    view = data.events_view(filters)
+    where, params = data.where(filters, view)
     row = data.df(f"""SELECT count(*) AS stored_blocks, count(*) FILTER (WHERE NOT promoted) AS never_promoted
         FROM (SELECT block_hash, bool_or(kind IN ('cpu_promotion', 'cold_promotion')) AS promoted
-              FROM events {where} GROUP BY block_hash HAVING bool_or(kind = 'store'))""", params)
+              FROM {view} {where} GROUP BY block_hash HAVING bool_or(kind = 'store'))""", params)
     return {k: int(row[k].iloc[0]) for k in ("stored_blocks", "never_promoted")}

@@ -12,7 +12,7 @@ import pytest
 from collector.reader import SegmentReader
 from collector.segments import segments_relation
 from dashboard import queries, reuse
-from dashboard.data import Filters, SegmentData, bucket_width_s
+from dashboard.data import Filters, SegmentData, bucket_width_s, segment_signature
 from tests.dashboard.fixtures import PHASES
 
 
@@ -134,3 +134,17 @@ def test_bucket_width_is_round_and_gives_about_sixty_buckets():
     assert bucket_width_s(0.0, 3600.0) == 60
     assert bucket_width_s(0.0, 0.0) == 1
     assert bucket_width_s(0.0, 1e9) == 86400
+
+
+def test_configuration_filter_reaches_event_queries(data):
+    baseline = queries.promotion_latency(data, Filters(tier_configs=("gpu-only",)))
+    assert set(baseline["source_tier"]) == {"recompute"}  # nothing below GPU to promote from
+    assert reuse.stores_never_promoted(data, Filters(tier_configs=("gpu-only",)))["stored_blocks"] == 0
+
+
+def test_segment_signature_changes_when_segments_are_added(tmp_path):
+    assert segment_signature(tmp_path / "missing") == (0, 0.0)
+    before = segment_signature(tmp_path)
+    (tmp_path / "block_events" / "day=2027-01-15").mkdir(parents=True)
+    (tmp_path / "block_events" / "day=2027-01-15" / "b1.parquet").write_bytes(b"")
+    assert segment_signature(tmp_path)[0] == before[0] + 1
