@@ -136,3 +136,29 @@ def test_config_validation():
         TrtllmPollerConfig(url="ftp://x")
     with pytest.raises(ValueError, match="interval_s"):
         TrtllmPollerConfig(interval_s=0)
+
+
+def test_fuzzed_events_never_raise():
+    import random
+
+    rng = random.Random(11)
+    atoms = [None, True, -1, 0, 1, 2**70, 1.5, "", "zz", "ab" * 40, [], {}, [1, "x"], {"type": 1},
+             "stored", "removed", "updated", "created", [0, 1], {"old_value": 0, "new_value": 1}]
+
+    def junk(depth=0):
+        roll = rng.random()
+        if depth > 3 or roll < 0.4:
+            return rng.choice(atoms)
+        if roll < 0.7:
+            return [junk(depth + 1) for _ in range(rng.randrange(4))]
+        keys = ["data", "type", "blocks", "block_hash", "block_hashes", "cache_level",
+                "priority", "old_value", "new_value", "parent_hash", "tokens", "stored",
+                "removed", "updated", "created", "num_blocks_per_cache_level"]
+        return {rng.choice(keys): junk(depth + 1) for _ in range(rng.randrange(5))}
+
+    mapper = TrtllmEventMapper()
+    for _ in range(2000):
+        events = [junk() for _ in range(rng.randrange(4))]
+        for event in mapper.map_events(events, 1.0):
+            assert 0 <= event.block_hash < 2**64
+    assert mapper.map_events({"not": "a list"}, 1.0) == []
