@@ -40,11 +40,15 @@ class FileTier:
         self._writes: dict[int, Future] = {}
         self._order = EvictionOrder(policy)
         self._on_stored = on_stored
+        self.write_failures = 0
 
     def path(self, block_hash: int) -> Path:
         return self.folder / f"{block_hash:016x}{SUFFIX}"
 
     def __contains__(self, block_hash: int) -> bool:
+        future = self._writes.get(block_hash)
+        if future is not None and future.done():
+            self._wait(block_hash)  # settles a failed write: the block is not here
         return block_hash in self._order
 
     @property
@@ -73,15 +77,22 @@ class FileTier:
         start = time.perf_counter()
         final = self.path(block_hash)
         tmp = final.with_name(final.name[:-len(SUFFIX)] + TMP_SUFFIX)
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, final)
+        try:
+            with open(tmp, "wb") as handle:
+                handle.write(data)
+            os.replace(tmp, final)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         self._on_stored(block_hash, len(data), time.perf_counter() - start)
 
     def read_many(self, block_hashes: list[int]) -> list[torch.Tensor]:
-        """Read blocks in parallel on the pool; each touches the eviction order."""
+        """Read blocks in parallel on the pool; each touches the eviction order.
+        ``KeyError`` if a block is not in the tier (check with ``in`` first)."""
         for block_hash in block_hashes:
             self._wait(block_hash)
+            if block_hash not in self._order:
+                raise KeyError(f"block {block_hash:016x} is not in the file tier")
             self._order.touch(block_hash)
         return list(self._pool.map(self._read, block_hashes))
 
@@ -95,9 +106,11 @@ class FileTier:
         self.path(block_hash).unlink(missing_ok=True)
 
     def _wait(self, block_hash: int) -> None:
+        """Wait for the block's write; a failed write (disk full...) forgets the block."""
         future = self._writes.pop(block_hash, None)
-        if future is not None:
-            future.result()
+        if future is not None and future.exception() is not None:
+            self.write_failures += 1
+            self._order.remove(block_hash)
 
     def flush(self) -> None:
         """Wait for every pending write."""
