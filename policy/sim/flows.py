@@ -12,6 +12,7 @@ from policy.sim.config import SimConfig
 from policy.sim.policies import (LRU, Admitted, BlockInfo, OfferCountAdmitter, PriorityAdmitter,
                                  PriorityLRU, make_policy)
 from policy.sim.policies.admission import Admitter
+from policy.sim.policies.base import DEFAULT_INFO
 from policy.sim.result import SimResult
 
 # emit(kind, block_hash, tier_from, tier_to): movement events, a no-op unless events are wanted
@@ -28,6 +29,7 @@ class Flow:
     def __init__(self, result: SimResult, emit: Emit = _no_emit) -> None:
         self.result = result
         self.emit = emit
+        self.emitting = emit is not _no_emit
         self.gpu = self.cpu = self.cold = None
 
     def lookup(self, hashes: Sequence[int]) -> list[Tier]:
@@ -70,12 +72,17 @@ class ExclusiveFlow(Flow):
         self.gpu = make_policy(config.policy, config.gpu_blocks)
         self.cpu = _optional(config.policy, config.cpu_blocks, cpu_admitter)
         self.cold = _optional(config.policy, config.cold_blocks, None)
-        self._info: dict[int, BlockInfo] = {}  # last reference of each resident block
+        # the last reference of each resident block, for policies that read it when the block
+        # moves down (priority, next use); plain recency policies do not need it
+        self._keep_info = config.policy in ("priority", "belady") or cpu_admitter is not None
+        self._info: dict[int, BlockInfo] = {}
 
     def serve(self, hashes, infos, found) -> None:
         self.pin_gpu_hits(hashes, infos, found)
+        keep_info = self._keep_info
         for i, (h, info) in enumerate(zip(hashes, infos)):
-            self._info[h] = info
+            if keep_info:
+                self._info[h] = info
             if h in self.gpu:
                 if i >= len(found):  # resident past the prefix gap: recomputed, still a use
                     self.gpu.touch(h, info)
@@ -88,48 +95,49 @@ class ExclusiveFlow(Flow):
 
     def _into_gpu(self, h: int, info: BlockInfo) -> None:
         victims = self.gpu.insert(h, info)
-        self.result.gpu_evictions_total += len(victims)
-        for victim in victims:
-            self.emit(Outcome.EVICT, victim, Tier.GPU, None)
-            self._demote(victim, Tier.CPU)
+        if victims:
+            self.result.gpu_evictions_total += len(victims)
+            for victim in victims:
+                if self.emitting:
+                    self.emit(Outcome.EVICT, victim, Tier.GPU, None)
+                self._demote(victim, Tier.CPU)
 
-    def _demote(self, h: int, tier: Tier) -> None:
+    def _demote(self, h: int, tier: Tier | None) -> None:
+        """Store ``h`` in ``tier``, cascading its victims downward; ``None``: off the stack."""
         cache = self.cpu if tier is Tier.CPU else self.cold if tier is Tier.COLD else None
         if cache is None:
             self._drop(h)
             return
-        victims = cache.insert(h, self._info[h])
+        victims = cache.insert(h, self._info.get(h, DEFAULT_INFO))
         if h not in cache:
             self._drop(h)
             return
-        self._count_store(tier)
-        self.emit(Outcome.STORE, h, Tier(tier - 1), tier)
-        self._count_evictions(tier, len(victims))
+        result = self.result
+        below = Tier.COLD if tier is Tier.CPU else None
+        if below is Tier.COLD:
+            result.cpu_stores_total += 1
+            result.cpu_evictions_total += len(victims)
+        else:
+            result.cold_stores_total += 1
+            result.cold_evictions_total += len(victims)
+        if self.emitting:
+            self.emit(Outcome.STORE, h, Tier.GPU if below is Tier.COLD else Tier.CPU, tier)
         for victim in victims:
-            self.emit(Outcome.EVICT, victim, tier, None)
-            self._demote(victim, Tier(tier + 1))
+            if self.emitting:
+                self.emit(Outcome.EVICT, victim, tier, None)
+            self._demote(victim, below)
 
     def _drop(self, h: int) -> None:
         self._info.pop(h, None)
         self.result.drops_total += 1
-        self.emit(Outcome.DROP, h, None, None)
-
-    def _count_store(self, tier: Tier) -> None:
-        if tier is Tier.CPU:
-            self.result.cpu_stores_total += 1
-        else:
-            self.result.cold_stores_total += 1
-
-    def _count_evictions(self, tier: Tier, n: int) -> None:
-        if tier is Tier.CPU:
-            self.result.cpu_evictions_total += n
-        else:
-            self.result.cold_evictions_total += n
+        if self.emitting:
+            self.emit(Outcome.DROP, h, None, None)
 
 
 def trtllm_flow(config: SimConfig, result: SimResult, emit: Emit = _no_emit) -> ExclusiveFlow:
     """TensorRT-LLM: priority LRU in both tiers, GPU victims gated by priority into host."""
     flow = ExclusiveFlow(config, result, emit)
+    flow._keep_info = True
     flow.gpu = PriorityLRU(config.gpu_blocks)
     if config.cpu_blocks != 0:
         gate = PriorityAdmitter(config.offload_min_priority, config.offload_comparison)

@@ -18,6 +18,7 @@ from collector.events import BlockEvent, Outcome, RequestRecord, Tier
 from policy.sim.config import SimConfig
 from policy.sim.flows import build_flow
 from policy.sim.policies import NEVER, BlockInfo
+from policy.sim.policies.base import DEFAULT_INFO
 from policy.sim.policies.admission import Admitter
 from policy.sim.result import SimResult
 
@@ -63,6 +64,8 @@ class Simulator:
         emit = self._emit_movement if events is not None else None
         kwargs = {"emit": emit} if emit is not None else {}
         self.flow = build_flow(config, self.result, cpu_admitter=cpu_admitter, **kwargs)
+        self._plain_infos = (cpu_admitter is None and config.semantics != "trtllm"
+                             and config.policy not in ("priority", "belady"))
 
     def replay(self, records: Iterable[RequestRecord],
                on_request: Callable[[RequestRecord, RequestOutcome], None] | None = None
@@ -88,9 +91,12 @@ class Simulator:
         block_tokens = record.block_size_tokens or self.config.default_block_tokens
         found = self.flow.lookup(hashes)
         outcome = self._account(record, found, block_tokens)
-        rule = self.config.priorities
-        future = next_uses if next_uses is not None else (NEVER,) * len(hashes)
-        infos = [BlockInfo(rule.priority(i), future[i], i) for i in range(len(hashes))]
+        if self._plain_infos and next_uses is None:
+            infos = [DEFAULT_INFO] * len(hashes)  # recency-only policies read nothing in it
+        else:
+            rule = self.config.priorities
+            future = next_uses if next_uses is not None else (NEVER,) * len(hashes)
+            infos = [BlockInfo(rule.priority(i), future[i], i) for i in range(len(hashes))]
         self._now_s, self._request_id = record.arrival_s, record.request_id
         self.flow.serve(hashes, infos, found)
         return outcome

@@ -93,6 +93,15 @@ def test_exclusive_victims_move_down_and_hits_move_up():
     assert sim.result.cold_promotion_tokens == 8
 
 
+def test_exclusive_cold_victims_leave_the_stack():
+    sim = Simulator(SimConfig(gpu_blocks=1, cpu_blocks=1, cold_blocks=1))
+    for h in (1, 2, 3, 4):
+        sim.serve(request([h]))
+    assert (set(sim.flow.gpu), set(sim.flow.cpu), set(sim.flow.cold)) == ({4}, {3}, {2})
+    assert sim.result.drops_total == 1 and sim.result.cold_evictions_total == 1
+    assert sim.serve(request([1])).outcomes == (Outcome.RECOMPUTE_MISS,)
+
+
 def test_trtllm_offloads_only_priorities_passing_the_gate():
     rule = PriorityRule(default_priority=20, prefix_blocks=1, prefix_priority=30)
     for comparison, offloaded in (("ge", {1}), ("gt", set())):

@@ -1,0 +1,66 @@
+"""Train the admission model at one capacity, score every offer, sweep the threshold.
+
+The model outputs a score; the threshold is a separate parameter, chosen by replaying the
+latest slice of the training period (never the evaluation period) at each candidate and
+keeping the one with the highest token hit ratio there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from collector.events import RequestRecord
+from policy.learn.model import AdmissionModel, ModelConfig, train
+from policy.learn.offers import collect_offers
+from policy.learn.replay import IndexedAdmitter, Tiers, replay
+
+THRESHOLDS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7)
+
+
+@dataclass(frozen=True)
+class LearnedAdmission:
+    """A trained model, its score for every offer of the scored records, and the threshold
+    the sweep chose (``sweep``: (threshold, token hit ratio on the validation slice))."""
+
+    model: AdmissionModel
+    scores: dict
+    threshold: float
+    sweep: tuple[tuple[float, float], ...]
+    train_offers: int
+    train_positive_rate: float
+
+    def admitter(self, threshold: float | None = None) -> IndexedAdmitter:
+        return IndexedAdmitter(self.scores, self.threshold if threshold is None else threshold)
+
+
+def fit(train_records: Sequence[RequestRecord], scored_records: Sequence[RequestRecord],
+        tiers: Tiers, config: ModelConfig = ModelConfig(),
+        thresholds: Sequence[float] = THRESHOLDS) -> LearnedAdmission:
+    """Label and train on ``train_records``; score the offers of ``scored_records`` (which
+    must start with ``train_records`` when they share a replay, so request indices agree)."""
+    if not thresholds:
+        raise ValueError("thresholds must not be empty")
+    labelled = collect_offers(train_records, tiers.gpu_blocks, tiers.cpu_blocks, label=True)
+    model = train(labelled.X, labelled.y, config)
+    offers = collect_offers(scored_records, tiers.gpu_blocks, tiers.cpu_blocks, label=False)
+    p = model.predict(offers.X)
+    scores = {(int(i), int(k)): float(s)
+              for i, k, s in zip(offers.request_index, offers.keys, p)}
+    sweep = _sweep(train_records, tiers, scores, config.calibration_fraction, thresholds)
+    best = max(sweep, key=lambda point: (point[1], point[0]))[0]
+    return LearnedAdmission(model, scores, best, tuple(sweep), len(labelled),
+                            float(np.mean(labelled.y)) if len(labelled) else 0.0)
+
+
+def _sweep(records: Sequence[RequestRecord], tiers: Tiers, scores: dict,
+           validation_fraction: float, thresholds: Sequence[float]) -> list:
+    count_from = int(len(records) * (1 - validation_fraction))
+    out = []
+    for threshold in thresholds:
+        result = replay(records, tiers, "lru", admitter=IndexedAdmitter(scores, threshold),
+                        count_from=count_from).result
+        out.append((float(threshold), result.token_hit_ratio))
+    return out
