@@ -110,6 +110,7 @@ def build(root: Path, store_path: Path, events: int, instances: int, seed: int) 
     started = time.perf_counter()
     stored = 0
     with TraceStore(store_path) as store:
+        store.run_locked(lambda con: con.execute("SET enable_progress_bar = false"))  # keep stdout JSON
         for number, first in enumerate(range(0, total_requests, per_chunk)):
             count = min(per_chunk, total_requests - first)
             block_events, requests = chunk(rng, first, count, total_requests, t0_s, span_s)

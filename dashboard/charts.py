@@ -85,6 +85,7 @@ def reuse_gaps() -> dict:
                   "scale": {"type": "log"}},
             "x2": {"field": "gap_end_s"},
             "y": {"field": "uses", "type": "quantitative", "title": "reuses"},
+            "y2": {"datum": 0},
         },
     }
 
@@ -110,10 +111,25 @@ def whatif_curves() -> dict:
                  "y": {"field": "token_hit_ratio", "type": "quantitative", "title": "token hit ratio",
                        "axis": {"format": "%"}},
                  "color": {"field": "policy", "type": "nominal"},
-                 "strokeDash": {"field": "bound", "type": "nominal", "title": "line"}}},
+                 "strokeDash": {"field": "bound", "type": "nominal", "title": "line",
+                                "scale": {"domain": ["policy", "bound"], "range": [[1, 0], [6, 4]]}}}},
             {"transform": [{"filter": "datum.chosen"}],
              "mark": {"type": "point", "size": 250, "shape": "diamond", "filled": True, "color": "black"},
              "encoding": {"x": {"field": "cpu_capacity_tokens", "type": "quantitative"},
                           "y": {"field": "token_hit_ratio", "type": "quantitative"}}},
         ],
+    }
+
+
+def size_latency() -> dict:
+    """Median promotion time against block size (log-log), one line per source tier."""
+    return {
+        "mark": {"type": "line", "point": True, "tooltip": True},
+        "encoding": {
+            "x": {"field": "block_bytes", "type": "quantitative", "title": "block size (bytes, log)",
+                  "scale": {"type": "log"}},
+            "y": {"field": "p50_ms", "type": "quantitative", "title": "median promotion time (ms)",
+                  "scale": {"type": "log"}},
+            "color": {"field": "source_tier", "type": "nominal", "title": "source tier"},
+        },
     }

@@ -101,17 +101,20 @@ def promotion_latency(data: SegmentData, filters: Filters) -> pd.DataFrame:
         ORDER BY source_tier, q.quantile""", params)
 
 
-def transfer_budget(data: SegmentData, filters: Filters) -> pd.DataFrame:
-    """Per source tier: promotions, mean block size, effective bandwidth (bytes/s)."""
+def size_latency(data: SegmentData, filters: Filters) -> pd.DataFrame:
+    """Promotion time against block size: ``source_tier``, ``block_bytes`` (power-of-two
+    bucket), ``promotions``, ``p50_ms``, ``bandwidth_bytes_per_s``. Shows whether bigger
+    blocks still fit the transfer budget a request can afford."""
     if not data.has_events:
-        return empty_frame("source_tier", "promotions", "mean_block_bytes", "bandwidth_bytes_per_s")
+        return empty_frame("source_tier", "block_bytes", "promotions", "p50_ms", "bandwidth_bytes_per_s")
     view = data.events_view(filters)
     where, params = data.where(filters, view)
-    where = and_where(where, f"kind IN ({_PROMOTIONS_SQL}) AND size_bytes IS NOT NULL")
-    return data.df(f"""SELECT coalesce(tier_from, kind) AS source_tier, count(*) AS promotions,
-            avg(size_bytes) AS mean_block_bytes,
+    where = and_where(where, f"kind IN ({_PROMOTIONS_SQL}) AND size_bytes > 0 AND latency_s IS NOT NULL")
+    return data.df(f"""SELECT coalesce(tier_from, kind) AS source_tier,
+            pow(2, floor(log2(size_bytes))) AS block_bytes, count(*) AS promotions,
+            quantile_cont(latency_s, 0.5) * 1000 AS p50_ms,
             sum(size_bytes) / nullif(sum(latency_s), 0) AS bandwidth_bytes_per_s
-        FROM {view} {where} GROUP BY ALL ORDER BY 1""", params)
+        FROM {view} {where} GROUP BY ALL ORDER BY source_tier, block_bytes""", params)
 
 
 def request_latency(data: SegmentData, filters: Filters) -> pd.DataFrame:

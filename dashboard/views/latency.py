@@ -25,12 +25,8 @@ def _promotions(ctx: PageContext) -> None:
                 "probes (`kvtier collect`); simulated replays without a cost model carry none.")
         return
     chart(frame, charts.grouped_quantiles("source_tier", "source tier"))
-    budget = queries.transfer_budget(ctx.data, ctx.filters)
     st.dataframe(frame.pivot_table(index=["source_tier", "events"], columns="quantile",
                                    values="latency_ms").reset_index(), hide_index=True)
-    if not budget.empty:
-        st.caption("Block size against the transfer budget (effective bandwidth of promotions)")
-        st.dataframe(budget, hide_index=True)
 
 
 def _requests(ctx: PageContext) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import charts
+from dashboard import charts, queries
 from dashboard import reuse as analysis
 from dashboard.views import PageContext, chart
 
@@ -34,4 +34,16 @@ def render(ctx: PageContext) -> None:
         st.info("No block was used twice in the selection, so there is no reuse time to show.")
     else:
         chart(gaps, charts.reuse_gaps())
+    _size_against_budget(ctx)
     st.dataframe(classes.drop(columns="rank"), hide_index=True)
+
+
+def _size_against_budget(ctx: PageContext) -> None:
+    st.subheader("Block size against the transfer budget")
+    sizes = queries.size_latency(ctx.data, ctx.filters)
+    if sizes.empty:
+        st.info("No promotions with a block size and a latency: the transfer budget needs block "
+                "events from engine probes.")
+        return
+    chart(sizes, charts.size_latency())
+    st.dataframe(sizes, hide_index=True)

@@ -52,6 +52,7 @@ def build_segments(root: Path, scenario: Scenario = Scenario()) -> Path:
 
 def _record_instance(recorder: Recorder, scenario: Scenario, rng, instance: str, index: int) -> None:
     now_s = T0_S + index * 0.5
+    block_bytes = BLOCK_BYTES >> index  # instances serve models with different block sizes
     prefixes = [tuple(int(h) for h in rng.integers(1, 2**62, size=8)) for _ in range(5)]
     for phase_index, (phase, count) in enumerate(zip(scenario.phases, scenario.requests_per_phase)):
         for n in range(count):
@@ -59,7 +60,7 @@ def _record_instance(recorder: Recorder, scenario: Scenario, rng, instance: str,
             request_id = f"{instance}-{phase}-{n}"
             hashes = prefixes[int(rng.integers(len(prefixes)))][: int(rng.integers(2, 9))]
             hashes += tuple(int(h) for h in rng.integers(1, 2**62, size=int(rng.integers(1, 4))))
-            tokens = _record_blocks(recorder, scenario, rng, request_id, hashes, now_s, phase_index)
+            tokens = _record_blocks(recorder, scenario, rng, request_id, hashes, now_s, phase_index, block_bytes)
             recorder.record_request(_request(scenario, rng, request_id, now_s, hashes, tokens, phase))
 
 
@@ -75,19 +76,20 @@ _LATENCY_S = {Outcome.GPU_HIT: 0.0, Outcome.CPU_PROMOTION: 0.002, Outcome.COLD_P
               Outcome.RECOMPUTE_MISS: 0.01}
 
 
-def _record_blocks(recorder, scenario, rng, request_id, hashes, now_s, phase_index) -> dict:
+def _record_blocks(recorder, scenario, rng, request_id, hashes, now_s, phase_index, block_bytes) -> dict:
     tokens = dict.fromkeys(Outcome, 0)
     parent = None
     for position, block_hash in enumerate(hashes):
         kind = _outcome(rng, phase_index, position)
         tokens[kind] += BLOCK_TOKENS
         if scenario.block_events:
-            latency = _LATENCY_S[kind] * float(rng.lognormal(0.0, 0.5)) if scenario.with_latency else None
+            scale = block_bytes / BLOCK_BYTES if kind in _SOURCE else 1.0
+            latency = _LATENCY_S[kind] * scale * float(rng.lognormal(0.0, 0.5)) if scenario.with_latency else None
             recorder.record(kind, block_hash, request_id=request_id, parent_hash=parent, position=position,
-                            tokens=BLOCK_TOKENS, size_bytes=BLOCK_BYTES, tier_from=_SOURCE.get(kind),
+                            tokens=BLOCK_TOKENS, size_bytes=block_bytes, tier_from=_SOURCE.get(kind),
                             tier_to=Tier.GPU, latency_s=latency, time_s=now_s + position * 1e-4)
             if phase_index > 0 and kind == Outcome.RECOMPUTE_MISS:
-                recorder.record(Outcome.STORE, block_hash, request_id=request_id, size_bytes=BLOCK_BYTES,
+                recorder.record(Outcome.STORE, block_hash, request_id=request_id, size_bytes=block_bytes,
                                 tier_from=Tier.GPU, tier_to=Tier.CPU, latency_s=0.001, time_s=now_s + 0.05)
         parent = block_hash
     if scenario.block_events and phase_index > 0:

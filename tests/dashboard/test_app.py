@@ -4,6 +4,8 @@ and empty, simulated-only and mid-rollout data render an explanation instead of 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,6 +17,7 @@ from dashboard.settings import ENV_RECOMMENDATION, ENV_SEGMENTS, ENV_WHATIF
 from dashboard.views import PAGES
 from tests.dashboard.fixtures import PHASES
 
+WRITER = Path(__file__).resolve().parents[1] / "collector" / "writer_process.py"
 APP = str(Path(dashboard.__file__).with_name("app.py"))
 pytestmark = pytest.mark.timeout(120)
 
@@ -70,11 +73,13 @@ def test_latency_page_charts_promotions_and_request_latency(monkeypatch, full_se
 
 def test_reuse_page_charts_sharing_positions_and_reuse_times(monkeypatch, full_segments):
     at = open_page(monkeypatch, full_segments, "reuse")
-    (classes_spec, classes), (_, positions), (gaps_spec, gaps) = charts(at)
+    (classes_spec, classes), (_, positions), (gaps_spec, gaps), (size_spec, sizes) = charts(at)
     assert classes_spec["encoding"]["x"]["field"] == "reuse_class" and classes.num_rows >= 2
     assert positions.num_rows > 3
     assert gaps_spec["encoding"]["x"]["scale"]["type"] == "log" and gaps.num_rows > 0
     assert "never reused" in [m.label for m in at.metric]
+    assert size_spec["encoding"]["x"]["field"] == "block_bytes"
+    assert sorted(set(sizes.column("block_bytes").to_pylist())) == [1024 * 1024, 2 * 1024 * 1024]
 
 
 @pytest.mark.parametrize("page", ["overview", "latency", "reuse"])
@@ -144,3 +149,20 @@ def test_every_page_is_reachable_from_the_sidebar(monkeypatch, full_segments):
     for slug, (title, _) in PAGES.items():
         at.sidebar.radio[0].set_value(slug).run()
         assert at.title[0].value.endswith(title) and not at.exception
+
+
+def test_overview_renders_while_a_collector_process_holds_the_store(monkeypatch, tmp_path):
+    segments = tmp_path / "segments"
+    writer = subprocess.Popen([sys.executable, str(WRITER), str(tmp_path / "store.duckdb"), "--batches", "3",
+                               "--rows", "50", "--segments", str(segments), "--hold-s", "60"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        lines = [writer.stdout.readline().strip() for _ in range(4)]  # ACK 0..2, then HOLDING
+        assert lines == ["ACK 0", "ACK 1", "ACK 2", "HOLDING"]
+        at = open_page(monkeypatch, segments, "overview")  # the store file is locked right now
+        (_, totals), _ = charts(at)
+        assert sum(totals.column("amount").to_pylist()) == 150
+        assert writer.poll() is None  # the writer was never disturbed
+    finally:
+        writer.kill()
+        writer.wait(timeout=30)

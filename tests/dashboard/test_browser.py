@@ -25,7 +25,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "test-artifacts" / "dashboard"
 CHARTS = "[data-testid='stVegaLiteChart'] canvas, [data-testid='stVegaLiteChart'] svg.marks"
 # page slug -> charts it draws with the fixture data (0: checked by its other content)
-EXPECTED_CHARTS = {"overview": 2, "latency": 3, "reuse": 3, "whatif": 1, "recommendation": 0}
+EXPECTED_CHARTS = {"overview": 2, "latency": 3, "reuse": 4, "whatif": 1, "recommendation": 0}
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed "
                                      "(pip install playwright; no 'playwright install' needed)")
