@@ -15,9 +15,11 @@ class Scheduler:
         self.max_batch_size = max_batch_size
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.peak_waiting = 0  # most requests seen waiting at once: evidence of queueing
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
+        self.peak_waiting = max(self.peak_waiting, len(self.waiting))
 
     def admit(self, kv: KvCacheManager) -> list[Sequence]:
         """Move waiting requests into the batch while they fit; returns the admitted ones."""

@@ -1,0 +1,83 @@
+"""A vLLM-style ``/metrics`` subset (names and labels as vLLM 0.33.0 exposes them, see
+``shared/reference/vllm.md`` §3), so kvtier's vLLM scraper profile reads the engine unchanged.
+
+Prefix-cache counters are in tokens: ``prefix_cache_*`` for the GPU tier,
+``external_prefix_cache_*`` for the CPU and file tiers (vLLM's connector counters), and
+``prompt_tokens_cached_by_source`` with ``device`` (GPU), ``host`` (CPU) and ``disk`` (file).
+A fresh registry per instance, so tests and several engines in one process never collide.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from collector.events import RequestRecord
+
+LATENCY_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+                     2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+
+
+class EngineMetrics:
+    """Observes finished requests; gauges are read from the engine at scrape time."""
+
+    def __init__(self, model_name: str, *, usage: Callable[[], float],
+                 running: Callable[[], int], waiting: Callable[[], int], cache_info: dict[str, str]):
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = registry = CollectorRegistry()
+        base = {"model_name": model_name, "engine": "0"}
+        names = list(base)
+
+        def counter(name, doc, extra=()):
+            return Counter(name, doc, names + list(extra), registry=registry)
+
+        def histogram(name, doc, buckets):
+            return Histogram(name, doc, names, buckets=buckets, registry=registry).labels(**base)
+
+        def gauge(name, doc, read):
+            g = Gauge(name, doc, names, registry=registry, multiprocess_mode="mostrecent")
+            g.labels(**base).set_function(read)
+
+        self._base = base
+        self.queries = counter("vllm:prefix_cache_queries", "GPU prefix cache queries (tokens)").labels(**base)
+        self.hits = counter("vllm:prefix_cache_hits", "GPU prefix cache hits (tokens)").labels(**base)
+        self.ext_queries = counter("vllm:external_prefix_cache_queries",
+                                   "CPU/file tier queries (tokens)").labels(**base)
+        self.ext_hits = counter("vllm:external_prefix_cache_hits", "CPU/file tier hits (tokens)").labels(**base)
+        self.by_source = counter("vllm:prompt_tokens_cached_by_source", "cached prompt tokens by tier",
+                                 ["source"])
+        self.prompt = counter("vllm:prompt_tokens", "prompt tokens").labels(**base)
+        self.generation = counter("vllm:generation_tokens", "generated tokens").labels(**base)
+        self.computed = histogram("vllm:request_prefill_kv_computed_tokens",
+                                  "KV tokens recomputed per request", TOKEN_BUCKETS)
+        self.ttft = histogram("vllm:time_to_first_token_seconds", "time to first token", LATENCY_BUCKETS_S)
+        self.itl = histogram("vllm:inter_token_latency_seconds", "inter-token latency", LATENCY_BUCKETS_S)
+        self.e2e = histogram("vllm:e2e_request_latency_seconds", "end-to-end latency", LATENCY_BUCKETS_S)
+        gauge("vllm:kv_cache_usage_perc", "GPU KV blocks in use, 0..1", usage)
+        gauge("vllm:num_requests_running", "requests in the running batch", running)
+        gauge("vllm:num_requests_waiting", "requests waiting", waiting)
+        info = Gauge("vllm:cache_config_info", "cache configuration", sorted(cache_info), registry=registry)
+        info.labels(**cache_info).set(1)
+
+    def observe(self, record: RequestRecord) -> None:
+        """Count one finished request (call from any one thread)."""
+        gpu, cpu, cold = record.gpu_hit_tokens or 0, record.cpu_promotion_tokens or 0, record.cold_promotion_tokens or 0
+        self.queries.inc(record.prompt_tokens)
+        self.hits.inc(gpu)
+        self.ext_queries.inc(record.prompt_tokens - gpu)
+        self.ext_hits.inc(cpu + cold)
+        for source, tokens in (("device", gpu), ("host", cpu), ("disk", cold)):
+            self.by_source.labels(**self._base, source=source).inc(tokens)
+        self.prompt.inc(record.prompt_tokens)
+        self.generation.inc(record.output_tokens or 0)
+        self.computed.observe(record.recomputed_tokens or 0)
+        for histogram, value in ((self.ttft, record.ttft_s), (self.itl, record.itl_s),
+                                 (self.e2e, record.e2e_latency_s)):
+            if value is not None:
+                histogram.observe(value)
+
+    def exposition(self) -> bytes:
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.registry)

@@ -1,0 +1,142 @@
+"""The HTTP server: OpenAI completions (plain and streamed), continuous batching under
+concurrency, the vLLM-style /metrics read by kvtier's vLLM scraper, the tier switch, the store."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from probes.engine.server import MODEL_NAME, EngineServer, ServerSettings
+from probes.scrapers import MetricScraper, ScraperConfig
+from tests.engine.conftest import prompt, run, tiny_config
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def server(tmp_path):
+    srv = EngineServer(tiny_config(tmp_path, gpu_blocks=12),
+                       ServerSettings(port=0, store_path=str(tmp_path / "store.duckdb")))
+    try:
+        yield srv.start()
+    finally:
+        srv.stop()
+
+
+def post(url: str, body: dict, timeout_s: float = 60) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def complete(server, tokens, max_tokens=4, **extra) -> dict:
+    status, body = post(server.url + "/v1/completions",
+                        {"model": MODEL_NAME, "prompt": tokens, "max_tokens": max_tokens, **extra})
+    assert status == 200, body
+    return json.loads(body)
+
+
+def sse_events(body: bytes) -> list:
+    lines = [line[len(b"data: "):] for line in body.split(b"\n\n") if line.startswith(b"data: ")]
+    assert lines[-1] == b"[DONE]"
+    return [json.loads(line) for line in lines[:-1]]
+
+
+def test_completion_matches_the_engine_run_directly(server, make_engine):
+    direct = run(make_engine(tiny_config(gpu_blocks=12)), "direct", prompt(1)).output
+    first = complete(server, prompt(1))
+    again = complete(server, prompt(1))
+    assert first["choices"][0]["token_ids"] == again["choices"][0]["token_ids"] == direct
+    assert first["usage"]["prompt_tokens"] == 13 and first["usage"]["completion_tokens"] == 4
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 12
+    assert again["kvtier"]["gpu_hit_tokens"] == 12 and again["kvtier"]["recomputed_tokens"] == 1
+
+
+def test_streamed_tokens_equal_the_plain_response(server):
+    plain = complete(server, prompt(2), max_tokens=6)
+    status, body = post(server.url + "/v1/completions",
+                        {"prompt": prompt(2), "max_tokens": 6, "stream": True,
+                         "stream_options": {"include_usage": True}})
+    events = sse_events(body)
+    streamed = [t for e in events for t in e["choices"][0]["token_ids"]]
+    assert status == 200 and streamed == plain["choices"][0]["token_ids"]
+    assert events[-1]["choices"][0]["finish_reason"] == "length"
+    assert events[-1]["usage"]["completion_tokens"] == 6
+
+
+def test_concurrent_requests_queue_and_all_finish(tmp_path):
+    srv = EngineServer(tiny_config(gpu_blocks=10), ServerSettings(port=0)).start()
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(lambda i: complete(srv, prompt(i), max_tokens=8), range(8)))
+        assert [r["usage"]["completion_tokens"] for r in results] == [8] * 8
+        assert len({r["id"] for r in results}) == 8
+        assert srv.engine.scheduler.peak_waiting >= 2  # 10 blocks hold 2 requests of 6 blocks
+    finally:
+        srv.stop()
+
+
+def test_metrics_parse_with_the_vllm_scraper_profile(server):
+    scraper = MetricScraper(ScraperConfig(engine="vllm", url=server.url + "/metrics"), lambda i: None)
+    assert scraper.poll() is None  # baseline
+    complete(server, prompt(3))
+    complete(server, prompt(3))
+    interval = scraper.poll()
+    counters = {key.name: value for key, value in interval.counters.items()}
+    assert counters["vllm:prompt_tokens_total"] == 26
+    assert counters["vllm:prefix_cache_hits_total"] == 12
+    assert counters["vllm:prefix_cache_queries_total"] == 26
+    ttft = [h for k, h in interval.histograms.items() if k.name == "vllm:time_to_first_token_seconds"]
+    assert ttft and ttft[0].count == 2
+
+
+def test_admin_switch_names_the_next_requests_phase(server):
+    status, body = post(server.url + "/admin/tiers",
+                        {"gpu_blocks": 12, "cpu_blocks": 8, "config_id": "plus-cpu"})
+    assert status == 202 and json.loads(body)["pending"]["cpu_blocks"] == 8
+    assert complete(server, prompt(4))["kvtier"]["tier_config_id"] == "plus-cpu"
+    with urllib.request.urlopen(server.url + "/admin/tiers", timeout=30) as response:
+        assert json.loads(response.read())["config_id"] == "plus-cpu"
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ({"gpu_blocks": 4, "colour": "red"}, "allowed"),
+    ({"gpu_blocks": 4, "eviction_policy": "random"}, "lru, fifo"),
+])
+def test_admin_switch_rejects_bad_configs(server, body, fragment):
+    status, reply = post(server.url + "/admin/tiers", body)
+    assert status == 400 and fragment in json.loads(reply)["error"]["message"]
+
+
+@pytest.mark.parametrize("body, status", [
+    ({"prompt": [], "max_tokens": 2}, 400),
+    ({"prompt": [1, 2], "max_tokens": 0}, 400),
+    ({"prompt": [1, 500], "max_tokens": 2}, 400),  # outside the vocabulary
+    ({"prompt": "text", "max_tokens": 2}, 400),  # vocab 97 < 256: text needs token ids
+    ({"prompt": [1, 2], "model": "gpt-9"}, 404),
+    ({"prompt": list(range(60)), "max_tokens": 2}, 400),  # more blocks than the GPU tier
+])
+def test_bad_requests_are_refused(server, body, status):
+    assert post(server.url + "/v1/completions", body)[0] == status
+
+
+def test_requests_reach_the_store(tmp_path):
+    path = tmp_path / "store.duckdb"
+    srv = EngineServer(tiny_config(gpu_blocks=12), ServerSettings(port=0, store_path=str(path))).start()
+    try:
+        for i in range(3):
+            complete(srv, prompt(i))
+    finally:
+        srv.stop()
+    from collector.store import TraceStore
+
+    with TraceStore(path) as store:
+        assert store.count("requests") == 3
+        assert store.scalar("SELECT sum(tokens) FROM block_events WHERE kind = 'recompute_miss'") == 39
