@@ -1,0 +1,79 @@
+"""`kvtier engine`: serve the reference engine (OpenAI API, vLLM KV events, /metrics)."""
+
+SUMMARY = "serve kvtier's reference engine: OpenAI /v1/completions, vLLM KV events, /metrics"
+EXAMPLE = ("kvtier engine --port 8000 --gpu-blocks 64 --cpu-blocks 256 --file-blocks 1024 "
+           "--file-dir /tmp/kvtier-files --kv-events tcp://127.0.0.1:5557 --store traces.duckdb")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
+    parser.add_argument("--port", type=int, default=8000, help="HTTP port (0: any free port)")
+    parser.add_argument("--gpu-blocks", type=int, default=64, help="GPU tier capacity in blocks")
+    parser.add_argument("--cpu-blocks", type=int, default=0, help="CPU tier capacity (0: none)")
+    parser.add_argument("--file-blocks", type=int, default=0, help="file tier capacity (0: none)")
+    parser.add_argument("--file-dir", help="folder of the file tier (needed with --file-blocks)")
+    parser.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
+    parser.add_argument("--eviction-policy", default="lru", help="lru or fifo, in every tier")
+    parser.add_argument("--admission-threshold", type=int, default=0,
+                        help="store a block in a lower tier only after this many uses")
+    parser.add_argument("--config-id", default=None, help="name of this tier configuration")
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--heads", type=int, default=2)
+    parser.add_argument("--head-dim", type=int, default=16)
+    parser.add_argument("--vocab-size", type=int, default=512)
+    parser.add_argument("--max-batch-size", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    parser.add_argument("--kv-events", metavar="ENDPOINT",
+                        help="publish vLLM KV events on this ZMQ PUB endpoint")
+    parser.add_argument("--kv-events-replay", metavar="ENDPOINT", help="ROUTER replay endpoint")
+    parser.add_argument("--store", help="DuckDB trace store for the engine's own records")
+
+
+def config_from_args(args):
+    """The engine configuration the flags describe; ``KvtierError`` naming a bad value."""
+    from kvtier.errors import KvtierError
+    from probes.engine.config import EngineConfig, TierConfig
+
+    tier_id = args.config_id or _default_id(args)
+    try:
+        tiers = TierConfig(gpu_blocks=args.gpu_blocks, cpu_blocks=args.cpu_blocks,
+                           file_blocks=args.file_blocks, eviction_policy=args.eviction_policy,
+                           admission_threshold=args.admission_threshold, config_id=tier_id)
+        return EngineConfig(layers=args.layers, heads=args.heads, head_dim=args.head_dim,
+                            vocab_size=args.vocab_size, block_size_tokens=args.block_size,
+                            max_batch_size=args.max_batch_size, seed=args.seed, tiers=tiers,
+                            file_dir=args.file_dir)
+    except ValueError as error:
+        raise KvtierError(str(error)) from None
+
+
+def _default_id(args) -> str:
+    parts = [f"gpu{args.gpu_blocks}"]
+    if args.cpu_blocks:
+        parts.append(f"cpu{args.cpu_blocks}")
+    if args.file_blocks:
+        parts.append(f"file{args.file_blocks}")
+    return "-".join(parts)
+
+
+def run(args) -> int:
+    import threading
+
+    from probes.engine.server import EngineServer, ServerSettings
+
+    config = config_from_args(args)
+    settings = ServerSettings(host=args.host, port=args.port, kv_events_endpoint=args.kv_events,
+                              kv_events_replay_endpoint=args.kv_events_replay, store_path=args.store)
+    server = EngineServer(config, settings).start()
+    try:
+        print(f"reference engine on {server.url} (model kvtier-reference, tiers {config.tiers.config_id})")
+        if server.publisher is not None:
+            print(f"KV events on {server.publisher.endpoint}"
+                  + (f", replay {server.publisher.replay_endpoint}" if server.publisher.replay_endpoint else ""))
+        print("Ctrl-C stops it.", flush=True)
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
