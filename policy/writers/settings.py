@@ -36,6 +36,8 @@ class EngineSettings:
       >= this (0..100; TensorRT-LLM, Dynamo KVBM).
     * ``retention_priorities``: the retention priorities the gateway assigns to request
       classes (0..100), so a threshold can be placed between them.
+    * ``retention_classes``: request class name -> retention priority (0..100), for the
+      gateway's per-class ``KvCacheRetentionConfig`` (TensorRT-LLM); JSON form is an object.
     * ``save_priority_limit``: LMCache ``priority_limit`` (skip saving requests whose
       priority value is above it).
     * ``block_size_tokens``: tokens per KV block / offload chunk.
@@ -51,6 +53,7 @@ class EngineSettings:
     store_threshold: int | None = None
     offload_min_priority: int | None = None
     retention_priorities: tuple[int, ...] = ()
+    retention_classes: tuple[tuple[str, int], ...] = ()
     save_priority_limit: int | None = None
     block_size_tokens: int | None = None
     write_policy: str | None = None
@@ -70,6 +73,14 @@ class EngineSettings:
         object.__setattr__(self, "retention_priorities", tuple(self.retention_priorities))
         for value in self.retention_priorities:
             _check_priority("retention_priorities", value)
+        classes = self.retention_classes
+        pairs = tuple(sorted(classes.items())) if isinstance(classes, Mapping) else tuple(classes)
+        object.__setattr__(self, "retention_classes", pairs)
+        for pair in pairs:
+            if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)
+                    and pair[0]):
+                raise ValueError(f"retention_classes must map class names to priorities, got {pair!r}")
+            _check_priority(f"retention_classes[{pair[0]!r}]", pair[1])
         _check_choice("eviction_policy", self.eviction_policy, EVICTION_POLICIES)
         _check_choice("write_policy", self.write_policy, WRITE_POLICIES)
         if self.kv_events is not None and not isinstance(self.kv_events, bool):
@@ -95,6 +106,11 @@ class EngineSettings:
                 raise ValueError("retention_priorities must be a list of 0..100 ints")
             values["retention_priorities"] = tuple(values["retention_priorities"])
         return cls(**values)
+
+    @property
+    def priorities_in_use(self) -> tuple[int, ...]:
+        """Every retention priority the settings mention (classes and bare priorities)."""
+        return tuple(sorted(set(self.retention_priorities) | {p for _, p in self.retention_classes}))
 
 
 @dataclass(frozen=True)

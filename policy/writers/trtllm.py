@@ -8,7 +8,8 @@ same under the documented rule (offload if priority > value, default 35) and the
 ``block_size_tokens`` -> ``tokens_per_block``; a cold tier -> the V2 manager's
 ``disk_cache_size``/``disk_cache_path``. It always sets ``enable_iter_perf_stats: true``
 (the ``trtllm_kv_cache_*`` gauges need it) and ``enable_block_reuse: true`` (offload and
-events need reuse).
+events need reuse). A ``.json`` file is the gateway's per-request-class
+``KvCacheRetentionConfig`` (from ``retention_classes``), merged by class name.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from policy.writers.settings import EngineSettings, Rendered
 from policy.writers.textedit import yaml_set
 
 ENGINE = "trtllm"
-FORMATS = (".yaml", ".yml")
+FORMATS = (".yaml", ".yml", ".json")  # .json: the gateway's per-class retention configs
 DEFAULT_RETENTION_PRIORITY = 35  # executor.h kDefaultRetentionPriority
 EVENT_BUFFER_SIZE = 16384
 SECTION = "kv_cache_config"
@@ -56,7 +57,7 @@ def validate(settings: EngineSettings) -> None:
     if settings.store_threshold:
         raise ValueError("TensorRT-LLM has no store_threshold; use offload_min_priority")
     if settings.offload_min_priority is not None:
-        offload_threshold(settings.offload_min_priority, settings.retention_priorities)
+        offload_threshold(settings.offload_min_priority, settings.priorities_in_use)
 
 
 def updates(settings: EngineSettings) -> tuple[dict, list[str]]:
@@ -71,7 +72,7 @@ def updates(settings: EngineSettings) -> tuple[dict, list[str]]:
                          f"over {settings.ranks} ranks")
     if settings.offload_min_priority is not None:
         t, offloaded, kept = offload_threshold(settings.offload_min_priority,
-                                               settings.retention_priorities)
+                                               settings.priorities_in_use)
         out[(SECTION, "secondary_offload_min_priority")] = t
         notes.append(f"secondary_offload_min_priority={t}: offloads priorities {offloaded}, "
                      f"keeps {kept or 'none'} GPU-only, the same under the documented rule "
@@ -93,11 +94,28 @@ def updates(settings: EngineSettings) -> tuple[dict, list[str]]:
 def render(settings: EngineSettings, existing: str | None, suffix: str) -> Rendered:
     if suffix not in FORMATS:
         raise ValueError(f"TensorRT-LLM config files are {', '.join(FORMATS)}, got {suffix!r}")
+    if suffix == ".json":
+        return _render_retention(settings, existing)
     values, notes = updates(settings)
     ignored = [f for f in ("save_priority_limit", "write_policy") if getattr(settings, f) is not None]
     if ignored:
         notes.append(f"not applicable to TensorRT-LLM, ignored: {', '.join(ignored)}")
     return Rendered(yaml_set(existing or "", values), tuple(notes))
+
+
+def _render_retention(settings: EngineSettings, existing: str | None) -> Rendered:
+    """The gateway file: existing classes kept, the settings' classes set."""
+    validate(settings)
+    if not settings.retention_classes:
+        raise ValueError("a TensorRT-LLM .json file holds per-class retention configs; "
+                         "the settings have no retention_classes")
+    current = json.loads(existing) if existing and existing.strip() else {}
+    if not isinstance(current, dict):
+        raise ValueError("the retention file must hold a JSON object of request classes")
+    current.update(json.loads(retention_json(dict(settings.retention_classes))))
+    return Rendered(json.dumps(current, indent=2) + "\n", (
+        "send each request class's entry as kv_cache_retention_config (LLM API / Dynamo's "
+        "TensorRT-LLM handler); trtllm-serve's OpenAI API has no per-request field for it",))
 
 
 def retention_json(classes: Mapping[str, int], duration_ms: Mapping[str, int] | None = None) -> str:

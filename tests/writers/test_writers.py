@@ -188,4 +188,21 @@ def test_unknown_engine_and_wrong_file_kind():
     with pytest.raises(ValueError, match="known: vllm, trtllm"):
         writer("ollama")
     with pytest.raises(ValueError, match=r"\.yaml"):
-        render("trtllm", EngineSettings(), suffix=".json")
+        render("trtllm", EngineSettings(), suffix=".toml")
+
+
+def test_trtllm_retention_file_for_the_gateway_and_threshold_between_classes():
+    settings = EngineSettings.from_mapping({"retention_classes": {"chat": 80, "batch": 10},
+                                            "offload_min_priority": 50})
+    assert settings.priorities_in_use == (10, 80)
+    existing = json.dumps({"legacy": {"decode_retention_priority": 35}})
+    out = render("trtllm", settings, existing, ".json")
+    data = json.loads(out.text)
+    assert set(data) == {"legacy", "chat", "batch"}
+    assert data["chat"]["token_range_retention_configs"][0]["priority"] == 80
+    yaml_text = render("trtllm", settings).text
+    assert yaml_get(yaml_text, ("kv_cache_config", "secondary_offload_min_priority")) == 50
+    with pytest.raises(ValueError, match="no retention_classes"):
+        render("trtllm", EngineSettings(), None, ".json")
+    with pytest.raises(ValueError, match="retention_classes"):
+        EngineSettings(retention_classes={"x": 101})
