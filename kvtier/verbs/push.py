@@ -5,7 +5,8 @@ EXAMPLE = "kvtier push --recommendation reco/recommendation.json --engine vllm -
 
 ENGINES = ("vllm", "trtllm", "lmcache", "sglang", "dynamo")
 FILES = ("vllm: .json (the --kv-transfer-config object) or .yaml (vllm serve --config); "
-         "trtllm: .yaml (trtllm-serve --config) or .json (per-class retention for the gateway); lmcache: .yaml (LMCACHE_CONFIG_FILE); "
+         "trtllm: .yaml (trtllm-serve --config) or .json (per-class retention for the gateway); "
+         "lmcache: .yaml (LMCACHE_CONFIG_FILE); "
          "sglang: .args (one launch flag per line); dynamo: .env (KVBM variables)")
 
 
