@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,18 @@ class DroppingTap(VllmEventTap):
         return super()._on_live(parts)
 
 
+def restart(side, line: str, rounds: int = 50) -> None:
+    """Start again on the same ports; ZMQ releases a closed socket's port asynchronously."""
+    for _ in range(rounds):
+        try:
+            return side(line)
+        except RuntimeError as exc:
+            if "Address already in use" not in str(exc):
+                raise
+            time.sleep(0.1)
+    raise AssertionError("the replay port was never released")
+
+
 def pump(tap, side, done, rounds=60):
     """Publish one batch per round until ``done()``; batch n carries hashes 100+n and 200+n."""
     for n in range(rounds):
@@ -117,7 +130,7 @@ def test_real_vllm_publisher_gap_replay_and_restart(side):
             ("evict", 203, None)]
         # 2. the publisher restarts: its sequence goes back to 0, under a new source
         side("stop")
-        side(f"start {endpoint} {replay} kv")
+        restart(side, f"start {endpoint} {replay} kv")
         later = lambda: [b for b in batches if b.origin.source != first]
         pump(tap, side, lambda: later() and sequences(later(), later()[0].origin.source)
              >= {0, 1, 2})
@@ -128,4 +141,38 @@ def test_real_vllm_publisher_gap_replay_and_restart(side):
             side("stop")
         except RuntimeError:
             pass  # it was already stopped
+        tap.close()
+
+
+def test_real_vllm_publishers_for_two_dp_ranks(side):
+    from probes.vllm_tap_config import for_data_parallel
+
+    base, replay_base = free_port(), free_port()
+    batches = []
+    tap = VllmEventTap(for_data_parallel(f"tcp://127.0.0.1:{base}", f"tcp://127.0.0.1:{replay_base}",
+                                         2, bind=True, topic="kv", heal_from_zero=True,
+                                         instance="dp"), batches.append)
+    tap.open()
+    try:
+        for rank in (0, 1):  # vLLM adds the rank to both ports itself
+            side(f"start tcp://127.0.0.1:{base} tcp://127.0.0.1:{replay_base} kv {rank}")
+        by_rank = lambda r: {b.sequence for b in batches if b.origin.source.split(":")[3] == f"dp{r}"}
+        for n in range(60):
+            if by_rank(0) >= {0, 1, 2} and by_rank(1) >= {0, 1, 2}:
+                break
+            side(f"publish {300 + n} 0")
+            side(f"publish {400 + n} 1")
+            tap.poll(0.2)
+        assert by_rank(0) >= {0, 1, 2} and by_rank(1) >= {0, 1, 2}
+        assert len({b.origin.source for b in batches}) == 2
+        assert tap.stats.restarts == 0 and tap.stats.lost_batches == 0
+        rank1 = {r["block_hash"] for b in batches if ":dp1:" in b.origin.source
+                 for r in b.block_events.to_pylist()}
+        assert rank1 and all(400 <= h < 500 for h in rank1)
+    finally:
+        for rank in (0, 1):
+            try:
+                side(f"stop {rank}")
+            except RuntimeError:
+                pass
         tap.close()

@@ -1,11 +1,12 @@
 """Runs vLLM's own ``ZmqEventPublisher`` in the side environment (the one with the official
 vllm==0.33.0 wheel; see tests/probes/vllm_side_env.sh), driven line by line on stdin:
 
-    start ENDPOINT REPLAY_ENDPOINT TOPIC   create a publisher (dp rank 0)
-    publish H1,H2,...                       one KVEventBatch: BlockStored(GPU) of the hashes,
+    start ENDPOINT REPLAY_ENDPOINT TOPIC [RANK]  create a publisher for dp rank RANK (0); vLLM
+                                            offsets both ports by the rank itself
+    publish H1,H2,... [RANK]                one KVEventBatch: BlockStored(GPU) of the hashes,
                                             BlockStored(CPU) of the first, BlockRemoved(GPU) of the last
-    clear                                   one KVEventBatch with AllBlocksCleared
-    stop                                    shut the publisher down (a restart is stop + start)
+    clear [RANK]                            one KVEventBatch with AllBlocksCleared
+    stop [RANK]                             shut the publisher down (a restart is stop + start)
     quit
 
 Each command answers one line, ``ok`` or ``error: ...``. Not a test module: the test spawns it.
@@ -20,16 +21,22 @@ def main() -> None:
         AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch, ZmqEventPublisher,
     )
 
-    publisher = None
+    publishers = {}
     print("ready", flush=True)
     for line in sys.stdin:
         cmd, *args = line.split()
         try:
             if cmd == "start":
-                endpoint, replay, topic = args + [""] * (3 - len(args))
-                publisher = ZmqEventPublisher(0, endpoint=endpoint, replay_endpoint=replay,
-                                              topic=topic)
-            elif cmd == "publish":
+                endpoint, replay, topic, rank = (args + ["", "", "", "0"][len(args):])[:4]
+                publishers[int(rank)] = ZmqEventPublisher(
+                    int(rank), endpoint=endpoint, replay_endpoint=replay, topic=topic)
+            elif cmd == "quit":
+                break
+            else:
+                rank_args = args[1:] if cmd == "publish" else args
+                rank = int(rank_args[0]) if rank_args else 0
+                publisher = publishers.get(rank)
+            if cmd == "publish":
                 hashes = [int(h) for h in args[0].split(",")]
                 events = [BlockStored(block_hashes=hashes, parent_block_hash=None,
                                       token_ids=list(range(4 * len(hashes))), block_size=4,
@@ -42,14 +49,11 @@ def main() -> None:
             elif cmd == "clear":
                 publisher.publish(KVEventBatch(ts=time.time(), events=[AllBlocksCleared()]))
             elif cmd == "stop":
-                publisher.shutdown()
-                publisher = None
-            elif cmd == "quit":
-                break
+                publishers.pop(rank).shutdown()
             print("ok", flush=True)
         except Exception as exc:  # report, keep serving
             print(f"error: {exc!r}", flush=True)
-    if publisher is not None:
+    for publisher in publishers.values():
         publisher.shutdown()
 
 
