@@ -194,7 +194,7 @@ class VllmEventTap:
     def _source_name(self, key: tuple[bytes, int], epoch: int) -> str:
         topic, rank = key
         started_ms = int(self._clock() * 1000)
-        return (f"vllm-zmq:{self.config.instance}:{topic.decode(errors='replace')}:"
+        return (f"{self.config.engine}-zmq:{self.config.instance}:{topic.decode(errors='replace')}:"
                 f"dp{rank}:{started_ms}.{epoch}")
 
     def _new_incarnation(self, key, stream: _Stream) -> None:
@@ -257,7 +257,7 @@ class VllmEventTap:
 
     def _deliver(self, stream: _Stream, seq: int, decoded: DecodedBatch) -> int:
         events = self._with_residency(stream, decoded)
-        origin = Origin("vllm", self.config.instance, stream.source)
+        origin = Origin(self.config.engine, self.config.instance, stream.source)
         batch = EventBatch.from_rows(origin, seq, block_events=events)
         self.stats.batches += 1
         self.stats.block_events += batch.block_events.num_rows

@@ -14,6 +14,8 @@ class VllmTapConfig:
     ``bind`` makes the tap bind ``endpoints`` (vLLM connects to it); binding all interfaces
     needs ``allow_all_interfaces``. ``heal_from_zero`` asks the replay socket for the
     sequences before the first one seen (a tap that joins late, or ZMQ's slow-joiner loss).
+    ``engine`` names the producer in the records: SGLang's ``--kv-events-config`` publishes
+    the same wire format (without ``medium``, so every block reads as GPU).
     """
 
     endpoints: tuple[str, ...] = ("tcp://127.0.0.1:5557",)
@@ -21,6 +23,7 @@ class VllmTapConfig:
     replay_endpoints: tuple[tuple[int, str], ...] = ()
     topic: str = ""
     instance: str = "vllm"
+    engine: str = "vllm"
     heal_from_zero: bool = False
     replay_timeout_s: float = 2.0
     max_message_bytes: int = 64 << 20
@@ -44,8 +47,9 @@ class VllmTapConfig:
         for name in ("replay_timeout_s", "max_message_bytes", "max_tracked_blocks"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if not self.instance:
-            raise ValueError("instance must be a non-empty string")
+        for name in ("instance", "engine"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ValueError(f"{name} must be a non-empty string, got {getattr(self, name)!r}")
 
 
 def offset_endpoint(endpoint: str, rank: int) -> str:

@@ -229,3 +229,12 @@ def test_data_parallel_endpoints_follow_vllms_port_offsets():
     assert for_data_parallel("inproc://kv", None, 2).endpoints == ("inproc://kv", "inproc://kv_dp1")
     with pytest.raises(ValueError, match="ranks"):
         for_data_parallel("tcp://127.0.0.1:1", None, 0)
+
+
+def test_sglang_streams_use_the_same_tap(rig):
+    pub, tap, batches, _ = rig(engine="sglang")
+    pub.publish([{"type": "BlockStored", "block_hashes": [5], "parent_block_hash": None,
+                  "token_ids": [1, 2], "block_size": 2, "lora_id": None}])  # no medium
+    drain(tap, batches, 1)
+    assert batches[0].origin.engine == "sglang" and batches[0].origin.source.startswith("sglang-zmq:")
+    assert rows(batches[0])[0]["tier_to"] == "gpu"
