@@ -159,10 +159,11 @@ def render_overview(root: Path) -> dict:
 def overview_queries(root: Path) -> dict:
     from dashboard import queries
     from dashboard.data import Filters, SegmentData
+    from dashboard.facets import read_facets
 
     started = time.perf_counter()
     with SegmentData(root) as data:
-        facets = data.facets()
+        facets = read_facets(data)
         facets_s = time.perf_counter() - started
         frame, _ = queries.hit_quality(data, Filters(), (facets.start_s, facets.end_s))
     return {"overview_queries_s": time.perf_counter() - started, "facets_s": facets_s,

@@ -12,7 +12,8 @@ from datetime import datetime, timedelta, timezone
 
 import streamlit as st
 
-from dashboard.data import Facets, Filters, SegmentData, segment_signature
+from dashboard.data import Filters, SegmentData, segment_signature
+from dashboard.facets import Facets, read_facets
 from dashboard.settings import DashboardConfig
 from dashboard.views import PAGES, PageContext, explain_no_data
 
@@ -37,7 +38,7 @@ def main() -> None:
 def _facets(root: str, signature: tuple[int, float]) -> Facets:
     """Facets of the segments, recomputed only when ``signature`` (new segments) changes."""
     with SegmentData(root) as data:
-        return data.facets()
+        return read_facets(data)
 
 
 def _choose_page() -> str:

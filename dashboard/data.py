@@ -18,7 +18,7 @@ A view exists only when its table has segments (``SegmentData.has_events`` / ``h
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -57,33 +57,6 @@ class Filters:
                 raise ValueError(f"Filters.{name} must be a finite number of seconds or None, got {value!r}")
         if self.start_s is not None and self.end_s is not None and self.start_s > self.end_s:
             raise ValueError(f"Filters.start_s {self.start_s} is after end_s {self.end_s}")
-
-
-@dataclass(frozen=True)
-class Facets:
-    """What the segments hold, for the sidebar and for choosing explanations.
-
-    ``tier_configs`` are in rollout order (first request seen first); ``phases`` has one row
-    per tier configuration: ``tier_config``, ``first_s``, ``last_s``, ``requests``.
-    """
-
-    engines: tuple[str, ...] = ()
-    instances: tuple[str, ...] = ()
-    tier_configs: tuple[str, ...] = ()
-    start_s: float | None = None
-    end_s: float | None = None
-    block_events: int = 0
-    requests: int = 0
-    phases: pd.DataFrame = field(default_factory=pd.DataFrame)
-
-    @property
-    def empty(self) -> bool:
-        return self.block_events == 0 and self.requests == 0
-
-    @property
-    def simulated_only(self) -> bool:
-        """True when every engine in the data is a replay (latencies are modelled)."""
-        return bool(self.engines) and set(self.engines) <= SIMULATED_ENGINES
 
 
 class SegmentData:
@@ -144,35 +117,6 @@ class SegmentData:
         """Run an aggregate query and return its (small) result as a DataFrame."""
         return self.con.execute(sql, params or []).df()
 
-    def facets(self) -> Facets:
-        """Engines, instances, tier configurations, time span and counts (unfiltered)."""
-        parts, counts = [], {"events": 0, "requests": 0}
-        if self.has_events:
-            parts.append("SELECT engine, instance, min(time_s) AS lo, max(time_s) AS hi, "
-                         "count(*) AS n, 'events' AS t FROM raw_events GROUP BY ALL")
-        if self.has_requests:
-            parts.append("SELECT engine, instance, min(arrival_s) AS lo, max(arrival_s) AS hi, "
-                         "count(*) AS n, 'requests' AS t FROM requests GROUP BY ALL")
-        if not parts:
-            return Facets()
-        spans = self.df(" UNION ALL ".join(parts))
-        for table, n in spans.groupby("t")["n"].sum().items():
-            counts[table] = int(n)
-        phases = self.phases() if self.has_requests else pd.DataFrame()
-        return Facets(
-            engines=tuple(sorted(spans["engine"].dropna().unique())),
-            instances=tuple(sorted(spans["instance"].dropna().unique())),
-            tier_configs=tuple(phases["tier_config"]) if len(phases) else (UNLABELLED,),
-            start_s=_float(spans["lo"].min()), end_s=_float(spans["hi"].max()),
-            block_events=counts["events"], requests=counts["requests"], phases=phases)
-
-    def phases(self, filters: Filters = Filters()) -> pd.DataFrame:
-        """One row per tier configuration in rollout order: first/last arrival, requests."""
-        where, params = self.where(filters, "requests")
-        return self.df(f"""SELECT tier_config_id AS tier_config, min(arrival_s) AS first_s,
-                max(arrival_s) AS last_s, count(*) AS requests
-            FROM requests {where} GROUP BY ALL ORDER BY first_s, tier_config""", params)
-
     def where(self, filters: Filters, view: str, *, configs: bool = True) -> tuple[str, list]:
         """A ``WHERE`` clause (and its parameters) applying ``filters`` to a view
         (``events``/``raw_events``/``requests``); ``configs=False`` leaves out the tier
@@ -225,7 +169,3 @@ def and_where(where: str, clause: str) -> str:
 
 def empty_frame(*columns: str) -> pd.DataFrame:
     return pd.DataFrame({c: [] for c in columns})
-
-
-def _float(value) -> float | None:
-    return None if value is None or pd.isna(value) else float(value)

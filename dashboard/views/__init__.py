@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
-from dashboard.data import Facets, Filters, SegmentData
+from dashboard.data import Filters, SegmentData
+from dashboard.facets import Facets
 from dashboard.settings import DashboardConfig
 
 # A tier configuration with fewer requests than this is reported as still rolling out and

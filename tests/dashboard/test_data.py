@@ -13,6 +13,7 @@ from collector.reader import SegmentReader
 from collector.segments import segments_relation
 from dashboard import queries, reuse
 from dashboard.data import Filters, SegmentData, bucket_width_s, segment_signature
+from dashboard.facets import read_facets
 from tests.dashboard.fixtures import PHASES
 
 
@@ -28,7 +29,7 @@ def raw_events(root, where="TRUE"):
 
 
 def test_facets_list_engines_instances_and_configs_in_rollout_order(data, full_segments):
-    facets = data.facets()
+    facets = read_facets(data)
     assert facets.engines == ("vllm",)
     assert facets.instances == ("node-a", "node-b")
     assert facets.tier_configs == PHASES
@@ -55,7 +56,7 @@ def test_filters_narrow_by_instance_configuration_and_time(data, full_segments):
     assert 0 < one["amount"].sum() < everything
     phase = queries.hit_quality(data, Filters(tier_configs=("gpu+cpu",)), (None, None))[0]
     assert set(phase["tier_config"]) == {"gpu+cpu"}
-    facets = data.facets()
+    facets = read_facets(data)
     middle = (facets.start_s + facets.end_s) / 2
     early = queries.hit_quality(data, Filters(end_s=middle), (None, None))[0]
     late = queries.hit_quality(data, Filters(start_s=middle), (None, None))[0]
@@ -103,7 +104,7 @@ def test_stored_blocks_never_promoted_are_counted(data):
 
 def test_request_only_segments_count_tokens(simulated_segments):
     with SegmentData(simulated_segments) as data:
-        facets = data.facets()
+        facets = read_facets(data)
         assert facets.simulated_only and facets.block_events == 0
         frame, unit = queries.hit_quality(data, Filters(), (facets.start_s, facets.end_s))
         records = list(SegmentReader(simulated_segments).requests())
@@ -116,7 +117,7 @@ def test_request_only_segments_count_tokens(simulated_segments):
 def test_missing_or_empty_folder_is_empty_data_not_an_error(empty_segments, tmp_path):
     for root in (empty_segments, tmp_path / "never-created"):
         with SegmentData(root) as data:
-            assert data.facets().empty
+            assert read_facets(data).empty
             assert queries.hit_quality(data, Filters(), (None, None))[1] == ""
             assert reuse.reuse_classes(data, Filters()).empty
 
@@ -148,3 +149,24 @@ def test_segment_signature_changes_when_segments_are_added(tmp_path):
     (tmp_path / "block_events" / "day=2027-01-15").mkdir(parents=True)
     (tmp_path / "block_events" / "day=2027-01-15" / "b1.parquet").write_bytes(b"")
     assert segment_signature(tmp_path)[0] == before[0] + 1
+
+
+def test_footer_facets_agree_with_a_full_scan(data, full_segments):
+    facets = read_facets(data)
+    scan = raw_events(full_segments)
+    assert facets.start_s == pytest.approx(scan["time_s"].min(), abs=1e-3)
+    assert facets.end_s >= scan["time_s"].max() - 1e-3
+    assert facets.block_events == len(scan)
+
+
+def test_files_holding_two_engines_fall_back_to_a_scan(store, tmp_path):
+    from collector.batch import EventBatch
+    from collector.events import BlockEvent, Origin, Outcome
+    from collector.segments import export_segments
+    for number, engine in enumerate(("vllm", "sglang")):
+        origin = Origin(engine, "node-1", f"{engine}/s")
+        store.ingest(EventBatch.from_rows(origin, 0, [BlockEvent(1_800_000_000.0 + number, Outcome.GPU_HIT, 5)]))
+    export_segments(store, tmp_path)
+    with SegmentData(tmp_path) as data:
+        facets = read_facets(data)
+    assert facets.engines == ("sglang", "vllm") and facets.block_events == 2
