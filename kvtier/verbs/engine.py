@@ -56,7 +56,12 @@ def _default_id(args) -> str:
     return "-".join(parts)
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def run(args) -> int:
+    import signal
     import threading
 
     from probes.engine.server import EngineServer, ServerSettings
@@ -65,6 +70,7 @@ def run(args) -> int:
     settings = ServerSettings(host=args.host, port=args.port, kv_events_endpoint=args.kv_events,
                               kv_events_replay_endpoint=args.kv_events_replay, store_path=args.store)
     server = EngineServer(config, settings).start()
+    signal.signal(signal.SIGTERM, _interrupt)  # stop cleanly: flush the store, close sockets
     try:
         print(f"reference engine on {server.url} (model kvtier-reference, tiers {config.tiers.config_id})")
         if server.publisher is not None:
