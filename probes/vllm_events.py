@@ -12,7 +12,8 @@ Hashes are uint64 ints (vLLM's default) or the raw digest bytes, folded with
 :func:`collector.events.block_hash_from_bytes`. ``medium`` GPU/CPU/STORAGE maps to the
 GPU/CPU/COLD tiers; a missing medium means GPU (older vLLM had no such field).
 
-Mapping to the schema (one :class:`BlockEvent` per block hash):
+Mapping to the schema (one row of :class:`BlockEvent` fields per block hash; rows are dicts,
+the store's fast path — ``EventBatch.from_rows`` validates them):
 
 * ``BlockStored`` on GPU -> ``STORE`` into GPU (computed *or* loaded: vLLM does not say);
   on CPU -> ``STORE`` GPU->CPU (a promotion from a secondary tier looks the same);
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from collector.events import UINT64_MAX, BlockEvent, Outcome, Tier, block_hash_from_bytes
+from collector.events import UINT64_MAX, Outcome, Tier, block_hash_from_bytes
 
 SEQ_BYTES = 8
 #: The replay server's end-of-replay marker: seq -1 as a signed 8-byte int, empty payload.
@@ -67,7 +68,7 @@ class Frame:
 
 @dataclass(frozen=True, slots=True)
 class DecodedBatch:
-    """The block events of one vLLM ``KVEventBatch``.
+    """The block events of one vLLM ``KVEventBatch``, as rows of ``BlockEvent`` fields.
 
     ``cleared`` lists the tiers an ``AllBlocksCleared`` emptied, in order of appearance,
     each with the index into ``events`` where it happened. ``bad_events`` counts events
@@ -76,7 +77,7 @@ class DecodedBatch:
 
     ts_s: float
     dp_rank: int | None
-    events: tuple[BlockEvent, ...]
+    events: tuple[dict, ...]
     cleared: tuple[tuple[int, Tier], ...] = ()
     bad_events: int = 0
 
@@ -118,7 +119,7 @@ def decode_payload(payload: bytes, *, max_bytes: int = 64 << 20) -> DecodedBatch
 
 
 def _decode_events(ts: float, dp_rank: int | None, raw_events) -> DecodedBatch:
-    out: list[BlockEvent] = []
+    out: list[dict] = []
     cleared: list[tuple[int, Tier]] = []
     bad = 0
     for raw in raw_events:
@@ -151,11 +152,12 @@ def normalise_event(raw) -> tuple[str, dict]:
     return kind, fields
 
 
-def _block_events(ts: float, kind: str, fields: dict) -> list[BlockEvent]:
+def _block_events(ts: float, kind: str, fields: dict) -> list[dict]:
     hashes = [to_block_hash(h) for h in _list(fields.get("block_hashes"), "block_hashes")]
     tier = medium_to_tier(fields.get("medium"))
     if kind == "BlockRemoved":
-        return [BlockEvent(ts, Outcome.EVICT, h, tier_from=tier) for h in hashes]
+        return [{"time_s": ts, "kind": Outcome.EVICT, "block_hash": h, "tier_from": tier}
+                for h in hashes]
     block_size = fields.get("block_size")
     tokens = block_size if isinstance(block_size, int) and block_size > 0 else None
     parent_raw = fields.get("parent_block_hash")
@@ -163,8 +165,8 @@ def _block_events(ts: float, kind: str, fields: dict) -> list[BlockEvent]:
     tier_to, tier_from = _STORE_TIERS[tier]
     out = []
     for h in hashes:
-        out.append(BlockEvent(ts, Outcome.STORE, h, parent_hash=parent, tokens=tokens,
-                              tier_from=tier_from, tier_to=tier_to))
+        out.append({"time_s": ts, "kind": Outcome.STORE, "block_hash": h, "parent_hash": parent,
+                    "tokens": tokens, "tier_from": tier_from, "tier_to": tier_to})
         parent = h  # the hashes of one BlockStored are a chain
     return out
 

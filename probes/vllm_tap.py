@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from collector.batch import EventBatch
-from collector.events import BlockEvent, Origin, Outcome, Tier
+from collector.events import Origin, Outcome, Tier
 from probes.vllm_events import DecodedBatch, Frame, FrameError, decode_payload, split_frame
 from probes.vllm_tap_config import TapStats, VllmTapConfig
 from probes.vllm_tap_state import StreamState
@@ -261,7 +261,7 @@ class VllmEventTap:
         batch = EventBatch.from_rows(origin, seq, block_events=events)
         self.stats.batches += 1
         self.stats.block_events += batch.block_events.num_rows
-        self.stats.bad_events += decoded.bad_events
+        self.stats.bad_events += decoded.bad_events + sum(batch.rejected.values())
         try:
             self._on_batch(batch)
         except Exception:  # the consumer's bug must not kill the tap
@@ -269,24 +269,25 @@ class VllmEventTap:
             log.exception("vLLM KV-event tap: on_batch failed for %s seq %d", stream.source, seq)
         return 1
 
-    def _with_residency(self, stream: _Stream, decoded: DecodedBatch) -> list[BlockEvent]:
+    def _with_residency(self, stream: _Stream, decoded: DecodedBatch) -> list[dict]:
         """Track GPU-resident hashes so ``AllBlocksCleared`` becomes one evict per block."""
         clears = dict(decoded.cleared)
-        out: list[BlockEvent] = []
+        out: list[dict] = []
         resident = stream.resident_gpu
         for i, event in enumerate(decoded.events + (None,)):
             if i in clears:
-                out.extend(BlockEvent(decoded.ts_s, Outcome.EVICT, h, tier_from=Tier.GPU)
-                           for h in sorted(resident))
+                out.extend({"time_s": decoded.ts_s, "kind": Outcome.EVICT, "block_hash": h,
+                            "tier_from": Tier.GPU} for h in sorted(resident))
                 resident.clear()
             if event is None:
                 break
             out.append(event)
-            if event.kind is Outcome.STORE and event.tier_to is Tier.GPU:
+            kind = event["kind"]
+            if kind is Outcome.STORE and event["tier_to"] is Tier.GPU:
                 if len(resident) < self.config.max_tracked_blocks:
-                    resident.add(event.block_hash)
-            elif event.kind is Outcome.EVICT and event.tier_from is Tier.GPU:
-                resident.discard(event.block_hash)
+                    resident.add(event["block_hash"])
+            elif kind is Outcome.EVICT and event["tier_from"] is Tier.GPU:
+                resident.discard(event["block_hash"])
         return out
 
     def snapshot(self) -> dict:

@@ -83,7 +83,8 @@ def _host(endpoint: str) -> str:
 
 @dataclass
 class TapStats:
-    """Counters since the tap started. ``lost_batches`` were missing and not replayable."""
+    """Counters since the tap started. ``lost_batches`` were missing and not replayable;
+    ``bad_events`` were skipped inside good frames (by the decoder or the schema's checks)."""
 
     batches: int = 0
     block_events: int = 0

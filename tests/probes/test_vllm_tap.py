@@ -238,3 +238,13 @@ def test_sglang_streams_use_the_same_tap(rig):
     drain(tap, batches, 1)
     assert batches[0].origin.engine == "sglang" and batches[0].origin.source.startswith("sglang-zmq:")
     assert rows(batches[0])[0]["tier_to"] == "gpu"
+
+
+def test_rows_the_schema_rejects_are_counted(rig):
+    pub, tap, batches, _ = rig()
+    pub.publish([stored([1], tokens=()), {"type": "BlockStored", "block_hashes": [2],
+                                          "parent_block_hash": None, "token_ids": [],
+                                          "block_size": 2**40, "medium": "GPU"}])
+    drain(tap, batches, 1)
+    assert [r["block_hash"] for r in rows(batches[0])] == [1]
+    assert tap.stats.bad_events == 1
