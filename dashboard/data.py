@@ -117,14 +117,14 @@ class SegmentData:
         """Run an aggregate query and return its (small) result as a DataFrame."""
         return self.con.execute(sql, params or []).df()
 
-    def where(self, filters: Filters, view: str, *, configs: bool = True) -> tuple[str, list]:
+    def where(self, filters: Filters, view: str) -> tuple[str, list]:
         """A ``WHERE`` clause (and its parameters) applying ``filters`` to a view
-        (``events``/``raw_events``/``requests``); ``configs=False`` leaves out the tier
-        configuration filter (for relations without ``tier_config``)."""
+        (``events``/``raw_events``/``requests``). ``raw_events`` has no ``tier_config``, so
+        the configuration filter is left out there: apply it after joining (``with_config``)."""
         time_col = "arrival_s" if view == "requests" else "time_s"
         config_col = "tier_config_id" if view == "requests" else "tier_config"
         pairs = [("engine", filters.engines), ("instance", filters.instances)]
-        if configs and view != "raw_events":
+        if view != "raw_events":
             pairs.append((config_col, filters.tier_configs))
         clauses, params = [], []
         for column, values in pairs:

@@ -33,32 +33,41 @@ def hit_quality(data: SegmentData, filters: Filters, span: tuple[float | None, f
     hi = filters.end_s if filters.end_s is not None else span[1]
     width = bucket_width_s(lo, hi)
     if data.has_events:
-        where, params = data.where(filters, "raw_events")
-        # Count per request first, then attach each request's configuration: one join probe
-        # per (bucket, request, outcome) instead of one per event.
-        per_request = f"""SELECT floor(time_s / {width}) * {width} AS bucket_s, instance, request_id,
-                kind AS outcome, count(*) AS n
-            FROM raw_events {and_where(where, f"kind IN ({_LOOKUPS_SQL})")} GROUP BY ALL"""
-        config_where, config_params = _config_filter(filters)
-        sql = f"""SELECT bucket_s, tier_config, outcome, sum(n)::DOUBLE AS amount
-            FROM ({data.with_config(f"({per_request})")}) {config_where} GROUP BY ALL"""
-        params = params + config_params
-        unit = "blocks"
+        (sql, params), unit = _event_outcomes(data, filters, width), "blocks"
     elif data.has_requests:
-        where, params = data.where(filters, "requests")
-        pairs = ", ".join(f"{{'outcome': '{o}', 'amount': sum({c})}}" for o, c in _TOKEN_COLUMNS.items())
-        sql = f"""SELECT bucket_s, tier_config, v.outcome, v.amount::DOUBLE AS amount FROM (
-                SELECT floor(arrival_s / {width}) * {width} AS bucket_s, tier_config_id AS tier_config,
-                       [{pairs}] AS pairs
-                FROM requests {where} GROUP BY ALL), unnest(pairs) AS u(v)
-            WHERE v.amount IS NOT NULL"""
-        unit = "tokens"
+        (sql, params), unit = _token_outcomes(data, filters, width), "tokens"
     else:
         return empty_frame("time", "tier_config", "outcome", "amount", "share"), ""
     frame = data.df(f"""SELECT to_timestamp(bucket_s) AS time, tier_config, outcome, amount,
             amount / sum(amount) OVER (PARTITION BY bucket_s, tier_config) AS share
         FROM ({sql}) ORDER BY time, tier_config, outcome""", params)
     return _ranked(frame), unit
+
+
+def _event_outcomes(data: SegmentData, filters: Filters, width: int) -> tuple[str, list]:
+    """Lookup events per bucket, configuration and outcome (``bucket_s``, ``tier_config``,
+    ``outcome``, ``amount``)."""
+    where, params = data.where(filters, "raw_events")
+    # Count per request first, then attach each request's configuration: one join probe
+    # per (bucket, request, outcome) instead of one per event.
+    per_request = f"""SELECT floor(time_s / {width}) * {width} AS bucket_s, instance, request_id,
+            kind AS outcome, count(*) AS n
+        FROM raw_events {and_where(where, f"kind IN ({_LOOKUPS_SQL})")} GROUP BY ALL"""
+    config_where, config_params = _config_filter(filters)
+    return (f"""SELECT bucket_s, tier_config, outcome, sum(n)::DOUBLE AS amount
+        FROM ({data.with_config(f"({per_request})")}) {config_where} GROUP BY ALL""",
+            params + config_params)
+
+
+def _token_outcomes(data: SegmentData, filters: Filters, width: int) -> tuple[str, list]:
+    """The same from request records, in prompt tokens served by each tier."""
+    where, params = data.where(filters, "requests")
+    pairs = ", ".join(f"{{'outcome': '{o}', 'amount': sum({c})}}" for o, c in _TOKEN_COLUMNS.items())
+    return (f"""SELECT bucket_s, tier_config, v.outcome, v.amount::DOUBLE AS amount FROM (
+            SELECT floor(arrival_s / {width}) * {width} AS bucket_s, tier_config_id AS tier_config,
+                   [{pairs}] AS pairs
+            FROM requests {where} GROUP BY ALL), unnest(pairs) AS u(v)
+        WHERE v.amount IS NOT NULL""", params)
 
 
 def _config_filter(filters: Filters) -> tuple[str, list]:

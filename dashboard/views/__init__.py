@@ -1,59 +1,8 @@
 """The dashboard's pages. Each is ``render(ctx: PageContext)``; ``PAGES`` maps the slug used
 in ``?page=`` to its title and renderer, in sidebar order."""
 
-from __future__ import annotations
-
-from dataclasses import dataclass
-
-import pandas as pd
-import streamlit as st
-
-from dashboard.data import Filters, SegmentData
-from dashboard.facets import Facets
-from dashboard.settings import DashboardConfig
-
-# A tier configuration with fewer requests than this is reported as still rolling out and
-# its percentiles as provisional.
-MIN_PHASE_REQUESTS = 30
-
-
-@dataclass(frozen=True)
-class PageContext:
-    data: SegmentData
-    facets: Facets
-    filters: Filters
-    config: DashboardConfig
-
-
-def chart(frame: pd.DataFrame, spec: dict, *, stretch: bool = True) -> None:
-    """Draw a Vega-Lite chart over a small aggregate frame."""
-    st.vega_lite_chart(frame, spec, width="stretch" if stretch else "content")
-
-
-def explain_no_data(config: DashboardConfig) -> None:
-    st.info(
-        f"No segments yet under `{config.segments}`: nothing to chart.\n\n"
-        "Segments are Parquet files the collector exports from its store. To produce some:\n"
-        "- `kvtier demo --out kvtier-out` replays the bundled Mooncake trace and writes "
-        "`kvtier-out/segments`, then `kvtier dashboard --segments kvtier-out/segments`;\n"
-        "- or run `kvtier collect` next to your engines, which exports segments as it ingests.")
-
-
-def rollout_in_progress(facets: Facets) -> str | None:
-    """A sentence when the newest tier configuration has too few requests to judge."""
-    phases = facets.phases
-    if len(phases) < 2:
-        return None
-    newest = phases.iloc[-1]
-    if newest["requests"] >= MIN_PHASE_REQUESTS:
-        return None
-    return (f"Rollout in progress: the newest tier configuration `{newest['tier_config']}` has only "
-            f"{int(newest['requests'])} request(s) so far (fewer than {MIN_PHASE_REQUESTS}); its "
-            "shares and percentiles are provisional. Earlier phases: "
-            + ", ".join(f"`{c}`" for c in phases["tier_config"].iloc[:-1]) + ".")
-
-
-from dashboard.views import latency, overview, recommendation, reuse, whatif  # noqa: E402
+from dashboard.views import latency, overview, recommendation, reuse, whatif
+from dashboard.views.base import PageContext, explain_no_data
 
 PAGES = {
     "overview": ("Hit quality", overview.render),
@@ -62,3 +11,5 @@ PAGES = {
     "whatif": ("What-if", whatif.render),
     "recommendation": ("Recommendation", recommendation.render),
 }
+
+__all__ = ["PAGES", "PageContext", "explain_no_data"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import charts, queries
-from dashboard.views import MIN_PHASE_REQUESTS, PageContext, chart, rollout_in_progress
+from dashboard.views.base import MIN_PHASE_REQUESTS, PageContext, chart, rollout_in_progress
 
 
 def render(ctx: PageContext) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import charts, queries
-from dashboard.views import PageContext, chart, rollout_in_progress
+from dashboard.views.base import PageContext, chart, rollout_in_progress
 
 
 def render(ctx: PageContext) -> None:

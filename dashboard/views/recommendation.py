@@ -9,7 +9,7 @@ import streamlit as st
 
 from dashboard import queries
 from dashboard.artifacts import Recommendation, load_recommendation
-from dashboard.views import PageContext
+from dashboard.views.base import PageContext
 
 
 def render(ctx: PageContext) -> None:

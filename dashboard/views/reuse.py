@@ -6,7 +6,7 @@ import streamlit as st
 
 from dashboard import charts, queries
 from dashboard import reuse as analysis
-from dashboard.views import PageContext, chart
+from dashboard.views.base import PageContext, chart
 
 
 def render(ctx: PageContext) -> None:
