@@ -27,6 +27,7 @@ VERBS: dict[str, str] = {
     "push": "kvtier.verbs.push",
     "probe": "kvtier.verbs.probe",
     "rollout": "kvtier.verbs.rollout",
+    "engine": "kvtier.verbs.engine",
     "dashboard": "kvtier.verbs.dashboard",
 }
 
