@@ -86,9 +86,9 @@ def _headroom(args):
 
 
 def _load(args):
-    from kvtier.verbs import not_yet
+    from probes.active.load_command import run_load_from_args
 
-    raise not_yet("probe", 6, "the 'load' active probe")
+    return run_load_from_args(args, _ints(args.concurrency, "concurrency"), _progress())
 
 
 _RUNNERS = {"transfer": _transfer, "fs": _fs, "headroom": _headroom, "load": _load}

@@ -1,0 +1,54 @@
+"""``kvtier probe load``: trace -> load ramp -> per-request rows in the store -> summary."""
+
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+
+from collector.batch import EventBatch
+from collector.events import Origin
+from kvtier.errors import KvtierError
+from probes.active.client import stream_completion
+from probes.active.load import LoadConfig, LoadResult, run_load
+
+BUNDLED_TRACE = Path(__file__).resolve().parents[2] / "kvtier" / "data" / "mooncake_conversation_trace.jsonl.gz"
+
+
+def run_load_from_args(args, concurrency: tuple[int, ...], progress) -> LoadResult:
+    from policy.readers import open_trace
+
+    trace_path = Path(args.trace) if args.trace else BUNDLED_TRACE
+    config = LoadConfig(concurrency=concurrency, requests_per_level=args.requests,
+                        max_tokens=args.max_tokens, block_tokens=args.block_tokens)
+    _check_server(args.url)
+    send = functools.partial(_send, args.url)
+    result = run_load(open_trace(trace_path).requests(), send, config, progress=progress)
+    if args.store:
+        store_result(result, args.store, args.url)
+    return result
+
+
+def _send(url, prompt_ids, max_tokens):
+    return stream_completion(url, prompt_ids, max_tokens)
+
+
+def _check_server(url: str) -> None:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/v1/models", timeout=10):
+            return
+    except (urllib.error.URLError, OSError) as error:
+        raise KvtierError(f"no OpenAI-compatible server at {url} ({error}); start one, e.g. "
+                          "'kvtier engine --port 8000'") from None
+
+
+def store_result(result: LoadResult, path: str, url: str, *, clock=time.time) -> int:
+    """Ingest the run's request rows as one batch; returns rows stored."""
+    from collector.store import TraceStore
+
+    origin = Origin("load-probe", url, f"load-probe/{result.run_id}")
+    with TraceStore(path) as store:
+        return store.ingest(EventBatch.from_rows(origin, 0, requests=result.records)).requests
