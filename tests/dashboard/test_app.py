@@ -166,3 +166,13 @@ def test_overview_renders_while_a_collector_process_holds_the_store(monkeypatch,
     finally:
         writer.kill()
         writer.wait(timeout=30)
+
+
+def test_time_range_slider_limits_the_overview_to_the_early_phase(monkeypatch, full_segments):
+    at = open_page(monkeypatch, full_segments, "overview")
+    slider = at.sidebar.slider[0]
+    start, end = slider.value
+    slider.set_value((start, start + (end - start) / 4)).run()  # the first quarter: GPU only
+    (_, totals), (_, over_time) = charts(at)
+    assert set(totals.column("tier_config").to_pylist()) == {"gpu-only"}
+    assert "cpu_promotion" not in over_time.column("outcome").to_pylist()
