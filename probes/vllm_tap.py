@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from collector.batch import EventBatch
-from collector.events import Origin, Outcome, Tier
+from collector.events import Origin
 from probes.vllm_events import DecodedBatch, Frame, FrameError, decode_payload, split_frame
 from probes.vllm_tap_config import TapStats, VllmTapConfig
-from probes.vllm_tap_state import StreamState
+from probes.vllm_tap_state import StreamState, apply_residency
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,8 @@ class _Stream:
     state: StreamState
     source: str
     resident_gpu: set = field(default_factory=set)
+    pending_rows: list = field(default_factory=list)
+    pending_seq: int | None = None
 
 
 class VllmEventTap:
@@ -115,7 +117,8 @@ class VllmEventTap:
     # ------------------------------------------------------------------ polling
 
     def poll(self, timeout_s: float = 0.0, max_messages: int = 10_000) -> int:
-        """Wait up to ``timeout_s`` for messages, process what is there; return batches delivered."""
+        """Wait up to ``timeout_s`` for messages, process what is there, hand over the batches;
+        return the number of vLLM batches (frames) delivered."""
         import zmq
 
         self.open()
@@ -129,6 +132,7 @@ class VllmEventTap:
                 max_messages -= 1
             ready = dict(self._poller.poll(0))
         self._expire_replays()
+        self.flush()
         return delivered
 
     def _rank_of(self, sock) -> int | None:
@@ -198,6 +202,7 @@ class VllmEventTap:
                 f"dp{rank}:{started_ms}.{epoch}")
 
     def _new_incarnation(self, key, stream: _Stream) -> None:
+        self._flush(stream)  # queued rows belong to the old incarnation's source
         self.stats.restarts += 1
         stream.source = self._source_name(key, stream.state.epoch)
         stream.resident_gpu.clear()  # a restarted engine starts with an empty GPU cache
@@ -256,39 +261,44 @@ class VllmEventTap:
     # ------------------------------------------------------------------ delivery
 
     def _deliver(self, stream: _Stream, seq: int, decoded: DecodedBatch) -> int:
-        events = self._with_residency(stream, decoded)
-        origin = Origin(self.config.engine, self.config.instance, stream.source)
-        batch = EventBatch.from_rows(origin, seq, block_events=events)
+        """Queue one frame's rows; without coalescing, hand them over at once.
+
+        Coalescing is safe for idempotency: a stream delivers each publisher sequence at
+        most once (replays fill only missing ones), so the largest sequence in a coalesced
+        batch names it uniquely within its source.
+        """
+        stream.pending_rows.extend(self._with_residency(stream, decoded))
+        stream.pending_seq = seq if stream.pending_seq is None else max(stream.pending_seq, seq)
         self.stats.batches += 1
+        self.stats.bad_events += decoded.bad_events
+        if (not self.config.coalesce_frames
+                or len(stream.pending_rows) >= self.config.max_rows_per_batch):
+            self._flush(stream)
+        return 1
+
+    def _flush(self, stream: _Stream) -> None:
+        if stream.pending_seq is None:
+            return
+        origin = Origin(self.config.engine, self.config.instance, stream.source)
+        batch = EventBatch.from_rows(origin, stream.pending_seq, block_events=stream.pending_rows)
+        stream.pending_rows, stream.pending_seq = [], None
+        self.stats.ingest_batches += 1
         self.stats.block_events += batch.block_events.num_rows
-        self.stats.bad_events += decoded.bad_events + sum(batch.rejected.values())
+        self.stats.bad_events += sum(batch.rejected.values())
         try:
             self._on_batch(batch)
         except Exception:  # the consumer's bug must not kill the tap
             self.stats.callback_errors += 1
-            log.exception("vLLM KV-event tap: on_batch failed for %s seq %d", stream.source, seq)
-        return 1
+            log.exception("vLLM KV-event tap: on_batch failed for %s seq %d",
+                          stream.source, batch.sequence)
+
+    def flush(self) -> None:
+        """Hand over every coalesced batch now (``poll`` does this before it returns)."""
+        for stream in self._streams.values():
+            self._flush(stream)
 
     def _with_residency(self, stream: _Stream, decoded: DecodedBatch) -> list[dict]:
-        """Track GPU-resident hashes so ``AllBlocksCleared`` becomes one evict per block."""
-        clears = dict(decoded.cleared)
-        out: list[dict] = []
-        resident = stream.resident_gpu
-        for i, event in enumerate(decoded.events + (None,)):
-            if i in clears:
-                out.extend({"time_s": decoded.ts_s, "kind": Outcome.EVICT, "block_hash": h,
-                            "tier_from": Tier.GPU} for h in sorted(resident))
-                resident.clear()
-            if event is None:
-                break
-            out.append(event)
-            kind = event["kind"]
-            if kind is Outcome.STORE and event["tier_to"] is Tier.GPU:
-                if len(resident) < self.config.max_tracked_blocks:
-                    resident.add(event["block_hash"])
-            elif kind is Outcome.EVICT and event["tier_from"] is Tier.GPU:
-                resident.discard(event["block_hash"])
-        return out
+        return apply_residency(stream.resident_gpu, decoded, self.config.max_tracked_blocks)
 
     def snapshot(self) -> dict:
         """Per-stream progress, for logs and the collector's health output."""

@@ -14,6 +14,8 @@ class VllmTapConfig:
     ``bind`` makes the tap bind ``endpoints`` (vLLM connects to it); binding all interfaces
     needs ``allow_all_interfaces``. ``heal_from_zero`` asks the replay socket for the
     sequences before the first one seen (a tap that joins late, or ZMQ's slow-joiner loss).
+    ``coalesce_frames`` hands over one batch per stream per :meth:`poll` instead of one per
+    vLLM batch (the store pays a fixed cost per batch; up to ``max_rows_per_batch`` rows).
     ``engine`` names the producer in the records: SGLang's ``--kv-events-config`` publishes
     the same wire format (without ``medium``, so every block reads as GPU).
     """
@@ -24,6 +26,8 @@ class VllmTapConfig:
     topic: str = ""
     instance: str = "vllm"
     engine: str = "vllm"
+    coalesce_frames: bool = False
+    max_rows_per_batch: int = 50_000
     heal_from_zero: bool = False
     replay_timeout_s: float = 2.0
     max_message_bytes: int = 64 << 20
@@ -44,7 +48,8 @@ class VllmTapConfig:
         ranks = [r for r, _ in self.replay_endpoints]
         if len(set(ranks)) != len(ranks) or any(not isinstance(r, int) or r < 0 for r in ranks):
             raise ValueError(f"replay_endpoints need distinct dp ranks >= 0, got {ranks}")
-        for name in ("replay_timeout_s", "max_message_bytes", "max_tracked_blocks"):
+        for name in ("replay_timeout_s", "max_message_bytes", "max_tracked_blocks",
+                     "max_rows_per_batch"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
         for name in ("instance", "engine"):
@@ -83,10 +88,13 @@ def _host(endpoint: str) -> str:
 
 @dataclass
 class TapStats:
-    """Counters since the tap started. ``lost_batches`` were missing and not replayable;
-    ``bad_events`` were skipped inside good frames (by the decoder or the schema's checks)."""
+    """Counters since the tap started. ``batches`` counts vLLM batches (frames) decoded,
+    ``ingest_batches`` the ``EventBatch``es handed over; ``lost_batches`` were missing and
+    not replayable; ``bad_events`` were skipped inside good frames (by the decoder or the
+    schema's checks)."""
 
     batches: int = 0
+    ingest_batches: int = 0
     block_events: int = 0
     bad_frames: int = 0
     bad_events: int = 0

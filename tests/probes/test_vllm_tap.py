@@ -248,3 +248,23 @@ def test_rows_the_schema_rejects_are_counted(rig):
     drain(tap, batches, 1)
     assert [r["block_hash"] for r in rows(batches[0])] == [1]
     assert tap.stats.bad_events == 1
+
+
+def test_coalesced_frames_become_one_batch_per_poll_named_by_the_last_sequence(rig):
+    pub, tap, batches, clock = rig(coalesce_frames=True)
+    for h in (1, 2, 3):
+        pub.publish([stored([h])])
+    for _ in range(50):
+        if tap.stats.batches == 3:
+            break
+        tap.poll(0.1)
+    assert tap.stats.batches == 3
+    assert [b.sequence for b in batches][-1] == 2
+    assert sorted(r["block_hash"] for b in batches for r in rows(b)) == [1, 2, 3]
+    pub.seq, pub.buffer = 0, []  # restart: the new incarnation's rows go under a new source
+    clock.now += 5
+    pub.publish([stored([9])])
+    drain(tap, batches, len(batches) + 1)
+    assert batches[-1].origin.source != batches[0].origin.source
+    store = TraceStore(":memory:")
+    assert sum(store.ingest(b).block_events for b in batches) == 4
