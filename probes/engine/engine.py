@@ -157,6 +157,22 @@ class ReferenceEngine:
             for block_hash in hashes:
                 self.kv.cascade.evicted(block_hash, tier)
 
+    def fail_all(self, reason: str) -> None:
+        """After a failed step: end every queued and running request with ``error`` set, so
+        no client waits forever. Blocks are released on a best-effort basis."""
+        while not self._incoming.empty():
+            self.scheduler.add(self._incoming.get_nowait())
+        doomed = list(self.scheduler.running) + list(self.scheduler.waiting)
+        self.scheduler.waiting.clear()
+        for seq in doomed:
+            if seq in self.scheduler.running:
+                try:
+                    self.scheduler.finish(seq, self.kv)
+                except Exception:  # the state that failed the step may fail this too
+                    self.scheduler.running.remove(seq)
+            seq.error = reason
+            seq.on_finish(seq)
+
     @property
     def tier_config_id(self) -> str:
         return self.config.tiers.config_id

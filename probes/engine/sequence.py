@@ -39,6 +39,7 @@ class Sequence:
     token_times_s: list[float] = field(default_factory=list)
     tier_config_id: str = ""
     finished: bool = False
+    error: str | None = None  # set when the engine gave up on the request
 
     def __post_init__(self) -> None:
         if not self.prompt:

@@ -118,8 +118,9 @@ class EngineServer:
         while not self._stopping.is_set():
             try:
                 busy = self.engine.step()
-            except Exception:  # keep serving; the failed step's requests time out
+            except Exception as error:  # keep serving; end the requests the step held
                 log.exception("engine step failed")
+                self.engine.fail_all(f"engine step failed: {type(error).__name__}: {error}")
                 busy = False
             if not busy:
                 self._wake.wait(0.05)
@@ -203,15 +204,27 @@ class _Handler(BaseHTTPRequestHandler):
             raise ApiError(str(error)) from None
         created = int(time.time())
         if not request.stream:
-            self._drain(tokens)
+            try:
+                self._drain(tokens)
+            except queue.Empty:
+                raise ApiError(f"no answer within {owner.settings.request_timeout_s} s", 504) from None
+            if seq.error is not None:
+                raise ApiError(seq.error, 500)
             self._json(200, completion_body(seq, request.model, created))
             return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.end_headers()
-        for token in self._drain(tokens, each=True):
-            self._event(chunk_body(seq.request_id, request.model, created, [token]))
+        try:
+            for token in self._drain(tokens, each=True):
+                self._event(chunk_body(seq.request_id, request.model, created, [token]))
+        except queue.Empty:
+            seq.error = f"no answer within {owner.settings.request_timeout_s} s"
+        if seq.error is not None:
+            self._event(ApiError(seq.error, 500).body())
+            self.wfile.write(b"data: [DONE]\n\n")
+            return
         final = chunk_body(seq.request_id, request.model, created, [], "length")
         final["kvtier"] = tier_tokens(seq)
         if request.include_usage:

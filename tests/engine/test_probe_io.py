@@ -91,3 +91,19 @@ def test_without_o_direct_on_is_an_error(tmp_path, monkeypatch):
 def test_fs_config_refuses_bad_values(kwargs, fragment):
     with pytest.raises(ValueError, match=fragment):
         FsConfig("/tmp", **kwargs)
+
+
+def test_probe_results_feed_the_cost_model(tmp_path):
+    import json
+
+    from probes.active.cost import measured_cost_params
+
+    transfer = run_transfer(TransferConfig(sizes_bytes=(4096, 1 << 16), repeats=2, warmup=0))
+    fs_file = tmp_path / "fs.json"
+    fs = run_fs(FsConfig(str(tmp_path), sizes_bytes=(4096, 8192), threads=(1,), blocks=2))
+    fs_file.write_text(json.dumps(fs.to_dict()))
+    params = measured_cost_params(transfer, fs_file)
+    assert params.sources() == {"cpu_gpu_bandwidth_bytes_per_s": "measured", "cpu_gpu_op_latency_s": "measured",
+                                "cold_cpu_bandwidth_bytes_per_s": "measured", "cold_cpu_op_latency_s": "measured",
+                                "prefill_tokens_per_s": "default"}
+    assert params.cpu_gpu_op_latency_s.value == transfer.cost_params()["cpu_gpu_op_latency_s"]

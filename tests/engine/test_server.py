@@ -140,3 +140,19 @@ def test_requests_reach_the_store(tmp_path):
     with TraceStore(path) as store:
         assert store.count("requests") == 3
         assert store.scalar("SELECT sum(tokens) FROM block_events WHERE kind = 'recompute_miss'") == 39
+
+
+def test_a_failing_step_answers_500_and_the_server_keeps_serving(server, monkeypatch):
+    real = server.engine._prefill
+    calls = {"n": 0}
+
+    def broken_once(seq):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("disk on fire")
+        return real(seq)
+
+    monkeypatch.setattr(server.engine, "_prefill", broken_once)
+    status, body = post(server.url + "/v1/completions", {"prompt": prompt(5), "max_tokens": 2})
+    assert status == 500 and "disk on fire" in json.loads(body)["error"]["message"]
+    assert complete(server, prompt(6), max_tokens=2)["usage"]["completion_tokens"] == 2
