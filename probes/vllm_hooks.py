@@ -59,10 +59,19 @@ class ManagerRecorder:
         self._store_started: dict[bytes, float] = {}
         self._load_started: dict[bytes, tuple[float, Outcome]] = {}
         self._evictions_seen: set[bytes] = set()  # reported at prepare_store, not again
+        self._misses: dict[str, set] = {}  # request -> keys already reported missing
 
     def lookup(self, key: bytes, result: str, request_id: str) -> None:
-        if result == "MISS":
+        """A waiting request is looked up again every step: report each miss once."""
+        if result != "MISS":
+            return
+        seen = self._misses.setdefault(request_id, set())
+        if key not in seen and len(self._misses) <= 100_000:
+            seen.add(key)
             self.recorder.record(Outcome.RECOMPUTE_MISS, key_hash(key), request_id=request_id)
+
+    def request_finished(self, request_id: str) -> None:
+        self._misses.pop(request_id, None)
 
     def prepared_store(self, keys_to_store, evicted_keys, request_id: str) -> None:
         now = self._clock()

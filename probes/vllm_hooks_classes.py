@@ -65,6 +65,7 @@ class RecordingOffloadingManager(OffloadingManager):
         return self.inner.on_new_request(req_context)
 
     def on_request_finished(self, req_context):
+        self.observer.request_finished(req_context.req_id)
         return self.inner.on_request_finished(req_context)
 
     def take_events(self):

@@ -119,3 +119,12 @@ def test_request_token_accounting(rec):
             req["recomputed_tokens"], req["e2e_latency_s"]) == (32, 16, 0, 32, 1.0)
     with pytest.raises(ValueError, match="block_size_tokens"):
         RequestTokenAccounting(recorder, 0)
+
+
+def test_a_waiting_request_reports_each_miss_once(rec):
+    observer, recorder, _ = rec
+    for _ in range(3):  # looked up again on every scheduler step while it waits
+        observer.lookup(k(4), "MISS", "r")
+    observer.request_finished("r")
+    observer.lookup(k(4), "MISS", "r")  # a new admission of the same id counts again
+    assert [row[0] for row in rows(recorder)] == ["recompute_miss", "recompute_miss"]
