@@ -70,7 +70,7 @@ def reuse_classes() -> dict:
     return {
         "mark": {"type": "bar", "tooltip": True},
         "encoding": {
-            "x": {"field": "reuse_class", "type": "ordinal", "title": "requests that used the block",
+            "x": {"field": "reuse_class", "type": "ordinal", "title": "times the block was looked up",
                   "sort": {"field": "rank"}, "axis": {"labelAngle": 0}},
             "y": {"field": "blocks", "type": "quantitative", "title": "blocks"},
         },

@@ -1,9 +1,13 @@
 """Reuse analysis in SQL: which blocks are shared, how soon they come back, which never do.
 
-Every query works from "block uses": one row per block a request needed, with its time and
-position in the prompt. They come from lookup events (GPU hit, CPU/cold promotion,
-recompute miss) when the segments have block events, else from the requests' own
-``block_hashes`` (position = index in the prompt, time = arrival).
+Everything works from "block uses": one row per lookup of a block (GPU hit, CPU/cold
+promotion, recompute miss) with its time and position in the prompt, from block events
+when the segments have them, else from the requests' own ``block_hashes`` (position = index
+in the prompt, time = arrival). A block is *reused* when it is looked up more than once.
+
+``ReuseAnalysis`` groups the uses by block once (a temporary table on the data's
+connection); the charts are then small queries over that summary, so ten million uses cost
+one hash aggregation, not one per chart.
 """
 
 from __future__ import annotations
@@ -19,67 +23,76 @@ _LOG_BIN = 0.25
 _LOG_MIN, _LOG_MAX = -3.0, 5.0
 # Prompt positions beyond this are pooled into the last row of the shared-prefix chart.
 MAX_POSITION = 64
+_SUMMARY = "reuse_block_summary"
 
 
 def block_uses(data: SegmentData, filters: Filters) -> tuple[str, list] | None:
-    """SQL (and parameters) for block uses: ``block_hash``, ``request_id``, ``time_s``,
-    ``position``; ``None`` when there is no data."""
+    """SQL (and parameters) for block uses: ``block_hash``, ``time_s``, ``position``;
+    ``None`` when there is no data."""
     if data.has_events:
         view = data.events_view(filters)
         where, params = data.where(filters, view)
-        return (f"SELECT block_hash, request_id, time_s, position FROM {view} "
+        return (f"SELECT block_hash, time_s, position FROM {view} "
                 f"{and_where(where, f'kind IN {_LOOKUPS}')}", params)
     if data.has_requests:
         where, params = data.where(filters, "requests")
-        return (f"""SELECT unnest(block_hashes) AS block_hash, request_id, arrival_s AS time_s,
+        return (f"""SELECT unnest(block_hashes) AS block_hash, arrival_s AS time_s,
                     unnest(generate_series(0, len(block_hashes) - 1)) AS position
                 FROM requests {and_where(where, 'len(block_hashes) > 0')}""", params)
     return None
 
 
-def reuse_classes(data: SegmentData, filters: Filters) -> pd.DataFrame:
-    """Blocks by how many distinct requests used them: ``reuse_class``, ``blocks``, ``rank``."""
-    uses = block_uses(data, filters)
-    if uses is None:
-        return empty_frame("reuse_class", "blocks", "rank")
-    sql, params = uses
-    cases = " ".join(f"WHEN n >= {low} THEN {rank}" for rank, (_, low) in reversed(list(enumerate(REUSE_CLASSES))))
-    frame = data.df(f"""SELECT CASE {cases} END AS rank, count(*) AS blocks
-        FROM (SELECT block_hash, count(DISTINCT request_id) AS n FROM ({sql}) GROUP BY block_hash)
-        GROUP BY rank ORDER BY rank""", params)
-    frame["reuse_class"] = [REUSE_CLASSES[int(r)][0] for r in frame["rank"]]
-    return frame[["reuse_class", "blocks", "rank"]]
+class ReuseAnalysis:
+    """The reuse figures for one selection. Builds its per-block summary on construction;
+    ``empty`` is True when there are no block uses at all."""
 
+    def __init__(self, data: SegmentData, filters: Filters):
+        self.data = data
+        uses = block_uses(data, filters)
+        self.empty = uses is None
+        if uses is None:
+            return
+        self._uses_sql, self._params = uses
+        data.con.execute(f"""CREATE OR REPLACE TEMP TABLE {_SUMMARY} AS
+            SELECT block_hash, count(*) AS uses, min(position) AS position
+            FROM ({self._uses_sql}) GROUP BY block_hash""", self._params)
+        self.empty = data.df(f"SELECT count(*) AS n FROM {_SUMMARY}")["n"].iloc[0] == 0
 
-def reuse_gaps(data: SegmentData, filters: Filters) -> pd.DataFrame:
-    """Histogram of time between consecutive uses of the same block (by another request):
-    ``gap_s`` and ``gap_end_s`` (bin edges, seconds, log-spaced), ``uses``."""
-    uses = block_uses(data, filters)
-    if uses is None:
-        return empty_frame("gap_s", "gap_end_s", "uses")
-    sql, params = uses
-    return data.df(f"""SELECT pow(10, b * {_LOG_BIN}) AS gap_s, pow(10, (b + 1) * {_LOG_BIN}) AS gap_end_s,
-            count(*) AS uses FROM (
-            SELECT floor(greatest(least(log10(greatest(gap, 1e-9)), {_LOG_MAX}), {_LOG_MIN}) / {_LOG_BIN}) AS b
-            FROM (SELECT time_s - lag(time_s) OVER (PARTITION BY block_hash ORDER BY time_s) AS gap
-                  FROM (SELECT block_hash, request_id, min(time_s) AS time_s FROM ({sql}) GROUP BY ALL))
-            WHERE gap IS NOT NULL)
-        GROUP BY b ORDER BY b""", params)
+    def classes(self) -> pd.DataFrame:
+        """Blocks by how many times they were used: ``reuse_class``, ``blocks``, ``rank``."""
+        if self.empty:
+            return empty_frame("reuse_class", "blocks", "rank")
+        cases = " ".join(f"WHEN uses >= {low} THEN {rank}"
+                         for rank, (_, low) in reversed(list(enumerate(REUSE_CLASSES))))
+        frame = self.data.df(f"SELECT CASE {cases} END AS rank, count(*) AS blocks FROM {_SUMMARY} "
+                             "GROUP BY rank ORDER BY rank")
+        frame["reuse_class"] = [REUSE_CLASSES[int(r)][0] for r in frame["rank"]]
+        return frame[["reuse_class", "blocks", "rank"]]
 
+    def by_position(self) -> pd.DataFrame:
+        """Share of blocks used more than once, by (first) position in the prompt:
+        ``position``, ``blocks``, ``shared_share``. Shared prefixes show as a high share at
+        low positions."""
+        if self.empty:
+            return empty_frame("position", "blocks", "shared_share")
+        return self.data.df(f"""SELECT least(position, {MAX_POSITION}) AS position, count(*) AS blocks,
+                avg(CASE WHEN uses > 1 THEN 1.0 ELSE 0.0 END) AS shared_share
+            FROM {_SUMMARY} WHERE position IS NOT NULL GROUP BY ALL ORDER BY position""")
 
-def shared_by_position(data: SegmentData, filters: Filters) -> pd.DataFrame:
-    """Share of blocks used by more than one request, by block position in the prompt:
-    ``position``, ``blocks``, ``shared_share``. Shared prefixes show as a high share at low
-    positions."""
-    uses = block_uses(data, filters)
-    if uses is None:
-        return empty_frame("position", "blocks", "shared_share")
-    sql, params = uses
-    return data.df(f"""SELECT least(position, {MAX_POSITION}) AS position, count(*) AS blocks,
-            avg(CASE WHEN n > 1 THEN 1.0 ELSE 0.0 END) AS shared_share
-        FROM (SELECT block_hash, min(position) AS position, count(DISTINCT request_id) AS n
-              FROM ({sql}) WHERE position IS NOT NULL GROUP BY block_hash)
-        GROUP BY ALL ORDER BY position""", params)
+    def gaps(self) -> pd.DataFrame:
+        """Histogram of the time between consecutive uses of the same block: ``gap_s`` and
+        ``gap_end_s`` (bin edges, seconds, log-spaced), ``uses``. Only reused blocks are
+        windowed, so unique blocks (usually most) cost nothing here."""
+        if self.empty:
+            return empty_frame("gap_s", "gap_end_s", "uses")
+        return self.data.df(f"""SELECT pow(10, b * {_LOG_BIN}) AS gap_s, pow(10, (b + 1) * {_LOG_BIN}) AS gap_end_s,
+                count(*) AS uses FROM (
+                SELECT floor(greatest(least(log10(greatest(gap, 1e-9)), {_LOG_MAX}), {_LOG_MIN}) / {_LOG_BIN}) AS b
+                FROM (SELECT time_s - lag(time_s) OVER (PARTITION BY block_hash ORDER BY time_s) AS gap
+                      FROM ({self._uses_sql}) u
+                      WHERE block_hash IN (SELECT block_hash FROM {_SUMMARY} WHERE uses > 1))
+                WHERE gap IS NOT NULL)
+            GROUP BY b ORDER BY b""", self._params)
 
 
 def stores_never_promoted(data: SegmentData, filters: Filters) -> dict:
@@ -89,7 +102,8 @@ def stores_never_promoted(data: SegmentData, filters: Filters) -> dict:
         return {"stored_blocks": 0, "never_promoted": 0}
     view = data.events_view(filters)
     where, params = data.where(filters, view)
+    where = and_where(where, "kind IN ('store', 'cpu_promotion', 'cold_promotion')")
     row = data.df(f"""SELECT count(*) AS stored_blocks, count(*) FILTER (WHERE NOT promoted) AS never_promoted
-        FROM (SELECT block_hash, bool_or(kind IN ('cpu_promotion', 'cold_promotion')) AS promoted
+        FROM (SELECT block_hash, bool_or(kind <> 'store') AS promoted
               FROM {view} {where} GROUP BY block_hash HAVING bool_or(kind = 'store'))""", params)
     return {k: int(row[k].iloc[0]) for k in ("stored_blocks", "never_promoted")}

@@ -10,7 +10,8 @@ from dashboard.views.base import PageContext, chart
 
 
 def render(ctx: PageContext) -> None:
-    classes = analysis.reuse_classes(ctx.data, ctx.filters)
+    reuse = analysis.ReuseAnalysis(ctx.data, ctx.filters)
+    classes = reuse.classes()
     if classes.empty:
         st.info("No block hashes to analyse: reuse needs block events or request records with "
                 "`block_hashes` (the Mooncake, WEKA and Bailian traces have them).")
@@ -20,15 +21,15 @@ def render(ctx: PageContext) -> None:
     stores = analysis.stores_never_promoted(ctx.data, ctx.filters)
     left, middle, right = st.columns(3)
     left.metric("distinct blocks", f"{total:,}")
-    middle.metric("never reused", f"{never / total:.1%}" if total else "-", help="used by one request only")
+    middle.metric("never reused", f"{never / total:.1%}" if total else "-", help="looked up once only")
     if stores["stored_blocks"]:
         right.metric("stored, never promoted", f"{stores['never_promoted'] / stores['stored_blocks']:.1%}",
                      help=f"of {stores['stored_blocks']:,} blocks written to a lower tier")
-    st.subheader("Shared blocks: how many requests used each block")
+    st.subheader("Shared blocks: how often each block was looked up")
     chart(classes, charts.reuse_classes())
     st.subheader("Shared prefixes: share of blocks reused, by position in the prompt")
-    chart(analysis.shared_by_position(ctx.data, ctx.filters), charts.shared_by_position())
-    gaps = analysis.reuse_gaps(ctx.data, ctx.filters)
+    chart(reuse.by_position(), charts.shared_by_position())
+    gaps = reuse.gaps()
     st.subheader("Reuse time: seconds between uses of the same block")
     if gaps.empty:
         st.info("No block was used twice in the selection, so there is no reuse time to show.")

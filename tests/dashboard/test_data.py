@@ -88,12 +88,13 @@ def test_reuse_counts_match_the_requests_block_lists(data, full_segments):
     for record in SegmentReader(full_segments).requests():
         for block in record.block_hashes:
             users[block].add(record.request_id)
-    classes = reuse.reuse_classes(data, Filters()).set_index("rank")["blocks"]
+    analysis = reuse.ReuseAnalysis(data, Filters())
+    classes = analysis.classes().set_index("rank")["blocks"]
     assert classes.sum() == len(users)
     assert classes[0] == sum(1 for r in users.values() if len(r) == 1)
-    gaps = reuse.reuse_gaps(data, Filters())
+    gaps = analysis.gaps()
     assert gaps["uses"].sum() == sum(len(r) - 1 for r in users.values())
-    position = reuse.shared_by_position(data, Filters()).set_index("position")
+    position = analysis.by_position().set_index("position")
     assert position.loc[0, "shared_share"] == 1.0  # every prompt starts with a shared prefix
 
 
@@ -111,7 +112,7 @@ def test_request_only_segments_count_tokens(simulated_segments):
         assert unit == "tokens"
         assert frame["amount"].sum() == sum(r.prompt_tokens for r in records)
         assert queries.promotion_latency(data, Filters()).empty
-        assert reuse.reuse_classes(data, Filters())["blocks"].sum() > 0  # from block_hashes
+        assert reuse.ReuseAnalysis(data, Filters()).classes()["blocks"].sum() > 0  # from block_hashes
 
 
 def test_missing_or_empty_folder_is_empty_data_not_an_error(empty_segments, tmp_path):
@@ -119,7 +120,7 @@ def test_missing_or_empty_folder_is_empty_data_not_an_error(empty_segments, tmp_
         with SegmentData(root) as data:
             assert read_facets(data).empty
             assert queries.hit_quality(data, Filters(), (None, None))[1] == ""
-            assert reuse.reuse_classes(data, Filters()).empty
+            assert reuse.ReuseAnalysis(data, Filters()).classes().empty
 
 
 @pytest.mark.parametrize("kwargs, named", [
