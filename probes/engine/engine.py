@@ -1,9 +1,10 @@
 """The reference engine: one thread steps the scheduler, the model and the KV cache.
 
 Each :meth:`ReferenceEngine.step` admits waiting requests that fit (allocating blocks and
-promoting lower-tier hits), prefills their uncached tokens, decodes one token for every other
-running request, registers newly filled blocks, finishes completed requests (one
-``RequestRecord`` each) and publishes the step's KV events. Decoding is greedy.
+promoting lower-tier hits), prefills their uncached tokens one request at a time, decodes one
+token for every other running request in one batched pass (padded and masked), registers newly
+filled blocks, finishes completed requests (one ``RequestRecord`` each) and publishes the
+step's KV events. Decoding is greedy.
 
 Thread contract: :meth:`submit` and :meth:`reconfigure` may be called from any thread;
 everything else runs on the thread that calls :meth:`step` (or :meth:`run_until_idle`).
@@ -79,8 +80,9 @@ class ReferenceEngine:
         for seq in admitted:
             seq.tier_config_id = self.config.tiers.config_id
             self._prefill(seq)
-        for seq in [s for s in self.scheduler.running if s not in admitted]:
-            self._decode(seq)
+        decoding = [s for s in self.scheduler.running if s not in admitted]
+        if decoding:
+            self._decode(decoding)
         for seq in [s for s in self.scheduler.running if s.is_done]:
             self._finish(seq)
         events = self.events.take()
@@ -101,8 +103,18 @@ class ReferenceEngine:
         self._forward(seq, seq.prompt[seq.num_computed:])
         self.kv.record_recompute(seq, self._timer() - start)
 
-    def _decode(self, seq: Sequence) -> None:
-        self._forward(seq, seq.output[-1:])
+    def _decode(self, seqs: list[Sequence]) -> None:
+        """One token for every running sequence, in one batched forward pass."""
+        device = self.device
+        positions = torch.tensor([s.num_computed for s in seqs], dtype=torch.long, device=device)
+        tokens = torch.tensor([s.output[-1] for s in seqs], dtype=torch.long, device=device)
+        past_k, past_v = self.kv.gather_batch(seqs)
+        logits, new_k, new_v = self.model.decode(tokens, positions, past_k, past_v, positions)
+        for i, seq in enumerate(seqs):
+            self.kv.write(seq, seq.num_computed, new_k[:, i:i + 1], new_v[:, i:i + 1])
+            seq.num_computed += 1
+            self.kv.cache_full_blocks(seq)
+            self._emit(seq, logits[i])
 
     def _forward(self, seq: Sequence, token_ids: list[int]) -> None:
         start_pos = seq.num_computed
@@ -112,6 +124,10 @@ class ReferenceEngine:
         self.kv.write(seq, start_pos, new_k, new_v)
         seq.num_computed += len(token_ids)
         self.kv.cache_full_blocks(seq)
+        self._emit(seq, logits)
+
+    def _emit(self, seq: Sequence, logits) -> None:
+        """Greedy sampling; hand the token to the request."""
         token = int(torch.argmax(logits))
         seq.output.append(token)
         seq.token_times_s.append(self._clock())

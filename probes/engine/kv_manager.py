@@ -206,6 +206,22 @@ class KvCacheManager:
         kv = data.permute(1, 2, 0, 3, 4, 5).reshape(layers, 2, blocks * self._bs, heads, dim)
         return kv[:, 0, :length], kv[:, 1, :length]
 
+    def gather_batch(self, seqs: list[Sequence]):
+        """K and V of every sequence's computed positions, zero-padded to the longest:
+        two tensors [layers, B, P, heads, head_dim]."""
+        import torch
+
+        longest = max(seq.num_computed for seq in seqs)
+        layers, _, _, heads, dim = self.config.block_shape
+        shape = (layers, len(seqs), longest, heads, dim)
+        past_k = torch.zeros(shape, dtype=self.gpu.data.dtype, device=self.device)
+        past_v = torch.zeros_like(past_k)
+        for i, seq in enumerate(seqs):
+            k, v = self.gather(seq, seq.num_computed)
+            past_k[:, i, :seq.num_computed] = k
+            past_v[:, i, :seq.num_computed] = v
+        return past_k, past_v
+
     def write(self, seq: Sequence, start: int, new_k, new_v) -> None:
         """Store K/V ([layers, n, heads, head_dim]) of positions ``start..`` into the seq's blocks."""
         end = start + new_k.shape[1]

@@ -41,6 +41,17 @@ class _Layer(nn.Module):
         x = x + self.out(attn.transpose(0, 1).reshape(n, -1))
         return x + self.mlp(self.norm2(x)), k, v
 
+    def decode(self, x, past_k, past_v, visible):
+        """One new token for each of B sequences. x: [B, hidden]; past_k/v: [B, P, H, D]
+        padded; visible: [B, P + 1] bool (a sequence's own past, and the new token)."""
+        b = x.shape[0]
+        q, k, v = self.qkv(self.norm1(x)).view(b, 3, self.heads, self.head_dim).unbind(1)
+        keys = torch.cat([past_k, k[:, None]], dim=1).transpose(1, 2)  # [B, H, P+1, D]
+        values = torch.cat([past_v, v[:, None]], dim=1).transpose(1, 2)
+        attn = F.scaled_dot_product_attention(q[:, :, None], keys, values, attn_mask=visible[:, None, None])
+        x = x + self.out(attn.reshape(b, -1))
+        return x + self.mlp(self.norm2(x)), k, v
+
 
 class TinyDecoder(nn.Module):
     """The reference model. Weights are drawn from ``config.seed`` with a private generator."""
@@ -89,3 +100,23 @@ class TinyDecoder(nn.Module):
             new_v.append(v)
         logits = self.head(self.norm(x[-1]))
         return logits, torch.stack(new_k), torch.stack(new_v)
+
+    @torch.inference_mode()
+    def decode(self, token_ids, positions, past_k, past_v, lengths):
+        """Decode one token for each of B sequences at once (continuous batching).
+
+        ``token_ids``, ``positions``, ``lengths``: [B] (a sequence's past length equals its
+        position); ``past_k``/``past_v``: [layers, B, P, heads, head_dim], padded to the longest.
+        Returns ``(logits [B, vocab], new_k, new_v)`` with new_k/v [layers, B, H, D].
+        """
+        if int(positions.max()) >= self.config.max_positions:
+            raise ValueError(f"position {int(positions.max())} exceeds max_positions={self.config.max_positions}")
+        x = self.embed(token_ids) + self.pos(positions)
+        span = torch.arange(past_k.shape[2] + 1, device=token_ids.device)
+        visible = (span[None, :] < lengths[:, None]) | (span[None, :] == past_k.shape[2])
+        new_k, new_v = [], []
+        for i, layer in enumerate(self.layers):
+            x, k, v = layer.decode(x, past_k[i], past_v[i], visible)
+            new_k.append(k)
+            new_v.append(v)
+        return self.head(self.norm(x)), torch.stack(new_k), torch.stack(new_v)

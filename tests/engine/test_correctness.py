@@ -70,3 +70,20 @@ def test_decode_filled_blocks_are_reused(make_engine):
     first = run(engine, "first", P, max_tokens=8)
     follow = run(engine, "follow", P + first.output + [5])
     assert follow.served.gpu == 5 * BLOCK
+
+
+def test_batched_decode_gives_each_request_its_solo_output(make_engine):
+    """Requests of different lengths decoded together (padded, masked) match running alone."""
+    from probes.engine.sequence import Sequence
+
+    prompts = [prompt(i, length) for i, length in ((1, 13), (2, 5), (3, 22), (4, 1))]
+    solo = [run(make_engine(tiny_config(gpu_blocks=10)), f"solo{i}", p, max_tokens=6).output
+            for i, p in enumerate(prompts)]
+    engine = make_engine(tiny_config(gpu_blocks=40))
+    seqs = [Sequence(f"b{i}", p, 6, 0.0) for i, p in enumerate(prompts)]
+    for seq in seqs:
+        engine.submit(seq)
+    engine.step()
+    assert len(engine.scheduler.running) == 4  # all admitted together: decoded as one batch
+    engine.run_until_idle()
+    assert [s.output for s in seqs] == solo
