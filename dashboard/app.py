@@ -22,16 +22,16 @@ def main() -> None:
     st.set_page_config(page_title="kvtier", layout="wide")
     config = DashboardConfig.from_sources(sys.argv[1:], os.environ)
     slug = _choose_page()
-    with SegmentData(config.segments) as data:
-        facets = _facets(str(config.segments), segment_signature(config.segments))
-        filters = _filters(facets)
-        title, render = PAGES[slug]
-        st.title(f"kvtier · {title}")
-        if facets.empty and slug in ("overview", "latency", "reuse"):
-            explain_no_data(config)
-            return
-        _notices(facets)
-        render(PageContext(data, facets, filters, config))
+    signature = segment_signature(config.segments)
+    facets = _facets(str(config.segments), signature)
+    filters = _filters(facets)
+    title, render = PAGES[slug]
+    st.title(f"kvtier · {title}")
+    if facets.empty and slug in ("overview", "latency", "reuse"):
+        explain_no_data(config)
+        return
+    _notices(facets)
+    render(PageContext(facets, filters, config, signature))
 
 
 @st.cache_data(max_entries=16, show_spinner=False)

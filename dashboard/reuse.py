@@ -107,3 +107,11 @@ def stores_never_promoted(data: SegmentData, filters: Filters) -> dict:
         FROM (SELECT block_hash, bool_or(kind <> 'store') AS promoted
               FROM {view} {where} GROUP BY block_hash HAVING bool_or(kind = 'store'))""", params)
     return {k: int(row[k].iloc[0]) for k in ("stored_blocks", "never_promoted")}
+
+
+def reuse_figures(data: SegmentData, filters: Filters) -> dict:
+    """Everything the reuse page shows: ``classes``, ``by_position``, ``gaps`` (frames) and
+    ``stores`` (dict); frames are empty when there are no block uses."""
+    analysis = ReuseAnalysis(data, filters)
+    return {"classes": analysis.classes(), "by_position": analysis.by_position(), "gaps": analysis.gaps(),
+            "stores": stores_never_promoted(data, filters)}

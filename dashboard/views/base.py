@@ -3,11 +3,13 @@ of an empty chart."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import pandas as pd
 import streamlit as st
 
+from dashboard import queries, reuse
 from dashboard.data import Filters, SegmentData
 from dashboard.facets import Facets
 from dashboard.settings import DashboardConfig
@@ -17,12 +19,36 @@ from dashboard.settings import DashboardConfig
 MIN_PHASE_REQUESTS = 30
 
 
+# The aggregate queries pages may run, by name: each is ``fn(data, filters, *args)``.
+QUERIES = {
+    "hit_quality": queries.hit_quality,
+    "promotion_latency": queries.promotion_latency,
+    "request_latency": queries.request_latency,
+    "size_latency": queries.size_latency,
+    "reuse": reuse.reuse_figures,
+}
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _cached(name: str, root: str, signature: tuple[int, float], filters: tuple, args: tuple):
+    # Keyed by the segment signature: new segments make a new entry, so results never go stale.
+    with SegmentData(root) as data:
+        return QUERIES[name](data, Filters(*filters), *args)
+
+
 @dataclass(frozen=True)
 class PageContext:
-    data: SegmentData
+    """What a page renders from. ``signature`` identifies the segments' current contents."""
+
     facets: Facets
     filters: Filters
     config: DashboardConfig
+    signature: tuple[int, float]
+
+    def query(self, name: str, *args):
+        """Run ``QUERIES[name]`` on the selection, cached until new segments arrive."""
+        return _cached(name, str(self.config.segments), self.signature,
+                       dataclasses.astuple(self.filters), args)
 
 
 def chart(frame: pd.DataFrame, spec: dict, *, stretch: bool = True) -> None:

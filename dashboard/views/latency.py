@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import charts, queries
+from dashboard import charts
 from dashboard.views.base import MIN_PHASE_REQUESTS, PageContext, chart, rollout_in_progress
 
 
@@ -19,7 +19,7 @@ def render(ctx: PageContext) -> None:
 
 def _promotions(ctx: PageContext) -> None:
     st.subheader("Promotion time by source tier")
-    frame = queries.promotion_latency(ctx.data, ctx.filters)
+    frame = ctx.query("promotion_latency")
     if frame.empty:
         st.info("No promotion or recompute events with a latency: block events come from engine "
                 "probes (`kvtier collect`); simulated replays without a cost model carry none.")
@@ -30,7 +30,7 @@ def _promotions(ctx: PageContext) -> None:
 
 
 def _requests(ctx: PageContext) -> None:
-    frame = queries.request_latency(ctx.data, ctx.filters)
+    frame = ctx.query("request_latency")
     if frame.empty:
         st.subheader("TTFT and inter-token latency per tier configuration")
         st.info("No request records with TTFT or inter-token latency: they come from engine probes; "

@@ -11,7 +11,7 @@ from dashboard.views.base import PageContext, chart, rollout_in_progress
 
 def render(ctx: PageContext) -> None:
     span = (ctx.facets.start_s, ctx.facets.end_s)
-    frame, unit = queries.hit_quality(ctx.data, ctx.filters, span)
+    frame, unit = ctx.query("hit_quality", span)
     notice = rollout_in_progress(ctx.facets)
     if notice:
         st.warning(notice)

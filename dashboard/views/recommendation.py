@@ -7,7 +7,6 @@ import json
 
 import streamlit as st
 
-from dashboard import queries
 from dashboard.artifacts import Recommendation, load_recommendation
 from dashboard.views.base import PageContext
 
@@ -57,7 +56,7 @@ def _rollback(ctx: PageContext, rule) -> None:
         st.info("The recommendation names no rollback budgets (`rollback.ttft_p99_budget_s`, "
                 "`rollback.itl_p99_budget_s`), so there is no rule to check.")
         return
-    latency = queries.request_latency(ctx.data, ctx.filters)
+    latency = ctx.query("request_latency")
     p99 = latency[latency["quantile"] == "p99"]
     if p99.empty:
         st.info("No TTFT/ITL measurements to check the rule against.")

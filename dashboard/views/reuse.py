@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import charts, queries
-from dashboard import reuse as analysis
+from dashboard import charts
 from dashboard.views.base import PageContext, chart
 
 
 def render(ctx: PageContext) -> None:
-    reuse = analysis.ReuseAnalysis(ctx.data, ctx.filters)
-    classes = reuse.classes()
+    figures = ctx.query("reuse")
+    classes = figures["classes"]
     if classes.empty:
         st.info("No block hashes to analyse: reuse needs block events or request records with "
                 "`block_hashes` (the Mooncake, WEKA and Bailian traces have them).")
         return
     total = int(classes["blocks"].sum())
     never = int(classes.loc[classes["rank"] == 0, "blocks"].sum())
-    stores = analysis.stores_never_promoted(ctx.data, ctx.filters)
+    stores = figures["stores"]
     left, middle, right = st.columns(3)
     left.metric("distinct blocks", f"{total:,}")
     middle.metric("never reused", f"{never / total:.1%}" if total else "-", help="looked up once only")
@@ -28,8 +27,8 @@ def render(ctx: PageContext) -> None:
     st.subheader("Shared blocks: how often each block was looked up")
     chart(classes, charts.reuse_classes())
     st.subheader("Shared prefixes: share of blocks reused, by position in the prompt")
-    chart(reuse.by_position(), charts.shared_by_position())
-    gaps = reuse.gaps()
+    chart(figures["by_position"], charts.shared_by_position())
+    gaps = figures["gaps"]
     st.subheader("Reuse time: seconds between uses of the same block")
     if gaps.empty:
         st.info("No block was used twice in the selection, so there is no reuse time to show.")
@@ -41,7 +40,7 @@ def render(ctx: PageContext) -> None:
 
 def _size_against_budget(ctx: PageContext) -> None:
     st.subheader("Block size against the transfer budget")
-    sizes = queries.size_latency(ctx.data, ctx.filters)
+    sizes = ctx.query("size_latency")
     if sizes.empty:
         st.info("No promotions with a block size and a latency: the transfer budget needs block "
                 "events from engine probes.")

@@ -176,3 +176,22 @@ def test_time_range_slider_limits_the_overview_to_the_early_phase(monkeypatch, f
     (_, totals), (_, over_time) = charts(at)
     assert set(totals.column("tier_config").to_pylist()) == {"gpu-only"}
     assert "cpu_promotion" not in over_time.column("outcome").to_pylist()
+
+
+def test_new_segments_show_up_on_the_next_run_despite_caching(monkeypatch, tmp_path, store, origin):
+    from collector.batch import EventBatch
+    from collector.events import BlockEvent, Outcome
+    from collector.segments import export_segments
+
+    def ingest(sequence: int, blocks: int) -> None:
+        events = [BlockEvent(1_800_000_000.0 + sequence * 60 + i, Outcome.GPU_HIT, 1000 * sequence + i,
+                             request_id=f"r{sequence}", position=i) for i in range(blocks)]
+        store.ingest(EventBatch.from_rows(origin, sequence, events))
+        export_segments(store, tmp_path / "segments")
+
+    ingest(0, 5)
+    at = open_page(monkeypatch, tmp_path / "segments", "overview")
+    assert sum(charts(at)[0][1].column("amount").to_pylist()) == 5
+    ingest(1, 7)
+    at.run()
+    assert sum(charts(at)[0][1].column("amount").to_pylist()) == 12
