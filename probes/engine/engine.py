@@ -27,6 +27,7 @@ from probes.engine.kv_manager import KvCacheManager
 from probes.engine.model import TinyDecoder
 from probes.engine.scheduler import Scheduler
 from probes.engine.sequence import Sequence
+from probes.engine.transfer_stats import TransferStats
 
 
 class ReferenceEngine:
@@ -44,7 +45,9 @@ class ReferenceEngine:
         self._recorder, self._publish, self._on_request = recorder, publish, on_request
         self._clock, self._timer = clock, timer
         self.events = KvEventBuffer()
-        self.kv = KvCacheManager(config, self.device, self.dtype, recorder, self.events, timer=timer)
+        self.transfers = TransferStats()  # survives tier switches, as counters must
+        self.kv = KvCacheManager(config, self.device, self.dtype, recorder, self.events,
+                                 stats=self.transfers, timer=timer)
         self.scheduler = Scheduler(config.max_batch_size)
         self._incoming: queue.Queue[Sequence] = queue.Queue()
         self._pending_tiers: queue.Queue[TierConfig] = queue.Queue()
@@ -164,7 +167,7 @@ class ReferenceEngine:
         self.kv.close()
         self.config = self.config.with_tiers(tiers)
         self.kv = KvCacheManager(self.config, self.device, self.dtype, self._recorder, self.events,
-                                 timer=self._timer)
+                                 stats=self.transfers, timer=self._timer)
 
     def _clear_caches(self) -> None:
         """Evict every resident block, tier by tier, recorded and published as evictions."""

@@ -23,14 +23,16 @@ from probes.engine.hashing import block_hash, chain_hashes
 from probes.engine.kv_events import KvEventBuffer, block_stored
 from probes.engine.offload import TierCascade
 from probes.engine.sequence import Sequence
+from probes.engine.transfer_stats import TransferStats
 
 _MAX_TRACKED_USES = 1 << 20
 
 
 class KvCacheManager:
     def __init__(self, config: EngineConfig, device, dtype, recorder, events: KvEventBuffer, *,
-                 timer: Callable[[], float] = time.perf_counter):
+                 stats: TransferStats | None = None, timer: Callable[[], float] = time.perf_counter):
         tiers = config.tiers
+        self.stats = stats or TransferStats()
         self.config, self.device, self._recorder, self._events = config, device, recorder, events
         self._bs, self._timer = config.block_size_tokens, timer
         self._meta: dict[int, tuple[int | None, list[int]]] = {}
@@ -41,7 +43,7 @@ class KvCacheManager:
         self.cascade = TierCascade(
             self.cpu, None, recorder=recorder, events=events, block_size=self._bs,
             block_bytes=config.block_bytes, admission_threshold=tiers.admission_threshold,
-            meta=self._meta.__getitem__, sync=lambda: synchronize(device), timer=timer)
+            meta=self._meta.__getitem__, sync=lambda: synchronize(device), timer=timer, stats=self.stats)
         self.file = FileTier(config.file_dir, tiers.file_blocks, config.block_shape, dtype,
                              tiers.eviction_policy, config.file_io_threads,
                              on_stored=self.cascade.file_stored) if tiers.file_blocks else None
@@ -105,7 +107,9 @@ class KvCacheManager:
         """Read cold hits in parallel and store them in the CPU tier; per-block latency."""
         start = self._timer()
         blocks = self.file.read_many(cold)
-        share = (self._timer() - start) / len(cold)
+        spent_reading = self._timer() - start
+        self.stats.add("tier_read", len(cold) * self.config.block_bytes, spent_reading)
+        share = spent_reading / len(cold)
         latency = {}
         for h, block in zip(cold, blocks):
             start = self._timer()
@@ -122,7 +126,9 @@ class KvCacheManager:
         start = self._timer()
         self.gpu.data[slot].copy_(self.cpu.get(h), non_blocking=True)
         synchronize(self.device)
-        latency = staged_s + self._timer() - start
+        copied_s = self._timer() - start
+        self.stats.add("load", self.config.block_bytes, copied_s)
+        latency = staged_s + copied_s
         self.gpu.cache(slot, h)
         outcome = Outcome.CPU_PROMOTION if tier is Tier.CPU else Outcome.COLD_PROMOTION
         self._lookup_event(seq, outcome, h, position, tier, latency)

@@ -22,7 +22,8 @@ class EngineMetrics:
     """Observes finished requests; gauges are read from the engine at scrape time."""
 
     def __init__(self, model_name: str, *, usage: Callable[[], float],
-                 running: Callable[[], int], waiting: Callable[[], int], cache_info: dict[str, str]):
+                 running: Callable[[], int], waiting: Callable[[], int], cache_info: dict[str, str],
+                 transfers: Callable[[], dict[str, tuple[int, float]]] = dict):
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = registry = CollectorRegistry()
@@ -59,6 +60,7 @@ class EngineMetrics:
         gauge("vllm:num_requests_waiting", "requests waiting", waiting)
         info = Gauge("vllm:cache_config_info", "cache configuration", sorted(cache_info), registry=registry)
         info.labels(**cache_info).set(1)
+        registry.register(_TransferCollector(base, transfers))
 
     def observe(self, record: RequestRecord) -> None:
         """Count one finished request (call from any one thread)."""
@@ -81,3 +83,30 @@ class EngineMetrics:
         from prometheus_client import generate_latest
 
         return generate_latest(self.registry)
+
+
+# kind -> (vLLM metric stem, extra labels): OffloadingConnector and Tiering counters
+_TRANSFER_METRICS = {
+    "load": ("vllm:kv_offload_load", {}), "store": ("vllm:kv_offload_store", {}),
+    "tier_read": ("vllm:kv_offload_tiering_read", {"tier": "1:fs"}),
+    "tier_write": ("vllm:kv_offload_tiering_write", {"tier": "1:fs"}),
+}
+
+
+class _TransferCollector:
+    """Offload byte and time counters, read from the engine's sums at scrape time."""
+
+    def __init__(self, base: dict[str, str], read: Callable[[], dict[str, tuple[int, float]]]):
+        self._base, self._read = base, read
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily
+
+        sums = self._read()
+        for kind, (stem, extra) in _TRANSFER_METRICS.items():
+            labels = {**self._base, **extra}
+            size_bytes, seconds = sums.get(kind, (0, 0.0))
+            for suffix, value, doc in (("_bytes", size_bytes, "bytes moved"), ("_time", seconds, "seconds spent")):
+                family = CounterMetricFamily(stem + suffix, f"{kind}: {doc}", labels=list(labels))
+                family.add_metric(list(labels.values()), value)
+                yield family

@@ -22,12 +22,14 @@ class TierCascade:
     def __init__(self, cpu: CpuTier | None, file: FileTier | None, *, recorder, events: KvEventBuffer,
                  block_size: int, block_bytes: int, admission_threshold: int,
                  meta: Callable[[int], tuple[int | None, list[int]]],
-                 sync: Callable[[], None], timer: Callable[[], float] = time.perf_counter):
+                 sync: Callable[[], None], timer: Callable[[], float] = time.perf_counter,
+                 stats=None):
         self.cpu, self.file = cpu, file
         self._recorder, self._events = recorder, events
         self._block_size, self._block_bytes = block_size, block_bytes
         self._threshold = admission_threshold
         self._meta, self._sync, self._timer = meta, sync, timer
+        self._stats = stats
 
     def admits(self, uses: int) -> bool:
         return uses >= self._threshold
@@ -61,7 +63,10 @@ class TierCascade:
         start = self._timer()
         cpu.put(block_hash, block)
         self._sync()
-        self.store(block_hash, Tier.CPU, Tier.GPU, self._timer() - start)
+        spent = self._timer() - start
+        if self._stats is not None:
+            self._stats.add("store", self._block_bytes, spent)
+        self.store(block_hash, Tier.CPU, Tier.GPU, spent)
 
     def make_room_cpu(self, protected: set[int]) -> bool:
         """Evict one CPU victim (offering it to the file tier); ``False`` if none may go."""
@@ -94,4 +99,6 @@ class TierCascade:
 
     def file_stored(self, block_hash: int, size_bytes: int, latency_s: float) -> None:
         """The file tier's completion callback (runs on a writer thread)."""
+        if self._stats is not None:
+            self._stats.add("tier_write", size_bytes, latency_s)
         self.store(block_hash, Tier.COLD, Tier.CPU, latency_s)

@@ -60,7 +60,8 @@ class EngineServer:
             MODEL_NAME, usage=lambda: self.engine.kv.gpu.used_blocks / self.engine.kv.gpu.num_blocks,
             running=lambda: len(self.engine.scheduler.running),
             waiting=lambda: len(self.engine.scheduler.waiting),
-            cache_info={"block_size": str(config.block_size_tokens), "enable_prefix_caching": "True"})
+            cache_info={"block_size": str(config.block_size_tokens), "enable_prefix_caching": "True"},
+            transfers=self.engine.transfers.snapshot)
         self._ids = itertools.count()
         self._wake, self._stopping = threading.Event(), threading.Event()
         self._store = self._flusher = None

@@ -156,3 +156,27 @@ def test_a_failing_step_answers_500_and_the_server_keeps_serving(server, monkeyp
     status, body = post(server.url + "/v1/completions", {"prompt": prompt(5), "max_tokens": 2})
     assert status == 500 and "disk on fire" in json.loads(body)["error"]["message"]
     assert complete(server, prompt(6), max_tokens=2)["usage"]["completion_tokens"] == 2
+
+
+def test_offload_counters_match_the_promotions_served(tmp_path):
+    config = tiny_config(tmp_path, gpu_blocks=5, cpu_blocks=5, file_blocks=40)
+    srv = EngineServer(config, ServerSettings(port=0)).start()
+    try:
+        scraper = MetricScraper(ScraperConfig(engine="vllm", url=srv.url + "/metrics"), lambda i: None)
+        scraper.poll()
+        replies = [complete(srv, prompt(i)) for i in (1, 2, 1, 3, 4, 5, 1)]
+        interval = scraper.poll()
+    finally:
+        srv.stop()
+    counters = {key.name: value for key, value in interval.counters.items()}
+    cpu = sum(r["kvtier"]["cpu_promotion_tokens"] for r in replies)
+    cold = sum(r["kvtier"]["cold_promotion_tokens"] for r in replies)
+    assert cpu > 0 and cold > 0
+    blocks = (cpu + cold) // config.block_size_tokens  # cold promotions end with a CPU->GPU copy
+    assert counters["vllm:kv_offload_load_bytes_total"] == blocks * config.block_bytes
+    assert counters["vllm:kv_offload_tiering_read_bytes_total"] == cold // config.block_size_tokens * config.block_bytes
+    assert counters["vllm:kv_offload_store_bytes_total"] > 0
+    by_source = {key.label("source"): value for key, value in interval.counters.items()
+                 if key.name == "vllm:prompt_tokens_cached_by_source_total"}
+    assert by_source == {"device": sum(r["kvtier"]["gpu_hit_tokens"] for r in replies),
+                         "host": cpu, "disk": cold}
