@@ -1,7 +1,8 @@
 """Dashboard benchmark: the overview page's first render over 10 million block events.
 
 Run: ``python benchmarks/dashboard.py --json`` (prints one JSON object; ``--events`` to
-change the size).
+change the size; ``--segments DIR`` keeps the built segments and reuses them next time, so
+a re-measurement skips the build).
 
 1. Builds the data the real way: synthetic but realistic block events (requests of 16-240
    blocks, shared prefixes, a three-phase rollout GPU-only -> +CPU -> +cold, per-kind
@@ -180,7 +181,11 @@ def batches_between(store_path: Path, window: tuple[float, float]) -> int:
 
 
 def measure(args, tmp: Path) -> dict:
-    figures = build(tmp / "segments", tmp / "store.duckdb", args.events, args.instances, args.seed)
+    segments = Path(args.segments) if args.segments else tmp / "segments"
+    if (segments / "block_events").is_dir():
+        figures = {"reused_segments": str(segments)}  # built by an earlier run: measure only
+    else:
+        figures = build(segments, tmp / "store.duckdb", args.events, args.instances, args.seed)
     live = tmp / "live.duckdb"
     child = subprocess.Popen([sys.executable, __file__, "--collector", str(live)],
                              stdout=subprocess.PIPE, text=True)
@@ -188,8 +193,8 @@ def measure(args, tmp: Path) -> dict:
         if child.stdout.readline().strip() != "READY":
             raise RuntimeError("collector process did not start")
         time.sleep(0.5)
-        render = render_overview(tmp / "segments")
-        figures.update(overview_queries(tmp / "segments"))
+        render = render_overview(segments)
+        figures.update(overview_queries(segments))
     finally:
         child.send_signal(signal.SIGTERM)
         child.wait(timeout=60)
@@ -204,6 +209,8 @@ def main() -> None:
     parser.add_argument("--instances", type=int, default=4)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--segments", help="build the segments here and keep them; if they exist, "
+                        "skip the build and measure only")
     parser.add_argument("--collector", help=argparse.SUPPRESS)  # internal: run as the collector
     args = parser.parse_args()
     if args.collector:
