@@ -29,7 +29,10 @@ FEATURES = (
     "turn",                    # the last referencing request's turn (0 when unknown)
     "is_subagent",             # 1 if the last referencing request was a sub-agent call
     "session_requests",        # requests seen so far in that request's session (0: unknown)
-)
+    "request_blocks",          # blocks in the last referencing request's prompt
+    "request_seen_blocks",     # of those, leading blocks seen before it (its shared prefix)
+    "request_prefix_refs",     # references of that shared prefix's deepest block: few =
+)                              # a private conversation continued, many = a shared system prompt
 HALF_LIFE_S = 300.0
 
 
@@ -50,6 +53,9 @@ class _Block:
     turn: int = 0
     subagent: bool = False
     session_requests: int = 0
+    request_blocks: int = 0
+    request_seen: int = 0
+    request_prefix_refs: int = 0
 
 
 class FeatureTracker:
@@ -72,6 +78,7 @@ class FeatureTracker:
             session_count = self._sessions.get(record.session_id, 0) + 1
             self._sessions[record.session_id] = session_count
         n = len(record.block_hashes)
+        seen, prefix_refs = self._shared_prefix(record.block_hashes)
         parent = None
         for i, h in enumerate(record.block_hashes):
             tokens = max(0, min(block_tokens, record.prompt_tokens - i * block_tokens))
@@ -89,6 +96,8 @@ class FeatureTracker:
             block.turn = record.turn or 0
             block.subagent = record.request_type == "subagent"
             block.session_requests = session_count
+            block.request_blocks, block.request_seen = n, seen
+            block.request_prefix_refs = prefix_refs
             parent = h
         self.requests += 1
 
@@ -102,7 +111,18 @@ class FeatureTracker:
                 float(b.fanout), float(b.tokens), float(b.is_last), self._decayed(b, now_s),
                 self._decayed(parent, now_s) if parent else 0.0,
                 float(parent.refs) if parent else 0.0, float(b.turn), float(b.subagent),
-                float(b.session_requests)]
+                float(b.session_requests), float(b.request_blocks), float(b.request_seen),
+                float(b.request_prefix_refs)]
+
+    def _shared_prefix(self, hashes) -> tuple[int, int]:
+        """Leading blocks seen before, and the references of the deepest of them."""
+        seen, refs = 0, 0
+        for h in hashes:
+            block = self._blocks.get(h)
+            if block is None:
+                break
+            seen, refs = seen + 1, block.refs
+        return seen, refs
 
     def _decayed(self, block: _Block, now_s: float) -> float:
         return block.pop * math.exp(-self._decay_per_s * max(0.0, now_s - block.pop_s))

@@ -71,7 +71,8 @@ class AdmissionModel:
 def train(X: np.ndarray, y: np.ndarray, config: ModelConfig = ModelConfig()) -> AdmissionModel:
     """Train on rows in time order; the last ``calibration_fraction`` is held out.
     ``ValueError`` when the rows are too few or hold one class only."""
-    X, y = _prepare(X), np.asarray(y, dtype=int)
+    raw_X, y = np.asarray(X, dtype=float), np.asarray(y, dtype=int)
+    X = _prepare(raw_X)
     split = int(len(y) * (1 - config.calibration_fraction))
     if split < 10 or len(y) - split < 10 or len(set(y[:split].tolist())) < 2:
         raise ValueError(f"training needs >= 10 rows on each side of the calibration split "
@@ -86,7 +87,7 @@ def train(X: np.ndarray, y: np.ndarray, config: ModelConfig = ModelConfig()) -> 
         calibrator = IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0)
         calibrator.fit(raw, y[split:])
     model = AdmissionModel(config, estimator, calibrator, {})
-    model.held_out = quality(model.predict(X[split:]), y[split:])
+    model.held_out = quality(model.predict(raw_X[split:]), y[split:])
     return model
 
 

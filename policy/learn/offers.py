@@ -99,7 +99,7 @@ def collect_offers(records: Sequence[RequestRecord], gpu_blocks: int | None,
     block_tokens = _block_tokens(records)
     config = SimConfig(gpu_blocks=gpu_blocks, cpu_blocks=cpu_blocks, policy="lru",
                        default_block_tokens=block_tokens)
-    simulator = Simulator(config)
+    simulator = Simulator(config, cpu_admitter=ADMIT_ALL)  # keeps next uses for MIN
     tracker = FeatureTracker()
     inner = Belady(cpu_blocks) if label else make_policy("lru", cpu_blocks)
     recorder = _Recorder(inner, tracker)
@@ -114,6 +114,16 @@ def collect_offers(records: Sequence[RequestRecord], gpu_blocks: int | None,
         if on_request is not None:
             on_request(index)
     return _as_offers(recorder)
+
+
+class _AdmitAll:
+    name = "all"
+
+    def admit(self, key, info) -> bool:
+        return True
+
+
+ADMIT_ALL = _AdmitAll()
 
 
 def _as_offers(recorder: _Recorder) -> Offers:

@@ -17,7 +17,8 @@ from policy.learn.model import AdmissionModel, ModelConfig, train
 from policy.learn.offers import collect_offers
 from policy.learn.replay import IndexedAdmitter, Tiers, replay
 
-THRESHOLDS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7)
+THRESHOLDS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7)
+CENSORED_FRACTION = 0.1
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,10 @@ def fit(train_records: Sequence[RequestRecord], scored_records: Sequence[Request
     if not thresholds:
         raise ValueError("thresholds must not be empty")
     labelled = collect_offers(train_records, tiers.gpu_blocks, tiers.cpu_blocks, label=True)
+    # offers late in the training period have no future left to be reused in: their labels
+    # are censored, so the latest CENSORED_FRACTION of requests is not trained on
+    resolved = labelled.request_index < int(len(train_records) * (1 - CENSORED_FRACTION))
+    labelled = labelled.take(resolved)
     model = train(labelled.X, labelled.y, config)
     offers = collect_offers(scored_records, tiers.gpu_blocks, tiers.cpu_blocks, label=False)
     p = model.predict(offers.X)

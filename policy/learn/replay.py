@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from collector.events import RequestRecord
-from policy.learn.offers import _block_tokens, _futures
+from policy.learn.offers import ADMIT_ALL, _block_tokens, _futures
 from policy.sim.config import SimConfig
 from policy.sim.policies import Admitted, make_policy
 from policy.sim.policies.admission import Admitter
@@ -48,17 +48,29 @@ class Replayed:
 class IndexedAdmitter:
     """Admits a CPU offer when its precomputed score is >= ``threshold``. Scores are keyed
     by (request index, block hash); the replay sets ``request_index`` before each request.
-    An offer without a score is admitted and counted in ``misses`` (LRU's default)."""
+    An offer without a score is admitted and counted in ``misses`` (LRU's default).
+
+    Chain-aware (``chained``, the default): a block whose parent prefix no tier holds is
+    refused whatever its score, because prefix-contiguous lookup stops at the parent, so
+    the block could not be served until the parent is recomputed. The replay wires
+    ``parents`` (block -> parent block) and ``resident`` (is a block in any tier)."""
 
     name = "learned"
 
-    def __init__(self, scores: dict, threshold: float) -> None:
+    def __init__(self, scores: dict, threshold: float, *, chained: bool = True) -> None:
         self.scores = scores
         self.threshold = threshold
+        self.chained = chained
         self.request_index = 0
         self.misses = 0
+        self.parents: dict = {}
+        self.resident = None
 
     def admit(self, key, info) -> bool:
+        if self.chained and self.resident is not None:
+            parent = self.parents.get(key)
+            if parent is not None and not self.resident(parent):
+                return False
         score = self.scores.get((self.request_index, key))
         if score is None:
             self.misses += 1
@@ -75,18 +87,22 @@ def replay(records: Sequence[RequestRecord], tiers: Tiers, cpu_policy: str, *,
     config = SimConfig(gpu_blocks=tiers.gpu_blocks, cpu_blocks=tiers.cpu_blocks,
                        cold_blocks=tiers.cold_blocks, policy="lru",
                        default_block_tokens=block_tokens)
-    simulator = Simulator(config)
-    if tiers.cpu_blocks:
+    simulator = Simulator(config, cpu_admitter=ADMIT_ALL)  # an admitter keeps each block's
+    if tiers.cpu_blocks:                                    # info, which MIN reads on demotion
         cpu = make_policy(cpu_policy, tiers.cpu_blocks)
         simulator.flow.cpu = Admitted(cpu, admitter) if admitter is not None else cpu
+    if isinstance(admitter, IndexedAdmitter):
+        flow = simulator.flow
+        admitter.resident = lambda h: h in flow.gpu or (flow.cpu is not None and h in flow.cpu)
     futures = _futures(records) if cpu_policy == "belady" else None
     end = len(records) if count_to is None else count_to
     start_totals, counted, outcomes = SimResult(), [], []
     for index, record in enumerate(records):
         if index == count_from:
             start_totals = dataclasses.replace(simulator.result)
-        if admitter is not None and hasattr(admitter, "request_index"):
+        if isinstance(admitter, IndexedAdmitter):
             admitter.request_index = index
+            _note_parents(admitter.parents, record.block_hashes)
         outcome = simulator.serve(record, next(futures) if futures is not None else None)
         if count_from <= index < end:
             counted.append(record)
@@ -96,6 +112,11 @@ def replay(records: Sequence[RequestRecord], tiers: Tiers, cpu_policy: str, *,
         if on_request is not None:
             on_request(index)
     return Replayed(_minus(simulator.result, start_totals), tuple(counted), tuple(outcomes))
+
+
+def _note_parents(parents: dict, hashes) -> None:
+    for parent, child in zip(hashes, hashes[1:]):
+        parents[child] = parent
 
 
 def _minus(total: SimResult, before: SimResult) -> SimResult:

@@ -86,6 +86,9 @@ class SimConfig:
         if self.semantics == "vllm" and self.store_threshold >= 2 and self.cold_blocks != 0:
             raise ValueError("store_threshold >= 2 cannot be combined with a cold (file) tier: "
                              "vLLM's TieringOffloadingSpec rejects it")
+        if self.semantics == "vllm" and self.cold_blocks != 0 and self.cpu_blocks == 0:
+            raise ValueError("a cold (file) tier needs a CPU tier with semantics 'vllm': "
+                             "file-tier blocks are staged through CPU")
         if self.semantics == "trtllm" and self.cold_blocks != 0:
             raise ValueError(f"cold_blocks must be 0 with semantics 'trtllm' (it has a GPU and a "
                              f"host tier only), got {self.cold_blocks}")

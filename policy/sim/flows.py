@@ -14,6 +14,7 @@ from policy.sim.policies import (LRU, Admitted, BlockInfo, OfferCountAdmitter, P
 from policy.sim.policies.admission import Admitter
 from policy.sim.policies.base import DEFAULT_INFO
 from policy.sim.result import SimResult
+from policy.sim.vllm_cpu import VllmCpuTier
 
 # emit(kind, block_hash, tier_from, tier_to): movement events, a no-op unless events are wanted
 Emit = Callable[[Outcome, int, Tier | None, Tier | None], None]
@@ -146,7 +147,11 @@ def trtllm_flow(config: SimConfig, result: SimResult, emit: Emit = _no_emit) -> 
 
 
 class VllmFlow(Flow):
-    """vLLM's OffloadingConnector: write-through to CPU as blocks fill, file tier behind CPU."""
+    """vLLM's OffloadingConnector: write-through to CPU as blocks fill, file tier behind CPU.
+
+    The CPU tier is :class:`VllmCpuTier` (vLLM's manager call for call). ``cpu_admitter``,
+    when given, filters the blocks offered to it before vLLM's own store threshold.
+    """
 
     def __init__(self, config: SimConfig, result: SimResult, emit: Emit = _no_emit,
                  cpu_admitter: Admitter | None = None) -> None:
@@ -154,67 +159,78 @@ class VllmFlow(Flow):
         self.gpu = LRU(config.gpu_blocks)
         self.cpu = None
         if config.cpu_blocks != 0:
-            self._cpu_slots = make_policy(config.policy, config.cpu_blocks)
-            admitter = cpu_admitter or OfferCountAdmitter(config.store_threshold)
-            self.cpu = Admitted(self._cpu_slots, admitter)
+            self.cpu = VllmCpuTier(config.cpu_blocks, config.policy, config.store_threshold)
         self.cold = LRU(config.cold_blocks) if config.cold_blocks != 0 else None
+        self.admitter = cpu_admitter
 
     def serve(self, hashes, infos, found) -> None:
-        reused_on_cpu = []
+        cpu = self.cpu
         self.pin_gpu_hits(hashes, infos, found)
+        loads, computed = [], []
         for i, (h, info) in enumerate(zip(hashes, infos)):
             tier = found[i] if i < len(found) else None
             if tier is Tier.GPU and h in self.gpu:
                 continue
-            if tier is Tier.COLD:
-                self._stage_into_cpu(h, info)
-            elif tier is Tier.CPU:
-                reused_on_cpu.append((h, info))
+            if tier is Tier.COLD and cpu is not None:
+                self._stage_into_cpu(h, i)
+            if tier is not None and tier is not Tier.GPU and cpu is not None and h in cpu:
+                loads.append((h, i))
             self._gpu_insert(h, info)
             if tier is None:
-                self._offer_to_cpu(h, info)
-        for h, info in reused_on_cpu:  # recency once per request, head to tail
-            if h in self.cpu:
-                self.cpu.touch(h, info)
+                computed.append((h, i, info))
+        if cpu is not None:
+            if loads:
+                cpu.load(loads)
+            if computed:
+                self._store(computed)
+            cpu.finish()
 
     def _gpu_insert(self, h: int, info: BlockInfo) -> None:
         victims = self.gpu.insert(h, info)  # GPU victims are freed; copies live in CPU already
         self.result.gpu_evictions_total += len(victims)
-        for victim in victims:
-            self.emit(Outcome.EVICT, victim, Tier.GPU, None)
+        if self.emitting:
+            for victim in victims:
+                self.emit(Outcome.EVICT, victim, Tier.GPU, None)
 
-    def _offer_to_cpu(self, h: int, info: BlockInfo) -> None:
-        if self.cpu is None or h in self.cpu:
-            return
-        victims = self.cpu.insert(h, info)
-        self._after_cpu_write(h, victims)
-        if h in self.cpu and self.cold is not None and h not in self.cold:
-            self._cold_store(h, info)
+    def _store(self, computed: list) -> None:
+        admitter = self.admitter
+        offered = [(h, i) for h, i, info in computed if admitter is None or admitter.admit(h, info)]
+        outcome = self.cpu.store(offered)
+        stored, victims = outcome if outcome is not None else ([], [])
+        refused = [h for h, _ in offered if h not in self.cpu and h not in stored]
+        self._count_cpu_writes(stored, victims, refused)
+        if self.cold is not None:
+            for h in stored:
+                if h not in self.cold:  # the file tier skips files that exist
+                    self._cold_store(h)
 
-    def _stage_into_cpu(self, h: int, info: BlockInfo) -> None:
-        if self.cpu is None:
-            return
-        victims = self._cpu_slots.insert(h, info)  # a promotion slot: no store threshold
-        self._after_cpu_write(h, victims)
+    def _stage_into_cpu(self, h: int, position: int) -> None:
+        """A cold hit takes a CPU slot (no store threshold) before loading to the GPU."""
+        outcome = self.cpu.store([(h, position)], threshold=False)
+        stored, victims = outcome if outcome is not None else ([], [])
+        self._count_cpu_writes(stored, victims, [] if stored or h in self.cpu else [h])
 
-    def _after_cpu_write(self, h: int, victims: list) -> None:
-        if h in self.cpu:
-            self.result.cpu_stores_total += 1
-            self.emit(Outcome.STORE, h, Tier.GPU, Tier.CPU)
-        else:
-            self.result.drops_total += 1
-            self.emit(Outcome.DROP, h, None, None)
-        self.result.cpu_evictions_total += len(victims)
-        for victim in victims:
-            self.emit(Outcome.EVICT, victim, Tier.CPU, None)
+    def _count_cpu_writes(self, stored: list, victims: list, refused: list) -> None:
+        result = self.result
+        result.cpu_stores_total += len(stored)
+        result.cpu_evictions_total += len(victims)
+        result.drops_total += len(refused)
+        if self.emitting:
+            for h in victims:
+                self.emit(Outcome.EVICT, h, Tier.CPU, None)
+            for h in stored:
+                self.emit(Outcome.STORE, h, Tier.GPU, Tier.CPU)
+            for h in refused:
+                self.emit(Outcome.DROP, h, None, None)
 
-    def _cold_store(self, h: int, info: BlockInfo) -> None:
-        victims = self.cold.insert(h, info)
+    def _cold_store(self, h: int) -> None:
+        victims = self.cold.insert(h)
         self.result.cold_stores_total += 1
         self.result.cold_evictions_total += len(victims)
-        self.emit(Outcome.STORE, h, Tier.CPU, Tier.COLD)
-        for victim in victims:
-            self.emit(Outcome.EVICT, victim, Tier.COLD, None)
+        if self.emitting:
+            self.emit(Outcome.STORE, h, Tier.CPU, Tier.COLD)
+            for victim in victims:
+                self.emit(Outcome.EVICT, victim, Tier.COLD, None)
 
 
 def _optional(policy: str, capacity: int | None, admitter: Admitter | None):
