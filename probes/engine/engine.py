@@ -193,6 +193,11 @@ class ReferenceEngine:
             seq.on_finish(seq)
 
     @property
+    def switch_pending(self) -> bool:
+        """A tier switch was asked for and waits for the running batch to drain."""
+        return not self._pending_tiers.empty()
+
+    @property
     def tier_config_id(self) -> str:
         return self.config.tiers.config_id
 

@@ -81,6 +81,7 @@ class KvCacheManager:
         """Give ``seq`` a block table: hits first (promoting lower-tier hits), then fresh slots."""
         hits = self.lookup(seq)
         protected = set(seq.block_hashes[:len(hits)])
+        self._prune_meta()
         for i, h in enumerate(seq.block_hashes):
             self._meta.setdefault(h, (seq.block_hashes[i - 1] if i else None,
                                       seq.prompt[i * self._bs:(i + 1) * self._bs]))
@@ -160,6 +161,13 @@ class KvCacheManager:
         if len(self._uses) > _MAX_TRACKED_USES:
             self._uses.clear()
         self._uses[h] = self._uses.get(h, 0) + 1
+
+    def _prune_meta(self) -> None:
+        """Drop event metadata of blocks no tier holds any more (lower tiers evict silently)."""
+        tiers = self.config.tiers
+        if len(self._meta) > 2 * (tiers.gpu_blocks + tiers.cpu_blocks + tiers.file_blocks) + 1024:
+            for h in list(self._meta):
+                self._forget_if_gone(h)
 
     def _forget_if_gone(self, h: int) -> None:
         if self._tier_of(h) is None:

@@ -169,7 +169,8 @@ class _Handler(BaseHTTPRequestHandler):
         elif self.path == "/v1/models":
             self._json(200, {"object": "list", "data": [{"id": MODEL_NAME, "object": "model"}]})
         elif self.path == "/admin/tiers":
-            self._json(200, dataclasses.asdict(self.owner.engine.config.tiers))
+            engine = self.owner.engine
+            self._json(200, {**dataclasses.asdict(engine.config.tiers), "switch_pending": engine.switch_pending})
         else:
             self._json(404, {"error": {"message": f"no route {self.path}"}})
 

@@ -103,7 +103,8 @@ def test_admin_switch_names_the_next_requests_phase(server):
     assert status == 202 and json.loads(body)["pending"]["cpu_blocks"] == 8
     assert complete(server, prompt(4))["kvtier"]["tier_config_id"] == "plus-cpu"
     with urllib.request.urlopen(server.url + "/admin/tiers", timeout=30) as response:
-        assert json.loads(response.read())["config_id"] == "plus-cpu"
+        active = json.loads(response.read())
+    assert active["config_id"] == "plus-cpu" and active["switch_pending"] is False
 
 
 @pytest.mark.parametrize("body, fragment", [
