@@ -23,10 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from policy.curves import lru_curve  # noqa: E402
-from policy.readers import MooncakeReader, WekaReader  # noqa: E402
-from policy.sim.config import SimConfig  # noqa: E402
-from policy.sim.simulator import simulate  # noqa: E402
+from policy.curves import lru_curve
+from policy.readers import MooncakeReader, WekaReader
+from policy.sim.config import SimConfig
+from policy.sim.simulator import simulate
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 

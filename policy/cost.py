@@ -16,8 +16,8 @@ Every parameter carries its source: ``"measured"`` (from an active probe) or ``"
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 import numpy as np
 

@@ -18,8 +18,8 @@ coordinates; finding runs takes one stable sort of the block ids.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import numpy as np
 

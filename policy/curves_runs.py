@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import numpy as np
 
@@ -22,7 +22,7 @@ class RunTrace:
     prompt_tokens: int
 
     @classmethod
-    def from_records(cls, records: Iterable[RequestRecord], default_block_tokens: int) -> "RunTrace":
+    def from_records(cls, records: Iterable[RequestRecord], default_block_tokens: int) -> RunTrace:
         chunks, starts, sizes, lasts = [], [], [], []
         offset = prompt_total = 0
         for record in records:
@@ -39,7 +39,7 @@ class RunTrace:
                    np.array(lasts, dtype=np.int64), prompt_total)
 
     @classmethod
-    def single_request(cls, hashes: np.ndarray) -> "RunTrace":
+    def single_request(cls, hashes: np.ndarray) -> RunTrace:
         n = len(hashes)
         return cls(hashes, np.zeros(1, dtype=np.int64), np.ones(1, dtype=np.int64),
                    np.ones(1, dtype=np.int64), n)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from collector.events import RequestRecord
 from policy.cost import CostParams, TtftEstimate, queue_ttft

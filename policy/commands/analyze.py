@@ -6,8 +6,13 @@ import json
 from pathlib import Path
 
 from kvtier.errors import KvtierError
-from policy.commands.common import (capacity_blocks, model_geometry, open_records,
-                                    peek_block_tokens, print_json)
+from policy.commands.common import (
+    capacity_blocks,
+    model_geometry,
+    open_records,
+    peek_block_tokens,
+    print_json,
+)
 from policy.cost import CostParams
 
 

@@ -6,13 +6,13 @@ import itertools
 import json
 import math
 import sys
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from collector.events import RequestRecord
 from kvtier.errors import KvtierError
 from kvtier.progress import track
 from policy.geometry import KVGeometry, geometry, parse_capacity_tokens
-from policy.readers import FORMATS, WekaLayout, WekaReader, open_trace
+from policy.readers import WekaLayout, WekaReader, open_trace
 
 
 def open_records(args) -> tuple[object, Iterator[RequestRecord]]:

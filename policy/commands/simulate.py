@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from kvtier.errors import KvtierError
-from policy.commands.common import (capacity_blocks, model_geometry, open_records,
-                                    peek_block_tokens, print_json)
+from policy.commands.common import (
+    capacity_blocks,
+    model_geometry,
+    open_records,
+    peek_block_tokens,
+    print_json,
+)
 from policy.cost import CostParams
 from policy.sim.config import SimConfig
 from policy.sim.policies import POLICIES

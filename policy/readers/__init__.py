@@ -18,8 +18,16 @@ READERS = {"mooncake": MooncakeReader, "weka": WekaReader, "bailian": BailianRea
 # The store and Parquet segments are read by collector.reader (the lead's part of issue 3).
 FORMATS = (*READERS, "store")
 
-__all__ = ["BailianReader", "MooncakeReader", "TraceFormatError", "WekaLayout", "WekaReader",
-           "FORMATS", "open_trace", "sniff_format"]
+__all__ = [
+    "FORMATS",
+    "BailianReader",
+    "MooncakeReader",
+    "TraceFormatError",
+    "WekaLayout",
+    "WekaReader",
+    "open_trace",
+    "sniff_format",
+]
 
 
 def open_trace(path: str | Path, format: str | None = None, *, skip_bad: bool = False,

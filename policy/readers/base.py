@@ -12,8 +12,9 @@ import gzip
 import hashlib
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 import numpy as np
 

@@ -9,12 +9,17 @@ Timestamps are coarse (3 s steps), so ties keep file order.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from collector.events import RequestRecord
 from policy.readers.base import (
-    BadLine, SkipCounter, check_fields, hash_list, iter_json_lines, non_negative_int,
+    BadLine,
+    SkipCounter,
+    check_fields,
+    hash_list,
+    iter_json_lines,
+    non_negative_int,
     non_negative_number,
 )
 

@@ -24,16 +24,24 @@ from __future__ import annotations
 
 import heapq
 import tarfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
-from collector.events import RequestRecord
 import numpy as np
 
-from policy.readers.base import (BadLine, SkipCounter, TraceFormatError, check_fields, hash_array,
-                                 json_loads, non_negative_int, non_negative_number,
-                                 stable_namespace)
+from collector.events import RequestRecord
+from policy.readers.base import (
+    BadLine,
+    SkipCounter,
+    TraceFormatError,
+    check_fields,
+    hash_array,
+    json_loads,
+    non_negative_int,
+    non_negative_number,
+    stable_namespace,
+)
 
 TOP_FIELDS = frozenset({"id", "requests", "block_size"})
 TOP_OPTIONAL = frozenset({"models", "hash_id_scope", "tool_tokens", "system_tokens", "totals"})

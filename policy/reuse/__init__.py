@@ -6,12 +6,17 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from collector.events import RequestRecord
 from policy.cost import CostParams
 from policy.reuse.collect import ReuseStats, collect
-from policy.reuse.questions import block_sizing, drop_candidates, reuse_timing, shared_prefixes
+from policy.reuse.questions import (
+    block_sizing,
+    drop_candidates,
+    reuse_timing,
+    shared_prefixes,
+)
 from policy.reuse.render import render
 from policy.reuse.verdict import verdict
 

@@ -8,8 +8,8 @@ its previous use, in log histograms by request type. Per request: the ideal reus
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from collector.events import RequestRecord
 from policy.reuse.histogram import LogHistogram

@@ -20,7 +20,7 @@ class LogHistogram:
         self.counts[index] = self.counts.get(index, 0) + weight
         self.total += weight
 
-    def merge(self, other: "LogHistogram") -> None:
+    def merge(self, other: LogHistogram) -> None:
         for index, count in other.counts.items():
             self.counts[index] = self.counts.get(index, 0) + count
         self.total += other.total

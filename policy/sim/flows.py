@@ -5,12 +5,19 @@ and then to serve the request, and reads movement totals from the shared ``SimRe
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from collector.events import Outcome, Tier
 from policy.sim.config import SimConfig
-from policy.sim.policies import (LRU, Admitted, BlockInfo, OfferCountAdmitter, PriorityAdmitter,
-                                 PriorityLRU, make_policy)
+from policy.sim.policies import (
+    LRU,
+    Admitted,
+    BlockInfo,
+    OfferCountAdmitter,
+    PriorityAdmitter,
+    PriorityLRU,
+    make_policy,
+)
 from policy.sim.policies.admission import Admitter
 from policy.sim.policies.base import DEFAULT_INFO
 from policy.sim.result import SimResult

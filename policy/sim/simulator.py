@@ -12,14 +12,14 @@ cost model turns outcomes into latency).
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from collector.events import BlockEvent, Outcome, RequestRecord, Tier
 from policy.sim.config import SimConfig
 from policy.sim.flows import build_flow
 from policy.sim.policies import NEVER, BlockInfo
-from policy.sim.policies.base import DEFAULT_INFO
 from policy.sim.policies.admission import Admitter
+from policy.sim.policies.base import DEFAULT_INFO
 from policy.sim.result import SimResult
 
 _OUTCOME_OF_TIER = {Tier.GPU: Outcome.GPU_HIT, Tier.CPU: Outcome.CPU_PROMOTION,

@@ -21,7 +21,7 @@ A test checks per-request hits equal vLLM's own manager on the same block stream
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Sequence
+from collections.abc import Sequence
 
 from policy.sim.vllm_policies import VllmARC, VllmLRU
 

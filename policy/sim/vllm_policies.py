@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 
 class VllmLRU:

@@ -3,12 +3,12 @@
 import math
 
 import pytest
+from simtools import request
 
 from policy.cost import CostParams, Param, queue_ttft
 from policy.geometry import KVGeometry, geometry, parse_capacity_tokens
 from policy.sim.config import SimConfig
 from policy.whatif import what_if
-from simtools import request
 
 LLAMA8B = geometry("llama-3.1-8b")
 

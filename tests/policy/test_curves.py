@@ -2,12 +2,12 @@
 
 import numpy as np
 import pytest
+from simtools import random_prefix_trace
 
 from policy.curves import FIRST_USE, lru_curve, stack_distances
 from policy.readers import MooncakeReader
 from policy.sim.config import SimConfig
 from policy.sim.simulator import simulate
-from simtools import random_prefix_trace
 
 
 def test_stack_distances_by_hand():

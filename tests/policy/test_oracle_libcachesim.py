@@ -2,11 +2,11 @@
 prefix hits equal on the same block streams. Skipped when libcachesim is not installed."""
 
 import pytest
+from simtools import random_prefix_trace
 
 from policy.readers import MooncakeReader
 from policy.sim.config import SimConfig
 from policy.sim.simulator import simulate
-from simtools import random_prefix_trace
 
 lcs = pytest.importorskip("libcachesim")
 

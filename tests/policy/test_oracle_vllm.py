@@ -10,11 +10,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from simtools import random_prefix_trace
 
 from collector.events import Outcome
 from policy.sim.config import SimConfig
 from policy.sim.simulator import Simulator
-from simtools import random_prefix_trace
 
 SIDE_PYTHON = os.environ.get("KVTIER_VLLM_PYTHON", "/tmp/kvt-vllm-side/bin/python")
 ORACLE = Path(__file__).with_name("vllm_cpu_oracle.py")

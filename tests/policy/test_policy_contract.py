@@ -4,8 +4,13 @@ import random
 
 import pytest
 
-from policy.sim.policies import (POLICIES, Admitted, BlockInfo, OfferCountAdmitter,
-                                 make_policy)
+from policy.sim.policies import (
+    POLICIES,
+    Admitted,
+    BlockInfo,
+    OfferCountAdmitter,
+    make_policy,
+)
 
 
 def build(name, capacity):

@@ -2,8 +2,18 @@
 
 import pytest
 
-from policy.sim.policies import (ARC, LRU, S3FIFO, Admitted, Belady, BlockInfo,
-                                 OfferCountAdmitter, PriorityAdmitter, PriorityLRU, ScoreAdmitter)
+from policy.sim.policies import (
+    ARC,
+    LRU,
+    S3FIFO,
+    Admitted,
+    Belady,
+    BlockInfo,
+    OfferCountAdmitter,
+    PriorityAdmitter,
+    PriorityLRU,
+    ScoreAdmitter,
+)
 
 
 def test_lru_store_1_to_4_then_5_evicts_1():

@@ -8,8 +8,15 @@ import tarfile
 import pytest
 
 from collector.events import UINT64_MAX
-from policy.readers import (BailianReader, MooncakeReader, TraceFormatError, WekaLayout,
-                            WekaReader, open_trace, sniff_format)
+from policy.readers import (
+    BailianReader,
+    MooncakeReader,
+    TraceFormatError,
+    WekaLayout,
+    WekaReader,
+    open_trace,
+    sniff_format,
+)
 
 
 def write_lines(path, objs):

@@ -3,12 +3,12 @@
 import json
 
 import pytest
+from simtools import request
 
 from policy.cost import CostParams, Param
 from policy.reuse import analyze, collect, render
 from policy.reuse.histogram import LogHistogram
 from policy.reuse.questions import drop_candidates, shared_prefixes
-from simtools import request
 
 
 def small_trace():

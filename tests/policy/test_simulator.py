@@ -1,12 +1,12 @@
 """The simulator: prefix-contiguous accounting, tier flows, oracles and the Belady bound."""
 
 import pytest
+from simtools import random_prefix_trace, request
 
 from collector.events import Outcome
 from policy.readers import MooncakeReader
 from policy.sim.config import PriorityRule, SimConfig, blocks_from_tokens
 from policy.sim.simulator import Simulator, next_use_indices, simulate
-from simtools import random_prefix_trace, request
 
 
 def reference_lru_prefix_hits(records, capacity):

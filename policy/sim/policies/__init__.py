@@ -5,8 +5,13 @@
 
 from __future__ import annotations
 
-from policy.sim.policies.admission import (Admitted, Admitter, OfferCountAdmitter,
-                                           PriorityAdmitter, ScoreAdmitter)
+from policy.sim.policies.admission import (
+    Admitted,
+    Admitter,
+    OfferCountAdmitter,
+    PriorityAdmitter,
+    ScoreAdmitter,
+)
 from policy.sim.policies.arc import ARC
 from policy.sim.policies.base import NEVER, BlockInfo, CachePolicy
 from policy.sim.policies.belady import Belady
@@ -18,9 +23,23 @@ POLICIES: dict[str, type[CachePolicy]] = {
     "lru": LRU, "arc": ARC, "s3fifo": S3FIFO, "priority": PriorityLRU, "belady": Belady,
 }
 
-__all__ = ["ARC", "Admitted", "Admitter", "Belady", "BlockInfo", "CachePolicy", "LRU", "NEVER",
-           "OfferCountAdmitter", "POLICIES", "PriorityAdmitter", "PriorityLRU", "S3FIFO",
-           "ScoreAdmitter", "make_policy"]
+__all__ = [
+    "ARC",
+    "LRU",
+    "NEVER",
+    "POLICIES",
+    "S3FIFO",
+    "Admitted",
+    "Admitter",
+    "Belady",
+    "BlockInfo",
+    "CachePolicy",
+    "OfferCountAdmitter",
+    "PriorityAdmitter",
+    "PriorityLRU",
+    "ScoreAdmitter",
+    "make_policy",
+]
 
 
 def make_policy(name: str, capacity_blocks: int | None) -> CachePolicy:

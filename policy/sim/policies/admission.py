@@ -13,8 +13,9 @@ threshold is a separate, swept parameter).
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 from collector.events import PRIORITY_MAX, PRIORITY_MIN
 from policy.sim.policies.base import DEFAULT_INFO, BlockInfo, CachePolicy, Key

@@ -16,7 +16,7 @@ no) the key is not resident afterwards and nothing was evicted.
 
 from __future__ import annotations
 
-from typing import Hashable
+from collections.abc import Hashable
 
 Key = Hashable
 NEVER = float("inf")  # next_use of a block that is not referenced again
@@ -28,7 +28,7 @@ class BlockInfo:
     reference (``next_use``, :data:`NEVER` if none; only Belady reads it), and ``position``
     in its request's prompt."""
 
-    __slots__ = ("priority", "next_use", "position")
+    __slots__ = ("next_use", "position", "priority")
 
     def __init__(self, priority: int = 35, next_use: float = NEVER, position: int = 0) -> None:
         self.priority = priority
