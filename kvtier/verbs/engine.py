@@ -23,6 +23,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--vocab-size", type=int, default=512)
     parser.add_argument("--max-batch-size", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    parser.add_argument("--torch-threads", type=int, default=1,
+                        help="torch intra-op threads (default 1: on a busy few-core host, more "
+                             "threads stall each copy for a scheduler time slice)")
     parser.add_argument("--kv-events", metavar="ENDPOINT",
                         help="publish vLLM KV events on this ZMQ PUB endpoint")
     parser.add_argument("--kv-events-replay", metavar="ENDPOINT", help="ROUTER replay endpoint")
@@ -64,9 +67,15 @@ def run(args) -> int:
     import signal
     import threading
 
+    from kvtier.errors import KvtierError
     from probes.engine.server import EngineServer, ServerSettings
 
     config = config_from_args(args)
+    if args.torch_threads < 1:
+        raise KvtierError(f"--torch-threads must be >= 1, got {args.torch_threads}")
+    import torch
+
+    torch.set_num_threads(args.torch_threads)  # process-wide: this is the process's entry point
     settings = ServerSettings(host=args.host, port=args.port, kv_events_endpoint=args.kv_events,
                               kv_events_replay_endpoint=args.kv_events_replay, store_path=args.store)
     server = EngineServer(config, settings).start()
