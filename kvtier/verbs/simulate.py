@@ -23,6 +23,12 @@ def add_arguments(parser) -> None:
                         help="trtllm: secondary_offload_min_priority (code default 30)")
     parser.add_argument("--offload-comparison", default="ge", choices=("ge", "gt"),
                         help="trtllm: 'ge' as coded (>=) or 'gt' as documented (>)")
+    parser.add_argument("--default-priority", type=int, default=35,
+                        help="trtllm/priority: retention priority of blocks (default 35)")
+    parser.add_argument("--prefix-blocks", type=int, default=0,
+                        help="trtllm/priority: the first N blocks of each prompt get --prefix-priority")
+    parser.add_argument("--prefix-priority", type=int, default=35,
+                        help="trtllm/priority: retention priority of those prefix blocks")
     parser.add_argument("--time-scale", type=float, default=1.0,
                         help="multiply arrival times (0.5 doubles the load) for the TTFT estimate")
     parser.add_argument("--prefill-servers", type=int, default=1,

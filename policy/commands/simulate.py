@@ -11,7 +11,7 @@ from policy.commands.common import (
     print_json,
 )
 from policy.cost import CostParams
-from policy.sim.config import SimConfig
+from policy.sim.config import PriorityRule, SimConfig
 from policy.sim.policies import POLICIES
 
 ENGINE_PRESETS = {"vllm": "vllm", "trtllm": "trtllm"}
@@ -48,7 +48,10 @@ def build_config(args, block_tokens: int, model) -> SimConfig:
         cold_blocks=capacity_blocks(args.cold_tokens, block_tokens, model, "--cold-tokens"),
         semantics=semantics, policy=policy, store_threshold=args.store_threshold,
         offload_min_priority=args.offload_min_priority,
-        offload_comparison=args.offload_comparison, default_block_tokens=block_tokens)
+        offload_comparison=args.offload_comparison, default_block_tokens=block_tokens,
+        priorities=PriorityRule(default_priority=args.default_priority,
+                                prefix_blocks=args.prefix_blocks,
+                                prefix_priority=args.prefix_priority))
 
 
 def _replay(args, records, block_tokens: int, model) -> dict:

@@ -41,6 +41,7 @@ class ReuseStats:
     last_s: float | None = None
     since_creation: dict[str, LogHistogram] = field(default_factory=dict)
     since_last_use: dict[str, LogHistogram] = field(default_factory=dict)
+    since_last_use_by_turn: dict[str, LogHistogram] = field(default_factory=dict)
     ideal_hit_tokens_per_request: list[int] = field(default_factory=list)
     has_measured_gpu_hits: bool = False
     block_tokens: int | None = None
@@ -69,6 +70,7 @@ def _observe(stats: ReuseStats, record: RequestRecord, default_block_tokens: int
     size = record.block_size_tokens or default_block_tokens
     stats.block_tokens = stats.block_tokens or size
     kind = record.request_type or ALL
+    turn = _turn_bucket(record.turn)
     stats.requests += 1
     stats.prompt_tokens += record.prompt_tokens
     stats.block_refs += len(record.block_hashes)
@@ -87,6 +89,8 @@ def _observe(stats: ReuseStats, record: RequestRecord, default_block_tokens: int
                 hit_tokens += tokens
             _histogram(stats.since_creation, kind).add(now - block.first_s)
             _histogram(stats.since_last_use, kind).add(now - block.last_s)
+            if turn is not None:
+                _histogram(stats.since_last_use_by_turn, turn).add(now - block.last_s)
             block.refs += 1
             block.last_s = now
         parent = h
@@ -99,3 +103,16 @@ def _histogram(by_type: dict[str, LogHistogram], kind: str) -> LogHistogram:
     if histogram is None:
         histogram = by_type[kind] = LogHistogram()
     return histogram
+
+
+TURN_BUCKETS = ((1, 1), (2, 2), (3, 5), (6, 10), (11, None))
+
+
+def _turn_bucket(turn: int | None) -> str | None:
+    """``"1"``, ``"2"``, ``"3-5"``, ``"6-10"``, ``"11+"``; ``None`` when the trace has no turns."""
+    if turn is None:
+        return None
+    for low, high in TURN_BUCKETS:
+        if turn >= low and (high is None or turn <= high):
+            return f"{low}+" if high is None else (str(low) if low == high else f"{low}-{high}")
+    return "0"

@@ -44,13 +44,16 @@ def shared_prefixes(stats: ReuseStats, top: int = 10) -> dict:
 
 
 def reuse_timing(stats: ReuseStats) -> dict:
-    """Time from creation and from the previous use to each reuse, overall and by type."""
+    """Time from creation and from the previous use to each reuse, overall, by request type
+    and by conversation turn (where the trace has them)."""
     overall_creation, overall_last = _merged(stats.since_creation), _merged(stats.since_last_use)
     by_type = {kind: {"since_creation": h.summary(),
                       "since_last_use": stats.since_last_use[kind].summary()}
                for kind, h in sorted(stats.since_creation.items()) if kind != ALL}
+    by_turn = {bucket: h.summary() for bucket, h in stats.since_last_use_by_turn.items()}
     return {"since_creation": overall_creation.summary(),
             "since_last_use": overall_last.summary(),
+            "since_last_use_by_turn": by_turn,
             "reused_within": {f"{int(w)}s": overall_last.fraction_at_most(w)
                               for w in REUSE_WINDOWS_S},
             "by_type": by_type}

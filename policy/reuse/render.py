@@ -25,6 +25,8 @@ def render(report: dict) -> str:
               "   reused within " + ", ".join(f"{k}: {v:.0%}" for k, v in timing["reused_within"].items())]
     for kind, row in timing["by_type"].items():
         lines.append(_quantiles(f"[{kind}] since last use", row["since_last_use"]))
+    for bucket, row in timing["since_last_use_by_turn"].items():
+        lines.append(_quantiles(f"[turn {bucket}] since last use", row))
     sizing = report["block_sizing"]
     lines += ["", "3. How big a useful block is against the transfer budget",
               f"   {sizing['model']}: {sizing['bytes_per_block'] / 2**20:.2f} MiB per "

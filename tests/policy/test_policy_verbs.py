@@ -98,3 +98,13 @@ def test_analyze_json_and_report_files(tiny_trace, tmp_path, capsys):
 def test_analyze_text(tiny_trace, capsys):
     assert main(["analyze", "--trace", str(tiny_trace)]) == 0
     assert "1. Which prefixes are shared" in capsys.readouterr().out
+
+
+def test_trtllm_priority_gate_from_the_command_line(tiny_trace, capsys):
+    base = ["simulate", "--trace", str(tiny_trace), "--gpu-tokens", "512", "--cpu-tokens", "8k",
+            "--policy", "trtllm", "--json"]
+    offloaded = run_json(capsys, [*base, "--default-priority", "30"])
+    dropped = run_json(capsys, [*base, "--default-priority", "30", "--offload-comparison", "gt"])
+    assert offloaded["cpu_promotion_tokens"] > 0 and dropped["cpu_promotion_tokens"] == 0
+    assert main([*base, "--default-priority", "101"]) == 2
+    assert "default_priority must be in 0..100, got 101" in capsys.readouterr().err

@@ -97,3 +97,11 @@ def test_log_histogram_quantiles():
     assert LogHistogram().quantile(0.5) is None
     with pytest.raises(ValueError, match="q must be in"):
         histogram.quantile(2)
+
+
+def test_reuse_timing_by_turn_where_the_trace_has_turns():
+    from dataclasses import replace
+    records = [replace(r, turn=i + 1, session_id="s") for i, r in enumerate(small_trace())]
+    by_turn = analyze(records)["reuse_timing"]["since_last_use_by_turn"]
+    assert {k: v["count"] for k, v in by_turn.items()} == {"2": 2, "3-5": 3}
+    assert analyze(small_trace())["reuse_timing"]["since_last_use_by_turn"] == {}
