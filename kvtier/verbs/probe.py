@@ -29,7 +29,13 @@ def add_arguments(parser) -> None:
     load.add_argument("--requests", type=int, default=64, help="requests per concurrency level")
     load.add_argument("--concurrency", default="1,2,4", help="concurrency ramp, e.g. 1,2,4,8")
     load.add_argument("--max-tokens", type=int, default=16, help="output tokens per request")
-    load.add_argument("--block-tokens", type=int, default=16, help="tokens per trace block id")
+    load.add_argument("--block-tokens", type=int, default=16,
+                      help="tokens per trace block id (use the engine's block size)")
+    load.add_argument("--max-blocks", type=int, default=32, help="cap on blocks per prompt")
+    load.add_argument("--vocab-size", type=int, default=512,
+                      help="prompt token ids stay below this (the server's vocabulary)")
+    load.add_argument("--offset", type=int, default=0, help="skip this many trace requests first")
+    load.add_argument("--phase", help="tier configuration name for the rows, when the server does not say")
     load.add_argument("--store", help="DuckDB store for the per-request rows")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import time
 from pathlib import Path
 
@@ -19,11 +20,18 @@ def run_load_from_args(args, concurrency: tuple[int, ...], progress) -> LoadResu
     from policy.readers import open_trace
 
     trace_path = Path(args.trace) if args.trace else BUNDLED_TRACE
+    if args.offset < 0 or args.max_blocks < 1:
+        raise ValueError(f"--offset must be >= 0 and --max-blocks >= 1, got {args.offset}, {args.max_blocks}")
     config = LoadConfig(concurrency=concurrency, requests_per_level=args.requests,
-                        max_tokens=args.max_tokens, block_tokens=args.block_tokens)
+                        max_tokens=args.max_tokens, block_tokens=args.block_tokens,
+                        max_blocks=args.max_blocks, vocab_size=args.vocab_size,
+                        tier_config_id=args.phase)
     _check_server(args.url)
     send = functools.partial(_send, args.url)
-    result = run_load(open_trace(trace_path).requests(), send, config, progress=progress)
+    trace = itertools.islice(open_trace(trace_path).requests(), args.offset, None)
+    result = run_load(trace, send, config, progress=progress)
+    if result.errors and not result.records:
+        raise KvtierError(f"all {len(result.errors)} requests failed; the first: {result.errors[0]}")
     if args.store:
         store_result(result, args.store, args.url)
     return result

@@ -108,3 +108,31 @@ def test_unreachable_server_is_a_one_line_error(capsys):
 
     assert main(["probe", "load", "--url", "http://127.0.0.1:9", "--requests", "1"]) == 2
     assert "no OpenAI-compatible server" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(120)
+def test_load_verb_stores_rows_named_by_phase(server, tmp_path, capsys):
+    import json
+
+    from kvtier.cli import main
+
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": i, "input_length": 1024, "output_length": 4,
+                                         "hash_ids": [0, 10 + i]}) + "\n" for i in range(6)))
+    store = tmp_path / "rows.duckdb"
+    assert main(["probe", "load", "--url", server.url, "--trace", str(trace), "--requests", "2",
+                 "--concurrency", "1,2", "--offset", "2", "--max-tokens", "2", "--block-tokens", "4",
+                 "--vocab-size", "97", "--phase", "baseline", "--store", str(store), "--json"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["requests"] == 4 and body["errors"] == 0
+    from collector.store import TraceStore
+
+    with TraceStore(store) as s:
+        rows = s.query("SELECT tier_config_id, block_hashes FROM requests ORDER BY arrival_s").to_pylist()
+    # the reference engine names its own phase; trace ids 12..15 follow the offset of 2
+    assert [r["block_hashes"] for r in rows] == [[0, 12], [0, 13], [0, 14], [0, 15]]
+    assert {r["tier_config_id"] for r in rows} == {"gpu-only"}
+    # token ids beyond the server's vocabulary: every request fails, and the verb says why
+    assert main(["probe", "load", "--url", server.url, "--trace", str(trace), "--requests", "1",
+                 "--concurrency", "1", "--block-tokens", "4"]) == 2
+    assert "all 1 requests failed; the first: HTTP 400" in capsys.readouterr().err
