@@ -8,4 +8,15 @@ vLLM-style ``/metrics`` subset is served. Small enough for two CPU cores.
 The request path, file by file: ``config`` -> ``hashing`` -> ``sequence`` -> ``scheduler``
 -> ``kv_manager`` (``gpu_pool``, ``cpu_tier``, ``file_tier``, ``kv_events``) -> ``model``
 -> ``engine`` -> ``server``.
+
+Serve it (the verb module is ``kvtier/verbs/engine.py``)::
+
+    kvtier engine --port 8000 --gpu-blocks 48 --cpu-blocks 256 --file-blocks 1024 \
+        --file-dir /tmp/kvtier-files --kv-events tcp://127.0.0.1:5557 \
+        --kv-events-replay tcp://127.0.0.1:5558 --store engine.duckdb
+
+or in-process: ``EngineServer(EngineConfig(...), ServerSettings(port=0)).start()`` ... ``.stop()``;
+or without HTTP: ``ReferenceEngine(config, recorder)``, ``submit(Sequence(...))``,
+``run_until_idle()``. Switch tiers with ``POST /admin/tiers`` (JSON of ``TierConfig`` fields);
+the switch applies once the running batch drains, and the caches start empty.
 """

@@ -14,8 +14,10 @@ class TierConfig:
 
     Capacities are in blocks. ``cpu_blocks=0`` disables the CPU tier, ``file_blocks=0`` the
     file tier (a file tier needs a CPU tier: promotions stage through CPU).
-    ``admission_threshold``: a block evicted from a tier is stored in the next one only if
-    requests referenced it at least this many times (0 and 1 admit every block).
+    ``admission_threshold``: a block evicted from the GPU is stored in the CPU tier only if
+    requests used it at least this many times (0 and 1 admit every block; like vLLM's
+    ``store_threshold``); others are dropped with a ``DROP`` event. Blocks leaving the CPU tier
+    go to the file tier when there is one.
     """
 
     gpu_blocks: int = 64
