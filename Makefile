@@ -9,6 +9,9 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.kvtier-installed
+# vLLM's own code for the tests that check kvtier against it (its KV-event publisher, offloading
+# managers, config classes): the official wheel without CUDA deps, beside the main venv.
+VLLM_SIDE := $(VENV)-vllm
 
 .PHONY: demo test bench install clean
 
@@ -23,12 +26,17 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/kvtier demo
 
-test: $(STAMP)
+$(VLLM_SIDE)/.ready: $(STAMP)
+	rm -rf $(VLLM_SIDE)
+	bash tests/probes/vllm_side_env.sh $(VENV) $(VLLM_SIDE)
+	touch $@
+
+test: $(STAMP) $(VLLM_SIDE)/.ready
 	scripts/system-deps.sh
-	$(VENV)/bin/python -m pytest -q
+	KVTIER_VLLM_PYTHON=$(CURDIR)/$(VLLM_SIDE)/bin/python $(VENV)/bin/python -m pytest -q
 
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/ingest.py --json
 
 clean:
-	rm -rf $(VENV) kvtier-out .pytest_cache
+	rm -rf $(VENV) $(VLLM_SIDE) kvtier-out .pytest_cache
