@@ -31,6 +31,8 @@ UNLABELLED = "(unlabelled)"
 # Engines whose records come from replays rather than a serving engine: their latencies are
 # modelled, not measured.
 SIMULATED_ENGINES = frozenset({"trace-replay", "simulator"})
+# A lookup stamped up to this long before its request's recorded arrival still belongs to it.
+ARRIVAL_SLACK_S = 1.0
 # Bucket widths the overview picks from, so axes read in round units.
 NICE_BUCKETS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400)
 
@@ -80,8 +82,8 @@ class SegmentData:
                              f"(coalesce(tier_config_id, '{UNLABELLED}') AS tier_config_id) "
                              f"FROM {segments_relation(self.con, self.root, REQUESTS_TABLE)}")
             self.con.execute("""CREATE VIEW request_configs AS
-                SELECT instance, request_id, any_value(tier_config_id) AS tier_config
-                FROM requests WHERE request_id IS NOT NULL GROUP BY ALL""")
+                SELECT instance, request_id, arrival_s, tier_config_id AS tier_config
+                FROM requests WHERE request_id IS NOT NULL""")
         if not self.has_events:
             return
         self.con.execute(f"""CREATE VIEW raw_events AS
@@ -91,11 +93,18 @@ class SegmentData:
 
     def with_config(self, relation: str) -> str:
         """SQL adding ``tier_config`` (of each row's request) to a relation that has
-        ``instance`` and ``request_id``. Joining costs a probe per row: aggregate first."""
+        ``instance``, ``request_id`` and ``time_s``. Joining costs a probe per row:
+        aggregate first.
+
+        Request ids may repeat (a replayed trace runs the same requests once per tier
+        configuration), so a row belongs to the latest request with its id that arrived at
+        or before it (an as-of join), with ``ARRIVAL_SLACK_S`` of tolerance for events
+        stamped by another clock than the request's arrival."""
         if not self.has_requests:
             return f"SELECT e.*, '{UNLABELLED}' AS tier_config FROM {relation} e"
         return (f"SELECT e.*, coalesce(c.tier_config, '{UNLABELLED}') AS tier_config FROM {relation} e "
-                "LEFT JOIN request_configs c ON c.instance = e.instance AND c.request_id = e.request_id")
+                "ASOF LEFT JOIN request_configs c ON c.instance = e.instance AND c.request_id = e.request_id "
+                f"AND e.time_s + {ARRIVAL_SLACK_S} >= c.arrival_s")
 
     def events_view(self, filters: Filters) -> str:
         """``events`` when the filters need each event's tier configuration, else the

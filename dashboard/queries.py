@@ -50,11 +50,14 @@ def _event_outcomes(data: SegmentData, filters: Filters, width: int) -> tuple[st
     where, params = data.where(filters, "raw_events")
     # Count per request first, then attach each request's configuration: one join probe
     # per (bucket, request, outcome) instead of one per event.
-    per_request = f"""SELECT floor(time_s / {width}) * {width} AS bucket_s, instance, request_id,
-            kind AS outcome, count(*) AS n
-        FROM raw_events {and_where(where, f"kind IN ({_LOOKUPS_SQL})")} GROUP BY ALL"""
+    # Seconds, not buckets, keep a request id that recurs (a replay per configuration)
+    # apart from its earlier runs.
+    per_request = f"""SELECT instance, request_id, kind AS outcome, min(time_s) AS time_s, count(*) AS n
+        FROM raw_events {and_where(where, f"kind IN ({_LOOKUPS_SQL})")}
+        GROUP BY instance, request_id, kind, floor(time_s)"""
     config_where, config_params = _config_filter(filters)
-    return (f"""SELECT bucket_s, tier_config, outcome, sum(n)::DOUBLE AS amount
+    return (f"""SELECT floor(time_s / {width}) * {width} AS bucket_s, tier_config, outcome,
+            sum(n)::DOUBLE AS amount
         FROM ({data.with_config(f"({per_request})")}) {config_where} GROUP BY ALL""",
             params + config_params)
 

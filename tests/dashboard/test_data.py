@@ -9,8 +9,10 @@ import duckdb
 import numpy as np
 import pytest
 
+from collector.batch import EventBatch
+from collector.events import BlockEvent, Origin, Outcome, RequestRecord, Tier
 from collector.reader import SegmentReader
-from collector.segments import segments_relation
+from collector.segments import export_segments, segments_relation
 from dashboard import queries, reuse
 from dashboard.data import Filters, SegmentData, bucket_width_s, segment_signature
 from dashboard.facets import read_facets
@@ -161,9 +163,6 @@ def test_footer_facets_agree_with_a_full_scan(data, full_segments):
 
 
 def test_files_holding_two_engines_fall_back_to_a_scan(store, tmp_path):
-    from collector.batch import EventBatch
-    from collector.events import BlockEvent, Origin, Outcome
-    from collector.segments import export_segments
     for number, engine in enumerate(("vllm", "sglang")):
         origin = Origin(engine, "node-1", f"{engine}/s")
         store.ingest(EventBatch.from_rows(origin, 0, [BlockEvent(1_800_000_000.0 + number, Outcome.GPU_HIT, 5)]))
@@ -171,3 +170,22 @@ def test_files_holding_two_engines_fall_back_to_a_scan(store, tmp_path):
     with SegmentData(tmp_path) as data:
         facets = read_facets(data)
     assert facets.engines == ("sglang", "vllm") and facets.block_events == 2
+
+
+def test_a_request_id_replayed_per_configuration_counts_in_each(store, origin, tmp_path):
+    """A replayed trace reuses request ids once per tier configuration (kvtier demo does):
+    each run's lookups belong to the run that had arrived when they happened."""
+    t0 = 1_800_000_000.0
+    runs = (("gpu-only", t0, Outcome.RECOMPUTE_MISS, None), ("gpu+cpu", t0 + 3600, Outcome.CPU_PROMOTION, Tier.CPU))
+    for sequence, (config, arrival, kind, source) in enumerate(runs):
+        events = [BlockEvent(arrival + 0.01 * i, kind, 77 + i, request_id="trace:1", position=i,
+                             tier_from=source, latency_s=0.001) for i in range(3)]
+        store.ingest(EventBatch.from_rows(origin, sequence, events,
+                                          [RequestRecord("trace:1", arrival, 48, tier_config_id=config)]))
+    export_segments(store, tmp_path)
+    with SegmentData(tmp_path) as data:
+        frame, _ = queries.hit_quality(data, Filters(), (t0, t0 + 3600))
+        totals = queries.outcome_totals(frame).set_index(["tier_config", "outcome"])["amount"].to_dict()
+        assert totals == {("gpu-only", "recompute_miss"): 3.0, ("gpu+cpu", "cpu_promotion"): 3.0}
+        promoted = queries.promotion_latency(data, Filters(tier_configs=("gpu+cpu",)))
+        assert set(promoted["source_tier"]) == {"cpu"}
