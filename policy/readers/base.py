@@ -62,20 +62,30 @@ except ImportError:  # optional speed-up
 
 
 def iter_json_lines(path: Path) -> Iterator[tuple[int, dict | BadLine]]:
-    """Yield ``(line_number, object)`` for each non-blank line; a bad line yields a BadLine."""
-    with open_text(path) as handle:
-        for number, text in enumerate(handle, start=1):
-            if not text.strip():
-                continue
-            try:
-                value = json_loads(text)
-            except BadLine as problem:
-                yield number, problem
-                continue
-            if not isinstance(value, dict):
-                yield number, BadLine(f"expected a JSON object, got {type(value).__name__}")
-                continue
-            yield number, value
+    """Yield ``(line_number, object)`` for each non-blank line; a bad line yields a BadLine.
+    A file that cannot be read on (truncated gzip, not text) raises ``TraceFormatError``."""
+    number = 0
+    try:
+        with open_text(path) as handle:
+            for number, text in enumerate(handle, start=1):
+                yield from _parse_line(number, text)
+    except (EOFError, OSError, UnicodeDecodeError) as error:
+        raise TraceFormatError(path, number + 1, f"unreadable ({error})") from None
+
+
+def _parse_line(number: int, text: str) -> Iterator[tuple[int, dict | BadLine]]:
+    """Nothing for a blank line, else ``(number, object)`` or ``(number, BadLine)``."""
+    if not text.strip():
+        return
+    try:
+        value = json_loads(text)
+    except BadLine as problem:
+        yield number, problem
+        return
+    if not isinstance(value, dict):
+        yield number, BadLine(f"expected a JSON object, got {type(value).__name__}")
+        return
+    yield number, value
 
 
 def check_fields(obj: dict, required: frozenset[str], optional: frozenset[str] = frozenset()) -> None:

@@ -185,3 +185,20 @@ def test_unknown_format_is_a_clear_error(tmp_path):
         open_trace(path, format="csv")
     with pytest.raises(FileNotFoundError):
         open_trace(tmp_path / "missing.jsonl")
+
+
+def test_truncated_gzip_is_a_clear_error(tmp_path):
+    path = tmp_path / "qwen.jsonl.gz"
+    line = json.dumps(bailian_line(1, -1, 0.0, 16, (1,))) + "\n"
+    data = gzip.compress((line * 200).encode())
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(TraceFormatError, match=r"qwen.jsonl.gz:\d+: unreadable"):
+        list(BailianReader(path).requests())
+
+
+def test_truncated_weka_archive_is_a_clear_error(tmp_path):
+    path = write_tar(tmp_path / "w.tar.gz", [weka_doc(f"c{i}", [weka_req(0.0, 64, (1,))]) for i in range(50)])
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(TraceFormatError, match="w.tar.gz: unreadable archive"):
+        list(WekaReader(path).requests())
