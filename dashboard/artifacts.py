@@ -2,9 +2,16 @@
 current recommendation. Loading sits behind two functions so the pages do not change when
 ``kvtier simulate`` and ``kvtier recommend`` settle their output formats.
 
-What-if folder: ``*.json`` files, each a list of points or ``{"points": [...], "chosen":
-{"policy": ..., "cpu_capacity_tokens": ...}}``; a point is ``{"policy": str,
-"cpu_capacity_tokens": number, "token_hit_ratio": 0..1}``. Policy ``belady`` is the bound.
+What-if folder: ``*.json`` files in any of three shapes, normalised to points (``policy``,
+``tier``, ``capacity_tokens``, ``token_hit_ratio``, ``bound``, ``chosen``):
+
+* ``kvtier simulate --sweep --policy P --json``: a hit-ratio curve over GPU capacity;
+* ``kvtier simulate --gpu-tokens G --cpu-tokens C --policy P --json``: one replay, a point
+  on the CPU-capacity curve (on the GPU curve when it has no CPU tier);
+* ``{"points": [{"policy", "cpu_capacity_tokens", "token_hit_ratio"}, ...], "chosen":
+  {"policy", "cpu_capacity_tokens"}}`` (or a bare list of points): a prepared sweep.
+
+Policy ``belady`` is the bound.
 
 Recommendation folder: ``recommendation.json`` (an object: ``knob``, ``value``,
 ``expected_effect``, ``evidence``, optionally ``rollback`` with ``ttft_p99_budget_s`` and
@@ -28,8 +35,9 @@ _CONFIG_SUFFIXES = {".yaml": "yaml", ".yml": "yaml", ".json": "json", ".toml": "
 
 @dataclass(frozen=True)
 class WhatIf:
-    """What-if curves: ``points`` has ``policy``, ``cpu_capacity_tokens``,
-    ``token_hit_ratio``, ``bound`` (``"bound"``/``"policy"``) and ``chosen`` (bool)."""
+    """What-if curves: ``points`` has ``policy``, ``tier`` (whose capacity varies),
+    ``capacity_tokens``, ``token_hit_ratio``, ``bound`` (``"bound"``/``"policy"``) and
+    ``chosen`` (bool)."""
 
     points: pd.DataFrame
     files: tuple[Path, ...]
@@ -58,27 +66,50 @@ def _whatif_rows(path: Path) -> list[dict]:
         doc = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as error:
         raise ValueError(f"what-if file {path} is not readable JSON: {error}") from error
+    if isinstance(doc, dict) and "curve" in doc:
+        return [_point(path, doc.get("policy"), "gpu", p.get("gpu_tokens"), p.get("token_hit_ratio"))
+                for p in doc["curve"] if isinstance(p, dict) and p.get("gpu_tokens") is not None]
+    if isinstance(doc, dict) and "token_hit_ratio" in doc and "points" not in doc:
+        return [_replay_point(path, doc)]
     points = doc.get("points", []) if isinstance(doc, dict) else doc
     chosen = doc.get("chosen") if isinstance(doc, dict) else None
     if not isinstance(points, list):
         raise ValueError(f"what-if file {path}: 'points' must be a list")
-    return [_point(path, p, chosen) for p in points]
+    rows = []
+    for p in points:
+        if not isinstance(p, dict):
+            raise ValueError(f"what-if file {path}: point {p!r} is not an object")
+        row = _point(path, p.get("policy"), "cpu", p.get("cpu_capacity_tokens"), p.get("token_hit_ratio"))
+        row["chosen"] = (isinstance(chosen, dict) and chosen.get("policy") == row["policy"]
+                         and _number(chosen.get("cpu_capacity_tokens")) == row["capacity_tokens"])
+        rows.append(row)
+    return rows
 
 
-def _point(path: Path, point, chosen) -> dict:
-    try:
-        policy = str(point["policy"])
-        capacity = float(point["cpu_capacity_tokens"])
-        ratio = float(point["token_hit_ratio"])
-    except (KeyError, TypeError, ValueError) as error:
-        raise ValueError(f"what-if file {path}: point {point!r} needs policy, cpu_capacity_tokens "
-                         "and token_hit_ratio") from error
+def _replay_point(path: Path, doc: dict) -> dict:
+    block_tokens = _number(doc.get("block_tokens")) or 1.0
+    tier = "cpu" if doc.get("cpu_blocks") else "gpu"
+    blocks = doc.get(f"{tier}_blocks")
+    capacity = None if blocks is None else _number(blocks) * block_tokens
+    return _point(path, doc.get("policy"), tier, capacity, doc.get("token_hit_ratio"))
+
+
+def _point(path: Path, policy, tier: str, capacity, ratio) -> dict:
+    capacity, ratio = _number(capacity), _number(ratio)
+    if not isinstance(policy, str) or capacity is None or ratio is None:
+        raise ValueError(f"what-if file {path}: a point needs a policy, a capacity and "
+                         f"token_hit_ratio (got policy={policy!r}, capacity={capacity!r}, ratio={ratio!r})")
     if not (math.isfinite(capacity) and capacity >= 0 and 0 <= ratio <= 1):
-        raise ValueError(f"what-if file {path}: point {point!r} out of range")
-    is_chosen = (isinstance(chosen, dict) and chosen.get("policy") == policy
-                 and float(chosen.get("cpu_capacity_tokens", -1)) == capacity)
-    return {"policy": policy, "cpu_capacity_tokens": capacity, "token_hit_ratio": ratio,
-            "bound": "bound" if policy.lower() in BOUND_POLICIES else "policy", "chosen": is_chosen}
+        raise ValueError(f"what-if file {path}: capacity {capacity!r} or ratio {ratio!r} out of range")
+    return {"policy": policy, "tier": tier, "capacity_tokens": capacity, "token_hit_ratio": ratio,
+            "bound": "bound" if policy.lower() in BOUND_POLICIES else "policy", "chosen": False}
+
+
+def _number(value) -> float | None:
+    try:
+        return None if value is None or isinstance(value, bool) else float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def load_recommendation(folder: Path) -> Recommendation | None:

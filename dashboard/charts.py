@@ -101,13 +101,15 @@ def shared_by_position() -> dict:
     }
 
 
-def whatif_curves() -> dict:
-    """Hit ratio against CPU capacity, one line per policy (Belady dashed), chosen point."""
+def whatif_curves(tier: str) -> dict:
+    """Hit ratio against a tier's capacity, one line per policy (Belady dashed), the chosen
+    point as a diamond."""
     return {
         "layer": [
             {"mark": {"type": "line", "point": True, "tooltip": True},
              "encoding": {
-                 "x": {"field": "cpu_capacity_tokens", "type": "quantitative", "title": "CPU tier capacity (tokens)"},
+                 "x": {"field": "capacity_tokens", "type": "quantitative",
+                       "title": f"{tier.upper()} tier capacity (tokens)"},
                  "y": {"field": "token_hit_ratio", "type": "quantitative", "title": "token hit ratio",
                        "axis": {"format": "%"}},
                  "color": {"field": "policy", "type": "nominal"},
@@ -115,7 +117,7 @@ def whatif_curves() -> dict:
                                 "scale": {"domain": ["policy", "bound"], "range": [[1, 0], [6, 4]]}}}},
             {"transform": [{"filter": "datum.chosen"}],
              "mark": {"type": "point", "size": 250, "shape": "diamond", "filled": True, "color": "black"},
-             "encoding": {"x": {"field": "cpu_capacity_tokens", "type": "quantitative"},
+             "encoding": {"x": {"field": "capacity_tokens", "type": "quantitative"},
                           "y": {"field": "token_hit_ratio", "type": "quantitative"}}},
         ],
     }

@@ -1,4 +1,4 @@
-"""What-if: hit ratio against CPU capacity for each policy, the Belady bound, the chosen point."""
+"""What-if: hit ratio against tier capacity for each policy, the Belady bound, the chosen point."""
 
 from __future__ import annotations
 
@@ -19,12 +19,19 @@ def render(ctx: PageContext) -> None:
     if results is None:
         st.info(
             f"No what-if results under `{folder}` yet.\n\n"
-            "What-if curves come from replaying a trace against tier sizes and policies:\n"
-            "`kvtier simulate --trace TRACE --cpu-tokens N --policy lru --json` for each point "
-            f"(the simulator, issue #3), with the results written to `{folder}/`. "
-            "This page then draws hit ratio against CPU capacity for each policy, with the "
-            "Belady bound and the chosen point.")
+            "What-if curves come from replaying a trace against tier sizes and policies; save "
+            f"`kvtier simulate` output as JSON files in `{folder}/`, for example\n"
+            f"- `kvtier simulate --trace TRACE --sweep --policy lru --json > {folder}/lru.json` "
+            "(and `--policy belady` for the bound): hit ratio against GPU capacity;\n"
+            f"- `kvtier simulate --trace TRACE --gpu-tokens G --cpu-tokens C --policy arc --json > "
+            f"{folder}/arc-C.json`, one file per CPU size: hit ratio against CPU capacity.\n\n"
+            "This page then draws one line per policy, the Belady bound dashed.")
         return
-    chart(results.points, charts.whatif_curves())
+    points = results.points
+    for tier in ("cpu", "gpu", "cold"):
+        part = points[points["tier"] == tier]
+        if len(part):
+            st.subheader(f"Hit ratio against {tier.upper()} capacity")
+            chart(part.sort_values(["policy", "capacity_tokens"]), charts.whatif_curves(tier))
     st.caption("Sources: " + ", ".join(f"`{p.name}`" for p in results.files))
     st.dataframe(results.points, hide_index=True)

@@ -123,8 +123,26 @@ def test_whatif_page_draws_curves_with_bound_and_chosen_point(monkeypatch, full_
     at = open_page(monkeypatch, full_segments, "whatif", whatif=tmp_path)
     (spec, rows), = charts(at)
     assert spec["layer"][0]["encoding"]["strokeDash"]["field"] == "bound"
+    assert spec["layer"][0]["encoding"]["x"]["title"].startswith("CPU")
     assert rows.num_rows == 4 and rows.column("chosen").to_pylist().count(True) == 1
     assert set(rows.column("bound").to_pylist()) == {"bound", "policy"}
+
+
+@pytest.mark.timeout(240)
+def test_whatif_page_reads_real_kvtier_simulate_output(monkeypatch, full_segments, tmp_path):
+    trace = Path(dashboard.__file__).parents[1] / "kvtier" / "data" / "mooncake_conversation_trace.jsonl.gz"
+    runs = {"lru-sweep.json": ["--sweep", "--policy", "lru"],
+            "lru-cpu.json": ["--gpu-tokens", "200000", "--cpu-tokens", "2000000", "--policy", "lru"]}
+    for name, argv in runs.items():
+        result = subprocess.run([sys.executable, "-m", "kvtier", "simulate", "--trace", str(trace), *argv, "--json"],
+                                capture_output=True, text=True, timeout=180)
+        assert result.returncode == 0, result.stderr
+        (tmp_path / name).write_text(result.stdout)
+    at = open_page(monkeypatch, full_segments, "whatif", whatif=tmp_path)
+    (cpu_spec, cpu_rows), (gpu_spec, gpu_rows) = charts(at)
+    assert cpu_rows.num_rows == 1 and cpu_rows.column("capacity_tokens").to_pylist() == [2_000_000 // 512 * 512]
+    assert gpu_spec["layer"][0]["encoding"]["x"]["title"].startswith("GPU") and gpu_rows.num_rows > 3
+    assert all(0 <= r <= 1 for r in gpu_rows.column("token_hit_ratio").to_pylist())
 
 
 def test_malformed_whatif_file_is_named_in_an_error(monkeypatch, full_segments, tmp_path):
