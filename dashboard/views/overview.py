@@ -30,7 +30,9 @@ def render(ctx: PageContext) -> None:
     st.subheader("Over time")
     chart(frame, charts.hit_quality_over_time(unit, configs), stretch=False)
     st.subheader("Totals")
-    st.dataframe(totals.drop(columns="outcome_rank"), hide_index=True)
+    order = totals["tier_config"].map({c: i for i, c in enumerate(configs)})
+    table = totals.assign(order=order).sort_values(["order", "outcome_rank"])
+    st.dataframe(table.drop(columns=["order", "outcome_rank"]), hide_index=True)
 
 
 def _metrics(totals, unit: str) -> None:

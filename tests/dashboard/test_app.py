@@ -51,6 +51,7 @@ def test_overview_charts_outcomes_per_configuration(monkeypatch, full_segments):
     assert over_time.num_rows > 20 and "cold_promotion" in over_time.column("outcome").to_pylist()
     assert [m.label for m in at.metric] == ["gpu hit", "cpu promotion", "cold promotion", "recompute miss"]
     assert len(at.dataframe) == 1  # the table comes after the charts
+    assert list(dict.fromkeys(at.dataframe[0].value["tier_config"])) == list(PHASES)
 
 
 def test_sidebar_filter_narrows_the_charts(monkeypatch, full_segments):
