@@ -14,7 +14,7 @@ import numpy as np
 
 from collector.events import RequestRecord
 from policy.learn.model import AdmissionModel, ModelConfig, train
-from policy.learn.offers import collect_offers
+from policy.learn.offers import Offers, collect_offers
 from policy.learn.replay import IndexedAdmitter, Tiers, replay
 
 THRESHOLDS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7)
@@ -39,9 +39,11 @@ class LearnedAdmission:
 
 def fit(train_records: Sequence[RequestRecord], scored_records: Sequence[RequestRecord],
         tiers: Tiers, config: ModelConfig = ModelConfig(),
-        thresholds: Sequence[float] = THRESHOLDS) -> LearnedAdmission:
-    """Label and train on ``train_records``; score the offers of ``scored_records`` (which
-    must start with ``train_records`` when they share a replay, so request indices agree)."""
+        thresholds: Sequence[float] = THRESHOLDS, *, shares_replay: bool = True
+        ) -> LearnedAdmission:
+    """Label and train on ``train_records``; score the offers of ``scored_records``.
+    ``shares_replay``: ``scored_records`` starts with ``train_records`` (one replay, request
+    indices agree); otherwise the training records are scored on their own for the sweep."""
     if not thresholds:
         raise ValueError("thresholds must not be empty")
     labelled = collect_offers(train_records, tiers.gpu_blocks, tiers.cpu_blocks, label=True)
@@ -50,14 +52,19 @@ def fit(train_records: Sequence[RequestRecord], scored_records: Sequence[Request
     resolved = labelled.request_index < int(len(train_records) * (1 - CENSORED_FRACTION))
     labelled = labelled.take(resolved)
     model = train(labelled.X, labelled.y, config)
-    offers = collect_offers(scored_records, tiers.gpu_blocks, tiers.cpu_blocks, label=False)
-    p = model.predict(offers.X)
-    scores = {(int(i), int(k)): float(s)
-              for i, k, s in zip(offers.request_index, offers.keys, p)}
-    sweep = _sweep(train_records, tiers, scores, config.calibration_fraction, thresholds)
+    scores = _scores(model, collect_offers(scored_records, tiers.gpu_blocks, tiers.cpu_blocks,
+                                           label=False))
+    sweep_scores = scores if shares_replay else _scores(model, collect_offers(
+        train_records, tiers.gpu_blocks, tiers.cpu_blocks, label=False))
+    sweep = _sweep(train_records, tiers, sweep_scores, config.calibration_fraction, thresholds)
     best = max(sweep, key=lambda point: (point[1], point[0]))[0]
     return LearnedAdmission(model, scores, best, tuple(sweep), len(labelled),
                             float(np.mean(labelled.y)) if len(labelled) else 0.0)
+
+
+def _scores(model: AdmissionModel, offers: Offers) -> dict:
+    p = model.predict(offers.X)
+    return {(int(i), int(k)): float(s) for i, k, s in zip(offers.request_index, offers.keys, p)}
 
 
 def _sweep(records: Sequence[RequestRecord], tiers: Tiers, scores: dict,

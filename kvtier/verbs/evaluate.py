@@ -1,0 +1,36 @@
+"""`kvtier evaluate`: replay a trace's later part under each CPU-tier policy, learned included"""
+
+SUMMARY = "compare CPU-tier policies (LRU, ARC, S3-FIFO, learned admission, Belady) on later time"
+EXAMPLE = ("kvtier evaluate --trace conversation_trace.jsonl --gpu-tokens 1M --cpu-tokens 2.5M "
+           "--policies lru,arc,s3fifo,learned,belady --json")
+
+
+def add_arguments(parser) -> None:
+    from policy.commands.arguments import add_trace_arguments
+
+    parser.add_argument("--trace", help="trace to evaluate (Mooncake, WEKA, Bailian, store)")
+    parser.add_argument("--train-trace", help="train on this trace and evaluate all of --trace")
+    parser.add_argument("--train-fraction", type=float, default=0.5,
+                        help="without --train-trace: train on this earliest share of the time "
+                             "span, evaluate on the rest (default 0.5)")
+    parser.add_argument("--gpu-tokens", help="GPU tier capacity (tokens, 1M, 16GiB with --model)")
+    parser.add_argument("--cpu-tokens", help="CPU tier capacity")
+    parser.add_argument("--cold-tokens", help="cold (file) tier capacity (default: none)")
+    parser.add_argument("--policies", default="lru,arc,s3fifo,learned,belady",
+                        help="comma-separated: lru, arc, s3fifo, belady, learned, learned-logistic")
+    parser.add_argument("--seed", type=int, default=0, help="model seed (default 0)")
+    parser.add_argument("--max-requests", type=int,
+                        help="use only the first N requests of each trace (faster)")
+    parser.add_argument("--coarsen", type=int, default=1,
+                        help="merge K consecutive prefix blocks into one (exact prefix identity; "
+                             "faster on 64-token WEKA blocks)")
+    parser.add_argument("--prefill-servers", type=int, default=1,
+                        help="prefill servers sharing the queue in the TTFT estimate (default 1)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_trace_arguments(parser)
+
+
+def run(args) -> int:
+    from policy.learn.command import run as evaluate
+
+    return evaluate(args)

@@ -1,0 +1,89 @@
+"""``kvtier evaluate``: read the traces, split by time, compare the policies, print."""
+
+from __future__ import annotations
+
+from kvtier.errors import KvtierError
+from kvtier.progress import task
+from policy.commands.common import (capacity_blocks, model_geometry, open_records,
+                                    print_json)
+from policy.cost import CostParams
+from policy.learn.compare import POLICY_NAMES, Split, compare
+from policy.learn.replay import Tiers
+from policy.learn.subset import limited
+
+
+def run(args) -> int:
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    bad = [p for p in policies if p not in POLICY_NAMES]
+    if bad or not policies:
+        raise KvtierError(f"--policies: unknown {', '.join(bad) or '(none)'}; allowed: "
+                          f"{', '.join(POLICY_NAMES)}")
+    records = _read(args, args.trace)
+    if not records:
+        raise KvtierError(f"--trace {args.trace}: no requests")
+    if args.train_trace:
+        split = Split.separate(records, _read(args, args.train_trace))
+    else:
+        try:
+            split = Split.by_time(records, args.train_fraction)
+        except ValueError as error:
+            raise KvtierError(f"--train-fraction: {error}") from None
+    if args.prefill_servers < 1:
+        raise KvtierError(f"--prefill-servers must be >= 1, got {args.prefill_servers}")
+    model = model_geometry(args.model)
+    tiers = _tiers(args, records[0].block_size_tokens or 16, model)
+    with task("evaluating policies", total=len(policies)) as advance:
+        output = compare(split, tiers, policies, seed=args.seed, params=CostParams(model=model),
+                         servers=args.prefill_servers,
+                         progress=lambda name: advance())
+    output["block_tokens"] = records[0].block_size_tokens
+    if args.json:
+        print_json(output)
+    else:
+        print(text(output))
+    return 0
+
+
+def _read(args, path: str) -> list:
+    args.trace, original = path, args.trace
+    try:
+        _, records = open_records(args)
+        return list(limited(records, args.max_requests, args.coarsen))
+    except ValueError as error:
+        raise KvtierError(f"{path}: {error}") from None
+    finally:
+        args.trace = original
+
+
+def _tiers(args, block_tokens: int, model) -> Tiers:
+    if args.gpu_tokens is None or args.cpu_tokens is None:
+        raise KvtierError("--gpu-tokens and --cpu-tokens are required")
+    values = [capacity_blocks(text, block_tokens, model, flag, absent=0)
+              for text, flag in ((args.gpu_tokens, "--gpu-tokens"),
+                                 (args.cpu_tokens, "--cpu-tokens"),
+                                 (args.cold_tokens, "--cold-tokens"))]
+    if any(v is None for v in values):
+        raise KvtierError("capacities must be finite for evaluate (Belady needs a bound)")
+    return Tiers(*values)
+
+
+def text(output: dict) -> str:
+    """One row per policy: hit ratio, gap closed, tokens per outcome, TTFT percentiles."""
+    lines = [f"{output['evaluated_requests']:,} evaluated requests after "
+             f"{output['train_requests']:,} training requests; GPU {output['gpu_blocks']:,} / "
+             f"CPU {output['cpu_blocks']:,} / cold {output['cold_blocks']:,} blocks",
+             f"{'policy':<18}{'hit ratio':>10}{'gap closed':>11}{'GPU hit':>14}{'CPU promo':>14}"
+             f"{'cold promo':>12}{'recompute':>14}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}"]
+    for r in output["policies"]:
+        gap = "" if r["gap_closed"] is None else f"{r['gap_closed']:.0%}"
+        lines.append(f"{r['policy']:<18}{r['token_hit_ratio']:>10.4f}{gap:>11}"
+                     f"{r['gpu_hit_tokens']:>14,}{r['cpu_promotion_tokens']:>14,}"
+                     f"{r['cold_promotion_tokens']:>12,}{r['recompute_tokens']:>14,}"
+                     f"{r['ttft_p50_s'] * 1e3:>9.1f}{r['ttft_p95_s'] * 1e3:>9.1f}"
+                     f"{r['ttft_p99_s'] * 1e3:>9.1f}")
+    for name, info in output["learned"].items():
+        held = info["model"]["held_out"]
+        auc = "n/a" if held["roc_auc"] is None else f"{held['roc_auc']:.3f}"
+        lines.append(f"{name}: threshold {info['threshold']:g} (swept on the training period), "
+                     f"held-out ROC AUC {auc}, {info['train_offers']:,} training offers")
+    return "\n".join(lines)

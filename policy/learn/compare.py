@@ -1,0 +1,118 @@
+"""Compare CPU-tier policies on the later part of a trace: the ``kvtier evaluate`` engine.
+
+Every policy replays the same records with the same GPU LRU tier; totals and TTFT count the
+evaluation window only (the training part, if it precedes it in the same replay, only warms
+the tiers). ``learned`` is LRU behind the gradient-boosted admission model, ``learned-logistic``
+behind the logistic baseline; both are trained on the training records at the evaluated
+capacity and their threshold is swept on the training period's latest slice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from collector.events import RequestRecord
+from policy.cost import CostParams, queue_ttft
+from policy.learn.model import ModelConfig
+from policy.learn.pipeline import fit
+from policy.learn.replay import Replayed, Tiers, replay
+
+BASE_POLICIES = ("lru", "arc", "s3fifo", "belady")
+LEARNED = {"learned": "gbm", "learned-logistic": "logistic"}
+POLICY_NAMES = (*BASE_POLICIES, *LEARNED)
+
+
+@dataclass(frozen=True)
+class Split:
+    """Which records train and which are evaluated. ``records`` are replayed in full and
+    counted from ``count_from``; ``train`` are the training records (a prefix of ``records``
+    when ``count_from`` > 0, else a separate trace)."""
+
+    records: tuple[RequestRecord, ...]
+    train: tuple[RequestRecord, ...]
+    count_from: int
+
+    @classmethod
+    def by_time(cls, records: Sequence[RequestRecord], train_fraction: float) -> "Split":
+        """Train on the requests arriving in the first ``train_fraction`` of the time span."""
+        if not 0 < train_fraction < 1:
+            raise ValueError(f"train_fraction must be in (0, 1), got {train_fraction!r}")
+        records = tuple(records)
+        if len(records) < 4:
+            raise ValueError(f"need at least 4 requests to split by time, got {len(records)}")
+        start, end = records[0].arrival_s, records[-1].arrival_s
+        cut = start + train_fraction * (end - start)
+        index = next((i for i, r in enumerate(records) if r.arrival_s >= cut), len(records))
+        index = min(max(index, 2), len(records) - 1)
+        return cls(records, records[:index], index)
+
+    @classmethod
+    def separate(cls, records: Sequence[RequestRecord], train: Sequence[RequestRecord]
+                 ) -> "Split":
+        return cls(tuple(records), tuple(train), 0)
+
+
+def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 0,
+            params: CostParams = CostParams(), servers: int = 1,
+            progress: Callable[[str], None] | None = None) -> dict:
+    """One row per policy (see :func:`row`), plus the LRU->Belady gap each closes."""
+    unknown = [p for p in policies if p not in POLICY_NAMES]
+    if unknown or not policies:
+        raise ValueError(f"unknown policies {', '.join(unknown) or '(none)'}; allowed: "
+                         f"{', '.join(POLICY_NAMES)}")
+    rows, learned = [], {}
+    for name in policies:
+        if progress is not None:
+            progress(name)
+        admitter = None
+        if name in LEARNED:
+            fitted = fit(split.train, split.records, tiers,
+                         ModelConfig(kind=LEARNED[name], seed=seed),
+                         shares_replay=split.count_from > 0)
+            admitter = fitted.admitter()
+            learned[name] = fitted
+        cpu_policy = name if name in BASE_POLICIES else "lru"
+        replayed = replay(split.records, tiers, cpu_policy, admitter=admitter,
+                          count_from=split.count_from)
+        rows.append(row(name, replayed, params, servers))
+    _gap_closed(rows)
+    return {"gpu_blocks": tiers.gpu_blocks, "cpu_blocks": tiers.cpu_blocks,
+            "cold_blocks": tiers.cold_blocks, "train_requests": len(split.train),
+            "evaluated_requests": len(split.records) - split.count_from, "policies": rows,
+            "learned": {name: _learned_summary(f) for name, f in learned.items()}}
+
+
+def row(name: str, replayed: Replayed, params: CostParams, servers: int = 1) -> dict:
+    """``token_hit_ratio``, tokens per outcome, and estimated TTFT percentiles (``servers``
+    prefill servers share the queue)."""
+    result = replayed.result
+    services = [params.service_s(o.cpu_promotion_tokens, o.cold_promotion_tokens,
+                                 o.recompute_tokens) for o in replayed.outcomes]
+    ttft = queue_ttft([r.arrival_s for r in replayed.requests], services, params.sources(),
+                      servers)
+    return {"policy": name, "token_hit_ratio": result.token_hit_ratio,
+            "gpu_hit_tokens": result.gpu_hit_tokens,
+            "cpu_promotion_tokens": result.cpu_promotion_tokens,
+            "cold_promotion_tokens": result.cold_promotion_tokens,
+            "recompute_tokens": result.recompute_tokens, "prompt_tokens": result.prompt_tokens,
+            "cpu_stores_total": result.cpu_stores_total, "ttft_p50_s": ttft.p50_s,
+            "ttft_p95_s": ttft.p95_s, "ttft_p99_s": ttft.p99_s,
+            "prefill_utilisation": ttft.utilisation}
+
+
+def _gap_closed(rows: list[dict]) -> None:
+    """``gap_closed``: (policy - LRU) / (Belady - LRU) in token hit ratio, when both ran and
+    differ."""
+    by_name = {r["policy"]: r["token_hit_ratio"] for r in rows}
+    lru, belady = by_name.get("lru"), by_name.get("belady")
+    for r in rows:
+        gap = None if lru is None or belady is None else belady - lru
+        r["gap_closed"] = (r["token_hit_ratio"] - lru) / gap if gap else None
+
+
+def _learned_summary(fitted) -> dict:
+    return {"threshold": fitted.threshold, "sweep": [list(p) for p in fitted.sweep],
+            "train_offers": fitted.train_offers,
+            "train_positive_rate": fitted.train_positive_rate, "model": fitted.model.card()}
+

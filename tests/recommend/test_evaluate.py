@@ -1,0 +1,89 @@
+"""`kvtier evaluate`: the JSON the issue specifies, the time split, coarsened blocks."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from kvtier.errors import KvtierError
+from kvtier.verbs import evaluate
+from policy.learn.compare import Split, compare
+from policy.learn.replay import Tiers
+from policy.learn.subset import coarsen, limited
+from tests.recommend.synthetic import conversations, record
+
+KEYS = ("policy", "token_hit_ratio", "gpu_hit_tokens", "cpu_promotion_tokens",
+        "cold_promotion_tokens", "recompute_tokens", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s")
+
+
+def write_mooncake(path, records):
+    lines = [{"timestamp": int(r.arrival_s * 1000), "input_length": r.prompt_tokens,
+              "output_length": 8, "hash_ids": list(r.block_hashes)} for r in records]
+    path.write_text("".join(json.dumps(o) + "\n" for o in lines))
+    return path
+
+
+def run_verb(argv, capsys):
+    parser = argparse.ArgumentParser()
+    evaluate.add_arguments(parser)
+    assert evaluate.run(parser.parse_args(argv)) == 0
+    return capsys.readouterr().out
+
+
+@pytest.fixture
+def trace(tmp_path):
+    return write_mooncake(tmp_path / "t.jsonl", conversations(900, seed=5, block_tokens=512))
+
+
+def test_evaluate_json_has_one_row_per_policy_in_order(trace, capsys):
+    out = json.loads(run_verb(["--trace", str(trace), "--gpu-tokens", str(30 * 512),
+                               "--cpu-tokens", str(200 * 512), "--policies",
+                               "lru,arc,s3fifo,learned,belady", "--json"], capsys))
+    rows = out["policies"]
+    assert [r["policy"] for r in rows] == ["lru", "arc", "s3fifo", "learned", "belady"]
+    for r in rows:
+        assert all(k in r for k in KEYS)
+        assert (r["gpu_hit_tokens"] + r["cpu_promotion_tokens"] + r["cold_promotion_tokens"]
+                + r["recompute_tokens"]) == r["prompt_tokens"]
+    by = {r["policy"]: r for r in rows}
+    assert by["belady"]["token_hit_ratio"] > by["lru"]["token_hit_ratio"]
+    assert by["belady"]["gap_closed"] == 1.0 and by["lru"]["gap_closed"] == 0.0
+    assert out["train_requests"] + out["evaluated_requests"] == 900
+
+
+def test_evaluate_text_and_bad_policy(trace, capsys):
+    text = run_verb(["--trace", str(trace), "--gpu-tokens", "15360", "--cpu-tokens", "51200",
+                     "--policies", "lru,belady"], capsys)
+    assert "lru" in text and "belady" in text and "gap closed" in text
+    parser = argparse.ArgumentParser()
+    evaluate.add_arguments(parser)
+    with pytest.raises(KvtierError, match="allowed: lru"):
+        evaluate.run(parser.parse_args(["--trace", str(trace), "--gpu-tokens", "1k",
+                                        "--cpu-tokens", "1k", "--policies", "lru,magic"]))
+
+
+def test_a_separate_training_trace_is_evaluated_whole(tmp_path):
+    records, train = conversations(500, seed=6), conversations(500, seed=7)
+    out = compare(Split.separate(records, train), Tiers(30, 150), ["lru", "learned"])
+    assert out["evaluated_requests"] == 500 and out["train_requests"] == 500
+    assert out["policies"][1]["gap_closed"] is None  # no Belady row, no gap
+
+
+def test_split_by_time_trains_on_the_earliest_share():
+    records = [record(i, [1, i + 10], t=i * 2.0) for i in range(10)]
+    split = Split.by_time(records, 0.5)
+    assert split.count_from == 5 and split.train == tuple(records[:5])
+    with pytest.raises(ValueError, match="train_fraction"):
+        Split.by_time(records, 1.0)
+
+
+def test_coarsen_keeps_prefix_identity():
+    r = record(0, [1, 2, 3, 4, 5], tokens=64)
+    c = coarsen(r, 2)
+    assert c.block_hashes == (2, 4, 5) and c.block_size_tokens == 128
+    assert coarsen(record(1, [1, 2, 3, 4], tokens=64), 2).block_hashes == (2, 4)
+    assert [x.request_id for x in limited([r, r, r], max_requests=2)] == ["r0", "r0"]
+    with pytest.raises(ValueError, match="factor"):
+        coarsen(r, 0)
