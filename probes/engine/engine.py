@@ -193,6 +193,11 @@ class ReferenceEngine:
             seq.on_finish(seq)
 
     @property
+    def queued_requests(self) -> int:
+        """Requests submitted and not yet admitted to the running batch."""
+        return self._incoming.qsize() + len(self.scheduler.waiting)
+
+    @property
     def switch_pending(self) -> bool:
         """A tier switch was asked for and waits for the running batch to drain."""
         return not self._pending_tiers.empty()
