@@ -138,19 +138,33 @@ def test_bad_requests_are_refused(server, body, status):
     assert post(server.url + "/v1/completions", body)[0] == status
 
 
-def test_requests_reach_the_store(tmp_path):
+def test_requests_reach_the_store_and_agree_with_their_block_events(tmp_path):
     path = tmp_path / "store.duckdb"
-    srv = EngineServer(tiny_config(gpu_blocks=12), ServerSettings(port=0, store_path=str(path))).start()
+    config = tiny_config(tmp_path, gpu_blocks=5, cpu_blocks=5, file_blocks=40)
+    srv = EngineServer(config, ServerSettings(port=0, store_path=str(path))).start()
     try:
-        for i in range(3):
+        for i in (1, 2, 3, 4, 1, 2, 1):
             complete(srv, prompt(i))
     finally:
         srv.stop()
     from collector.store import TraceStore
 
     with TraceStore(path) as store:
-        assert store.count("requests") == 3
-        assert store.scalar("SELECT sum(tokens) FROM block_events WHERE kind = 'recompute_miss'") == 39
+        assert store.count("requests") == 7
+        agreement = store.query("""
+            WITH served AS (
+              SELECT request_id,
+                     coalesce(sum(tokens) FILTER (WHERE kind = 'gpu_hit'), 0) AS gpu,
+                     coalesce(sum(tokens) FILTER (WHERE kind = 'cpu_promotion'), 0) AS cpu,
+                     coalesce(sum(tokens) FILTER (WHERE kind = 'cold_promotion'), 0) AS cold,
+                     coalesce(sum(tokens) FILTER (WHERE kind = 'recompute_miss'), 0) AS recomputed
+              FROM block_events WHERE request_id IS NOT NULL GROUP BY request_id)
+            SELECT count(*) AS joined,
+                   count(*) FILTER (WHERE (r.gpu_hit_tokens, r.cpu_promotion_tokens, r.cold_promotion_tokens,
+                                           r.recomputed_tokens) != (s.gpu, s.cpu, s.cold, s.recomputed)) AS differ
+            FROM requests r JOIN served s USING (request_id)""").to_pylist()[0]
+        served = store.scalar("SELECT sum(cpu_promotion_tokens + cold_promotion_tokens) FROM requests")
+    assert agreement == {"joined": 7, "differ": 0} and served > 0
 
 
 def test_a_failing_step_answers_500_and_the_server_keeps_serving(server, monkeypatch):
