@@ -135,3 +135,16 @@ def size_latency() -> dict:
             "color": {"field": "source_tier", "type": "nominal", "title": "source tier"},
         },
     }
+
+
+def p99_over_time(configs: list[str]) -> dict:
+    """p99 latency per time bucket, one line per tier configuration (rollout order)."""
+    return {
+        "mark": {"type": "line", "point": True, "tooltip": True},
+        "encoding": {
+            "x": {"field": "time", "type": "temporal", "title": "time (UTC)"},
+            "y": {"field": "p99_ms", "type": "quantitative", "title": "p99 (ms)"},
+            "color": {"field": "tier_config", "type": "nominal", "title": "tier configuration",
+                      "sort": configs},
+        },
+    }

@@ -145,3 +145,21 @@ def request_latency(data: SegmentData, filters: Filters) -> pd.DataFrame:
              unnest([{{'quantile': 'p50', 'v': qs[1]}}, {{'quantile': 'p95', 'v': qs[2]}},
                      {{'quantile': 'p99', 'v': qs[3]}}]) AS u(q)
         ORDER BY first_s, metric, q.quantile""", params + params)
+
+
+def latency_over_time(data: SegmentData, filters: Filters, span: tuple[float | None, float | None]
+                      ) -> pd.DataFrame:
+    """p99 TTFT and ITL (ms) per time bucket and tier configuration, the series the rollback
+    rule watches: ``time``, ``tier_config``, ``metric``, ``p99_ms``, ``requests``."""
+    if not data.has_requests:
+        return empty_frame("time", "tier_config", "metric", "p99_ms", "requests")
+    lo = filters.start_s if filters.start_s is not None else span[0]
+    hi = filters.end_s if filters.end_s is not None else span[1]
+    width = bucket_width_s(lo, hi)
+    where, params = data.where(filters, "requests")
+    parts = [f"""SELECT floor(arrival_s / {width}) * {width} AS bucket_s, tier_config_id AS tier_config,
+                '{metric}' AS metric, quantile_cont({column}, 0.99) * 1000 AS p99_ms, count({column}) AS requests
+            FROM requests {and_where(where, f"{column} IS NOT NULL")} GROUP BY ALL"""
+             for metric, column in (("ttft", "ttft_s"), ("itl", "itl_s"))]
+    return data.df(f"""SELECT to_timestamp(bucket_s) AS time, tier_config, metric, p99_ms, requests
+        FROM ({" UNION ALL ".join(parts)}) ORDER BY time, tier_config, metric""", params + params)

@@ -25,6 +25,7 @@ QUERIES = {
     "promotion_latency": queries.promotion_latency,
     "request_latency": queries.request_latency,
     "size_latency": queries.size_latency,
+    "latency_over_time": queries.latency_over_time,
     "reuse": reuse.reuse_figures,
 }
 

@@ -46,5 +46,17 @@ def _requests(ctx: PageContext) -> None:
         few = sorted(set(part.loc[part["requests"] < MIN_PHASE_REQUESTS, "tier_config"]))
         if few:
             st.caption(f"Provisional (fewer than {MIN_PHASE_REQUESTS} requests): {', '.join(few)}")
+    _over_time(ctx)
     st.dataframe(frame.pivot_table(index=["tier_config", "metric", "requests"], columns="quantile",
                                    values="latency_ms").reset_index(), hide_index=True)
+
+
+def _over_time(ctx: PageContext) -> None:
+    """The series the rollback rule watches: p99 per time bucket, per configuration."""
+    frame = ctx.query("latency_over_time", (ctx.facets.start_s, ctx.facets.end_s))
+    configs = list(ctx.facets.tier_configs)
+    for metric, title in (("ttft", "TTFT"), ("itl", "Inter-token latency")):
+        part = frame[frame["metric"] == metric]
+        if len(part):
+            st.subheader(f"{title} p99 over time (what the rollback rule watches)")
+            chart(part, charts.p99_over_time(configs))

@@ -64,12 +64,14 @@ def test_sidebar_filter_narrows_the_charts(monkeypatch, full_segments):
 
 def test_latency_page_charts_promotions_and_request_latency(monkeypatch, full_segments):
     at = open_page(monkeypatch, full_segments, "latency")
-    (promo_spec, promo), (ttft_spec, ttft), (_, itl) = charts(at)
+    (promo_spec, promo), (ttft_spec, ttft), (_, itl), (time_spec, ttft_p99), _ = charts(at)
     assert promo_spec["encoding"]["x"]["field"] == "source_tier"
     assert promo_spec["encoding"]["xOffset"]["field"] == "quantile"
     assert set(promo.column("source_tier").to_pylist()) == {"cpu", "cold", "recompute"}
     assert set(ttft.column("metric").to_pylist()) == {"ttft"} and set(itl.column("metric").to_pylist()) == {"itl"}
     assert ttft_spec["encoding"]["y"]["field"] == "latency_ms"
+    assert time_spec["encoding"]["x"]["type"] == "temporal" and time_spec["encoding"]["color"]["sort"] == list(PHASES)
+    assert set(ttft_p99.column("tier_config").to_pylist()) == set(PHASES)
 
 
 def test_reuse_page_charts_sharing_positions_and_reuse_times(monkeypatch, full_segments):

@@ -25,7 +25,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "test-artifacts" / "dashboard"
 CHARTS = "[data-testid='stVegaLiteChart'] canvas, [data-testid='stVegaLiteChart'] svg.marks"
 # page slug -> charts it draws with the fixture data (0: checked by its other content)
-EXPECTED_CHARTS = {"overview": 2, "latency": 3, "reuse": 4, "whatif": 1, "recommendation": 0}
+EXPECTED_CHARTS = {"overview": 2, "latency": 5, "reuse": 4, "whatif": 1, "recommendation": 0}
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed "
                                      "(pip install playwright; no 'playwright install' needed)")
@@ -129,7 +129,7 @@ def open_page(page, url: str, slug: str) -> None:
 
 @pytest.mark.parametrize("slug", list(EXPECTED_CHARTS))
 def test_page_draws_its_charts_and_is_screenshotted(dashboard_url, browser, slug):
-    page = browser.new_page(viewport={"width": 1400, "height": 2000})
+    page = browser.new_page(viewport={"width": 1400, "height": 2800})
     try:
         open_page(page, dashboard_url, slug)
         assert not page.query_selector("[data-testid='stException']")
@@ -146,6 +146,6 @@ def test_page_draws_its_charts_and_is_screenshotted(dashboard_url, browser, slug
             assert any("OffloadingConnector" in c for c in codes)
             assert "within budget" in page.inner_text("[data-testid='stMain']")
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / f"{slug}.png"), full_page=True)
+        page.screenshot(path=str(ARTIFACTS / f"{slug}.png"), full_page=True)  # the app scrolls inside: a tall viewport shows it all
     finally:
         page.close()

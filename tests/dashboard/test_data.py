@@ -189,3 +189,11 @@ def test_a_request_id_replayed_per_configuration_counts_in_each(store, origin, t
         assert totals == {("gpu-only", "recompute_miss"): 3.0, ("gpu+cpu", "cpu_promotion"): 3.0}
         promoted = queries.promotion_latency(data, Filters(tier_configs=("gpu+cpu",)))
         assert set(promoted["source_tier"]) == {"cpu"}
+
+
+def test_p99_over_time_covers_every_request_once(data):
+    facets = read_facets(data)
+    frame = queries.latency_over_time(data, Filters(), (facets.start_s, facets.end_s))
+    ttft = frame[frame["metric"] == "ttft"].groupby("tier_config")["requests"].sum()
+    assert ttft.to_dict() == dict(zip(facets.phases["tier_config"], facets.phases["requests"]))
+    assert (frame["p99_ms"] > 0).all()
