@@ -132,7 +132,7 @@ def _point(folder: Path, size: int, threads: int, blocks: int, direct: bool, tim
     for op, work in (("write", _write), ("read", _read)):
         with ThreadPoolExecutor(threads) as pool:
             start = timer()
-            times = list(pool.map(lambda p: work(p, size, direct, timer), paths))
+            times = list(pool.map(work, paths, [size] * blocks, [direct] * blocks, [timer] * blocks))
             wall = max(timer() - start, 1e-9)
         p = percentiles(times, (50, 99))
         out.append(FsRow(op, size, threads, p["p50"], p["p99"], size * blocks / wall))

@@ -18,11 +18,11 @@ from typing import Callable
 
 import torch
 
-from collector.events import RequestRecord, Tier
+from collector.events import RequestRecord
 from probes.engine.config import EngineConfig, TierConfig
 from probes.engine.device import compute_device, torch_dtype
 from probes.engine.hashing import chain_hashes
-from probes.engine.kv_events import KvEventBuffer, block_removed, encode_batch
+from probes.engine.kv_events import KvEventBuffer, encode_batch
 from probes.engine.kv_manager import KvCacheManager
 from probes.engine.model import TinyDecoder
 from probes.engine.scheduler import Scheduler

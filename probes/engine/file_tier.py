@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable

@@ -20,7 +20,7 @@ from probes.engine.device import synchronize
 from probes.engine.file_tier import FileTier
 from probes.engine.gpu_pool import GpuPool
 from probes.engine.hashing import block_hash, chain_hashes
-from probes.engine.kv_events import KvEventBuffer, block_stored
+from probes.engine.kv_events import KvEventBuffer
 from probes.engine.offload import TierCascade
 from probes.engine.sequence import Sequence
 from probes.engine.transfer_stats import TransferStats
