@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import streamlit as st
 
@@ -64,13 +64,13 @@ def _filters(facets: Facets) -> Filters:
 def _time_range(facets: Facets) -> tuple[float | None, float | None]:
     if facets.start_s is None or facets.end_s is None or facets.end_s - facets.start_s < 1:
         return None, None
-    lo = datetime.fromtimestamp(int(facets.start_s), timezone.utc).replace(tzinfo=None)
-    hi = datetime.fromtimestamp(int(facets.end_s) + 1, timezone.utc).replace(tzinfo=None)
+    lo = datetime.fromtimestamp(int(facets.start_s), UTC).replace(tzinfo=None)
+    hi = datetime.fromtimestamp(int(facets.end_s) + 1, UTC).replace(tzinfo=None)
     picked = st.sidebar.slider("Time range (UTC)", min_value=lo, max_value=hi, value=(lo, hi),
                                step=timedelta(seconds=1), format="MM-DD HH:mm")
     if picked == (lo, hi):
         return None, None  # the whole span: no filter, so new segments are included
-    return tuple(p.replace(tzinfo=timezone.utc).timestamp() for p in picked)
+    return tuple(p.replace(tzinfo=UTC).timestamp() for p in picked)
 
 
 def _notices(facets: Facets) -> None:

@@ -114,7 +114,7 @@ class SegmentData:
     def close(self) -> None:
         self.con.close()
 
-    def __enter__(self) -> "SegmentData":
+    def __enter__(self) -> SegmentData:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -64,9 +64,9 @@ def read_facets(data: SegmentData) -> Facets:
         phases=phases)
 
 
-def read_phases(data: SegmentData, filters: Filters = Filters()) -> pd.DataFrame:
+def read_phases(data: SegmentData, filters: Filters | None = None) -> pd.DataFrame:
     """One row per tier configuration in rollout order: first/last arrival, requests."""
-    where, params = data.where(filters, "requests")
+    where, params = data.where(filters or Filters(), "requests")
     return data.df(f"""SELECT tier_config_id AS tier_config, min(arrival_s) AS first_s,
             max(arrival_s) AS last_s, count(*) AS requests
         FROM requests {where} GROUP BY ALL ORDER BY first_s, tier_config""", params)

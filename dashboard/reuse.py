@@ -32,8 +32,8 @@ def block_uses(data: SegmentData, filters: Filters) -> tuple[str, list] | None:
     if data.has_events:
         view = data.events_view(filters)
         where, params = data.where(filters, view)
-        return (f"SELECT block_hash, time_s, position FROM {view} "
-                f"{and_where(where, f'kind IN {_LOOKUPS}')}", params)
+        sql = f"SELECT block_hash, time_s, position FROM {view} {and_where(where, f'kind IN {_LOOKUPS}')}"
+        return sql, params
     if data.has_requests:
         where, params = data.where(filters, "requests")
         return (f"""SELECT unnest(block_hashes) AS block_hash, arrival_s AS time_s,

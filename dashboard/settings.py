@@ -9,9 +9,9 @@ segment folder (``kvtier-out/segments`` -> ``kvtier-out/whatif``, ``kvtier-out/r
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 ENV_SEGMENTS = "KVTIER_DASHBOARD_SEGMENTS"
 ENV_WHATIF = "KVTIER_DASHBOARD_WHATIF"
@@ -31,7 +31,7 @@ class DashboardConfig:
                 raise ValueError(f"DashboardConfig.{name} must be a Path, got {getattr(self, name)!r}")
 
     @classmethod
-    def from_sources(cls, argv: Sequence[str], environ: Mapping[str, str]) -> "DashboardConfig":
+    def from_sources(cls, argv: Sequence[str], environ: Mapping[str, str]) -> DashboardConfig:
         parser = argparse.ArgumentParser(add_help=False)
         parser.add_argument("--segments", default=environ.get(ENV_SEGMENTS, DEFAULT_SEGMENTS))
         parser.add_argument("--whatif", default=environ.get(ENV_WHATIF))

@@ -6,7 +6,12 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import charts
-from dashboard.views.base import MIN_PHASE_REQUESTS, PageContext, chart, rollout_in_progress
+from dashboard.views.base import (
+    MIN_PHASE_REQUESTS,
+    PageContext,
+    chart,
+    rollout_in_progress,
+)
 
 
 def render(ctx: PageContext) -> None:

@@ -146,6 +146,7 @@ def test_page_draws_its_charts_and_is_screenshotted(dashboard_url, browser, slug
             assert any("OffloadingConnector" in c for c in codes)
             assert "within budget" in page.inner_text("[data-testid='stMain']")
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / f"{slug}.png"), full_page=True)  # the app scrolls inside: a tall viewport shows it all
+        # Streamlit scrolls inside its own container: the tall viewport is what shows it all.
+        page.screenshot(path=str(ARTIFACTS / f"{slug}.png"), full_page=True)
     finally:
         page.close()
