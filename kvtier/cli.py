@@ -24,6 +24,7 @@ VERBS: dict[str, str] = {
     "analyze": "kvtier.verbs.analyze",
     "simulate": "kvtier.verbs.simulate",
     "recommend": "kvtier.verbs.recommend",
+    "evaluate": "kvtier.verbs.evaluate",
     "push": "kvtier.verbs.push",
     "probe": "kvtier.verbs.probe",
     "rollout": "kvtier.verbs.rollout",
