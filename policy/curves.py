@@ -71,7 +71,11 @@ def stack_distances(hashes: np.ndarray) -> np.ndarray:
 
 def lru_curve(records: Iterable[RequestRecord], default_block_tokens: int = 16) -> HitRatioCurve:
     """The prefix-contiguous LRU hit-ratio curve of a trace, at every capacity, in one pass."""
-    trace = RunTrace.from_records(records, default_block_tokens)
+    return lru_curve_of(RunTrace.from_records(records, default_block_tokens))
+
+
+def lru_curve_of(trace: RunTrace) -> HitRatioCurve:
+    """:func:`lru_curve` of an already flattened trace."""
     runs = find_runs(trace)
     distances = run_distances(runs, len(trace.hashes), FIRST_USE)
     running_max = _running_max_per_request(distances, runs.request)

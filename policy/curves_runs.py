@@ -23,26 +23,46 @@ class RunTrace:
 
     @classmethod
     def from_records(cls, records: Iterable[RequestRecord], default_block_tokens: int) -> RunTrace:
-        chunks, starts, sizes, lasts = [], [], [], []
-        offset = prompt_total = 0
+        builder = RunTraceBuilder(default_block_tokens)
         for record in records:
-            size = record.block_size_tokens or default_block_tokens
-            n = len(record.block_hashes)
-            chunks.append(np.array(record.block_hashes, dtype=np.uint64))
-            starts.append(offset)
-            sizes.append(size)
-            lasts.append(max(0, min(size, record.prompt_tokens - (n - 1) * size)) if n else 0)
-            offset += n
-            prompt_total += record.prompt_tokens
-        hashes = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.uint64)
-        return cls(hashes, np.array(starts, dtype=np.int64), np.array(sizes, dtype=np.int64),
-                   np.array(lasts, dtype=np.int64), prompt_total)
+            builder.add(record)
+        return builder.build()
 
     @classmethod
     def single_request(cls, hashes: np.ndarray) -> RunTrace:
         n = len(hashes)
         return cls(hashes, np.zeros(1, dtype=np.int64), np.ones(1, dtype=np.int64),
                    np.ones(1, dtype=np.int64), n)
+
+
+class RunTraceBuilder:
+    """Accumulates records into a :class:`RunTrace` (so another pass can share the read)."""
+
+    def __init__(self, default_block_tokens: int) -> None:
+        self.default_block_tokens = default_block_tokens
+        self._chunks: list[np.ndarray] = []
+        self._starts: list[int] = []
+        self._sizes: list[int] = []
+        self._lasts: list[int] = []
+        self._offset = 0
+        self._prompt_total = 0
+
+    def add(self, record: RequestRecord) -> None:
+        size = record.block_size_tokens or self.default_block_tokens
+        n = len(record.block_hashes)
+        self._chunks.append(np.array(record.block_hashes, dtype=np.uint64))
+        self._starts.append(self._offset)
+        self._sizes.append(size)
+        self._lasts.append(max(0, min(size, record.prompt_tokens - (n - 1) * size)) if n else 0)
+        self._offset += n
+        self._prompt_total += record.prompt_tokens
+
+    def build(self) -> RunTrace:
+        chunks = self._chunks
+        hashes = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.uint64)
+        return RunTrace(hashes, np.array(self._starts, dtype=np.int64),
+                        np.array(self._sizes, dtype=np.int64),
+                        np.array(self._lasts, dtype=np.int64), self._prompt_total)
 
 
 @dataclass(frozen=True)

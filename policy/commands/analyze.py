@@ -39,26 +39,28 @@ def run(args) -> int:
 
 
 def _report(records, block_tokens: int, model, gpu_blocks, args) -> dict:
+    from policy.curves import lru_curve_of
+    from policy.curves_runs import RunTraceBuilder
     from policy.reuse import collect, report_from_stats
-    from policy.sim.config import SimConfig
-    from policy.sim.simulator import Simulator
 
     if args.drop_below is not None and not 0 <= args.drop_below <= 1:
         raise KvtierError(f"--drop-below must be in [0, 1], got {args.drop_below}")
-    gpu = None
-    if args.gpu_tokens is not None:  # one GPU-only LRU replay alongside the reuse pass
-        gpu = Simulator(SimConfig(gpu_blocks=gpu_blocks, default_block_tokens=block_tokens))
-        records = _tee(records, gpu)
+    trace = None
+    if args.gpu_tokens is not None:  # the GPU-only LRU ratio, from the one-pass curve
+        trace = RunTraceBuilder(block_tokens)
+        records = _tee(records, trace)
     stats = collect(records, block_tokens)
-    return report_from_stats(stats, CostParams(model=model),
-                             gpu_token_hit_ratio=gpu.result.token_hit_ratio if gpu else None,
+    gpu_ratio = None
+    if trace is not None:
+        gpu_ratio = lru_curve_of(trace.build()).token_hit_ratio(gpu_blocks)
+    return report_from_stats(stats, CostParams(model=model), gpu_token_hit_ratio=gpu_ratio,
                              ttft_slo_s=args.ttft_slo_s, top=args.top,
                              drop_below=args.drop_below if args.drop_below is not None else 0.05)
 
 
-def _tee(records, simulator):
+def _tee(records, builder):
     for record in records:
-        simulator.serve(record)
+        builder.add(record)
         yield record
 
 

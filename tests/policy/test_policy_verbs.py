@@ -108,3 +108,13 @@ def test_trtllm_priority_gate_from_the_command_line(tiny_trace, capsys):
     assert offloaded["cpu_promotion_tokens"] > 0 and dropped["cpu_promotion_tokens"] == 0
     assert main([*base, "--default-priority", "101"]) == 2
     assert "default_priority must be in 0..100, got 101" in capsys.readouterr().err
+
+
+def test_analyze_gpu_ratio_equals_a_gpu_only_lru_replay(tiny_trace, capsys):
+    from policy.readers import MooncakeReader
+    from policy.sim.config import SimConfig
+    from policy.sim.simulator import simulate
+    out = run_json(capsys, ["analyze", "--trace", str(tiny_trace), "--gpu-tokens", "1024", "--json"])
+    replay = simulate(MooncakeReader(tiny_trace).requests(), SimConfig(gpu_blocks=2))
+    evidence = out["offloading"]["reasons"][1]["evidence"]
+    assert f"{replay.token_hit_ratio:.1%}" in evidence
