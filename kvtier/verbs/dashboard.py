@@ -40,6 +40,7 @@ def streamlit_command(args) -> list[str]:
     command = [sys.executable, "-m", "streamlit", "run", str(app),
                "--server.headless", "true", "--server.address", args.host,
                "--server.port", str(args.port), "--browser.gatherUsageStats", "false",
+               "--server.fileWatcherType", "none",  # a service, not a dev loop: no source polling
                "--", "--segments", str(segments)]
     for name in ("whatif", "recommendation"):
         if getattr(args, name, None):

@@ -24,6 +24,7 @@ def test_command_binds_loopback_by_default_and_passes_the_segments(tmp_path):
     assert command[command.index("--server.address") + 1] == "127.0.0.1"
     assert command[command.index("--server.port") + 1] == "18555"
     assert command[command.index("--server.headless") + 1] == "true"
+    assert command[command.index("--browser.gatherUsageStats") + 1] == "false"
     assert command[-2:] == ["--segments", str(tmp_path.resolve())]
 
 
