@@ -40,28 +40,18 @@ def run(args) -> int:
 
 def _report(records, block_tokens: int, model, gpu_blocks, args) -> dict:
     from policy.curves import lru_curve_of
-    from policy.curves_runs import RunTraceBuilder
-    from policy.reuse import collect, report_from_stats
+    from policy.reuse import report_from_stats
+    from policy.reuse.collect_fast import collect_with_trace
 
     if args.drop_below is not None and not 0 <= args.drop_below <= 1:
         raise KvtierError(f"--drop-below must be in [0, 1], got {args.drop_below}")
-    trace = None
-    if args.gpu_tokens is not None:  # the GPU-only LRU ratio, from the one-pass curve
-        trace = RunTraceBuilder(block_tokens)
-        records = _tee(records, trace)
-    stats = collect(records, block_tokens)
+    stats, trace = collect_with_trace(records, block_tokens)
     gpu_ratio = None
-    if trace is not None:
-        gpu_ratio = lru_curve_of(trace.build()).token_hit_ratio(gpu_blocks)
+    if args.gpu_tokens is not None:  # the GPU-only LRU ratio, from the one-pass curve
+        gpu_ratio = lru_curve_of(trace).token_hit_ratio(gpu_blocks)
     return report_from_stats(stats, CostParams(model=model), gpu_token_hit_ratio=gpu_ratio,
                              ttft_slo_s=args.ttft_slo_s, top=args.top,
                              drop_below=args.drop_below if args.drop_below is not None else 0.05)
-
-
-def _tee(records, builder):
-    for record in records:
-        builder.add(record)
-        yield record
 
 
 def _write(folder: Path, report: dict) -> None:

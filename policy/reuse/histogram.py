@@ -20,6 +20,21 @@ class LogHistogram:
         self.counts[index] = self.counts.get(index, 0) + weight
         self.total += weight
 
+    def add_many(self, values) -> None:
+        """:meth:`add` for every value of a numpy array, binned in one vectorised pass."""
+        import numpy as np
+
+        values = np.asarray(values, dtype=float)
+        if not len(values):
+            return
+        small = values < SMALLEST_S
+        scaled = np.where(small, SMALLEST_S, values) / SMALLEST_S
+        index = np.where(small, 0, 1 + (BINS_PER_DECADE * np.log10(scaled)).astype(np.int64))
+        bins, counts = np.unique(index, return_counts=True)
+        for b, c in zip(bins.tolist(), counts.tolist()):
+            self.counts[b] = self.counts.get(b, 0) + c
+        self.total += len(values)
+
     def merge(self, other: LogHistogram) -> None:
         for index, count in other.counts.items():
             self.counts[index] = self.counts.get(index, 0) + count
