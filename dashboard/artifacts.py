@@ -29,8 +29,9 @@ import pandas as pd
 
 BOUND_POLICIES = frozenset({"belady"})
 RECOMMENDATION_FILE = "recommendation.json"
-_CONFIG_SUFFIXES = {".yaml": "yaml", ".yml": "yaml", ".json": "json", ".toml": "toml", ".py": "python",
-                    ".sh": "bash", ".env": "bash", ".txt": "text"}
+# Engine config files a recommendation folder may hold, and how to highlight them.
+_CONFIG_SUFFIXES = {".yaml": "yaml", ".yml": "yaml", ".json": "json", ".toml": "toml", ".sh": "bash",
+                    ".env": "bash", ".args": "bash"}
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,46 @@ class WhatIf:
 
 @dataclass(frozen=True)
 class Recommendation:
-    fields: dict
-    configs: tuple[tuple[str, str, str], ...]  # (file name, language, text)
+    """``doc`` is ``recommendation.json`` as ``kvtier recommend`` writes it (``kind``
+    ``kvtier.recommendation``: ``settings``, ``guardrails``, ``notes`` and ``evidence`` with
+    ``verdict``, ``reasons``, ``knobs``, ``expected``); ``configs`` are the engine configs
+    next to it as (file name, language, text); ``plots`` the report's PNGs; ``report`` the
+    text of ``report.md`` if present."""
+
+    doc: dict
+    configs: tuple[tuple[str, str, str], ...]
+    plots: tuple[Path, ...] = ()
+    report: str | None = None
+
+    @property
+    def evidence(self) -> dict:
+        evidence = self.doc.get("evidence")
+        return evidence if isinstance(evidence, dict) else {}
+
+    @property
+    def knobs(self) -> pd.DataFrame:
+        rows = [k for k in self.evidence.get("knobs", []) if isinstance(k, dict)]
+        return pd.DataFrame([{"knob": k.get("name"), "value": str(k.get("value")), "why": k.get("why")}
+                             for k in rows])
+
+    @property
+    def expected(self) -> pd.DataFrame:
+        """Expected changes relative to the baseline: ``metric``, ``change_share``,
+        ``low_share``, ``high_share`` (metrics with a zero baseline are left out)."""
+        rows = []
+        for c in self.evidence.get("expected", []):
+            base = _number(c.get("baseline")) if isinstance(c, dict) else None
+            if base:
+                rows.append({"metric": c.get("metric"), "baseline": base, "candidate": _number(c.get("candidate")),
+                             **{f"{k}_share": (_number(c.get(k)) or 0.0) / abs(base)
+                                for k in ("change", "low", "high")}})
+        return pd.DataFrame(rows)
+
+    @property
+    def rollback(self) -> dict | None:
+        """Rollback budgets (``ttft_p99_budget_s``, ``itl_p99_budget_s``), if named."""
+        rule = self.doc.get("rollback", self.evidence.get("rollback"))
+        return rule if isinstance(rule, dict) else None
 
 
 def load_whatif(folder: Path) -> WhatIf | None:
@@ -118,11 +157,14 @@ def load_recommendation(folder: Path) -> Recommendation | None:
     if not path.is_file():
         return None
     try:
-        fields = json.loads(path.read_text())
+        doc = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as error:
         raise ValueError(f"recommendation file {path} is not readable JSON: {error}") from error
-    if not isinstance(fields, dict):
+    if not isinstance(doc, dict):
         raise ValueError(f"recommendation file {path} must hold a JSON object")
-    configs = tuple((p.name, _CONFIG_SUFFIXES.get(p.suffix, "text"), p.read_text(errors="replace"))
-                    for p in sorted(folder.iterdir()) if p.is_file() and p.name != RECOMMENDATION_FILE)
-    return Recommendation(fields, configs)
+    files = sorted(p for p in folder.iterdir() if p.is_file())
+    configs = tuple((p.name, _CONFIG_SUFFIXES[p.suffix], p.read_text(errors="replace")) for p in files
+                    if p.suffix in _CONFIG_SUFFIXES and not p.name.startswith("recommendation"))
+    report = folder / "report.md"
+    return Recommendation(doc, configs, tuple(p for p in files if p.suffix == ".png"),
+                          report.read_text(errors="replace") if report.is_file() else None)

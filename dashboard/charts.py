@@ -148,3 +148,22 @@ def p99_over_time(configs: list[str]) -> dict:
                       "sort": configs},
         },
     }
+
+
+def expected_changes() -> dict:
+    """Expected change of each metric against the baseline (share of baseline), with its
+    interval as a rule."""
+    y = {"field": "metric", "type": "nominal", "title": None, "sort": None, "axis": {"labelLimit": 260}}
+    return {
+        "height": {"step": 32},
+        "layer": [
+            {"mark": {"type": "bar", "tooltip": True},
+             "encoding": {"y": y, "x": {"field": "change_share", "type": "quantitative",
+                                        "title": "expected change vs. baseline", "axis": {"format": "+%"}},
+                          "color": {"condition": {"test": "datum.change_share < 0", "value": "#1f77b4"},
+                                    "value": "#ff7f0e"}}},
+            {"mark": {"type": "rule", "strokeWidth": 2, "color": "black"},
+             "encoding": {"y": y, "x": {"field": "low_share", "type": "quantitative"},
+                          "x2": {"field": "high_share"}}},
+        ],
+    }

@@ -5,12 +5,12 @@ collector, or the dashboard); it reads the immutable segments the store exports
 (``collector/segments.py``). Every page asks for aggregates computed in SQL; raw events are
 never loaded into Python, so ten million block events cost one scan, not ten million rows.
 
-Two views are defined on the connection:
+Views defined on the connection:
 
 * ``raw_events``: block events (``kind`` and ``tier_from`` as text);
-* ``events``: the same, each with the ``tier_config`` of its request (joined by instance
-  and request id; ``(unlabelled)`` when the request has no record);
-* ``requests``: request records; ``request_configs``: one tier configuration per request.
+* ``events``: the same, each with the ``tier_config`` of its request (an as-of join by
+  instance, request id and time, see ``with_config``; ``(unlabelled)`` without a record);
+* ``requests``: request records; ``request_configs``: their ids, arrivals and configurations.
 
 A view exists only when its table has segments (``SegmentData.has_events`` / ``has_requests``).
 """

@@ -1,5 +1,5 @@
-"""Recommendation: the current recommendation with its evidence, the generated engine
-configs ready to copy, and the rollback rule's status."""
+"""Recommendation: the verdict with its evidence (expected change with intervals, the knobs),
+the generated engine configs ready to copy, and the rollback rule's status."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import json
 
 import streamlit as st
 
+from dashboard import charts
 from dashboard.artifacts import Recommendation, load_recommendation
-from dashboard.views.base import PageContext
+from dashboard.views.base import PageContext, chart
 
 
 def render(ctx: PageContext) -> None:
@@ -21,40 +22,63 @@ def render(ctx: PageContext) -> None:
     if reco is None:
         st.info(
             f"No recommendation under `{folder}` yet.\n\n"
-            "`kvtier recommend --store STORE --engine all --out "
-            f"{folder}` (issue #5) trains the admission model, sweeps thresholds and writes "
-            "`recommendation.json` with the engine configs; this page then shows the "
-            "recommendation, its evidence, the configs ready to copy and the rollback-rule status.")
+            f"`kvtier recommend --store STORE --engine all --out {folder}` (or `--trace TRACE`) "
+            "trains the admission model, sweeps thresholds and writes `recommendation.json` with "
+            "the engine configs; this page then shows the verdict, the expected change with its "
+            "intervals, the configs ready to copy and the rollback-rule status.")
         return
-    _fields(reco)
-    _rollback(ctx, reco.fields.get("rollback"))
+    _verdict(reco)
+    _expected(reco)
+    if not reco.knobs.empty:
+        st.subheader("Settings")
+        st.dataframe(reco.knobs, hide_index=True)
+    _rollback(ctx, reco.rollback)
+    _configs(reco)
+
+
+def _verdict(reco: Recommendation) -> None:
+    verdict = reco.evidence.get("verdict")
+    if verdict is None:  # not kvtier recommend's format: show what there is
+        st.code(json.dumps(reco.doc, indent=2), language="json")
+        return
+    reasons = "\n".join(f"- {r}" for r in reco.evidence.get("reasons", []))
+    text = f"**Verdict: {str(verdict).replace('_', ' ')}**\n\n{reasons}"
+    if verdict == "offload":
+        st.success(text)
+    else:
+        st.warning(text)
+    for note in reco.doc.get("notes", []):
+        st.caption(str(note))
+
+
+def _expected(reco: Recommendation) -> None:
+    expected = reco.expected
+    if expected.empty:
+        return
+    st.subheader("Expected change against the baseline (interval: bootstrap 5th-95th percentile)")
+    chart(expected, charts.expected_changes())
+
+
+def _configs(reco: Recommendation) -> None:
+    if reco.configs:
+        st.subheader("Engine configs, ready to copy")
+        st.caption("Apply one with `kvtier push` (it checks guardrails, shows the diff and keeps a backup).")
     for name, language, text in reco.configs:
-        st.subheader(name)
+        st.markdown(f"**{name}**")
         st.code(text, language=language)
+    if reco.plots or reco.report:
+        with st.expander("Full report"):
+            if reco.report:
+                st.markdown(reco.report)
+            for plot in reco.plots:
+                st.image(str(plot), caption=plot.name)
 
 
-def _fields(reco: Recommendation) -> None:
-    fields = reco.fields
-    if "knob" in fields:
-        st.metric(str(fields["knob"]), str(fields.get("value", "")))
-    for key in ("expected_effect", "evidence"):
-        if key in fields:
-            st.subheader(key.replace("_", " "))
-            if isinstance(fields[key], (dict, list)):
-                st.json(fields[key])
-            else:
-                st.write(fields[key])
-    rest = {k: v for k, v in fields.items() 
-            if k not in ("knob", "value", "expected_effect", "evidence", "rollback")}
-    if rest:
-        st.code(json.dumps(rest, indent=2), language="json")
-
-
-def _rollback(ctx: PageContext, rule) -> None:
+def _rollback(ctx: PageContext, rule: dict | None) -> None:
     st.subheader("Rollback rule")
-    if not isinstance(rule, dict):
+    if rule is None:
         st.info("The recommendation names no rollback budgets (`rollback.ttft_p99_budget_s`, "
-                "`rollback.itl_p99_budget_s`), so there is no rule to check.")
+                "`rollback.itl_p99_budget_s`), so there is no rule to check yet.")
         return
     latency = ctx.query("request_latency")
     p99 = latency[latency["quantile"] == "p99"]

@@ -4,6 +4,7 @@ prefixes, every block-event kind with latencies, and requests with TTFT/ITL."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,3 +111,31 @@ def _request(scenario, rng, request_id, now_s, hashes, tokens, phase) -> Request
         ttft_s=(0.05 + recomputed * 1e-4 * float(rng.lognormal(0, 0.3))) if latency else None,
         itl_s=0.02 * float(rng.lognormal(0, 0.2)) if latency else None,
         e2e_latency_s=0.5 if latency else None, tier_config_id=phase)
+
+
+def write_recommendation(folder: Path, ttft_p99_budget_s: float) -> Path:
+    """A recommendation folder shaped like ``kvtier recommend``'s output: recommendation.json
+    (kind kvtier.recommendation), a per-engine JSON, two engine configs, a plot, report.md."""
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = {"kind": "kvtier.recommendation", "version": 1,
+           "settings": {"cpu_bytes": 68719476736, "store_threshold": 2}, "guardrails": {},
+           "notes": ["vLLM: store_threshold needs the OffloadingConnector"],
+           "rollback": {"ttft_p99_budget_s": ttft_p99_budget_s},
+           "evidence": {"verdict": "offload", "reasons": ["41% of prompt tokens are reused within 10 min"],
+                        "knobs": [{"name": "cpu_bytes", "value": "64GiB", "why": "knee of the LRU curve"},
+                                  {"name": "store_threshold", "value": 2, "why": "skips one-shot blocks"}],
+                        "expected": [{"metric": "recomputed_tokens", "baseline": 1000.0, "candidate": 700.0,
+                                      "change": -300.0, "low": -350.0, "high": -250.0},
+                                     {"metric": "ttft_p99_s", "baseline": 0.8, "candidate": 0.7,
+                                      "change": -0.1, "low": -0.15, "high": 0.02},
+                                     {"metric": "cold_promotion_tokens", "baseline": 0.0, "candidate": 0.0,
+                                      "change": 0.0, "low": 0.0, "high": 0.0}]}}
+    (folder / "recommendation.json").write_text(json.dumps(doc))
+    (folder / "recommendation.vllm.json").write_text(json.dumps(doc))
+    (folder / "vllm.json").write_text('{"kv_transfer_config": {"kv_connector": "OffloadingConnector"}}\n')
+    (folder / "trtllm.yaml").write_text("kv_cache_config:\n  host_cache_size: 68719476736\n")
+    Image.new("RGB", (40, 20), "orange").save(folder / "hit_ratio.png")
+    (folder / "report.md").write_text("# kvtier recommendation\n\n**Verdict: offload**\n")
+    return folder

@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 import dashboard
 from dashboard.settings import ENV_RECOMMENDATION, ENV_SEGMENTS, ENV_WHATIF
 from dashboard.views import PAGES
-from tests.dashboard.fixtures import PHASES
+from tests.dashboard.fixtures import PHASES, write_recommendation
 
 WRITER = Path(__file__).resolve().parents[1] / "collector" / "writer_process.py"
 APP = str(Path(dashboard.__file__).with_name("app.py"))
@@ -154,15 +154,27 @@ def test_malformed_whatif_file_is_named_in_an_error(monkeypatch, full_segments, 
     assert "bad.json" in at.error[0].value
 
 
-def test_recommendation_shows_knob_configs_and_rollback_status(monkeypatch, full_segments, tmp_path):
-    (tmp_path / "recommendation.json").write_text(json.dumps({
-        "knob": "cpu_bytes_to_use", "value": "64GiB", "evidence": {"hit_ratio_gain": 0.2},
-        "rollback": {"ttft_p99_budget_s": 0.001}}))
-    (tmp_path / "vllm.yaml").write_text("kv_transfer_config: {}\n")
-    at = open_page(monkeypatch, full_segments, "recommendation", recommendation=tmp_path)
-    assert at.metric[0].label == "cpu_bytes_to_use" and at.metric[0].value == "64GiB"
-    assert at.code[-1].value.strip() == "kv_transfer_config: {}"
+def test_recommendation_shows_verdict_evidence_configs_and_rollback(monkeypatch, full_segments, tmp_path):
+    folder = write_recommendation(tmp_path / "reco", ttft_p99_budget_s=0.001)
+    at = open_page(monkeypatch, full_segments, "recommendation", recommendation=folder)
+    assert "Verdict: offload" in at.success[0].value and "reused" in at.success[0].value
+    (spec, rows), = charts(at)  # expected change, with its interval
+    assert spec["layer"][1]["mark"]["type"] == "rule"
+    assert rows.column("metric").to_pylist() == ["recomputed_tokens", "ttft_p99_s"]  # zero baseline left out
+    assert rows.column("change_share").to_pylist()[0] == pytest.approx(-0.3)
+    assert list(at.dataframe[0].value["knob"]) == ["cpu_bytes", "store_threshold"]
+    codes = {c.language: c.value for c in at.code}  # engine configs, not the push JSONs
+    assert len(at.code) == 2 and "OffloadingConnector" in codes["json"] and "host_cache_size" in codes["yaml"]
     assert any("over budget" in m.value for m in at.markdown)
+
+
+def test_recommendation_without_budgets_says_there_is_no_rule(monkeypatch, full_segments, tmp_path):
+    folder = write_recommendation(tmp_path / "reco", ttft_p99_budget_s=1.0)
+    doc = json.loads((folder / "recommendation.json").read_text())
+    del doc["rollback"]
+    (folder / "recommendation.json").write_text(json.dumps(doc))
+    at = open_page(monkeypatch, full_segments, "recommendation", recommendation=folder)
+    assert any("no rollback budgets" in i.value for i in at.info)
 
 
 def test_every_page_is_reachable_from_the_sidebar(monkeypatch, full_segments):
