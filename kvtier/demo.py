@@ -1,9 +1,9 @@
 """The demo: the main job on embedded defaults, end to end on a bundled real trace.
 
-Today it runs the collector path for real: the trace's requests go through a ``Recorder``
-and ``Flusher`` into a DuckDB store, out again as Parquet segments, and back through the
-segment reader; every figure it prints is counted from the store. The reference engine,
-the tiered replay and the recommendation join as their issues land (#3, #5, #6).
+A scaled-down slice of the Mooncake conversation trace (``DemoSlice``) is replayed by the
+load probe through kvtier's reference engine in each rollout phase (GPU-only, +CPU tier,
++file tier if justified); the engine's hooks and the probe's rows go into a DuckDB store,
+out as Parquet segments for the dashboard. Every latency it prints is measured.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable
 
+from kvtier.demo_rollout import DemoSlice
+
 BUNDLED_TRACE = "mooncake_conversation_trace.jsonl.gz"
 
 
@@ -21,11 +23,7 @@ BUNDLED_TRACE = "mooncake_conversation_trace.jsonl.gz"
 class DemoConfig:
     out_dir: Path
     trace: Path | None = None  # None: the bundled Mooncake conversation trace
-    max_requests: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.max_requests is not None and self.max_requests <= 0:
-            raise ValueError(f"max_requests must be > 0, got {self.max_requests}")
+    shape: DemoSlice = DemoSlice()
 
 
 def bundled_trace() -> Path:
@@ -34,11 +32,10 @@ def bundled_trace() -> Path:
 
 def run_demo(config: DemoConfig, *, clock: Callable[[], float] = time.time, say=print) -> dict:
     """Run the demo and return its figures (also printed through ``say``)."""
-    from collector.reader import SegmentReader
     from collector.segments import export_segments
     from collector.store import TraceStore
-    from kvtier.progress import track
-    from kvtier.demo_phases import replay_phases
+    from kvtier.progress import progress_lines
+    from kvtier.demo_rollout import run_live
     from policy.readers import open_trace
 
     trace_path = config.trace or bundled_trace()
@@ -50,20 +47,21 @@ def run_demo(config: DemoConfig, *, clock: Callable[[], float] = time.time, say=
     started_s = clock()
     say(f"kvtier demo: trace {trace_path} ({getattr(reader, 'format_name', 'trace')})")
 
-    requests = list(_limited(reader.requests(), config.max_requests))
+    requests = list(_limited(reader.requests(), config.shape.requests))
     if not requests:
         raise ValueError(f"{trace_path} holds no requests")
+    say(f"  slice: the first {len(requests)} requests, prompts cut to {config.shape.max_blocks} blocks of "
+        f"{config.shape.block_tokens} tokens, {config.shape.max_tokens} output tokens, concurrency ramp "
+        f"{'/'.join(map(str, config.shape.concurrency))}")
     with TraceStore(store_path, clock=clock) as store:
         t0 = time.perf_counter()
-        phases = replay_phases(requests, store, started_s=started_s,
-                               progress=lambda items, label: track(items, label, total=len(requests)))
-        replay_s = time.perf_counter() - t0
+        with progress_lines(say) as progress:
+            live = run_live(requests, store, config.out_dir, config.shape, progress)
+        live_s = time.perf_counter() - t0
         figures = _store_figures(store)
         exported = export_segments(store, segments)
-    read_back = sum(1 for _ in SegmentReader(segments).requests())
     figures.update(store=str(store_path), segments=str(segments), segment_files=len(exported.files),
-                   read_back_requests=read_back, replay_s=replay_s, trace_requests=len(requests),
-                   phases=[_phase_row(p) for p in phases])
+                   live_s=live_s, costs=live.costs_us_per_token, report=live.report)
     _report(figures, say)
     return figures
 
@@ -95,29 +93,18 @@ def _store_figures(store) -> dict:
     """).to_pylist()[0]
 
 
-def _phase_row(result) -> dict:
-    t = result.totals
-    prompt = t["prompt_tokens"] or 1
-    return {"phase": result.phase.name, "requests": t["requests"],
-            "gpu_hit": t["gpu_hit_tokens"] / prompt, "cpu_promotion": t["cpu_promotion_tokens"] / prompt,
-            "cold_promotion": t["cold_promotion_tokens"] / prompt, "recompute": t["recompute_tokens"] / prompt,
-            "promotion_transfer_s": result.promotion_cost_s, "recompute_same_tokens_s": result.recompute_same_tokens_s}
-
-
 def _report(f: dict, say) -> None:
-    say(f"  replayed {f['trace_requests']:,} requests through {len(f['phases'])} tier configurations "
-        f"in {f['replay_s']:.1f} s (simulated, vLLM semantics, LRU)")
-    say(f"  {'phase':14s} {'GPU hit':>8s} {'CPU prom.':>10s} {'cold prom.':>10s} {'recompute':>10s} "
-        f"{'transfer s':>11s} {'recompute s':>12s}")
-    for row in f["phases"]:
-        say(f"  {row['phase']:14s} {row['gpu_hit']:8.1%} {row['cpu_promotion']:10.1%} {row['cold_promotion']:10.1%} "
-            f"{row['recompute']:10.1%} {row['promotion_transfer_s']:11.1f} {row['recompute_same_tokens_s']:12.1f}")
-    say("  (shares of prompt tokens; 'transfer s' is the promotions' copy time and 'recompute s' the prefill "
-        "the same tokens would have cost, both from the cost model's documented defaults, not measured)")
+    from kvtier.rollout import render_table
+
+    say(f"  rollout against the reference engine in {f['live_s']:.0f} s (measured, client side):")
+    for line in render_table(f["report"]).splitlines():
+        say("    " + line)
+    costs = f["costs"]
+    if "cpu_promotion" in costs and "recompute_miss" in costs:
+        say(f"  measured cost per token: CPU promotion {costs['cpu_promotion']:.2f} us, cold promotion "
+            f"{costs.get('cold_promotion', float('nan')):.2f} us, recompute {costs['recompute_miss']:.2f} us "
+            f"(median over the engine's block events)")
     say(f"  stored {f['block_events']:,} block events and {f['requests']:,} request records in {f['batches']} "
         f"batches ({f['rejected']} rejected) in {f['store']}")
-    say(f"  exported {f['segment_files']} Parquet segment file(s) to {f['segments']}; read back "
-        f"{f['read_back_requests']:,} requests from them without touching the store's lock")
+    say(f"  exported {f['segment_files']} Parquet segment file(s) to {f['segments']}")
     say(f"  open the dashboard: kvtier dashboard --segments {f['segments']}")
-    say("  not yet in the demo: the reference engine with measured latencies and the live rollout (#6), "
-        "the admission model and engine configs (#5)")

@@ -44,3 +44,16 @@ def _console():
     from rich.console import Console
 
     return Console(stderr=True)
+
+
+@contextmanager
+def progress_lines(say=print):
+    """A sink for progress lines from long work: a live status line on a terminal, else
+    plain lines through ``say``."""
+    if not enabled():
+        yield lambda line: say(f"  {line}")
+        return
+    from rich.status import Status
+
+    with Status("", console=_console()) as status:
+        yield status.update

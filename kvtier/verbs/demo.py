@@ -1,19 +1,21 @@
 """`kvtier demo`: the main job on embedded defaults."""
 
-SUMMARY = "run kvtier end to end on a bundled real trace (Mooncake conversation, Apache-2.0)"
+SUMMARY = ("run kvtier end to end: a slice of a bundled real trace (Mooncake conversation, Apache-2.0) "
+           "through the reference engine, GPU-only -> +CPU -> +file, into a store and segments")
 EXAMPLE = "kvtier demo --out kvtier-out"
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--out", default="kvtier-out", help="output folder (store, segments, reports)")
     parser.add_argument("--trace", help="use this trace instead of the bundled one")
-    parser.add_argument("--max-requests", type=int, help="replay only the first N requests")
+    parser.add_argument("--requests", type=int, default=600, help="trace requests per phase (default 600)")
 
 
 def run(args) -> int:
     from pathlib import Path
 
     from kvtier.demo import DemoConfig, run_demo
+    from kvtier.demo_rollout import DemoSlice
 
-    run_demo(DemoConfig(Path(args.out), Path(args.trace) if args.trace else None, args.max_requests))
+    run_demo(DemoConfig(Path(args.out), Path(args.trace) if args.trace else None, DemoSlice(requests=args.requests)))
     return 0

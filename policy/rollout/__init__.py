@@ -1,0 +1,1 @@
+"""The controlled rollout: GPU-only baseline, a small CPU tier, a file tier only if justified."""
