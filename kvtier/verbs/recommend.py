@@ -1,17 +1,35 @@
 """`kvtier recommend`: train the admission model, sweep thresholds, write a report and engine configs"""
 
-from kvtier.verbs import not_yet
-
 SUMMARY = "train the admission model, sweep thresholds, write a report and engine configs"
-EXAMPLE = "kvtier recommend --trace conversation_trace.jsonl --engine all --out reco/"
+EXAMPLE = ("kvtier recommend --trace conversation_trace.jsonl --gpu-tokens 1M --cpu-tokens 2.5M "
+           "--engine all --out reco/")
+ENGINE_CHOICES = ("vllm", "trtllm", "lmcache", "sglang", "dynamo", "all")
 
 
 def add_arguments(parser) -> None:
+    from policy.commands.arguments import add_trace_arguments
+
     parser.add_argument("--trace", help="trace file or folder")
     parser.add_argument("--store", help="a kvtier DuckDB store")
-    parser.add_argument("--engine", default="all", help="vllm, trtllm, lmcache, sglang, dynamo or all")
+    parser.add_argument("--engine", default="all", choices=ENGINE_CHOICES,
+                        help="vllm, trtllm, lmcache, sglang, dynamo or all")
     parser.add_argument("--out", default="kvtier-out/recommendation", help="output folder")
+    parser.add_argument("--gpu-tokens", default="1M",
+                        help="the deployed GPU prefix-cache capacity (default 1M tokens)")
+    parser.add_argument("--cpu-tokens", default="2.5M",
+                        help="the candidate CPU tier capacity (default 2.5M tokens)")
+    parser.add_argument("--train-fraction", type=float, default=0.5,
+                        help="train on this earliest share of time, measure on the rest")
+    parser.add_argument("--seed", type=int, default=0, help="model and bootstrap seed")
+    parser.add_argument("--prefill-servers", type=int, default=1,
+                        help="prefill servers sharing the queue in the TTFT estimate")
+    parser.add_argument("--max-requests", type=int, help="use only the first N requests")
+    parser.add_argument("--coarsen", type=int, default=1,
+                        help="merge K consecutive prefix blocks into one (exact prefix identity)")
+    add_trace_arguments(parser)
 
 
 def run(args) -> int:
-    raise not_yet("recommend", 5, "the learned admission model and threshold sweep")
+    from policy.recommend.command import run as recommend
+
+    return recommend(args)

@@ -57,7 +57,10 @@ class AdmissionModel:
         X = _prepare(X)
         if not len(X):
             return np.zeros(0)
-        raw = self._estimator.predict_proba(X)[:, 1]
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(1):
+            raw = self._estimator.predict_proba(X)[:, 1]
         if self._calibrator is None:
             return raw
         return np.clip(self._calibrator.predict(raw), 0.0, 1.0)
@@ -78,7 +81,10 @@ def train(X: np.ndarray, y: np.ndarray, config: ModelConfig = ModelConfig()) -> 
         raise ValueError(f"training needs >= 10 rows on each side of the calibration split "
                          f"and both labels before it; got {len(y)} rows, "
                          f"{int(y.sum())} positive")
-    estimator = _estimator(config).fit(X[:split], y[:split])
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):  # one thread: the host is shared, and results stay identical
+        estimator = _estimator(config).fit(X[:split], y[:split])
     calibrator = None
     if config.kind == "gbm":
         from sklearn.isotonic import IsotonicRegression

@@ -44,8 +44,6 @@ def fit(train_records: Sequence[RequestRecord], scored_records: Sequence[Request
     """Label and train on ``train_records``; score the offers of ``scored_records``.
     ``shares_replay``: ``scored_records`` starts with ``train_records`` (one replay, request
     indices agree); otherwise the training records are scored on their own for the sweep."""
-    if not thresholds:
-        raise ValueError("thresholds must not be empty")
     labelled = collect_offers(train_records, tiers.gpu_blocks, tiers.cpu_blocks, label=True)
     # offers late in the training period have no future left to be reused in: their labels
     # are censored, so the latest CENSORED_FRACTION of requests is not trained on
@@ -54,10 +52,11 @@ def fit(train_records: Sequence[RequestRecord], scored_records: Sequence[Request
     model = train(labelled.X, labelled.y, config)
     scores = _scores(model, collect_offers(scored_records, tiers.gpu_blocks, tiers.cpu_blocks,
                                            label=False))
-    sweep_scores = scores if shares_replay else _scores(model, collect_offers(
+    sweep_scores = scores if shares_replay or not thresholds else _scores(model, collect_offers(
         train_records, tiers.gpu_blocks, tiers.cpu_blocks, label=False))
     sweep = _sweep(train_records, tiers, sweep_scores, config.calibration_fraction, thresholds)
-    best = max(sweep, key=lambda point: (point[1], point[0]))[0]
+    # no thresholds: the caller sweeps its own (e.g. over priorities); 0.5 stands in
+    best = max(sweep, key=lambda point: (point[1], point[0]))[0] if sweep else 0.5
     return LearnedAdmission(model, scores, best, tuple(sweep), len(labelled),
                             float(np.mean(labelled.y)) if len(labelled) else 0.0)
 

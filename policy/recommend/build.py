@@ -1,0 +1,157 @@
+"""Build a :class:`Recommendation` from request records: verdict, model, sweep, settings.
+
+Steps: split by time; replay the GPU tier alone (is the GPU the limit?) and ask the reuse
+analysis for the wrong-optimisation verdict; if offloading is worth trying, train the
+admission model at the candidate CPU capacity, turn scores into values and 0-100
+priorities, sweep the offload threshold on the training period's latest slice (both TRT-LLM
+comparisons), and measure the chosen setting against the default (LRU, admit all) on the
+later, held-out time with bootstrap intervals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from collector.events import RequestRecord
+from policy.cost import CostParams
+from policy.learn.compare import Split
+from policy.learn.model import ModelConfig
+from policy.learn.pipeline import fit
+from policy.learn.replay import IndexedAdmitter, Replayed, Tiers, replay
+from policy.recommend import engines
+from policy.recommend.expected import expected_changes
+from policy.recommend.recommendation import Knob, Recommendation
+from policy.recommend.sweep import THRESHOLDS, SweepPoint, best, priority_scores, sweep
+from policy.recommend.value import full_block_value, priorities, value_per_byte
+
+VALIDATION_FRACTION = 0.2
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What to recommend for: tier sizes in blocks of the trace, and how to evaluate."""
+
+    gpu_blocks: int
+    cpu_blocks: int
+    train_fraction: float = 0.5
+    seed: int = 0
+    prefill_servers: int = 1
+    windows: int = 10
+    thresholds: tuple[int, ...] = THRESHOLDS
+
+    def __post_init__(self) -> None:
+        for name in ("gpu_blocks", "cpu_blocks"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        if self.prefill_servers < 1:
+            raise ValueError(f"prefill_servers must be >= 1, got {self.prefill_servers!r}")
+
+
+def recommend(records: Sequence[RequestRecord], inputs: Inputs,
+              params: CostParams = CostParams(),
+              step: Callable[[str], None] = lambda name: None) -> Recommendation:
+    """The recommendation for ``records``; ``step`` is called as each phase starts."""
+    split = Split.by_time(records, inputs.train_fraction)
+    block_tokens = records[0].block_size_tokens or 16
+    step("replaying the GPU tier alone")
+    gpu_only = replay(split.records, Tiers(inputs.gpu_blocks, 0), "lru")
+    verdict = _verdict(split.records, gpu_only.result.token_hit_ratio, params)
+    if verdict["verdict"] == "wrong_optimisation":
+        return _do_not_offload(verdict, gpu_only)
+    tiers = Tiers(inputs.gpu_blocks, inputs.cpu_blocks)
+    step("training the admission model")
+    fitted = fit(split.train, split.records, tiers, ModelConfig(seed=inputs.seed),
+                 thresholds=())
+    top = full_block_value(block_tokens, params)
+    keys = list(fitted.scores)
+    p = np.asarray([fitted.scores[k] for k in keys])
+    prio = priorities(value_per_byte(p, np.full(len(p), block_tokens), params), top)
+    priority_by_offer = dict(zip(keys, prio.tolist()))
+    step("sweeping the offload threshold")
+    points = sweep(split.train, tiers, priority_by_offer,
+                   int(len(split.train) * (1 - VALIDATION_FRACTION)), inputs.thresholds)
+    chosen, chosen_gt = best(points, "ge"), best(points, "gt")
+    step("measuring on later time")
+    baseline = replay(split.records, tiers, "lru", count_from=split.count_from)
+    admitter = IndexedAdmitter(priority_scores(priority_by_offer, "ge"),
+                               chosen.min_priority - 1e-9)
+    candidate = replay(split.records, tiers, "lru", admitter=admitter,
+                       count_from=split.count_from)
+    learned_ratio = candidate.result.token_hit_ratio
+    if candidate.result.recompute_tokens > baseline.result.recompute_tokens:
+        # a guard, not a selection: never recommend a gate that lost to the default on the
+        # held-out time; fall back to offloading every block (threshold 0)
+        chosen = _admit_all(chosen)
+        candidate = baseline
+    changes = expected_changes(baseline, candidate, params, np.random.default_rng(inputs.seed),
+                               windows=inputs.windows, servers=inputs.prefill_servers)
+    cpu_bytes = inputs.cpu_blocks * block_tokens * params.model.bytes_per_token
+    classes = tuple(sorted(set(prio.tolist())))
+    helps = candidate.result.token_hit_ratio > baseline.result.token_hit_ratio
+    per_engine, notes = engines.settings(cpu_bytes, chosen.min_priority, classes, helps)
+    later = _window_ratio(gpu_only, split.count_from)
+    return Recommendation(
+        verdict="offload",
+        reasons=tuple(r["evidence"] for r in verdict["reasons"] if r["holds"] is False),
+        settings=engines.neutral(cpu_bytes, chosen.min_priority, classes),
+        engine_settings=per_engine, engine_notes=notes,
+        knobs=_knobs(cpu_bytes, chosen, chosen_gt, classes),
+        expected=changes,
+        evidence={"reuse_verdict": verdict, "model": fitted.model.card(),
+                  "seed": inputs.seed, "block_tokens": block_tokens,
+                  "tiers_blocks": {"gpu": inputs.gpu_blocks, "cpu": inputs.cpu_blocks},
+                  "train_requests": len(split.train),
+                  "evaluated_requests": len(split.records) - split.count_from,
+                  "sweep": [p.__dict__ for p in points],
+                  "token_hit_ratio": {"gpu_only": later,
+                                      "cpu_lru_admit_all": baseline.result.token_hit_ratio,
+                                      "cpu_learned_priority": learned_ratio},
+                  "admitter_misses": admitter.misses})
+
+
+def _verdict(records: Sequence[RequestRecord], gpu_ratio: float, params: CostParams) -> dict:
+    from policy.reuse import analyze
+
+    return analyze(records, params, gpu_token_hit_ratio=gpu_ratio)["offloading"]
+
+
+def _do_not_offload(verdict: dict, gpu_only: Replayed) -> Recommendation:
+    held = [r for r in verdict["reasons"] if r["holds"]]
+    return Recommendation(
+        verdict="do_not_offload",
+        reasons=tuple(f"{r['reason']}: {r['evidence']}" for r in held),
+        settings=engines.neutral(0, None, ()),
+        engine_settings=engines.off(),
+        knobs=(Knob("cpu_tier_bytes", 0, "; ".join(r["reason"] for r in held)),),
+        evidence={"reuse_verdict": verdict,
+                  "token_hit_ratio": {"gpu_only": gpu_only.result.token_hit_ratio}})
+
+
+def _admit_all(chosen: SweepPoint) -> SweepPoint:
+    return SweepPoint(0, "ge", chosen.token_hit_ratio, chosen.recompute_tokens,
+                      chosen.cpu_stores_total, note="the learned gate recomputed more than "
+                      "admitting every block on later time, so every block is offloaded")
+
+
+def _knobs(cpu_bytes: int, chosen, chosen_gt, classes) -> tuple[Knob, ...]:
+    return (
+        Knob("cpu_tier_bytes", cpu_bytes, "the candidate CPU capacity the model was trained at"),
+        Knob("offload_min_priority", chosen.min_priority,
+             chosen.note or
+             f"fewest recomputed tokens on the validation slice ({chosen.token_hit_ratio:.4f} "
+             f"token hit ratio with '>='; with TRT-LLM's documented '>' the best threshold is "
+             f"{chosen_gt.min_priority} at {chosen_gt.token_hit_ratio:.4f})"),
+        Knob("retention_priorities", list(classes),
+             "learned value classes (P(reuse) x (recompute - promotion) per byte, 0..100)"),
+    )
+
+
+def _window_ratio(replayed: Replayed, count_from: int) -> float:
+    outcomes = replayed.outcomes[count_from:]
+    prompt = sum(r.prompt_tokens for r in replayed.requests[count_from:])
+    hits = sum(o.gpu_hit_tokens + o.cpu_promotion_tokens + o.cold_promotion_tokens
+               for o in outcomes)
+    return hits / prompt if prompt else 0.0

@@ -1,0 +1,56 @@
+"""Per-engine settings from the recommendation's choices, each checked by its writer.
+
+TensorRT-LLM and Dynamo take the learned priority threshold directly; vLLM, LMCache and
+SGLang cannot gate by a per-block priority, so they get the CPU size and their nearest knob
+(SGLang: selective write-through when admission helps), with a note saying what is lost.
+"""
+
+from __future__ import annotations
+
+from policy.writers import ENGINES, writer
+from policy.writers.settings import EngineSettings
+
+
+def neutral(cpu_bytes: int, min_priority: int | None, classes) -> EngineSettings:
+    return EngineSettings(cpu_tier_bytes=cpu_bytes, offload_min_priority=min_priority,
+                          retention_priorities=tuple(classes), kv_events=True)
+
+
+def settings(cpu_bytes: int, min_priority: int, classes, admission_helps: bool):
+    """``((engine, EngineSettings), ...)`` and ``((engine, note), ...)``."""
+    gate = "the learned priority gate"
+    candidates = {
+        "trtllm": EngineSettings(cpu_tier_bytes=cpu_bytes, offload_min_priority=min_priority,
+                                 retention_priorities=tuple(classes), kv_events=True),
+        "dynamo": EngineSettings(cpu_tier_bytes=cpu_bytes, offload_min_priority=min_priority,
+                                 kv_events=True),
+        "vllm": EngineSettings(cpu_tier_bytes=cpu_bytes, eviction_policy="lru", kv_events=True),
+        "lmcache": EngineSettings(cpu_tier_bytes=cpu_bytes, eviction_policy="lru"),
+        "sglang": EngineSettings(cpu_tier_bytes=cpu_bytes, eviction_policy="lru",
+                                 write_policy="write_through_selective" if admission_helps
+                                 else "write_through"),
+    }
+    notes = [("vllm", f"vLLM cannot express {gate}; store_threshold is left at 0"),
+             ("lmcache", f"LMCache's priority_limit is per request, not per block: {gate} "
+                         "is not applied"),
+             ("trtllm", "the gateway must assign the retention_priorities classes per request "
+                        "token range (TRT-LLM KvCacheRetentionConfig)")]
+    return _checked(candidates, notes)
+
+
+def off() -> tuple:
+    """Offloading off where an engine can say so (vLLM: drop the transfer config instead)."""
+    candidates = {e: EngineSettings(cpu_tier_bytes=0) for e in ENGINES if e != "vllm"}
+    return _checked(candidates, [])[0]
+
+
+def _checked(candidates: dict, notes: list) -> tuple[tuple, tuple]:
+    good = []
+    for engine, value in candidates.items():
+        try:
+            writer(engine).validate(value)
+        except ValueError as error:
+            notes.append((engine, f"not written: {error}"))
+            continue
+        good.append((engine, value))
+    return tuple(good), tuple(notes)

@@ -1,0 +1,101 @@
+"""Write a recommendation out: ``report.md`` with PNG plots, ``recommendation.json`` (and one
+per engine, each readable by ``kvtier push --recommendation``), and the engine configs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+from policy.recommend.plots import bar_chart, line_chart
+from policy.recommend.recommendation import Recommendation, settings_dict
+from policy.writers import writer
+
+CONFIG_FILES = {"vllm": "vllm.json", "trtllm": "trtllm.yaml", "lmcache": "lmcache.yaml",
+                "sglang": "sglang.args", "dynamo": "dynamo.env"}
+
+
+def write(rec: Recommendation, out: Path, engines: Sequence[str]) -> list[Path]:
+    """Every file for ``engines``; returns the paths written."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [_json(out / "recommendation.json", rec.to_json())]
+    for engine in engines:
+        settings = rec.for_engine(engine)
+        if settings is None:
+            continue
+        written.append(_json(out / f"recommendation.{engine}.json", rec.to_json(engine)))
+        rendered = writer(engine).render(settings, None, Path(CONFIG_FILES[engine]).suffix)
+        path = out / CONFIG_FILES[engine]
+        path.write_text(rendered.text)
+        written.append(path)
+    plots = _plots(rec, out)
+    report = out / "report.md"
+    report.write_text(markdown(rec, [p.name for p in plots], engines))
+    return written + plots + [report]
+
+
+def markdown(rec: Recommendation, plots: Sequence[str], engines: Sequence[str]) -> str:
+    """The human-readable report."""
+    ev = rec.evidence
+    lines = ["# kvtier recommendation", "",
+             f"**Verdict: {'offload' if rec.verdict == 'offload' else 'do not offload'}**", ""]
+    lines += [f"- {r}" for r in rec.reasons] + [""]
+    lines += ["## Settings", "", "| knob | value | why |", "|---|---|---|"]
+    lines += [f"| `{k.name}` | {k.value} | {k.why} |" for k in rec.knobs]
+    if rec.expected:
+        lines += ["", "## Expected change on later time (vs. CPU tier LRU admitting all)", "",
+                  "Per window of the evaluation period; interval: 5th-95th percentile of a "
+                  "paired bootstrap over windows.", "",
+                  "| metric | baseline | recommended | change | interval |", "|---|---|---|---|---|"]
+        lines += [f"| {c.metric} | {c.baseline:.4g} | {c.candidate:.4g} | {c.change:+.4g} | "
+                  f"[{c.low:+.4g}, {c.high:+.4g}] |" for c in rec.expected]
+    ratios = ev.get("token_hit_ratio", {})
+    if ratios:
+        lines += ["", "## Token hit ratio (later time)", ""]
+        lines += [f"- {name}: {value:.4f}" for name, value in ratios.items()]
+    if "model" in ev:
+        held = ev["model"]["held_out"]
+        lines += ["", "## Model", "",
+                  f"Gradient-boosted classifier, isotonic calibration, seed {ev['seed']}; "
+                  f"held-out (latest training slice) ROC AUC {held['roc_auc']}, Brier "
+                  f"{held['brier']:.4f}, {held['rows']} rows. Re-trained deterministically "
+                  "from the trace; no model file is loaded."]
+    lines += ["", "## Engines", ""]
+    for engine in engines:
+        settings = rec.for_engine(engine)
+        state = (f"`{CONFIG_FILES[engine]}`: `{json.dumps(settings_dict(settings))}`"
+                 if settings else "no config written")
+        lines.append(f"- **{engine}**: {state}")
+    lines += [f"- note ({e}): {n}" for e, n in rec.engine_notes if e in engines]
+    lines += [""] + [f"![{p}]({p})" for p in plots]
+    return "\n".join(lines) + "\n"
+
+
+def _plots(rec: Recommendation, out: Path) -> list[Path]:
+    paths = []
+    sweep = rec.evidence.get("sweep")
+    if sweep:
+        series = {f"priority {c} threshold": [(p["min_priority"], p["token_hit_ratio"])
+                                               for p in sweep if p["comparison"] == c]
+                  for c in ("ge", "gt")}
+        paths.append(line_chart(out / "threshold_sweep.png",
+                                {k.replace("ge", ">=").replace("gt", ">"): v
+                                 for k, v in series.items()},
+                                "offload threshold sweep (validation slice)",
+                                "offload_min_priority", "token hit ratio"))
+    ratios = rec.evidence.get("token_hit_ratio")
+    if ratios:
+        paths.append(bar_chart(out / "hit_ratio.png", ratios,
+                               "token hit ratio on later time", "token hit ratio"))
+    return paths
+
+
+def _json(path: Path, data: dict) -> Path:
+    path.write_text(json.dumps(data, indent=2, default=_default) + "\n")
+    return path
+
+
+def _default(value):
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

@@ -1,0 +1,122 @@
+"""`kvtier recommend`: verdicts, reproducibility, push-readable JSON, configs and report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+
+from kvtier.errors import KvtierError
+from kvtier.verbs import recommend as verb
+from policy.cost import CostParams
+from policy.learn.replay import Tiers, replay
+from policy.recommend.build import Inputs, recommend
+from policy.recommend.expected import expected_changes
+from policy.recommend.sweep import sweep
+from policy.recommend.value import full_block_value, priorities, value_per_byte
+from policy.writers.push import load_recommendation
+from tests.recommend.synthetic import conversations, record
+from tests.recommend.test_evaluate import write_mooncake
+
+
+def run_verb(argv):
+    parser = argparse.ArgumentParser()
+    verb.add_arguments(parser)
+    return verb.run(parser.parse_args(argv))
+
+
+@pytest.fixture(scope="module")
+def reco_dir(tmp_path_factory):
+    trace = write_mooncake(tmp_path_factory.mktemp("t") / "t.jsonl",
+                           conversations(900, seed=8, block_tokens=512))
+    out = tmp_path_factory.mktemp("reco")
+    args = ["--trace", str(trace), "--gpu-tokens", str(30 * 512), "--cpu-tokens",
+            str(200 * 512), "--prefill-servers", "4", "--seed", "3"]
+    assert run_verb([*args, "--out", str(out / "a")]) == 0
+    assert run_verb([*args, "--out", str(out / "b")]) == 0
+    return out
+
+
+def test_recommend_writes_push_readable_json_configs_and_report(reco_dir):
+    out = reco_dir / "a"
+    settings, _ = load_recommendation(out / "recommendation.json")
+    assert settings.cpu_tier_bytes == 200 * 512 * CostParams().model.bytes_per_token
+    trt, _ = load_recommendation(out / "recommendation.trtllm.json")
+    assert 0 <= trt.offload_min_priority <= 100
+    assert "secondary_offload_min_priority" in (out / "trtllm.yaml").read_text()
+    for name in ("vllm.json", "dynamo.env", "lmcache.yaml", "report.md",
+                 "threshold_sweep.png", "hit_ratio.png"):
+        assert (out / name).stat().st_size > 0
+    assert (out / "threshold_sweep.png").read_bytes()[:4] == b"\x89PNG"
+    report = (out / "report.md").read_text()
+    assert "Verdict: offload" in report and "ttft_p99_s" in report
+    evidence = json.loads((out / "recommendation.json").read_text())["evidence"]
+    assert {c["metric"] for c in evidence["expected"]} >= {"recompute_tokens", "ttft_p99_s"}
+    for change in evidence["expected"]:
+        assert change["low"] <= change["change"] <= change["high"]
+
+
+def test_same_input_and_seed_give_the_same_recommendation(reco_dir):
+    a = (reco_dir / "a" / "recommendation.json").read_text()
+    assert a == (reco_dir / "b" / "recommendation.json").read_text()
+
+
+def test_unique_prompts_get_the_do_not_offload_verdict():
+    records = [record(i, [1000 * i + j for j in range(4)]) for i in range(200)]
+    rec = recommend(records, Inputs(gpu_blocks=50, cpu_blocks=200))
+    assert rec.verdict == "do_not_offload"
+    assert any("prompts are unique" in r for r in rec.reasons)
+    assert rec.settings.cpu_tier_bytes == 0
+
+
+def test_a_gpu_that_holds_the_working_set_is_not_the_limit():
+    records = [record(i, [1, 2, 3, 10 + i % 5]) for i in range(200)]
+    rec = recommend(records, Inputs(gpu_blocks=1000, cpu_blocks=200))
+    assert rec.verdict == "do_not_offload"
+    assert any("GPU memory is not the limit" in r for r in rec.reasons)
+
+
+def test_verb_refuses_both_or_neither_source():
+    with pytest.raises(KvtierError, match="exactly one"):
+        run_verb(["--out", "/tmp/x"])
+
+
+def test_priorities_are_monotone_quantised_and_floor_at_zero():
+    params = CostParams()
+    top = full_block_value(512, params)
+    p = np.asarray([0.0, 0.26, 0.5, 0.94, 1.0])
+    prio = priorities(value_per_byte(p, np.full(5, 512), params), top)
+    assert prio.tolist() == [0, 30, 50, 90, 100]
+    assert priorities(np.asarray([-1.0]), top).tolist() == [0]
+    with pytest.raises(ValueError, match="step must divide 100"):
+        priorities(p, top, step=7)
+
+
+def test_gt_points_derived_from_ge_match_a_replay():
+    records = conversations(400, seed=9)
+    tiers = Tiers(30, 120)
+    rng = np.random.default_rng(0)
+    from policy.learn.offers import collect_offers
+
+    offers = collect_offers(records, 30, 120, label=False)
+    prio = {(int(i), int(k)): int(rng.integers(0, 11)) * 10
+            for i, k in zip(offers.request_index, offers.keys)}
+    derived = {(p.min_priority, p.comparison): p.token_hit_ratio
+               for p in sweep(records, tiers, prio, 200, thresholds=(20, 30))}
+    replayed = sweep(records, tiers, prio, 200, thresholds=(20,), comparisons=("gt",))
+    assert derived[(20, "gt")] == replayed[0].token_hit_ratio == derived[(30, "ge")]
+
+
+def test_identical_replays_change_nothing_and_the_bootstrap_is_seeded():
+    records = conversations(300, seed=10)
+    a = replay(records, Tiers(30, 100), "lru", count_from=100)
+    b = replay(records, Tiers(30, 100), "belady", count_from=100)
+    same = expected_changes(a, a, CostParams(), np.random.default_rng(1))
+    assert all(c.change == c.low == c.high == 0 for c in same)
+    one = expected_changes(a, b, CostParams(), np.random.default_rng(1))
+    two = expected_changes(a, b, CostParams(), np.random.default_rng(1))
+    assert one == two
+    recompute = next(c for c in one if c.metric == "recompute_tokens")
+    assert recompute.change < 0  # Belady recomputes less than LRU
