@@ -4,9 +4,3 @@
 class KvtierError(Exception):
     """A problem with the user's input or environment (bad value, missing file, unknown
     format). The message is shown as-is, so it should name the bad value and what would do."""
-
-
-class NotYetAvailable(KvtierError):
-    """A registered verb whose implementation a later issue delivers."""
-
-    exit_code = 3

@@ -72,10 +72,10 @@ def test_unknown_trace_format_is_a_one_line_error(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1 and "format" in result.stderr
 
 
-def test_unbuilt_verbs_say_which_issue_builds_them():
-    result = kvtier("rollout", "--endpoint", "http://127.0.0.1:1")
-    assert result.returncode == 3
-    assert "issue #6" in result.stderr
+def test_rollout_without_a_server_is_a_one_line_error():
+    result = kvtier("rollout", "--endpoint", "http://127.0.0.1:9")
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "no OpenAI-compatible server" in result.stderr
 
 
 def test_demo_runs_end_to_end_and_reports_measured_figures(tmp_path):
