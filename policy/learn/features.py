@@ -32,7 +32,9 @@ FEATURES = (
     "request_blocks",          # blocks in the last referencing request's prompt
     "request_seen_blocks",     # of those, leading blocks seen before it (its shared prefix)
     "request_prefix_refs",     # references of that shared prefix's deepest block: few =
-)                              # a private conversation continued, many = a shared system prompt
+                               # a private conversation continued, many = a shared system prompt
+    "request_turn_gap_s",      # seconds since that deepest shared block's previous use (the
+)                              # gap between turns of a conversation; 0 without a shared prefix
 HALF_LIFE_S = 300.0
 
 
@@ -56,6 +58,7 @@ class _Block:
     request_blocks: int = 0
     request_seen: int = 0
     request_prefix_refs: int = 0
+    request_gap_s: float = 0.0
 
 
 class FeatureTracker:
@@ -78,7 +81,7 @@ class FeatureTracker:
             session_count = self._sessions.get(record.session_id, 0) + 1
             self._sessions[record.session_id] = session_count
         n = len(record.block_hashes)
-        seen, prefix_refs = self._shared_prefix(record.block_hashes)
+        seen, prefix_refs, gap_s = self._shared_prefix(record.block_hashes, now)
         parent = None
         for i, h in enumerate(record.block_hashes):
             tokens = max(0, min(block_tokens, record.prompt_tokens - i * block_tokens))
@@ -97,7 +100,7 @@ class FeatureTracker:
             block.subagent = record.request_type == "subagent"
             block.session_requests = session_count
             block.request_blocks, block.request_seen = n, seen
-            block.request_prefix_refs = prefix_refs
+            block.request_prefix_refs, block.request_gap_s = prefix_refs, gap_s
             parent = h
         self.requests += 1
 
@@ -112,17 +115,18 @@ class FeatureTracker:
                 self._decayed(parent, now_s) if parent else 0.0,
                 float(parent.refs) if parent else 0.0, float(b.turn), float(b.subagent),
                 float(b.session_requests), float(b.request_blocks), float(b.request_seen),
-                float(b.request_prefix_refs)]
+                float(b.request_prefix_refs), b.request_gap_s]
 
-    def _shared_prefix(self, hashes) -> tuple[int, int]:
-        """Leading blocks seen before, and the references of the deepest of them."""
-        seen, refs = 0, 0
+    def _shared_prefix(self, hashes, now_s: float) -> tuple[int, int, float]:
+        """Leading blocks seen before, the references of the deepest of them, and the
+        seconds since that block's last use."""
+        seen, refs, gap_s = 0, 0, 0.0
         for h in hashes:
             block = self._blocks.get(h)
             if block is None:
                 break
-            seen, refs = seen + 1, block.refs
-        return seen, refs
+            seen, refs, gap_s = seen + 1, block.refs, now_s - block.last_s
+        return seen, refs, gap_s
 
     def _decayed(self, block: _Block, now_s: float) -> float:
         return block.pop * math.exp(-self._decay_per_s * max(0.0, now_s - block.pop_s))
