@@ -89,8 +89,10 @@ class Runs:
 def previous_use(hashes: np.ndarray) -> np.ndarray:
     """For each reference the position of the same block's previous reference, or -1."""
     n = len(hashes)
-    order = np.argsort(hashes, kind="stable")
-    same = hashes[order[1:]] == hashes[order[:-1]]
+    order = np.argsort(hashes, kind="stable").astype(np.int32 if n < 2**31 else np.int64)
+    sorted_hashes = hashes[order]
+    same = sorted_hashes[1:] == sorted_hashes[:-1]
+    del sorted_hashes
     prev = np.full(n, -1, dtype=np.int64)
     prev[order[1:][same]] = order[:-1][same]
     return prev
