@@ -95,7 +95,8 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
     later = _window_ratio(gpu_only, split.count_from)
     return Recommendation(
         verdict="offload",
-        reasons=tuple(r["evidence"] for r in verdict["reasons"] if r["holds"] is False),
+        reasons=tuple(f"checked, does not hold: {r['reason']} ({r['evidence']})"
+                      for r in verdict["reasons"] if r["holds"] is False),
         settings=engines.neutral(cpu_bytes, chosen.min_priority, classes),
         engine_settings=per_engine, engine_notes=notes,
         knobs=_knobs(cpu_bytes, chosen, chosen_gt, classes),
