@@ -24,6 +24,7 @@ class DemoConfig:
     out_dir: Path
     trace: Path | None = None  # None: the bundled Mooncake conversation trace
     shape: DemoSlice = DemoSlice()
+    recommend: bool = True  # run the analysis and the recommendation after the rollout
 
 
 def bundled_trace() -> Path:
@@ -63,7 +64,35 @@ def run_demo(config: DemoConfig, *, clock: Callable[[], float] = time.time, say=
     figures.update(store=str(store_path), segments=str(segments), segment_files=len(exported.files),
                    live_s=live_s, costs=live.costs_us_per_token, report=live.report)
     _report(figures, say)
+    if not config.recommend:
+        say(f"  open the dashboard: kvtier dashboard --segments {segments}")
+        return figures
+    say("  analysis and recommendation over the whole trace (simulated replay, cost-model defaults):")
+    _run_verb("analyze", ["--trace", str(trace_path), "--out", str(config.out_dir / "analysis")], say)
+    _run_verb("recommend", ["--trace", str(trace_path), "--engine", "all",
+                            "--out", str(config.out_dir / "recommendation")], say)
+    say(f"  open the dashboard: kvtier dashboard --segments {segments} "
+        f"--recommendation {config.out_dir / 'recommendation'}")
     return figures
+
+
+def _run_verb(verb: str, argv: list[str], say) -> None:
+    """Run another verb exactly as its command line would, its output indented."""
+    import argparse
+    import contextlib
+    import importlib
+    import io
+
+    module = importlib.import_module(f"kvtier.verbs.{verb}")
+    parser = argparse.ArgumentParser(prog=f"kvtier {verb}")
+    module.add_arguments(parser)
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        module.run(parser.parse_args(argv))
+    lines = output.getvalue().splitlines()
+    say(f"  kvtier {verb} {' '.join(argv)}")
+    for line in (lines if verb == "recommend" else [line for line in lines if "verdict" in line.lower()]):
+        say(f"    {line}")
 
 
 def _clear_previous_run(store_path: Path, segments: Path, say) -> None:
@@ -107,4 +136,3 @@ def _report(f: dict, say) -> None:
     say(f"  stored {f['block_events']:,} block events and {f['requests']:,} request records in {f['batches']} "
         f"batches ({f['rejected']} rejected) in {f['store']}")
     say(f"  exported {f['segment_files']} Parquet segment file(s) to {f['segments']}")
-    say(f"  open the dashboard: kvtier dashboard --segments {f['segments']}")

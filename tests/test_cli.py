@@ -90,13 +90,16 @@ def test_demo_runs_end_to_end_and_reports_measured_figures(tmp_path):
     assert info["requests"] == 2 * 60 * phases_run
     assert info["block_events_by_kind"]["recompute_miss"] > 0
     assert list((out / "segments" / "requests").rglob("*.parquet"))
-    again = kvtier("demo", "--out", str(out), "--requests", "30")
+    recommendation = json.loads((out / "recommendation" / "recommendation.json").read_text())
+    assert recommendation["kind"] == "kvtier.recommendation" and recommendation["evidence"]["verdict"]
+    assert (out / "recommendation" / "report.md").exists() and (out / "analysis" / "reuse_report.json").exists()
+    again = kvtier("demo", "--out", str(out), "--requests", "30", "--no-recommendation")
     assert "replacing the previous demo run" in again.stdout
 
 
 def test_store_export_and_prune_from_the_command_line(tmp_path):
     out = tmp_path / "out"
-    kvtier("demo", "--out", str(out), "--requests", "30")
+    kvtier("demo", "--out", str(out), "--requests", "30", "--no-recommendation")
     store = str(out / "kvtier.duckdb")
     before = json.loads(kvtier("store", "info", store, "--json").stdout)
     exported = kvtier("store", "export", store, "--segments", str(tmp_path / "seg"))

@@ -9,6 +9,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", default="kvtier-out", help="output folder (store, segments, reports)")
     parser.add_argument("--trace", help="use this trace instead of the bundled one")
     parser.add_argument("--requests", type=int, default=600, help="trace requests per phase (default 600)")
+    parser.add_argument("--no-recommendation", action="store_true",
+                        help="stop after the live rollout (skip the analysis and the recommendation)")
 
 
 def run(args) -> int:
@@ -17,5 +19,6 @@ def run(args) -> int:
     from kvtier.demo import DemoConfig, run_demo
     from kvtier.demo_rollout import DemoSlice
 
-    run_demo(DemoConfig(Path(args.out), Path(args.trace) if args.trace else None, DemoSlice(requests=args.requests)))
+    run_demo(DemoConfig(Path(args.out), Path(args.trace) if args.trace else None, DemoSlice(requests=args.requests),
+                        recommend=not args.no_recommendation))
     return 0

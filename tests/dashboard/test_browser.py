@@ -28,8 +28,13 @@ CHARTS = "[data-testid='stVegaLiteChart'] canvas, [data-testid='stVegaLiteChart'
 # page slug -> charts it draws with the fixture data (0: checked by its other content)
 EXPECTED_CHARTS = {"overview": 2, "latency": 5, "reuse": 4, "whatif": 1, "recommendation": 1}
 
-playwright_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed "
-                                     "(pip install playwright; no 'playwright install' needed)")
+if os.environ.get("CI") == "true":  # make test installs both: a skip there would hide a broken set-up
+    import playwright.sync_api as playwright_api
+    if not CHROMIUM.exists():
+        raise RuntimeError("CI: /usr/bin/chromium is missing (scripts/system-deps.sh installs it)")
+else:
+    playwright_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed "
+                                         "(pip install playwright; no 'playwright install' needed)")
 pytestmark = [
     pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium missing (apt-get install -y chromium)"),
     pytest.mark.timeout(240),
