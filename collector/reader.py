@@ -2,7 +2,8 @@
 
 A request's ``block_hashes`` come from its record when the probe stored them; otherwise
 they are rebuilt from the request's lookup events (GPU hit, CPU/cold promotion, recompute
-miss) ordered by position in the prompt, matched by instance and request id.
+miss) ordered by position in the prompt, matched by source (the recorder that wrote both)
+and request id, so replays that reuse a trace's request ids never mix.
 """
 
 from __future__ import annotations
@@ -32,11 +33,11 @@ def requests_sql(requests: str, block_events: str | None, where: str = "") -> st
         hashes = ("CASE WHEN len(r.block_hashes) > 0 THEN r.block_hashes "
                   "ELSE coalesce(lk.hashes, []::UBIGINT[]) END")
         join = f"""LEFT JOIN (
-            SELECT instance, request_id, list(block_hash ORDER BY position, time_s) AS hashes
+            SELECT source, request_id, list(block_hash ORDER BY position, time_s) AS hashes
             FROM {block_events}
             WHERE request_id IS NOT NULL AND CAST(kind AS VARCHAR) IN ({_LOOKUP_LABELS})
-            GROUP BY instance, request_id) lk
-          ON lk.instance = r.instance AND lk.request_id = r.request_id"""
+            GROUP BY source, request_id) lk
+          ON lk.source = r.source AND lk.request_id = r.request_id"""
     return (f"SELECT {fields}, {hashes} AS block_hashes FROM {requests} r {join} {where} "
             "ORDER BY r.arrival_s, r.batch_id")
 

@@ -88,3 +88,13 @@ def test_segments_are_readable_while_a_writer_process_holds_the_store(tmp_path):
     finally:
         writer.kill()
         writer.wait(timeout=10)
+
+
+def test_reused_request_ids_from_two_replays_do_not_mix(store, tmp_path):
+    first, second = Origin("simulator", "demo", "run-1"), Origin("simulator", "demo", "run-2")
+    store.ingest(EventBatch.from_rows(first, 0, events(1_800_000_000.0, 2, "r"), [RequestRecord("r", 1_800_000_000.0, 32)]))
+    store.ingest(EventBatch.from_rows(second, 0, [BlockEvent(1_800_000_100.0, Outcome.GPU_HIT, 9, request_id="r", position=0)],
+                                      [RequestRecord("r", 1_800_000_100.0, 16)]))
+    export_segments(store, tmp_path)
+    for reader in (StoreReader(store), SegmentReader(tmp_path)):
+        assert [r.block_hashes for r in reader.requests()] == [(7000, 7001), (9,)]
