@@ -120,3 +120,19 @@ def test_identical_replays_change_nothing_and_the_bootstrap_is_seeded():
     assert one == two
     recompute = next(c for c in one if c.metric == "recompute_tokens")
     assert recompute.change < 0  # Belady recomputes less than LRU
+
+
+def test_recommend_reads_a_store(tmp_path, capsys):
+    from collector.batch import EventBatch
+    from collector.events import Origin
+    from collector.store import TraceStore
+
+    path = tmp_path / "store.duckdb"
+    origin = Origin(engine="reference", instance="node-1", source="node-1/test")
+    with TraceStore(path) as store:
+        store.ingest(EventBatch.from_rows(origin, 1, requests=conversations(300, seed=11)))
+    out = tmp_path / "reco"
+    assert run_verb(["--store", str(path), "--gpu-tokens", str(30 * 16), "--cpu-tokens",
+                     str(100 * 16), "--engine", "trtllm", "--out", str(out)]) == 0
+    assert (out / "trtllm.yaml").exists() and not (out / "vllm.json").exists()
+    assert "verdict:" in capsys.readouterr().out
