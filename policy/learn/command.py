@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from kvtier.errors import KvtierError
 from kvtier.progress import task
-from policy.commands.common import (capacity_blocks, model_geometry, open_records,
-                                    print_json)
+from policy.commands.common import (
+    capacity_blocks,
+    model_geometry,
+    open_records,
+    print_json,
+)
 from policy.cost import CostParams
 from policy.learn.compare import POLICY_NAMES, Split, compare
 from policy.learn.replay import Tiers
@@ -69,11 +73,12 @@ def _tiers(args, block_tokens: int, model) -> Tiers:
 
 def text(output: dict) -> str:
     """One row per policy: hit ratio, gap closed, tokens per outcome, TTFT percentiles."""
-    lines = [f"{output['evaluated_requests']:,} evaluated requests after "
-             f"{output['train_requests']:,} training requests; GPU {output['gpu_blocks']:,} / "
-             f"CPU {output['cpu_blocks']:,} / cold {output['cold_blocks']:,} blocks",
-             f"{'policy':<18}{'hit ratio':>10}{'gap closed':>11}{'GPU hit':>14}{'CPU promo':>14}"
-             f"{'cold promo':>12}{'recompute':>14}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}"]
+    lines = [(f"{output['evaluated_requests']:,} evaluated requests after "
+              f"{output['train_requests']:,} training requests; GPU {output['gpu_blocks']:,} / "
+              f"CPU {output['cpu_blocks']:,} / cold {output['cold_blocks']:,} blocks"),
+             (f"{'policy':<18}{'hit ratio':>10}{'gap closed':>11}{'GPU hit':>14}"
+              f"{'CPU promo':>14}{'cold promo':>12}{'recompute':>14}{'p50 ms':>9}"
+              f"{'p95 ms':>9}{'p99 ms':>9}")]
     for r in output["policies"]:
         gap = "" if r["gap_closed"] is None else f"{r['gap_closed']:.0%}"
         lines.append(f"{r['policy']:<18}{r['token_hit_ratio']:>10.4f}{gap:>11}"

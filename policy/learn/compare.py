@@ -9,8 +9,8 @@ capacity and their threshold is swept on the training period's latest slice.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from collector.events import RequestRecord
 from policy.cost import CostParams, queue_ttft
@@ -18,6 +18,7 @@ from policy.learn.model import ModelConfig
 from policy.learn.pipeline import fit
 from policy.learn.replay import Replayed, Tiers, replay
 
+DEFAULT_COSTS = CostParams()
 BASE_POLICIES = ("lru", "arc", "s3fifo", "belady")
 LEARNED = {"learned": "gbm", "learned-logistic": "logistic"}
 POLICY_NAMES = (*BASE_POLICIES, *LEARNED)
@@ -34,7 +35,7 @@ class Split:
     count_from: int
 
     @classmethod
-    def by_time(cls, records: Sequence[RequestRecord], train_fraction: float) -> "Split":
+    def by_time(cls, records: Sequence[RequestRecord], train_fraction: float) -> Split:
         """Train on the requests arriving in the first ``train_fraction`` of the time span."""
         if not 0 < train_fraction < 1:
             raise ValueError(f"train_fraction must be in (0, 1), got {train_fraction!r}")
@@ -49,12 +50,12 @@ class Split:
 
     @classmethod
     def separate(cls, records: Sequence[RequestRecord], train: Sequence[RequestRecord]
-                 ) -> "Split":
+                 ) -> Split:
         return cls(tuple(records), tuple(train), 0)
 
 
 def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 0,
-            params: CostParams = CostParams(), servers: int = 1,
+            params: CostParams = DEFAULT_COSTS, servers: int = 1,
             progress: Callable[[str], None] | None = None) -> dict:
     """One row per policy (see :func:`row`), plus the LRU->Belady gap each closes."""
     unknown = [p for p in policies if p not in POLICY_NAMES]

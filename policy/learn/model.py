@@ -103,7 +103,7 @@ def quality(p: np.ndarray, y: np.ndarray) -> dict:
 
     y = np.asarray(y, dtype=int)
     auc = float(roc_auc_score(y, p)) if len(set(y.tolist())) == 2 else None
-    return {"rows": int(len(y)), "positive_rate": float(y.mean()) if len(y) else 0.0,
+    return {"rows": len(y), "positive_rate": float(y.mean()) if len(y) else 0.0,
             "roc_auc": auc, "brier": float(brier_score_loss(y, p)) if len(y) else None}
 
 

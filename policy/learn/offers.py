@@ -10,8 +10,8 @@ before MIN evicts it (reused before it would have been evicted: the Belady bound
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -36,7 +36,7 @@ class Offers:
     def __len__(self) -> int:
         return len(self.y)
 
-    def take(self, mask: np.ndarray) -> "Offers":
+    def take(self, mask: np.ndarray) -> Offers:
         return Offers(self.X[mask], self.y[mask], self.request_index[mask], self.keys[mask])
 
 

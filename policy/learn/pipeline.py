@@ -7,8 +7,8 @@ keeping the one with the highest token hit ratio there.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from policy.learn.replay import IndexedAdmitter, Tiers, replay
 
 THRESHOLDS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7)
 CENSORED_FRACTION = 0.1
+DEFAULT_MODEL = ModelConfig()
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class LearnedAdmission:
 
 
 def fit(train_records: Sequence[RequestRecord], scored_records: Sequence[RequestRecord],
-        tiers: Tiers, config: ModelConfig = ModelConfig(),
+        tiers: Tiers, config: ModelConfig = DEFAULT_MODEL,
         thresholds: Sequence[float] = THRESHOLDS, *, shares_replay: bool = True
         ) -> LearnedAdmission:
     """Label and train on ``train_records``; score the offers of ``scored_records``.

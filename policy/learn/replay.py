@@ -9,8 +9,9 @@ use); every other name is a registry policy, optionally behind an admitter.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from itertools import pairwise
 
 from collector.events import RequestRecord
 from policy.learn.offers import ADMIT_ALL, _block_tokens, _futures
@@ -115,7 +116,7 @@ def replay(records: Sequence[RequestRecord], tiers: Tiers, cpu_policy: str, *,
 
 
 def _note_parents(parents: dict, hashes) -> None:
-    for parent, child in zip(hashes, hashes[1:]):
+    for parent, child in pairwise(hashes):
         parents[child] = parent
 
 

@@ -8,7 +8,7 @@ the ids of ``factor`` times larger blocks over the same prompts.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from collector.events import RequestRecord
 

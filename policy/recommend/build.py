@@ -10,8 +10,8 @@ later, held-out time with bootstrap intervals.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from policy.recommend.sweep import THRESHOLDS, SweepPoint, best, priority_scores
 from policy.recommend.value import full_block_value, priorities, value_per_byte
 
 VALIDATION_FRACTION = 0.2
+DEFAULT_COSTS = CostParams()
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class Inputs:
 
 
 def recommend(records: Sequence[RequestRecord], inputs: Inputs,
-              params: CostParams = CostParams(),
+              params: CostParams = DEFAULT_COSTS,
               step: Callable[[str], None] = lambda name: None) -> Recommendation:
     """The recommendation for ``records``; ``step`` is called as each phase starts."""
     split = Split.by_time(records, inputs.train_fraction)

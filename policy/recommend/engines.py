@@ -31,10 +31,10 @@ def settings(cpu_bytes: int, min_priority: int, classes, admission_helps: bool):
                                  else "write_through"),
     }
     notes = [("vllm", f"vLLM cannot express {gate}; store_threshold is left at 0"),
-             ("lmcache", f"LMCache's priority_limit is per request, not per block: {gate} "
-                         "is not applied"),
-             ("trtllm", "the gateway must assign the retention_priorities classes per request "
-                        "token range (TRT-LLM KvCacheRetentionConfig)")]
+             ("lmcache", (f"LMCache's priority_limit is per request, not per block: {gate} "
+                          "is not applied")),
+             ("trtllm", ("the gateway must assign the retention_priorities classes per request "
+                         "token range (TRT-LLM KvCacheRetentionConfig)"))]
     return _checked(candidates, notes)
 
 

@@ -11,6 +11,7 @@ with replacement (a paired bootstrap, ``rng`` injected).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -65,7 +66,7 @@ def _per_window(replayed: Replayed, params: CostParams, windows: int, servers: i
     # equal-count cuts keep every window non-empty when arrivals tie (3 s ticks in Mooncake)
     bounds = np.linspace(0, len(arrivals), windows + 1).astype(int)
     rows = []
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
+    for lo, hi in pairwise(bounds.tolist()):
         outcomes = replayed.outcomes[lo:hi]
         tokens = [sum(getattr(o, m) for o in outcomes) for m in TOKEN_METRICS]
         services = [params.service_s(o.cpu_promotion_tokens, o.cold_promotion_tokens,

@@ -4,8 +4,8 @@ per engine, each readable by ``kvtier push --recommendation``), and the engine c
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from policy.recommend.plots import bar_chart, line_chart
 from policy.recommend.recommendation import Recommendation, settings_dict
@@ -44,8 +44,8 @@ def markdown(rec: Recommendation, plots: Sequence[str], engines: Sequence[str]) 
     lines += [f"| `{k.name}` | {k.value} | {k.why} |" for k in rec.knobs]
     if rec.expected:
         lines += ["", "## Expected change on later time (vs. CPU tier LRU admitting all)", "",
-                  "Per window of the evaluation period; interval: 5th-95th percentile of a "
-                  "paired bootstrap over windows.", "",
+                  ("Per window of the evaluation period; interval: 5th-95th percentile of a "
+                   "paired bootstrap over windows."), "",
                   "| metric | baseline | recommended | change | interval |", "|---|---|---|---|---|"]
         lines += [f"| {c.metric} | {c.baseline:.4g} | {c.candidate:.4g} | {c.change:+.4g} | "
                   f"[{c.low:+.4g}, {c.high:+.4g}] |" for c in rec.expected]
@@ -56,10 +56,10 @@ def markdown(rec: Recommendation, plots: Sequence[str], engines: Sequence[str]) 
     if "model" in ev:
         held = ev["model"]["held_out"]
         lines += ["", "## Model", "",
-                  f"Gradient-boosted classifier, isotonic calibration, seed {ev['seed']}; "
-                  f"held-out (latest training slice) ROC AUC {held['roc_auc']}, Brier "
-                  f"{held['brier']:.4f}, {held['rows']} rows. Re-trained deterministically "
-                  "from the trace; no model file is loaded."]
+                  (f"Gradient-boosted classifier, isotonic calibration, seed {ev['seed']}; "
+                   f"held-out (latest training slice) ROC AUC {held['roc_auc']}, Brier "
+                   f"{held['brier']:.4f}, {held['rows']} rows. Re-trained deterministically "
+                   "from the trace; no model file is loaded.")]
     lines += ["", "## Engines", ""]
     for engine in engines:
         settings = rec.for_engine(engine)

@@ -15,8 +15,8 @@ buckets, this decision uses the exact p99 of the window's requests.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from collector.exports.alerts import LatencyBudget
 
 METRICS = {"ttft": ("ttft_s", "ttft_p99_s"), "itl": ("itl_s", "itl_p99_s")}
 UNKNOWN_CONFIG = "unknown"
+DEFAULT_BUDGET = LatencyBudget()
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class RollbackDecision:
                 "breaches": [b.__dict__ for b in self.breaches]}
 
 
-def decide(records: Iterable[RequestRecord], budget: LatencyBudget = LatencyBudget(),
+def decide(records: Iterable[RequestRecord], budget: LatencyBudget = DEFAULT_BUDGET,
            step_s: float = 15.0) -> list[RollbackDecision]:
     """A decision per tier configuration, in rollout order."""
     if not step_s > 0:

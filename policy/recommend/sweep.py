@@ -9,8 +9,8 @@ TRT-LLM writer places it where both rules agree.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from collector.events import RequestRecord
 from policy.learn.replay import IndexedAdmitter, Tiers, replay

@@ -31,7 +31,7 @@ def test_a_sustained_breach_rolls_the_newest_tier_back():
 
 
 def test_a_short_spike_does_not_fire():
-    spike = lambda t: 3.0 if 400 <= t < 420 else 0.2  # noqa: E731
+    spike = lambda t: 3.0 if 400 <= t < 420 else 0.2
     records = requests("gpu", 0, 300, 0.5) + requests("gpu+cpu", 300, 600, spike)
     assert [d.fired for d in decide(records, BUDGET, step_s=5)] == [False, False]
 
