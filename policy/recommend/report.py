@@ -72,6 +72,11 @@ def markdown(rec: Recommendation, plots: Sequence[str], engines: Sequence[str]) 
 
 
 def _plots(rec: Recommendation, out: Path) -> list[Path]:
+    """The PNGs, or none when Pillow is missing (it is not a declared dependency yet)."""
+    try:
+        import PIL  # noqa: F401
+    except ImportError:
+        return []
     paths = []
     sweep = rec.evidence.get("sweep")
     if sweep:
