@@ -71,6 +71,7 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
     p = np.asarray([fitted.scores[k] for k in keys])
     prio = priorities(value_per_byte(p, np.full(len(p), block_tokens), params), top)
     priority_by_offer = dict(zip(keys, prio.tolist()))
+    bands = band_priorities(split.records, priority_by_offer, block_tokens)
     step("sweeping the offload threshold")
     points = sweep(split.train, tiers, priority_by_offer,
                    int(len(split.train) * (1 - VALIDATION_FRACTION)), inputs.thresholds)
@@ -92,7 +93,7 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
     cpu_bytes = inputs.cpu_blocks * block_tokens * params.model.bytes_per_token
     classes = tuple(sorted(set(prio.tolist())))
     helps = candidate.result.token_hit_ratio > baseline.result.token_hit_ratio
-    per_engine, notes = engines.settings(cpu_bytes, chosen.min_priority, classes, helps)
+    per_engine, notes = engines.settings(cpu_bytes, chosen.min_priority, classes, helps, bands)
     later = _window_ratio(gpu_only, split.count_from)
     return Recommendation(
         verdict="offload",
@@ -108,10 +109,32 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
                   "train_requests": len(split.train),
                   "evaluated_requests": len(split.records) - split.count_from,
                   "sweep": [p.__dict__ for p in points],
+                  "token_range_priorities": dict(bands),
                   "token_hit_ratio": {"gpu_only": later,
                                       "cpu_lru_admit_all": baseline.result.token_hit_ratio,
                                       "cpu_learned_priority": learned_ratio},
                   "admitter_misses": admitter.misses})
+
+
+BANDS_BLOCKS = ((0, 1), (1, 4), (4, 16), (16, None))
+
+
+def band_priorities(records: Sequence[RequestRecord], priority_by_offer: dict,
+                    block_tokens: int) -> dict:
+    """The median learned priority of the offers in each prompt-position band, named by
+    token range (``tokens_0_512``, ..., ``tokens_8192_end``): the per-request token-range
+    classes a gateway can assign (TRT-LLM retention is per token range, not per block).
+    A prefix-chained id sits at one position, so the position of an offer is its id's."""
+    position = {h: i for r in records for i, h in enumerate(r.block_hashes)}
+    by_band: dict[str, list[int]] = {}
+    for (_, key), p in priority_by_offer.items():
+        depth = position.get(key, 0)
+        for lo, hi in BANDS_BLOCKS:
+            if depth >= lo and (hi is None or depth < hi):
+                end = "end" if hi is None else str(hi * block_tokens)
+                by_band.setdefault(f"tokens_{lo * block_tokens}_{end}", []).append(p)
+                break
+    return {name: int(round(float(np.median(v)) / 10) * 10) for name, v in by_band.items()}
 
 
 def _verdict(records: Sequence[RequestRecord], gpu_ratio: float, params: CostParams) -> dict:

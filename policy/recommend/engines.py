@@ -16,7 +16,8 @@ def neutral(cpu_bytes: int, min_priority: int | None, classes) -> EngineSettings
                           retention_priorities=tuple(classes), kv_events=True)
 
 
-def settings(cpu_bytes: int, min_priority: int, classes, admission_helps: bool):
+def settings(cpu_bytes: int, min_priority: int, classes, admission_helps: bool,
+             bands: dict | None = None):
     """``((engine, EngineSettings), ...)`` and ``((engine, note), ...)``."""
     gate = "the learned priority gate"
     candidates = {
@@ -33,9 +34,15 @@ def settings(cpu_bytes: int, min_priority: int, classes, admission_helps: bool):
     notes = [("vllm", f"vLLM cannot express {gate}; store_threshold is left at 0"),
              ("lmcache", (f"LMCache's priority_limit is per request, not per block: {gate} "
                           "is not applied")),
-             ("trtllm", ("the gateway must assign the retention_priorities classes per request "
-                         "token range (TRT-LLM KvCacheRetentionConfig)"))]
+             ("trtllm", ("the gateway should give each prompt token range its priority in "
+                         f"KvCacheRetentionConfig: {_bands_text(bands)}; EngineSettings has no "
+                         "field for token ranges yet, and the expected change is measured for "
+                         "the per-block gate, which token ranges approximate"))]
     return _checked(candidates, notes)
+
+
+def _bands_text(bands: dict | None) -> str:
+    return ", ".join(f"{name} -> {p}" for name, p in sorted((bands or {}).items())) or "none"
 
 
 def off() -> tuple:

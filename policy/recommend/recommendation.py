@@ -68,5 +68,7 @@ def settings_dict(settings: EngineSettings) -> dict:
         value = getattr(settings, f.name)
         if value is None or value == () or (f.name == "ranks" and value == 1):
             continue
+        if f.name == "retention_classes":  # its JSON form is an object
+            value = dict(value)
         out[f.name] = list(value) if isinstance(value, tuple) else value
     return out

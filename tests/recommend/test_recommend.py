@@ -45,6 +45,8 @@ def test_recommend_writes_push_readable_json_configs_and_report(reco_dir):
     assert settings.cpu_tier_bytes == 200 * 512 * CostParams().model.bytes_per_token
     trt, _ = load_recommendation(out / "recommendation.trtllm.json")
     assert 0 <= trt.offload_min_priority <= 100
+    bands = json.loads((out / "recommendation.json").read_text())["evidence"]
+    assert {"tokens_0_512", "tokens_8192_end"} <= bands["token_range_priorities"].keys()
     assert "secondary_offload_min_priority" in (out / "trtllm.yaml").read_text()
     for name in ("vllm.json", "dynamo.env", "lmcache.yaml", "report.md",
                  "threshold_sweep.png", "hit_ratio.png"):
