@@ -26,6 +26,7 @@ from policy.recommend.expected import expected_changes
 from policy.recommend.recommendation import Knob, Recommendation
 from policy.recommend.sweep import THRESHOLDS, SweepPoint, best, priority_scores, sweep
 from policy.recommend.value import full_block_value, priorities, value_per_byte
+from policy.recommend.vllm_sweep import best_store_threshold
 
 VALIDATION_FRACTION = 0.2
 DEFAULT_COSTS = CostParams()
@@ -93,7 +94,11 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
     cpu_bytes = inputs.cpu_blocks * block_tokens * params.model.bytes_per_token
     classes = tuple(sorted(set(prio.tolist())))
     helps = candidate.result.token_hit_ratio > baseline.result.token_hit_ratio
-    per_engine, notes = engines.settings(cpu_bytes, chosen.min_priority, classes, helps, bands)
+    store_threshold, by_threshold = best_store_threshold(
+        split.train, inputs.gpu_blocks, inputs.cpu_blocks,
+        int(len(split.train) * (1 - VALIDATION_FRACTION)))
+    per_engine, notes = engines.settings(cpu_bytes, chosen.min_priority, classes, helps, bands,
+                                         store_threshold)
     later = _window_ratio(gpu_only, split.count_from)
     return Recommendation(
         verdict="offload",
@@ -110,6 +115,7 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
                   "evaluated_requests": len(split.records) - split.count_from,
                   "sweep": [p.__dict__ for p in points],
                   "token_range_priorities": dict(bands),
+                  "vllm_store_threshold_recomputed_tokens": by_threshold,
                   "token_hit_ratio": {"gpu_only": later,
                                       "cpu_lru_admit_all": baseline.result.token_hit_ratio,
                                       "cpu_learned_priority": learned_ratio},

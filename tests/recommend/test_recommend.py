@@ -138,3 +138,20 @@ def test_recommend_reads_a_store(tmp_path, capsys):
                      str(100 * 16), "--engine", "trtllm", "--out", str(out)]) == 0
     assert (out / "trtllm.yaml").exists() and not (out / "vllm.json").exists()
     assert "verdict:" in capsys.readouterr().out
+
+
+def test_vllm_store_threshold_is_chosen_by_replay():
+    from policy.recommend.vllm_sweep import best_store_threshold
+
+    # one-shot prompts (3 blocks) flush a 4-block CPU tier that should keep two hot 2-block
+    # prefixes: storing only on the 2nd offer keeps the one-shots out and halves recompute
+    records = []
+    for i in range(300):
+        hot = [1, 2] if i % 2 else [3, 4]
+        records.append(record(i, hot if i % 3 else [10_000 + 3 * i, 10_001 + 3 * i,
+                                                     10_002 + 3 * i]))
+    chosen, recomputed = best_store_threshold(records, 1, 4, 150)
+    assert chosen == 2
+    assert recomputed[2] < recomputed[0]
+    # ties go to vLLM's default, 0
+    assert best_store_threshold(records, 1, 2, 150)[0] == 0
