@@ -41,6 +41,7 @@ class CollectorConfig:
     vllm_bind: bool = True
     vllm_replay: tuple[tuple[int, str], ...] = ()
     trtllm_urls: tuple[str, ...] = ()
+    recommendation_path: Path | None = None  # exported as kvtier_recommendation_info
     instance: str = field(default_factory=socket.gethostname)
 
     def __post_init__(self) -> None:
@@ -88,7 +89,12 @@ class CollectorService:
 
     def start(self) -> "CollectorService":
         if self.config.metrics_port is not None:
-            collector = KvtierCollector(self.state, sources=[self._tap_samples, self._service_samples])
+            from collector.exports.recommendation import RecommendationLabels
+
+            recommendation = (RecommendationLabels(self.config.recommendation_path)
+                              if self.config.recommendation_path else (lambda: None))
+            collector = KvtierCollector(self.state, sources=[self._tap_samples, self._service_samples],
+                                        recommendation=recommendation)
             self.metrics = MetricsServer(collector, self.config.metrics_host, self.config.metrics_port)
         if self.config.otlp:
             from collector.exports.otlp import OtlpMetricsPusher, RequestSpans, tracer_provider

@@ -20,6 +20,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--metrics-port", type=int, default=9400, help="port for /metrics (0: any free port)")
     parser.add_argument("--otlp", action="store_true",
                         help="export metrics and request spans over OTLP/HTTP (OTEL_EXPORTER_OTLP_* variables)")
+    parser.add_argument("--recommendation", metavar="FILE",
+                        help="recommendation.json to export as kvtier_recommendation_info (re-read when it changes)")
     parser.add_argument("--duration-s", type=float, help="stop after this many seconds (default: until Ctrl-C)")
     parser.add_argument("--emit-monitoring", metavar="DIR",
                         help="write the Grafana dashboard and Prometheus alert rules to DIR and exit")
@@ -67,7 +69,8 @@ def _serve(args) -> int:
         retention_s=parse_duration_s(args.retention) if args.retention else None,
         metrics_host=args.metrics_host, metrics_port=args.metrics_port, otlp=args.otlp,
         vllm_endpoints=tuple(args.vllm_events), vllm_bind=not args.vllm_connect,
-        trtllm_urls=tuple(args.trtllm_events), **({"instance": args.instance} if args.instance else {}))
+        trtllm_urls=tuple(args.trtllm_events),
+        recommendation_path=Path(args.recommendation) if args.recommendation else None, **({"instance": args.instance} if args.instance else {}))
     service = CollectorService(config).start()
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -71,3 +71,25 @@ def test_rejections_are_exported_by_reason(origin, clock):
     state = MetricsState(clock=clock)
     state.observe(EventBatch.from_rows(origin, 0, [{"time_s": 1.0, "kind": "gpu_hit", "block_hash": 1, "tier_to": "hbm"}]))
     assert scrape(state)[("kvtier_rejected_rows_total", (("reason", "unknown tier"),))] == 1
+
+
+def test_recommendation_file_becomes_an_info_metric_and_follows_changes(tmp_path, clock):
+    import json
+    import os
+
+    from collector.exports.recommendation import RecommendationLabels
+
+    path = tmp_path / "recommendation.json"
+    labels = RecommendationLabels(path)
+    assert labels() is None  # no recommendation yet: no info metric
+    path.write_text(json.dumps({"kind": "kvtier.recommendation", "settings": {"offload_min_priority": 40,
+                     "retention_priorities": [0, 35, 80]}, "evidence": {"verdict": "offload"}}))
+    samples = scrape(MetricsState(clock=clock), recommendation=labels)
+    info = (("offload_min_priority", "40"), ("retention_priorities", "0,35,80"), ("verdict", "offload"))
+    assert samples[("kvtier_recommendation_info", info)] == 1
+    path.write_text(json.dumps({"settings": {"cpu_tier_bytes": 0}, "evidence": {"verdict": "do_not_offload"}}))
+    os.utime(path, (1, 1))  # a new mtime even within the same clock tick
+    assert labels() == {"cpu_tier_bytes": "0", "verdict": "do_not_offload"}
+    path.write_text("{not json")
+    os.utime(path, (2, 2))
+    assert labels() is None
