@@ -34,7 +34,15 @@ FEATURES = (
     "request_prefix_refs",     # references of that shared prefix's deepest block: few =
                                # a private conversation continued, many = a shared system prompt
     "request_turn_gap_s",      # seconds since that deepest shared block's previous use (the
-)                              # gap between turns of a conversation; 0 without a shared prefix
+                               # gap between turns of a conversation; 0 without a shared prefix
+    "blocks_to_end",           # blocks after it in its last referencing prompt (0 = the prompt
+                               # ended here: a partial last block is never reused by a next turn,
+                               # which re-sends the prompt and extends it)
+    "chain_depth",             # inferred conversation turn of that prompt: 0 unless it extends a
+                               # previous prompt whole (its shared prefix ends at that prompt's
+                               # end), else the previous prompt's chain_depth + 1
+    "request_new_blocks",      # blocks that prompt added past its shared prefix
+)
 HALF_LIFE_S = 300.0
 
 
@@ -59,6 +67,8 @@ class _Block:
     request_seen: int = 0
     request_prefix_refs: int = 0
     request_gap_s: float = 0.0
+    to_end: int = 0
+    chain_depth: int = 0
 
 
 class FeatureTracker:
@@ -82,6 +92,7 @@ class FeatureTracker:
             self._sessions[record.session_id] = session_count
         n = len(record.block_hashes)
         seen, prefix_refs, gap_s = self._shared_prefix(record.block_hashes, now)
+        depth = self._chain_depth(record.block_hashes, seen)
         parent = None
         for i, h in enumerate(record.block_hashes):
             tokens = max(0, min(block_tokens, record.prompt_tokens - i * block_tokens))
@@ -101,6 +112,7 @@ class FeatureTracker:
             block.session_requests = session_count
             block.request_blocks, block.request_seen = n, seen
             block.request_prefix_refs, block.request_gap_s = prefix_refs, gap_s
+            block.to_end, block.chain_depth = n - 1 - i, depth
             parent = h
         self.requests += 1
 
@@ -115,7 +127,17 @@ class FeatureTracker:
                 self._decayed(parent, now_s) if parent else 0.0,
                 float(parent.refs) if parent else 0.0, float(b.turn), float(b.subagent),
                 float(b.session_requests), float(b.request_blocks), float(b.request_seen),
-                float(b.request_prefix_refs), b.request_gap_s]
+                float(b.request_prefix_refs), b.request_gap_s, float(b.to_end),
+                float(b.chain_depth), float(b.request_blocks - b.request_seen)]
+
+    def _chain_depth(self, hashes, seen: int) -> int:
+        """The inferred turn of a prompt whose first ``seen`` blocks were seen before: a
+        next turn when the shared prefix reaches the end of the prompt that last used it
+        (its last block, or the one before it: a partial last block is re-sent extended)."""
+        if seen == 0:
+            return 0
+        deepest = self._blocks[hashes[seen - 1]]
+        return deepest.chain_depth + 1 if deepest.to_end <= 1 else 0
 
     def _shared_prefix(self, hashes, now_s: float) -> tuple[int, int, float]:
         """Leading blocks seen before, the references of the deepest of them, and the

@@ -26,9 +26,11 @@ class ModelConfig:
 
     kind: str = "gbm"
     seed: int = 0
-    max_iter: int = 100
-    learning_rate: float = 0.1
-    max_leaf_nodes: int = 31
+    max_iter: int = 50
+    learning_rate: float = 0.05
+    max_leaf_nodes: int = 7
+    min_samples_leaf: int = 200
+    l2_regularization: float = 1.0
     calibration_fraction: float = 0.2
 
     def __post_init__(self) -> None:
@@ -40,6 +42,10 @@ class ModelConfig:
         for name in ("max_iter", "max_leaf_nodes"):
             if getattr(self, name) < 2:
                 raise ValueError(f"{name} must be >= 2, got {getattr(self, name)!r}")
+        if self.min_samples_leaf < 1:
+            raise ValueError(f"min_samples_leaf must be >= 1, got {self.min_samples_leaf!r}")
+        if not self.l2_regularization >= 0:
+            raise ValueError(f"l2_regularization must be >= 0, got {self.l2_regularization!r}")
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
 
@@ -113,7 +119,8 @@ def _estimator(config: ModelConfig):
 
         return HistGradientBoostingClassifier(
             max_iter=config.max_iter, learning_rate=config.learning_rate,
-            max_leaf_nodes=config.max_leaf_nodes, early_stopping=False,
+            max_leaf_nodes=config.max_leaf_nodes, min_samples_leaf=config.min_samples_leaf,
+            l2_regularization=config.l2_regularization, early_stopping=False,
             random_state=config.seed)
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline

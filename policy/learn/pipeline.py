@@ -17,7 +17,7 @@ from policy.learn.model import AdmissionModel, ModelConfig, train
 from policy.learn.offers import Offers, collect_offers
 from policy.learn.replay import IndexedAdmitter, Tiers, replay
 
-THRESHOLDS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7)
+THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7)
 CENSORED_FRACTION = 0.1
 DEFAULT_MODEL = ModelConfig()
 
@@ -57,9 +57,24 @@ def fit(train_records: Sequence[RequestRecord], scored_records: Sequence[Request
         train_records, tiers.gpu_blocks, tiers.cpu_blocks, label=False))
     sweep = _sweep(train_records, tiers, sweep_scores, config.calibration_fraction, thresholds)
     # no thresholds: the caller sweeps its own (e.g. over priorities); 0.5 stands in
-    best = max(sweep, key=lambda point: (point[1], point[0]))[0] if sweep else 0.5
+    best = smoothed_best(sweep) if sweep else 0.5
     return LearnedAdmission(model, scores, best, tuple(sweep), len(labelled),
                             float(np.mean(labelled.y)) if len(labelled) else 0.0)
+
+
+def smoothed_best(sweep: Sequence[tuple[float, float]]) -> float:
+    """The threshold whose hit ratio, averaged with its neighbours' in the sweep, is the
+    highest (ties: the higher threshold). The validation slice is short, so a single point
+    is noisy; a threshold inside a plateau carries over to later time better than a spike."""
+    ordered = sorted(sweep)
+    ratios = [r for _, r in ordered]
+
+    def smoothed(i: int) -> float:
+        window = ratios[max(0, i - 1):i + 2]
+        return sum(window) / len(window)
+
+    best = max(range(len(ordered)), key=lambda i: (smoothed(i), ordered[i][0]))
+    return ordered[best][0]
 
 
 def _scores(model: AdmissionModel, offers: Offers) -> dict:

@@ -8,7 +8,7 @@ import pytest
 from policy.learn.features import FEATURES, FeatureTracker
 from policy.learn.model import ModelConfig, train
 from policy.learn.offers import collect_offers
-from policy.learn.pipeline import fit
+from policy.learn.pipeline import fit, smoothed_best
 from policy.learn.replay import IndexedAdmitter, Tiers, replay
 from tests.recommend.synthetic import conversations, record
 
@@ -30,6 +30,21 @@ def test_features_count_reuse_fanout_and_parent_popularity():
     assert feature(tracker, 4, 12.0, "turn") == 2
     assert feature(tracker, 4, 12.0, "request_seen_blocks") == 2  # 1, 2 seen before
     assert feature(tracker, 1, 10.0, "popularity") == pytest.approx(1 + 0.5 ** (10 / 300))
+
+
+def test_features_infer_the_conversation_turn_from_a_prompt_extended_whole():
+    tracker = FeatureTracker()
+    tracker.observe(record(0, [1, 2, 3], t=0.0))        # system block 1, then a first turn
+    tracker.observe(record(1, [1, 2, 5, 6], t=5.0))     # re-sends 1, 2 (3 was partial): turn 2
+    tracker.observe(record(2, [1, 2, 5, 6, 7], t=9.0))  # re-sends all of turn 2: turn 3
+    tracker.observe(record(3, [1, 8, 9], t=9.5))        # shares only block 1, which was not the
+    assert feature(tracker, 3, 10.0, "chain_depth") == 0  # end of a prompt: a new conversation
+    assert feature(tracker, 5, 10.0, "chain_depth") == 2
+    assert feature(tracker, 9, 10.0, "chain_depth") == 0
+    assert feature(tracker, 7, 10.0, "blocks_to_end") == 0
+    assert feature(tracker, 5, 10.0, "blocks_to_end") == 2
+    assert feature(tracker, 7, 10.0, "request_new_blocks") == 1   # 7 past the shared 1, 2, 5, 6
+    assert feature(tracker, 9, 10.0, "request_new_blocks") == 2
 
 
 def test_features_do_not_see_unobserved_requests():
@@ -100,7 +115,9 @@ def test_training_refuses_one_class():
 
 @pytest.mark.parametrize("bad, match", [({"kind": "forest"}, "gbm, logistic"),
                                         ({"calibration_fraction": 1.0}, "calibration_fraction"),
-                                        ({"max_iter": 1}, "max_iter")])
+                                        ({"max_iter": 1}, "max_iter"),
+                                        ({"min_samples_leaf": 0}, "min_samples_leaf"),
+                                        ({"l2_regularization": -1.0}, "l2_regularization")])
 def test_model_config_names_bad_values(bad, match):
     with pytest.raises(ValueError, match=match):
         ModelConfig(**bad)
@@ -117,3 +134,10 @@ def test_learned_admission_beats_lru_on_later_time():
     assert ours.token_hit_ratio > lru.token_hit_ratio + 0.015
     assert learned.threshold in dict(learned.sweep)
     assert admitter.misses < 0.05 * len(learned.scores)
+
+
+def test_threshold_pick_prefers_a_plateau_to_a_lone_spike():
+    sweep = [(0.1, 0.10), (0.2, 0.30), (0.3, 0.10), (0.4, 0.25), (0.5, 0.26), (0.6, 0.20)]
+    assert smoothed_best(sweep) == 0.5
+    assert smoothed_best([(0.3, 0.2)]) == 0.3
+    assert smoothed_best([(0.2, 0.2), (0.1, 0.2)]) == 0.2   # ties: the higher threshold
