@@ -23,8 +23,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.events import (
-    NON_NEGATIVE_BLOCK_FIELDS, NON_NEGATIVE_REQUEST_FIELDS, PRIORITY_MAX, PRIORITY_MIN,
-    BlockEvent, Outcome, RequestRecord, Tier,
+    NON_NEGATIVE_BLOCK_FIELDS,
+    NON_NEGATIVE_REQUEST_FIELDS,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    BlockEvent,
+    Outcome,
+    RequestRecord,
+    Tier,
 )
 
 log = logging.getLogger(__name__)

@@ -12,6 +12,7 @@ import threading
 from typing import Callable
 
 from collector.batch import EventBatch
+from collector.periodic import Periodic
 from collector.recorder import Recorder
 from collector.store import IngestResult, TraceStore
 
@@ -29,21 +30,23 @@ class Flusher:
 
     def __init__(self, recorder: Recorder, store: TraceStore, *, interval_s: float = 0.5,
                  on_ingest: Callable[[EventBatch, IngestResult], None] | None = None):
-        if not interval_s > 0:
-            raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
         self.recorder = recorder
         self.store = store
         self.interval_s = interval_s
         self._on_ingest = on_ingest
         self._pending: EventBatch | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._flushing = threading.Lock()  # flush() may run on the thread and a caller at once
+        self._loop = Periodic(self.flush, interval_s, "kvtier-flusher")
         self.batches_stored = 0
         self.rows_stored = 0
         self.failures = 0
 
     def flush_once(self) -> IngestResult | None:
         """Store the pending batch or the next one drained; ``None`` if there was nothing."""
+        with self._flushing:
+            return self._flush_locked()
+
+    def _flush_locked(self) -> IngestResult | None:
         batch = self._pending or self.recorder.take_events()
         if batch is None:
             return None
@@ -71,22 +74,13 @@ class Flusher:
             handled += 1
         return handled
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.flush()
-        self.flush()
-
     def start(self) -> "Flusher":
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="kvtier-flusher", daemon=True)
-            self._thread.start()
+        self._loop.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        """Stop the background thread and drain what is left."""
+        self._loop.stop()
 
     def __enter__(self) -> "Flusher":
         return self.start()

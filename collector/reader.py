@@ -49,6 +49,12 @@ def _records(table) -> Iterator[RequestRecord]:
             yield RequestRecord(**{name: row[name] for name in _FIELDS})
 
 
+def _config_filter(tier_config_id: str | None) -> tuple[str, list]:
+    if tier_config_id is None:
+        return "", []
+    return "WHERE r.tier_config_id = ?", [tier_config_id]
+
+
 class StoreReader:
     """Request records from a live ``TraceStore`` (in the writer's own process)."""
 
@@ -57,9 +63,7 @@ class StoreReader:
         self.tier_config_id = tier_config_id
 
     def requests(self) -> Iterator[RequestRecord]:
-        where, params = "", []
-        if self.tier_config_id is not None:
-            where, params = "WHERE r.tier_config_id = ?", [self.tier_config_id]
+        where, params = _config_filter(self.tier_config_id)
         sql = requests_sql(WITH_ORIGIN[REQUESTS_TABLE], WITH_ORIGIN[BLOCK_EVENTS_TABLE], where)
         yield from _records(self.store.query(sql, params))
 
@@ -81,12 +85,10 @@ class SegmentReader:
             return
         con = duckdb.connect()
         try:
-            events = (segments_relation(con, self.root, BLOCK_EVENTS_TABLE)
+            events = (segments_relation(self.root, BLOCK_EVENTS_TABLE)
                       if has_segments(self.root, BLOCK_EVENTS_TABLE) else None)
-            where, params = "", []
-            if self.tier_config_id is not None:
-                where, params = "WHERE r.tier_config_id = ?", [self.tier_config_id]
-            sql = requests_sql(segments_relation(con, self.root, REQUESTS_TABLE), events, where)
+            where, params = _config_filter(self.tier_config_id)
+            sql = requests_sql(segments_relation(self.root, REQUESTS_TABLE), events, where)
             yield from _records(con.sql(sql, params=params or None).to_arrow_table())
         finally:
             con.close()

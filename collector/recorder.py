@@ -25,7 +25,14 @@ import numpy as np
 import pyarrow as pa
 
 from collector.batch import EventBatch
-from collector.columns import BLOCK_EVENT_COLUMNS, Rejections, enum_array, unknown_codes, validate_table, rows_to_table
+from collector.columns import (
+    BLOCK_EVENT_COLUMNS,
+    Rejections,
+    enum_array,
+    rows_to_table,
+    unknown_codes,
+    validate_table,
+)
 from collector.events import BlockEvent, Origin, RequestRecord
 
 # One packed record. ``nulls`` has bit i set when optional field i (below) was None.

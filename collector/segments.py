@@ -20,7 +20,13 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from collector.ddl import BLOCK_EVENTS_TABLE, EXPORTS_TABLE, REQUESTS_TABLE, TIME_COLUMN, WITH_ORIGIN
+from collector.ddl import (
+    BLOCK_EVENTS_TABLE,
+    EXPORTS_TABLE,
+    REQUESTS_TABLE,
+    TIME_COLUMN,
+    WITH_ORIGIN,
+)
 from collector.store import TraceStore
 
 SEGMENT_TABLES = (BLOCK_EVENTS_TABLE, REQUESTS_TABLE)
@@ -100,7 +106,7 @@ def has_segments(root: str | Path, table: str) -> bool:
     return any((Path(root) / table).rglob("*.parquet"))
 
 
-def segments_relation(con, root: str | Path, table: str) -> str:
+def segments_relation(root: str | Path, table: str) -> str:
     """SQL text for a table's segments, for use in FROM (hive columns ``day``, ``instance``)."""
     return (f"read_parquet('{_sql_path(Path(segment_glob(root, table)))}', "
             "hive_partitioning = true, union_by_name = true)")

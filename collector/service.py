@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Callable
 from collector.batch import EventBatch
 from collector.exports.aggregate import MetricsState
 from collector.exports.prometheus import KvtierCollector, MetricsServer, Sample
+from collector.periodic import Periodic
 from collector.store import IngestResult, TraceStore
 
 log = logging.getLogger(__name__)
@@ -65,8 +65,7 @@ class CollectorService:
         self.taps: list = []
         self.metrics: MetricsServer | None = None
         self._pusher = self._spans = None
-        self._stop = threading.Event()
-        self._maintenance: threading.Thread | None = None
+        self._maintenance = Periodic(self._maintain, config.export_every_s, "kvtier-maintenance")
         self.ingest_errors = 0
 
     # ---------------------------------------------------------------- ingest
@@ -97,24 +96,24 @@ class CollectorService:
                                         recommendation=recommendation)
             self.metrics = MetricsServer(collector, self.config.metrics_host, self.config.metrics_port)
         if self.config.otlp:
-            from collector.exports.otlp import OtlpMetricsPusher, RequestSpans, tracer_provider
+            from collector.exports.otlp import (
+                OtlpMetricsPusher,
+                RequestSpans,
+                tracer_provider,
+            )
 
             self._pusher = OtlpMetricsPusher(self.state, interval_s=self.config.otlp_interval_s).start()
             self._spans = RequestSpans(tracer_provider())
         self.taps = self._make_taps()
         for tap in self.taps:
             tap.start()
-        self._maintenance = threading.Thread(target=self._maintain, name="kvtier-maintenance", daemon=True)
         self._maintenance.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
         for tap in self.taps:
             tap.stop()
-        if self._maintenance is not None:
-            self._maintenance.join()
-        self.export_segments()
+        self._maintenance.stop()  # its last run exports what the taps delivered
         if self._pusher is not None:
             self._pusher.stop()
         if self._spans is not None:
@@ -140,10 +139,9 @@ class CollectorService:
         return taps
 
     def _maintain(self) -> None:
-        while not self._stop.wait(self.config.export_every_s):
-            self.export_segments()
-            if self.config.retention_s is not None:
-                self.store.prune(self.config.retention_s)
+        self.export_segments()
+        if self.config.retention_s is not None:
+            self.store.prune(self.config.retention_s)
 
     def export_segments(self) -> int:
         """Write new segments now (if a segment folder is configured); returns files written."""

@@ -25,7 +25,11 @@ import pyarrow as pa
 from collector.batch import EventBatch
 from collector.columns import Rejections
 from collector.ddl import (
-    BLOCK_EVENTS_TABLE, LEDGER_TABLE, REQUESTS_TABLE, TABLE_COLUMNS, TIME_COLUMN,
+    BLOCK_EVENTS_TABLE,
+    LEDGER_TABLE,
+    REQUESTS_TABLE,
+    TABLE_COLUMNS,
+    TIME_COLUMN,
     schema_statements,
 )
 
@@ -159,10 +163,6 @@ class TraceStore:
         """Run ``work(connection)`` with the store's lock held (for exports and readers)."""
         with self._lock:
             return work(self._con)
-
-    def checkpoint(self) -> None:
-        with self._lock:
-            self._con.execute("CHECKPOINT")
 
     def close(self) -> None:
         with self._lock:

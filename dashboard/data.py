@@ -80,7 +80,7 @@ class SegmentData:
         if self.has_requests:
             self.con.execute("CREATE VIEW requests AS SELECT * REPLACE "
                              f"(coalesce(tier_config_id, '{UNLABELLED}') AS tier_config_id) "
-                             f"FROM {segments_relation(self.con, self.root, REQUESTS_TABLE)}")
+                             f"FROM {segments_relation(self.root, REQUESTS_TABLE)}")
             self.con.execute("""CREATE VIEW request_configs AS
                 SELECT instance, request_id, arrival_s, tier_config_id AS tier_config
                 FROM requests WHERE request_id IS NOT NULL""")
@@ -88,7 +88,7 @@ class SegmentData:
             return
         self.con.execute(f"""CREATE VIEW raw_events AS
             SELECT * REPLACE (CAST(kind AS VARCHAR) AS kind, CAST(tier_from AS VARCHAR) AS tier_from)
-            FROM {segments_relation(self.con, self.root, BLOCK_EVENTS_TABLE)}""")
+            FROM {segments_relation(self.root, BLOCK_EVENTS_TABLE)}""")
         self.con.execute(f"CREATE VIEW events AS {self.with_config('raw_events')}")
 
     def with_config(self, relation: str) -> str:

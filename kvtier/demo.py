@@ -8,15 +8,14 @@ out as Parquet segments for the dashboard. Every latency it prints is measured.
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Callable
 
 from kvtier.demo_rollout import DemoSlice
-
-BUNDLED_TRACE = "mooncake_conversation_trace.jsonl.gz"
+from kvtier.traces import bundled_trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,16 +26,12 @@ class DemoConfig:
     recommend: bool = True  # run the analysis and the recommendation after the rollout
 
 
-def bundled_trace() -> Path:
-    return Path(str(resources.files("kvtier") / "data" / BUNDLED_TRACE))
-
-
 def run_demo(config: DemoConfig, *, clock: Callable[[], float] = time.time, say=print) -> dict:
     """Run the demo and return its figures (also printed through ``say``)."""
     from collector.segments import export_segments
     from collector.store import TraceStore
-    from kvtier.progress import progress_lines
     from kvtier.demo_rollout import run_live
+    from kvtier.progress import progress_lines
     from policy.readers import open_trace
 
     trace_path = config.trace or bundled_trace()
@@ -45,10 +40,9 @@ def run_demo(config: DemoConfig, *, clock: Callable[[], float] = time.time, say=
     store_path = config.out_dir / "kvtier.duckdb"
     segments = config.out_dir / "segments"
     _clear_previous_run(store_path, segments, say)
-    started_s = clock()
     say(f"kvtier demo: trace {trace_path} ({getattr(reader, 'format_name', 'trace')})")
 
-    requests = list(_limited(reader.requests(), config.shape.requests))
+    requests = list(itertools.islice(reader.requests(), config.shape.requests))
     if not requests:
         raise ValueError(f"{trace_path} holds no requests")
     say(f"  slice: the first {len(requests)} requests, prompts cut to {config.shape.max_blocks} blocks of "
@@ -104,13 +98,6 @@ def _clear_previous_run(store_path: Path, segments: Path, say) -> None:
     for path in (store_path, store_path.with_name(store_path.name + ".wal")):
         path.unlink(missing_ok=True)
     shutil.rmtree(segments, ignore_errors=True)
-
-
-def _limited(records, limit):
-    for i, record in enumerate(records):
-        if limit is not None and i >= limit:
-            return
-        yield record
 
 
 def _store_figures(store) -> dict:

@@ -9,6 +9,7 @@ request rows go to the same store under their own origin.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -60,7 +61,8 @@ def run_live(trace: Sequence[RequestRecord], store: TraceStore, out_dir: Path, s
     from probes.engine.config import EngineConfig, TierConfig
     from probes.engine.server import EngineServer, ServerSettings
 
-    recorder = Recorder(Origin("reference", "demo-engine", f"demo-engine/{id(store)}"), capacity_events=1 << 22)
+    # One source per run: the store's ledger must not mistake this run's batches for an earlier run's.
+    recorder = Recorder(Origin("reference", "demo-engine", f"demo-engine/{time.time_ns()}"), capacity_events=1 << 22)
     config = EngineConfig(block_size_tokens=shape.block_tokens, tiers=TierConfig(gpu_blocks=shape.gpu_blocks),
                           file_dir=str(out_dir / "file-tier"))
     # Budgets scaled to a demo's seconds-long phases (production defaults are minutes).

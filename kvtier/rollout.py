@@ -21,19 +21,19 @@ def parse_levels(text: str) -> tuple[int, ...]:
 
 def run_from_args(args, progress):
     from collector.exports.alerts import LatencyBudget
+    from kvtier.traces import bundled_trace
     from policy.readers import open_trace
     from policy.rollout.drive import phase_driver
     from policy.rollout.plan import RolloutPlan
     from policy.rollout.runner import EngineAdminSwitcher, OperatorSwitcher, run_rollout
     from probes.active.load import LoadConfig
-    from kvtier.demo import bundled_trace
-    from probes.active.load_command import _check_server, store_result
+    from probes.active.load_command import check_server, store_result
 
     budget = LatencyBudget(args.ttft_p99_budget_s, args.itl_p99_budget_s, args.sustained_s, args.window_s)
     plan = RolloutPlan(args.gpu_blocks, args.cpu_blocks, args.file_blocks, args.min_file_gain, budget)
     load = LoadConfig(concurrency=parse_levels(args.concurrency), requests_per_level=args.requests,
                       max_tokens=args.max_tokens, block_tokens=args.block_tokens, max_blocks=args.max_blocks)
-    _check_server(args.endpoint)
+    check_server(args.endpoint)
     total = args.requests * len(load.concurrency)
     trace = list(itertools.islice(open_trace(Path(args.trace) if args.trace else bundled_trace()).requests(),
                                   args.offset, args.offset + total))
@@ -78,4 +78,5 @@ def render_table(report) -> str:
 
 
 def _ms(values: dict, key: str) -> str:
-    return f"{values[key] * 1000:.1f}ms" if key in values else "-"
+    value = values.get(key)
+    return "-" if value is None else f"{value * 1000:.1f}ms"

@@ -61,3 +61,12 @@ def require_binary(name: str) -> str:
             pytest.fail(message)
         pytest.skip(message)
     return path
+
+
+def free_port() -> int:
+    """A loopback TCP port free right now (the OS may hand it out again later)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -15,7 +15,6 @@ block events arrive in the same batch as the request record.
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Mapping
 
 import pyarrow as pa
@@ -23,6 +22,7 @@ import pyarrow.compute as pc
 
 from collector.batch import EventBatch
 from collector.exports.aggregate import HistogramState, MetricsSnapshot, MetricsState
+from collector.periodic import Periodic
 
 log = logging.getLogger(__name__)
 SCOPE = "kvtier.collector"
@@ -33,8 +33,15 @@ _NS = 1_000_000_000
 def metrics_data(snap: MetricsSnapshot, resource=None):
     """The snapshot in the SDK's metrics data model (cumulative temporality)."""
     from opentelemetry.sdk.metrics.export import (
-        AggregationTemporality, Histogram, HistogramDataPoint, Metric, MetricsData,
-        NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
+        AggregationTemporality,
+        Histogram,
+        HistogramDataPoint,
+        Metric,
+        MetricsData,
+        NumberDataPoint,
+        ResourceMetrics,
+        ScopeMetrics,
+        Sum,
     )
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
@@ -72,17 +79,15 @@ class OtlpMetricsPusher:
     """Sends the aggregates every ``interval_s`` seconds (and once more on ``stop``)."""
 
     def __init__(self, state: MetricsState, exporter=None, *, interval_s: float = 10.0):
-        if not interval_s > 0:
-            raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
         if exporter is None:
-            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+                OTLPMetricExporter,
+            )
 
             exporter = OTLPMetricExporter()
         self.state = state
         self.exporter = exporter
-        self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = Periodic(self.push, interval_s, "kvtier-otlp-metrics")
 
     def push(self) -> bool:
         """Export once; True when the receiver accepted it."""
@@ -95,18 +100,12 @@ class OtlpMetricsPusher:
             return False
 
     def start(self) -> "OtlpMetricsPusher":
-        def run():
-            while not self._stop.wait(self.interval_s):
-                self.push()
-        self._thread = threading.Thread(target=run, name="kvtier-otlp-metrics", daemon=True)
-        self._thread.start()
+        self._loop.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        self.push()
+        """Stop the timer, push once more, and shut the exporter down."""
+        self._loop.stop()
         self.exporter.shutdown()
 
 
@@ -117,7 +116,9 @@ def tracer_provider(span_exporter=None, resource_attributes: Mapping[str, str] |
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     if span_exporter is None:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+            OTLPSpanExporter,
+        )
 
         span_exporter = OTLPSpanExporter()
     provider = TracerProvider(resource=Resource.create({"service.name": "kvtier", **(resource_attributes or {})}))

@@ -24,7 +24,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+)
 
 from collector.exports.aggregate import HistogramState, MetricsSnapshot, MetricsState
 

@@ -18,10 +18,9 @@ from pathlib import Path
 from collector.events import RequestRecord
 from policy.readers.base import (
     BadLine,
-    SkipCounter,
+    JsonLinesReader,
     check_fields,
     hash_list,
-    iter_json_lines,
     non_negative_int,
     non_negative_number,
 )
@@ -32,30 +31,17 @@ DEFAULT_BLOCK_TOKENS = 16
 ROOT_PARENT = -1  # the format's own marker for "no parent"; never leaves this module
 
 
-class BailianReader(SkipCounter):
+class BailianReader(JsonLinesReader):
     """Reads a Bailian JSONL trace (plain or ``.gz``) as request records sorted by arrival."""
 
     format_name = "bailian"
 
     def __init__(self, path: str | Path, *, block_tokens: int = DEFAULT_BLOCK_TOKENS,
                  skip_bad: bool = False) -> None:
-        if block_tokens <= 0:
-            raise ValueError(f"block_tokens must be > 0, got {block_tokens}")
-        self.path = Path(path)
-        self.block_tokens = block_tokens
-        self.skip_bad = skip_bad
-        self.skipped = 0
+        super().__init__(path, block_tokens=block_tokens, skip_bad=skip_bad)
 
     def requests(self) -> Iterator[RequestRecord]:
-        self.skipped = 0
-        rows = []
-        for line, obj in iter_json_lines(self.path):
-            try:
-                if isinstance(obj, BadLine):
-                    raise obj
-                rows.append(self._row(obj))
-            except BadLine as problem:
-                self._bad(self.path, line, str(problem))
+        rows = self._parsed(lambda line, obj: self._row(obj))
         rows.sort(key=lambda row: row["arrival_s"])
         return self._with_sessions(rows)
 

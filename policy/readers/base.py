@@ -172,3 +172,30 @@ class SkipCounter:
         if not self.skip_bad:
             raise TraceFormatError(path, line, problem)
         self.skipped += 1
+
+
+class JsonLinesReader(SkipCounter):
+    """Base of the one-object-per-line formats: the block size, bad-line handling, and
+    :meth:`_parsed`, which converts each good line and skips (or raises on) the bad ones."""
+
+    def __init__(self, path: str | Path, *, block_tokens: int, skip_bad: bool = False) -> None:
+        if block_tokens <= 0:
+            raise ValueError(f"block_tokens must be > 0, got {block_tokens}")
+        self.path = Path(path)
+        self.block_tokens = block_tokens
+        self.skip_bad = skip_bad
+        self.skipped = 0
+
+    def _parsed(self, convert) -> list:
+        """``convert(line_number, obj)`` for every line; a ``BadLine`` from the file or from
+        ``convert`` is counted or raised per ``skip_bad``. Resets ``skipped``."""
+        self.skipped = 0
+        out = []
+        for line, obj in iter_json_lines(self.path):
+            try:
+                if isinstance(obj, BadLine):
+                    raise obj
+                out.append(convert(line, obj))
+            except BadLine as problem:
+                self._bad(self.path, line, str(problem))
+        return out

@@ -14,11 +14,9 @@ from pathlib import Path
 
 from collector.events import RequestRecord
 from policy.readers.base import (
-    BadLine,
-    SkipCounter,
+    JsonLinesReader,
     check_fields,
     hash_list,
-    iter_json_lines,
     non_negative_int,
     non_negative_number,
 )
@@ -27,7 +25,7 @@ FIELDS = frozenset({"timestamp", "input_length", "output_length", "hash_ids"})
 DEFAULT_BLOCK_TOKENS = 512
 
 
-class MooncakeReader(SkipCounter):
+class MooncakeReader(JsonLinesReader):
     """Reads a Mooncake JSONL trace (plain or ``.gz``) as request records.
 
     ``request_id`` is ``"<file stem>:<line>"``; ``arrival_s`` is ``timestamp / 1000``.
@@ -38,23 +36,10 @@ class MooncakeReader(SkipCounter):
 
     def __init__(self, path: str | Path, *, block_tokens: int = DEFAULT_BLOCK_TOKENS,
                  skip_bad: bool = False) -> None:
-        if block_tokens <= 0:
-            raise ValueError(f"block_tokens must be > 0, got {block_tokens}")
-        self.path = Path(path)
-        self.block_tokens = block_tokens
-        self.skip_bad = skip_bad
-        self.skipped = 0
+        super().__init__(path, block_tokens=block_tokens, skip_bad=skip_bad)
 
     def requests(self) -> Iterator[RequestRecord]:
-        self.skipped = 0
-        records = []
-        for line, obj in iter_json_lines(self.path):
-            try:
-                if isinstance(obj, BadLine):
-                    raise obj
-                records.append(self._record(line, obj))
-            except BadLine as problem:
-                self._bad(self.path, line, str(problem))
+        records = self._parsed(self._record)
         records.sort(key=lambda r: r.arrival_s)  # stable: ties keep file order
         return iter(records)
 

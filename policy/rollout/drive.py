@@ -21,7 +21,7 @@ def phase_driver(endpoint: str, trace: Sequence[RequestRecord], load_config, *,
     from probes.active.client import stream_completion
     from probes.active.load import run_load
 
-    send = functools.partial(_send, stream_completion, endpoint.rstrip("/"))
+    send = functools.partial(stream_completion, endpoint.rstrip("/"))  # send(prompt_ids, max_tokens)
 
     def run_phase(tiers: PhaseTiers):
         result = run_load(trace, send, replace(load_config, tier_config_id=tiers.config_id), progress=progress)
@@ -29,7 +29,3 @@ def phase_driver(endpoint: str, trace: Sequence[RequestRecord], load_config, *,
         return list(result.records), len(result.errors)
 
     return run_phase
-
-
-def _send(stream_completion, url, prompt_ids, max_tokens):
-    return stream_completion(url, prompt_ids, max_tokens)

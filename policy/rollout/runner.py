@@ -133,14 +133,14 @@ def _skip_reason(tiers: PhaseTiers, done: list[PhaseOutcome], plan: RolloutPlan,
 
 
 def summarise(records: Sequence[RequestRecord]) -> dict:
-    """Hit quality (shares of prompt tokens per outcome) and latency percentiles."""
-    import numpy as np
+    """Hit quality (shares of prompt tokens per outcome) and latency p50/p95/p99
+    (``None`` where no request measured it)."""
+    from probes.active.stats import percentiles
 
     tokens = {name: sum(getattr(r, name) or 0 for r in records)
               for name in ("gpu_hit_tokens", "cpu_promotion_tokens", "cold_promotion_tokens", "recomputed_tokens")}
     total = sum(tokens.values()) or 1
     out = {"shares": {name.removesuffix("_tokens"): value / total for name, value in tokens.items()}}
     for metric in ("ttft_s", "itl_s", "e2e_latency_s"):
-        values = np.asarray([getattr(r, metric) for r in records if getattr(r, metric) is not None])
-        out[metric] = ({f"p{q}": float(np.percentile(values, q)) for q in (50, 95, 99)} if values.size else {})
+        out[metric] = percentiles([getattr(r, metric) for r in records])
     return out

@@ -10,23 +10,22 @@ from pathlib import Path
 from collector.batch import EventBatch
 from collector.events import Origin
 from kvtier.errors import KvtierError
+from kvtier.traces import bundled_trace
 from probes.active.client import stream_completion
 from probes.active.load import LoadConfig, LoadResult, run_load
-
-BUNDLED_TRACE = Path(__file__).resolve().parents[2] / "kvtier" / "data" / "mooncake_conversation_trace.jsonl.gz"
 
 
 def run_load_from_args(args, concurrency: tuple[int, ...], progress) -> LoadResult:
     from policy.readers import open_trace
 
-    trace_path = Path(args.trace) if args.trace else BUNDLED_TRACE
+    trace_path = Path(args.trace) if args.trace else bundled_trace()
     if args.offset < 0 or args.max_blocks < 1:
         raise ValueError(f"--offset must be >= 0 and --max-blocks >= 1, got {args.offset}, {args.max_blocks}")
     config = LoadConfig(concurrency=concurrency, requests_per_level=args.requests,
                         max_tokens=args.max_tokens, block_tokens=args.block_tokens,
                         max_blocks=args.max_blocks, vocab_size=args.vocab_size,
                         tier_config_id=args.phase)
-    _check_server(args.url)
+    check_server(args.url)
     send = functools.partial(_send, args.url)
     trace = itertools.islice(open_trace(trace_path).requests(), args.offset, None)
     result = run_load(trace, send, config, progress=progress)
@@ -41,7 +40,8 @@ def _send(url, prompt_ids, max_tokens):
     return stream_completion(url, prompt_ids, max_tokens)
 
 
-def _check_server(url: str) -> None:
+def check_server(url: str) -> None:
+    """Raise a one-line ``KvtierError`` unless an OpenAI-compatible server answers at ``url``."""
     import urllib.error
     import urllib.request
 

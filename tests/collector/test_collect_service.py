@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,14 +14,9 @@ import zmq
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.service import CollectorConfig
+from tests.conftest import free_port
 
 pytestmark = pytest.mark.timeout(90)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def frame(seq: int, hashes: list[int], medium: str) -> list[bytes]:

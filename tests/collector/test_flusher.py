@@ -56,3 +56,43 @@ def test_a_failing_hook_does_not_stop_the_flusher(origin, store):
     recorder.record(Outcome.GPU_HIT, 2)
     flusher.flush()
     assert store.count("block_events") == 2
+
+
+class SlowFirstIngest(TraceStore):
+    """A real store whose first ingest waits until the test lets it go, counting calls."""
+
+    def __init__(self, *args, **kwargs):
+        import threading
+
+        super().__init__(*args, **kwargs)
+        self.entered, self.release, self.calls = threading.Event(), threading.Event(), []
+
+    def ingest(self, batch):
+        self.calls.append(batch.sequence)
+        if len(self.calls) == 1:
+            self.entered.set()
+            self.release.wait(10)
+        return super().ingest(batch)
+
+
+def test_a_flush_waits_for_one_already_running_instead_of_sharing_its_batch(origin, clock):
+    import threading
+
+    store = SlowFirstIngest(":memory:", clock=clock)
+    recorder = Recorder(origin)
+    flusher = Flusher(recorder, store)
+    recorder.record(Outcome.GPU_HIT, 1)
+    background = threading.Thread(target=flusher.flush)
+    background.start()
+    assert store.entered.wait(10)
+    recorder.record(Outcome.GPU_HIT, 2)
+    caller = threading.Thread(target=flusher.flush)
+    caller.start()
+    caller.join(0.2)
+    assert caller.is_alive()  # blocked behind the running flush, not re-sending its batch
+    store.release.set()
+    background.join(10)
+    caller.join(10)
+    assert store.calls == [0, 1]
+    assert store.count("block_events") == 2
+    store.close()

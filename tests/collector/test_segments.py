@@ -42,7 +42,7 @@ def test_export_partitions_by_day_and_instance_and_never_rewrites(store, tmp_pat
     assert not set(second.files) & set(first.files)
 
     con = duckdb.connect()
-    counts = con.sql(f"SELECT instance, count(*) FROM {segments_relation(con, tmp_path, 'block_events')} "
+    counts = con.sql(f"SELECT instance, count(*) FROM {segments_relation(tmp_path, 'block_events')} "
                      "GROUP BY ALL ORDER BY 1").fetchall()
     assert counts == [("node-a", 7), ("node/b", 2)]
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, free_port
 from tests.dashboard.fixtures import write_recommendation
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -39,12 +38,6 @@ pytestmark = [
     pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium missing (apt-get install -y chromium)"),
     pytest.mark.timeout(240),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_healthy(url: str, child: subprocess.Popen, timeout_s: float = 60.0) -> None:

@@ -27,7 +27,7 @@ def data(full_segments):
 
 def raw_events(root, where="TRUE"):
     con = duckdb.connect()
-    return con.sql(f"SELECT * FROM {segments_relation(con, root, 'block_events')} WHERE {where}").df()
+    return con.sql(f"SELECT * FROM {segments_relation(root, 'block_events')} WHERE {where}").df()
 
 
 def test_facets_list_engines_instances_and_configs_in_rollout_order(data, full_segments):

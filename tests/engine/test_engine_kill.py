@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -14,16 +13,11 @@ import urllib.request
 import pytest
 
 from probes.engine.file_tier import SUFFIX, TMP_SUFFIX
+from tests.conftest import free_port
 from tests.engine.conftest import prompt
 
 SERVE = ("import sys; from kvtier.verbs import engine as v; import argparse; "
          "p = argparse.ArgumentParser(); v.add_arguments(p); sys.exit(v.run(p.parse_args(sys.argv[1:])))")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(tmp_path, port):

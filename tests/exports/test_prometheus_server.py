@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -13,15 +12,8 @@ import pytest
 
 from collector.exports.aggregate import MetricsState
 from collector.exports.prometheus import KvtierCollector, MetricsServer
-from tests.conftest import require_binary
+from tests.conftest import free_port, require_binary
 from tests.exports.conftest import sample_batch
-
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def query(base: str, promql: str) -> list:

@@ -11,15 +11,14 @@ socket (``heal_from_zero``), which is the behaviour under test.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from probes.vllm_tap import VllmEventTap, VllmTapConfig
+from tests.conftest import free_port
 
 SIDE_PYTHON = os.environ.get("KVTIER_VLLM_PYTHON", "/tmp/kvt-vllm-side/bin/python")
 pytestmark = [
@@ -60,12 +59,6 @@ def side():
     proc = Side()
     yield proc
     proc.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class DroppingTap(VllmEventTap):
