@@ -24,6 +24,7 @@ from policy.learn.replay import IndexedAdmitter, Replayed, Tiers, replay
 from policy.recommend import engines
 from policy.recommend.expected import expected_changes
 from policy.recommend.recommendation import Knob, Recommendation
+from policy.recommend.retention import band_priorities, range_priorities, retention_classes
 from policy.recommend.sweep import THRESHOLDS, SweepPoint, best, priority_scores, sweep
 from policy.recommend.value import full_block_value, priorities, value_per_byte
 from policy.recommend.vllm_sweep import best_store_threshold
@@ -73,10 +74,17 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
     prio = priorities(value_per_byte(p, np.full(len(p), block_tokens), params), top)
     priority_by_offer = dict(zip(keys, prio.tolist()))
     bands = band_priorities(split.records, priority_by_offer, block_tokens)
+    ranges = retention_classes(split.records, priority_by_offer, block_tokens)
     step("sweeping the offload threshold")
-    points = sweep(split.train, tiers, priority_by_offer,
-                   int(len(split.train) * (1 - VALIDATION_FRACTION)), inputs.thresholds)
+    validate_from = int(len(split.train) * (1 - VALIDATION_FRACTION))
+    points = sweep(split.train, tiers, priority_by_offer, validate_from, inputs.thresholds)
     chosen, chosen_gt = best(points, "ge"), best(points, "gt")
+    # TensorRT-LLM sees the token ranges' priorities, not the per-block ones: its own threshold
+    by_range = range_priorities(split.records, priority_by_offer, ranges, block_tokens)
+    # only the priorities in use are distinct thresholds (the lowest offloads every block)
+    in_use = sorted({r.priority for c in ranges for r in c.token_ranges})
+    range_points = sweep(split.train, tiers, by_range, validate_from, in_use, ("ge",))
+    range_gate = best(range_points, "ge")
     step("measuring on later time")
     baseline = replay(split.records, tiers, "lru", count_from=split.count_from)
     admitter = IndexedAdmitter(priority_scores(priority_by_offer, "ge"),
@@ -95,10 +103,9 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
     classes = tuple(sorted(set(prio.tolist())))
     helps = candidate.result.token_hit_ratio > baseline.result.token_hit_ratio
     store_threshold, by_threshold = best_store_threshold(
-        split.train, inputs.gpu_blocks, inputs.cpu_blocks,
-        int(len(split.train) * (1 - VALIDATION_FRACTION)))
-    per_engine, notes = engines.settings(cpu_bytes, chosen.min_priority, classes, helps, bands,
-                                         store_threshold)
+        split.train, inputs.gpu_blocks, inputs.cpu_blocks, validate_from)
+    per_engine, notes = engines.settings(cpu_bytes, chosen.min_priority, classes, helps,
+                                         (ranges, range_gate.min_priority), store_threshold)
     later = _window_ratio(gpu_only, split.count_from)
     return Recommendation(
         verdict="offload",
@@ -115,32 +122,12 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
                   "evaluated_requests": len(split.records) - split.count_from,
                   "sweep": [p.__dict__ for p in points],
                   "token_range_priorities": dict(bands),
+                  "token_range_sweep": [p.__dict__ for p in range_points],
                   "vllm_store_threshold_recomputed_tokens": by_threshold,
                   "token_hit_ratio": {"gpu_only": later,
                                       "cpu_lru_admit_all": baseline.result.token_hit_ratio,
                                       "cpu_learned_priority": learned_ratio},
                   "admitter_misses": admitter.misses})
-
-
-BANDS_BLOCKS = ((0, 1), (1, 4), (4, 16), (16, None))
-
-
-def band_priorities(records: Sequence[RequestRecord], priority_by_offer: dict,
-                    block_tokens: int) -> dict:
-    """The median learned priority of the offers in each prompt-position band, named by
-    token range (``tokens_0_512``, ..., ``tokens_8192_end``): the per-request token-range
-    classes a gateway can assign (TRT-LLM retention is per token range, not per block).
-    A prefix-chained id sits at one position, so the position of an offer is its id's."""
-    position = {h: i for r in records for i, h in enumerate(r.block_hashes)}
-    by_band: dict[str, list[int]] = {}
-    for (_, key), p in priority_by_offer.items():
-        depth = position.get(key, 0)
-        for lo, hi in BANDS_BLOCKS:
-            if depth >= lo and (hi is None or depth < hi):
-                end = "end" if hi is None else str(hi * block_tokens)
-                by_band.setdefault(f"tokens_{lo * block_tokens}_{end}", []).append(p)
-                break
-    return {name: int(round(float(np.median(v)) / 10) * 10) for name, v in by_band.items()}
 
 
 def _verdict(records: Sequence[RequestRecord], gpu_ratio: float, params: CostParams) -> dict:

@@ -17,12 +17,20 @@ def neutral(cpu_bytes: int, min_priority: int | None, classes) -> EngineSettings
 
 
 def settings(cpu_bytes: int, min_priority: int, classes, admission_helps: bool,
-             bands: dict | None = None, store_threshold: int = 0):
-    """``((engine, EngineSettings), ...)`` and ``((engine, note), ...)``."""
+             ranges: tuple = ((), None), store_threshold: int = 0):
+    """``((engine, EngineSettings), ...)`` and ``((engine, note), ...)``. ``ranges``: the
+    per-request-class token-range retention (:class:`RetentionClass`es) TensorRT-LLM gets,
+    and the offload threshold swept over the priorities those ranges assign (``None``:
+    no ranges; TensorRT-LLM then gets the per-block threshold and classes)."""
+    ranges, range_min_priority = ranges
+    trtllm = (EngineSettings(cpu_tier_bytes=cpu_bytes, offload_min_priority=range_min_priority,
+                             retention_ranges=tuple(ranges), kv_events=True)
+              if ranges and range_min_priority is not None else
+              EngineSettings(cpu_tier_bytes=cpu_bytes, offload_min_priority=min_priority,
+                             retention_priorities=tuple(classes), kv_events=True))
     gate = "the learned priority gate"
     candidates = {
-        "trtllm": EngineSettings(cpu_tier_bytes=cpu_bytes, offload_min_priority=min_priority,
-                                 retention_priorities=tuple(classes), kv_events=True),
+        "trtllm": trtllm,
         "dynamo": EngineSettings(cpu_tier_bytes=cpu_bytes, offload_min_priority=min_priority,
                                  kv_events=True),
         "vllm": EngineSettings(cpu_tier_bytes=cpu_bytes, eviction_policy="lru",
@@ -36,15 +44,20 @@ def settings(cpu_bytes: int, min_priority: int, classes, admission_helps: bool,
                        "the best of 0, 2, 3 replayed under vLLM's semantics")),
              ("lmcache", (f"LMCache's priority_limit is per request, not per block: {gate} "
                           "is not applied")),
-             ("trtllm", ("the gateway should give each prompt token range its priority in "
-                         f"KvCacheRetentionConfig: {_bands_text(bands)}; EngineSettings has no "
-                         "field for token ranges yet, and the expected change is measured for "
-                         "the per-block gate, which token ranges approximate"))]
+             ("trtllm", ("the gateway should send each request class's KvCacheRetentionConfig "
+                         f"(trtllm.retention.json): {_ranges_text(ranges)}; "
+                         f"offload_min_priority={range_min_priority} is the best threshold over "
+                         "the priorities those ranges give (evidence: token_range_sweep); the "
+                         "expected change is measured for the per-block gate, which token "
+                         "ranges approximate"))]
     return _checked(candidates, notes)
 
 
-def _bands_text(bands: dict | None) -> str:
-    return ", ".join(f"{name} -> {p}" for name, p in sorted((bands or {}).items())) or "none"
+def _ranges_text(ranges) -> str:
+    return "; ".join(
+        f"{c.name}: " + ", ".join(f"tokens {r.token_start}-{r.token_end or 'end'} -> {r.priority}"
+                                  for r in c.token_ranges) + f", decode -> {c.decode_priority}"
+        for c in ranges) or "none"
 
 
 def off() -> tuple:

@@ -70,5 +70,7 @@ def settings_dict(settings: EngineSettings) -> dict:
             continue
         if f.name == "retention_classes":  # its JSON form is an object
             value = dict(value)
+        elif f.name == "retention_ranges":
+            value = {c.name: c.to_dict() for c in value}
         out[f.name] = list(value) if isinstance(value, tuple) else value
     return out

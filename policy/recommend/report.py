@@ -13,6 +13,7 @@ from policy.writers import writer
 
 CONFIG_FILES = {"vllm": "vllm.json", "trtllm": "trtllm.yaml", "lmcache": "lmcache.yaml",
                 "sglang": "sglang.args", "dynamo": "dynamo.env"}
+RETENTION_FILE = "trtllm.retention.json"  # the gateway's per-request-class retention configs
 
 
 def write(rec: Recommendation, out: Path, engines: Sequence[str]) -> list[Path]:
@@ -28,6 +29,10 @@ def write(rec: Recommendation, out: Path, engines: Sequence[str]) -> list[Path]:
         path = out / CONFIG_FILES[engine]
         path.write_text(rendered.text)
         written.append(path)
+        if engine == "trtllm" and settings.retention_ranges:
+            path = out / RETENTION_FILE
+            path.write_text(writer(engine).render(settings, None, ".json").text)
+            written.append(path)
     plots = _plots(rec, out)
     report = out / "report.md"
     report.write_text(markdown(rec, [p.name for p in plots], engines))
@@ -67,8 +72,26 @@ def markdown(rec: Recommendation, plots: Sequence[str], engines: Sequence[str]) 
                  if settings else "no config written")
         lines.append(f"- **{engine}**: {state}")
     lines += [f"- note ({e}): {n}" for e, n in rec.engine_notes if e in engines]
+    trtllm = rec.for_engine("trtllm") if "trtllm" in engines else None
+    if trtllm is not None and trtllm.retention_ranges:
+        lines += retention_section(trtllm)
     lines += [""] + [f"![{p}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
+
+
+def retention_section(settings) -> list[str]:
+    """The TensorRT-LLM per-request-class token-range priorities, as a table."""
+    lines = ["", "## TensorRT-LLM retention per request class", "",
+             (f"Send each class's entry of `{RETENTION_FILE}` as `kv_cache_retention_config` "
+              "(LLM API, or Dynamo's TensorRT-LLM handler). A range's priority is the median "
+              "learned priority of the blocks created at that prefix depth; a block whose "
+              "priority reaches `offload_min_priority` is offloaded to host."), "",
+             "| request class | prompt tokens | priority |", "|---|---|---|"]
+    for c in settings.retention_ranges:
+        lines += [f"| {c.name} | {r.token_start}-{r.token_end if r.token_end is not None else 'end'} "
+                  f"| {r.priority} |" for r in c.token_ranges]
+        lines.append(f"| {c.name} | decode | {c.decode_priority} |")
+    return lines
 
 
 def _plots(rec: Recommendation, out: Path) -> list[Path]:

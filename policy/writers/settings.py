@@ -17,6 +17,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from policy.writers.retention import RetentionClass, parse_classes
+
 PRIORITY_MIN, PRIORITY_MAX = 0, 100
 EVICTION_POLICIES = ("lru", "arc", "lfu", "fifo", "slru", "priority")
 WRITE_POLICIES = ("write_back", "write_through", "write_through_selective")
@@ -38,6 +40,10 @@ class EngineSettings:
       classes (0..100), so a threshold can be placed between them.
     * ``retention_classes``: request class name -> retention priority (0..100), for the
       gateway's per-class ``KvCacheRetentionConfig`` (TensorRT-LLM); JSON form is an object.
+    * ``retention_ranges``: per request class, a priority per prompt token range and one
+      for decoded tokens (:class:`policy.writers.retention.RetentionClass`, TensorRT-LLM's
+      ``KvCacheRetentionConfig``); JSON form ``{class: {"token_range_retention_configs":
+      [...], "decode_retention_priority": p, "decode_duration_ms": null}}``.
     * ``save_priority_limit``: LMCache ``priority_limit`` (skip saving requests whose
       priority value is above it).
     * ``block_size_tokens``: tokens per KV block / offload chunk.
@@ -54,6 +60,7 @@ class EngineSettings:
     offload_min_priority: int | None = None
     retention_priorities: tuple[int, ...] = ()
     retention_classes: tuple[tuple[str, int], ...] = ()
+    retention_ranges: tuple[RetentionClass, ...] = ()
     save_priority_limit: int | None = None
     block_size_tokens: int | None = None
     write_policy: str | None = None
@@ -81,6 +88,11 @@ class EngineSettings:
                     and pair[0]):
                 raise ValueError(f"retention_classes must map class names to priorities, got {pair!r}")
             _check_priority(f"retention_classes[{pair[0]!r}]", pair[1])
+        object.__setattr__(self, "retention_ranges", parse_classes(self.retention_ranges))
+        both = {name for name, _ in pairs} & {c.name for c in self.retention_ranges}
+        if both:
+            raise ValueError(f"request class(es) {', '.join(sorted(both))} are in both "
+                             "retention_classes and retention_ranges; keep one")
         _check_choice("eviction_policy", self.eviction_policy, EVICTION_POLICIES)
         _check_choice("write_policy", self.write_policy, WRITE_POLICIES)
         if self.kv_events is not None and not isinstance(self.kv_events, bool):
@@ -110,7 +122,9 @@ class EngineSettings:
     @property
     def priorities_in_use(self) -> tuple[int, ...]:
         """Every retention priority the settings mention (classes and bare priorities)."""
-        return tuple(sorted(set(self.retention_priorities) | {p for _, p in self.retention_classes}))
+        ranged = {p for c in self.retention_ranges for p in c.priorities}
+        return tuple(sorted(set(self.retention_priorities) | ranged
+                            | {p for _, p in self.retention_classes}))
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ same under the documented rule (offload if priority > value, default 35) and the
 ``disk_cache_size``/``disk_cache_path``. It always sets ``enable_iter_perf_stats: true``
 (the ``trtllm_kv_cache_*`` gauges need it) and ``enable_block_reuse: true`` (offload and
 events need reuse). A ``.json`` file is the gateway's per-request-class
-``KvCacheRetentionConfig`` (from ``retention_classes``), merged by class name.
+``KvCacheRetentionConfig`` (from ``retention_classes``: the whole prompt at one priority, and
+``retention_ranges``: a priority per token range plus decode), merged by class name.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from __future__ import annotations
 import json
 from typing import Mapping
 
+from policy.writers.retention import DEFAULT_RETENTION_PRIORITY
 from policy.writers.settings import EngineSettings, Rendered
 from policy.writers.textedit import yaml_set
 
 ENGINE = "trtllm"
 FORMATS = (".yaml", ".yml", ".json")  # .json: the gateway's per-class retention configs
-DEFAULT_RETENTION_PRIORITY = 35  # executor.h kDefaultRetentionPriority
 EVENT_BUFFER_SIZE = 16384
 SECTION = "kv_cache_config"
 
@@ -100,19 +101,24 @@ def render(settings: EngineSettings, existing: str | None, suffix: str) -> Rende
     ignored = [f for f in ("save_priority_limit", "write_policy") if getattr(settings, f) is not None]
     if ignored:
         notes.append(f"not applicable to TensorRT-LLM, ignored: {', '.join(ignored)}")
+    if settings.retention_classes or settings.retention_ranges:
+        notes.append("per-request retention (retention_classes, retention_ranges) is not a "
+                     "server setting: write it to a .json file for the gateway")
     return Rendered(yaml_set(existing or "", values), tuple(notes))
 
 
 def _render_retention(settings: EngineSettings, existing: str | None) -> Rendered:
     """The gateway file: existing classes kept, the settings' classes set."""
     validate(settings)
-    if not settings.retention_classes:
+    if not settings.retention_classes and not settings.retention_ranges:
         raise ValueError("a TensorRT-LLM .json file holds per-class retention configs; "
-                         "the settings have no retention_classes")
+                         "the settings have no retention_classes or retention_ranges")
     current = json.loads(existing) if existing and existing.strip() else {}
     if not isinstance(current, dict):
         raise ValueError("the retention file must hold a JSON object of request classes")
-    current.update(json.loads(retention_json(dict(settings.retention_classes))))
+    if settings.retention_classes:
+        current.update(json.loads(retention_json(dict(settings.retention_classes))))
+    current.update({c.name: c.to_dict() for c in settings.retention_ranges})
     return Rendered(json.dumps(current, indent=2) + "\n", (
         "send each request class's entry as kv_cache_retention_config (LLM API / Dynamo's "
         "TensorRT-LLM handler); trtllm-serve's OpenAI API has no per-request field for it",))

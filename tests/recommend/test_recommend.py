@@ -17,6 +17,7 @@ from policy.recommend.expected import expected_changes
 from policy.recommend.sweep import sweep
 from policy.recommend.value import full_block_value, priorities, value_per_byte
 from policy.writers.push import load_recommendation
+from policy.writers.textedit import yaml_get
 from tests.recommend.synthetic import conversations, record
 from tests.recommend.test_evaluate import write_mooncake
 
@@ -155,3 +156,25 @@ def test_vllm_store_threshold_is_chosen_by_replay():
     assert recomputed[2] < recomputed[0]
     # ties go to vLLM's default, 0
     assert best_store_threshold(records, 1, 2, 150)[0] == 0
+
+
+def test_trtllm_gets_token_range_retention_per_request_class(reco_dir):
+    out = reco_dir / "a"
+    trt, _ = load_recommendation(out / "recommendation.trtllm.json")
+    gateway = json.loads((out / "trtllm.retention.json").read_text())
+    assert gateway == {c.name: c.to_dict() for c in trt.retention_ranges} != {}
+    ranges = gateway["default"]["token_range_retention_configs"]
+    assert ranges[0]["token_start"] == 0 and ranges[-1]["token_end"] is None
+    # TensorRT-LLM's threshold is swept over what the ranges assign, not the per-block classes
+    evidence = json.loads((out / "recommendation.json").read_text())["evidence"]
+    points = evidence["token_range_sweep"]
+    assert {p["min_priority"] for p in points} == {r["priority"] for r in ranges}
+    best = min(points, key=lambda p: (p["recompute_tokens"], -p["min_priority"]))
+    assert trt.offload_min_priority == best["min_priority"]
+    threshold = yaml_get((out / "trtllm.yaml").read_text(),
+                         ("kv_cache_config", "secondary_offload_min_priority"))
+    for r in ranges:  # the YAML offloads exactly the ranges the sweep chose, under > and >=
+        assert (r["priority"] >= best["min_priority"]) == (r["priority"] > threshold)
+    report = (out / "report.md").read_text()
+    assert "## TensorRT-LLM retention per request class" in report
+    assert f"| default | 0-{ranges[0]['token_end'] or 'end'} | {ranges[0]['priority']} |" in report

@@ -206,3 +206,52 @@ def test_trtllm_retention_file_for_the_gateway_and_threshold_between_classes():
         render("trtllm", EngineSettings(), None, ".json")
     with pytest.raises(ValueError, match="retention_classes"):
         EngineSettings(retention_classes={"x": 101})
+
+
+RANGES = {"chat": {"token_range_retention_configs": [
+    {"token_start": 0, "token_end": 512, "priority": 80, "duration_ms": None},
+    {"token_start": 512, "token_end": None, "priority": 20, "duration_ms": 60000}],
+    "decode_retention_priority": 20, "decode_duration_ms": None}}
+
+
+def test_trtllm_token_range_retention_goes_to_the_gateway_file_in_llm_api_keywords():
+    settings = EngineSettings.from_mapping({"retention_ranges": RANGES, "offload_min_priority": 50})
+    # the ranges' priorities and the default 35 are in use: 50 sits between 35 and 80
+    assert settings.priorities_in_use == (20, 80)
+    existing = json.dumps({"legacy": {"decode_retention_priority": 35}})
+    data = json.loads(render("trtllm", settings, existing, ".json").text)
+    assert data == {"legacy": {"decode_retention_priority": 35}, **RANGES}
+    yaml_out = render("trtllm", settings)
+    assert yaml_get(yaml_out.text, ("kv_cache_config", "secondary_offload_min_priority")) == 50
+    assert "token_range" not in yaml_out.text
+    assert any("gateway" in n for n in yaml_out.notes)
+
+
+def test_trtllm_threshold_accounts_for_range_priorities():
+    # a range at 49 kept, decode at 50 offloaded: no value means the same under > and >=
+    ranges = {"c": {"token_range_retention_configs": [
+        {"token_start": 0, "token_end": None, "priority": 49, "duration_ms": None}],
+        "decode_retention_priority": 50}}
+    with pytest.raises(ValueError, match="adjacent"):
+        render("trtllm", EngineSettings(retention_ranges=ranges, offload_min_priority=50))
+
+
+@pytest.mark.parametrize("ranges, message", [
+    ([{"token_start": 0, "token_end": 512, "priority": 80},
+      {"token_start": 256, "token_end": None, "priority": 20}], "not overlap"),
+    ([{"token_start": 0, "token_end": None, "priority": 80},
+      {"token_start": 512, "token_end": None, "priority": 20}], "not overlap"),
+    ([{"token_start": 0, "token_end": 512, "priority": 101}], "priority must be an int in 0..100"),
+    ([{"token_start": 512, "token_end": 512, "priority": 1}], "token_end must be an int >= 513"),
+    ([], "no token ranges"),
+    ([{"token_start": 0, "end": 5, "priority": 1}], "bad token range"),
+])
+def test_retention_ranges_refuse_what_trtllm_refuses(ranges, message):
+    with pytest.raises(ValueError, match=message):
+        EngineSettings.from_mapping({"retention_ranges": {"c": {
+            "token_range_retention_configs": ranges}}})
+
+
+def test_a_class_cannot_be_both_whole_prompt_and_ranged():
+    with pytest.raises(ValueError, match="both retention_classes and retention_ranges"):
+        EngineSettings.from_mapping({"retention_classes": {"chat": 80}, "retention_ranges": RANGES})
