@@ -18,6 +18,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--cold-tokens", help="cold (file) tier capacity (default: none)")
     parser.add_argument("--policies", default="lru,arc,s3fifo,learned,belady",
                         help="comma-separated: lru, arc, s3fifo, belady, learned, learned-logistic")
+    parser.add_argument("--libcachesim", default="",
+                        help="also run libCacheSim's policies as one cache of GPU+CPU size on "
+                             "the same block stream, comma-separated: lcs:lru, lcs:s3fifo, "
+                             "lcs:wtinylfu, lcs:glcache, lcs:lrb, lcs:lru+bloom, or 'all' "
+                             "(needs the libcachesim package)")
     parser.add_argument("--seed", type=int, default=0, help="model seed (default 0)")
     parser.add_argument("--max-requests", type=int,
                         help="use only the first N requests of each trace (faster)")

@@ -11,7 +11,8 @@ from policy.commands.common import (
     print_json,
 )
 from policy.cost import CostParams
-from policy.learn.compare import POLICY_NAMES, Split, compare
+from policy.learn.compare import POLICY_NAMES, Split, add_gap_closed, compare
+from policy.learn.external import EXTERNAL, external_rows
 from policy.learn.replay import Tiers
 from policy.learn.subset import limited
 
@@ -36,16 +37,36 @@ def run(args) -> int:
         raise KvtierError(f"--prefill-servers must be >= 1, got {args.prefill_servers}")
     model = model_geometry(args.model)
     tiers = _tiers(args, records[0].block_size_tokens or 16, model)
-    with task("evaluating policies", total=len(policies)) as advance:
+    external = _external_names(args.libcachesim)
+    with task("evaluating policies", total=len(policies) + len(external)) as advance:
         output = compare(split, tiers, policies, seed=args.seed, params=CostParams(model=model),
                          servers=args.prefill_servers,
                          progress=lambda name: advance())
+        if external:
+            try:
+                output["libcachesim"] = external_rows(
+                    split.records, split.count_from, tiers.gpu_blocks + tiers.cpu_blocks,
+                    external, progress=lambda name: advance())
+                add_gap_closed(output["policies"] + output["libcachesim"])
+            except ValueError as error:
+                raise KvtierError(f"--libcachesim: {error}") from None
     output["block_tokens"] = records[0].block_size_tokens
     if args.json:
         print_json(output)
     else:
         print(text(output))
     return 0
+
+
+def _external_names(text: str) -> list[str]:
+    names = [n.strip() for n in (text or "").split(",") if n.strip()]
+    if names == ["all"]:
+        return list(EXTERNAL)
+    bad = [n for n in names if n not in EXTERNAL]
+    if bad:
+        raise KvtierError(f"--libcachesim: unknown {', '.join(bad)}; allowed: "
+                          f"{', '.join(EXTERNAL)}, all")
+    return names
 
 
 def _read(args, path: str) -> list:
@@ -77,15 +98,21 @@ def text(output: dict) -> str:
               f"{output['train_requests']:,} training requests; GPU {output['gpu_blocks']:,} / "
               f"CPU {output['cpu_blocks']:,} / cold {output['cold_blocks']:,} blocks"),
              (f"{'policy':<18}{'hit ratio':>10}{'gap closed':>11}{'GPU hit':>14}"
-              f"{'CPU promo':>14}{'cold promo':>12}{'recompute':>14}{'p50 ms':>9}"
-              f"{'p95 ms':>9}{'p99 ms':>9}")]
+              f"{'CPU promo':>14}{'cold promo':>12}{'recompute':>14}{'p50 ms':>11}"
+              f"{'p95 ms':>11}{'p99 ms':>11}")]
     for r in output["policies"]:
         gap = "" if r["gap_closed"] is None else f"{r['gap_closed']:.0%}"
         lines.append(f"{r['policy']:<18}{r['token_hit_ratio']:>10.4f}{gap:>11}"
                      f"{r['gpu_hit_tokens']:>14,}{r['cpu_promotion_tokens']:>14,}"
                      f"{r['cold_promotion_tokens']:>12,}{r['recompute_tokens']:>14,}"
-                     f"{r['ttft_p50_s'] * 1e3:>9.1f}{r['ttft_p95_s'] * 1e3:>9.1f}"
-                     f"{r['ttft_p99_s'] * 1e3:>9.1f}")
+                     f"{r['ttft_p50_s'] * 1e3:>11,.1f}{r['ttft_p95_s'] * 1e3:>11,.1f}"
+                     f"{r['ttft_p99_s'] * 1e3:>11,.1f}")
+    if output.get("libcachesim"):
+        lines.append(f"libCacheSim, one cache of {output['gpu_blocks'] + output['cpu_blocks']:,} "
+                     f"blocks on the same block stream:")
+        for r in output["libcachesim"]:
+            gap = "" if r["gap_closed"] is None else f"{r['gap_closed']:.0%}"
+            lines.append(f"{r['policy']:<18}{r['token_hit_ratio']:>10.4f}{gap:>11}")
     for name, info in output["learned"].items():
         held = info["model"]["held_out"]
         auc = "n/a" if held["roc_auc"] is None else f"{held['roc_auc']:.3f}"

@@ -77,7 +77,7 @@ def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 
         replayed = replay(split.records, tiers, cpu_policy, admitter=admitter,
                           count_from=split.count_from)
         rows.append(row(name, replayed, params, servers))
-    _gap_closed(rows)
+    add_gap_closed(rows)
     return {"gpu_blocks": tiers.gpu_blocks, "cpu_blocks": tiers.cpu_blocks,
             "cold_blocks": tiers.cold_blocks, "train_requests": len(split.train),
             "evaluated_requests": len(split.records) - split.count_from, "policies": rows,
@@ -102,7 +102,7 @@ def row(name: str, replayed: Replayed, params: CostParams, servers: int = 1) -> 
             "prefill_utilisation": ttft.utilisation}
 
 
-def _gap_closed(rows: list[dict]) -> None:
+def add_gap_closed(rows: list[dict]) -> None:
     """``gap_closed``: (policy - LRU) / (Belady - LRU) in token hit ratio, when both ran and
     differ."""
     by_name = {r["policy"]: r["token_hit_ratio"] for r in rows}

@@ -87,3 +87,31 @@ def test_coarsen_keeps_prefix_identity():
     assert [x.request_id for x in limited([r, r, r], max_requests=2)] == ["r0", "r0"]
     with pytest.raises(ValueError, match="factor"):
         coarsen(r, 0)
+
+
+def test_libcachesim_rows_run_on_the_same_block_stream(trace, capsys):
+    pytest.importorskip("libcachesim")
+    out = json.loads(run_verb(["--trace", str(trace), "--gpu-tokens", str(30 * 512),
+                               "--cpu-tokens", str(200 * 512), "--policies", "lru,belady",
+                               "--libcachesim", "all", "--json"], capsys))
+    ours = {r["policy"]: r for r in out["policies"]}
+    theirs = {r["policy"]: r for r in out["libcachesim"]}
+    assert list(theirs) == ["lcs:lru", "lcs:s3fifo", "lcs:wtinylfu", "lcs:glcache", "lcs:lrb",
+                            "lcs:lru+bloom"]
+    # two exclusive LRU tiers are one LRU of their combined size: both count the same hits
+    assert theirs["lcs:lru"]["token_hit_ratio"] == pytest.approx(ours["lru"]["token_hit_ratio"])
+    assert theirs["lcs:lru"]["gap_closed"] == pytest.approx(0.0, abs=1e-12)
+    assert theirs["lcs:lru"]["prompt_tokens"] == ours["lru"]["prompt_tokens"]
+    assert theirs["lcs:lru"]["capacity_blocks"] == 230
+    # no online policy beats the offline bound on the same stream
+    assert all(r["token_hit_ratio"] <= ours["belady"]["token_hit_ratio"] + 1e-9
+               for r in theirs.values())
+
+
+def test_libcachesim_names_are_checked(trace):
+    parser = argparse.ArgumentParser()
+    evaluate.add_arguments(parser)
+    with pytest.raises(KvtierError, match="--libcachesim: unknown lcs:magic; allowed: lcs:lru"):
+        evaluate.run(parser.parse_args(["--trace", str(trace), "--gpu-tokens", "15360",
+                                        "--cpu-tokens", "51200", "--policies", "lru",
+                                        "--libcachesim", "lcs:magic"]))

@@ -1,0 +1,93 @@
+"""libCacheSim's learned and admission policies on the same block stream, for comparison.
+
+kvtier's policies run in tiers (GPU LRU, then the CPU policy); libCacheSim's run as one cache
+of the two tiers' combined size, fed every block reference in replay order with unit-size
+objects and the request's arrival time as the clock. A request is served by the leading run
+of hits (prefix-contiguous, as in kvtier's lookup), counted in tokens over the same
+evaluation window. Two exclusive LRU tiers behave like one LRU of their combined size, so the
+``lcs:lru`` row equals kvtier's ``lru`` row: that equality is the check that both count the
+same thing.
+
+libCacheSim is an optional dependency (``pip install libcachesim``); asking for these rows
+without it is a ``ValueError`` saying so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from collector.events import RequestRecord
+
+# row name -> (libCacheSim class, admissioner class or None)
+EXTERNAL = {
+    "lcs:lru": ("LRU", None),
+    "lcs:s3fifo": ("S3FIFO", None),
+    "lcs:wtinylfu": ("WTinyLFU", None),
+    "lcs:glcache": ("GLCache", None),
+    "lcs:lrb": ("LRB", None),
+    "lcs:lru+bloom": ("LRU", "BloomFilterAdmissioner"),  # admit on the second request
+}
+OBJ_ID_MASK = (1 << 63) - 1  # block hashes are unsigned 64-bit; libCacheSim ids signed
+GLCACHE_RETRAINS = 20  # GLCache retrains every span/20 (its default is a day: never, here)
+
+
+def external_rows(records: Sequence[RequestRecord], count_from: int, capacity_blocks: int,
+                  names: Sequence[str], *,
+                  progress: Callable[[str], None] | None = None) -> list[dict]:
+    """One row per name in :data:`EXTERNAL`: ``token_hit_ratio``, ``hit_tokens``,
+    ``prompt_tokens`` over requests ``count_from`` onwards (earlier ones only warm)."""
+    unknown = [n for n in names if n not in EXTERNAL]
+    if unknown:
+        raise ValueError(f"unknown libCacheSim policies {', '.join(unknown)}; allowed: "
+                         f"{', '.join(EXTERNAL)}")
+    if capacity_blocks < 20:
+        raise ValueError(f"libCacheSim's policies need >= 20 blocks, got {capacity_blocks}")
+    try:
+        import libcachesim
+    except ImportError:
+        raise ValueError("the libCacheSim comparison needs the libcachesim package "
+                         "(pip install libcachesim)") from None
+    rows = []
+    for name in names:
+        if progress is not None:
+            progress(name)
+        cache = _cache(libcachesim, name, capacity_blocks, records)
+        hit, prompt = _replay(libcachesim, cache, records, count_from)
+        rows.append({"policy": name, "token_hit_ratio": hit / prompt if prompt else 0.0,
+                     "hit_tokens": hit, "prompt_tokens": prompt,
+                     "capacity_blocks": capacity_blocks})
+    return rows
+
+
+def _cache(lcs, name: str, capacity_blocks: int, records: Sequence[RequestRecord]):
+    cls_name, admissioner = EXTERNAL[name]
+    kwargs = {"cache_size": capacity_blocks}
+    if admissioner is not None:
+        kwargs["admissioner"] = getattr(lcs, admissioner)()
+    if cls_name == "GLCache" and records:
+        span = records[-1].arrival_s - records[0].arrival_s
+        kwargs["retrain_intvl"] = max(1, int(span / GLCACHE_RETRAINS))
+    return getattr(lcs, cls_name)(**kwargs)
+
+
+def _replay(lcs, cache, records: Sequence[RequestRecord], count_from: int) -> tuple[int, int]:
+    request = lcs.Request()
+    request.obj_size = 1
+    hit_tokens = prompt_tokens = 0
+    for index, record in enumerate(records):
+        request.clock_time = int(record.arrival_s)
+        block_tokens = record.block_size_tokens or 16
+        leading = True
+        hits = 0
+        for position, h in enumerate(record.block_hashes):
+            request.obj_id = h & OBJ_ID_MASK
+            hit = cache.get(request)
+            if leading and hit:
+                hits += max(0, min(block_tokens,
+                                   record.prompt_tokens - position * block_tokens))
+            else:
+                leading = False
+        if index >= count_from:
+            hit_tokens += hits
+            prompt_tokens += record.prompt_tokens
+    return hit_tokens, prompt_tokens
