@@ -23,6 +23,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="model and bootstrap seed")
     parser.add_argument("--prefill-servers", type=int, default=1,
                         help="prefill servers sharing the queue in the TTFT estimate")
+    host = parser.add_mutually_exclusive_group()
+    host.add_argument("--host-headroom-bytes", type=int,
+                      help="host DRAM the CPU tier may use; every recommended CPU size is capped "
+                           "at it less a safety margin of max(10%%, 1 GiB), and push checks it")
+    host.add_argument("--headroom-json",
+                      help="the output of `kvtier probe headroom --json`: cap CPU sizes at its "
+                           "safe_bytes (available less the probe's margin and reserve)")
     parser.add_argument("--max-requests", type=int, help="use only the first N requests")
     parser.add_argument("--coarsen", type=int, default=1,
                         help="merge K consecutive prefix blocks into one (exact prefix identity)")

@@ -23,11 +23,13 @@ from policy.learn.pipeline import fit
 from policy.learn.replay import IndexedAdmitter, Replayed, Tiers, replay
 from policy.recommend import engines
 from policy.recommend.expected import expected_changes
+from policy.recommend.headroom import NOT_CHECKED, HostLimit
 from policy.recommend.recommendation import Knob, Recommendation
 from policy.recommend.retention import band_priorities, range_priorities, retention_classes
 from policy.recommend.sweep import THRESHOLDS, SweepPoint, best, priority_scores, sweep
 from policy.recommend.value import full_block_value, priorities, value_per_byte
 from policy.recommend.vllm_sweep import best_store_threshold
+from policy.writers.settings import Guardrails
 
 VALIDATION_FRACTION = 0.2
 DEFAULT_COSTS = CostParams()
@@ -44,6 +46,7 @@ class Inputs:
     prefill_servers: int = 1
     windows: int = 10
     thresholds: tuple[int, ...] = THRESHOLDS
+    host: HostLimit | None = None  # None: the CPU size is not checked against host memory
 
     def __post_init__(self) -> None:
         for name in ("gpu_blocks", "cpu_blocks"):
@@ -59,12 +62,18 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
     """The recommendation for ``records``; ``step`` is called as each phase starts."""
     split = Split.by_time(records, inputs.train_fraction)
     block_tokens = records[0].block_size_tokens or 16
+    block_bytes = block_tokens * params.model.bytes_per_token
+    cpu_blocks = inputs.cpu_blocks
+    if inputs.host is not None:
+        cpu_blocks = min(cpu_blocks, inputs.host.cap_blocks(block_bytes))
+    host = (inputs.host.evidence(inputs.cpu_blocks * block_bytes, cpu_blocks * block_bytes)
+            if inputs.host is not None else dict(NOT_CHECKED))
     step("replaying the GPU tier alone")
     gpu_only = replay(split.records, Tiers(inputs.gpu_blocks, 0), "lru")
     verdict = _verdict(split.records, gpu_only.result.token_hit_ratio, params)
-    if verdict["verdict"] == "wrong_optimisation":
-        return _do_not_offload(verdict, gpu_only)
-    tiers = Tiers(inputs.gpu_blocks, inputs.cpu_blocks)
+    if verdict["verdict"] == "wrong_optimisation" or cpu_blocks == 0:
+        return _do_not_offload(verdict, gpu_only, host, block_bytes)
+    tiers = Tiers(inputs.gpu_blocks, cpu_blocks)
     step("training the admission model")
     fitted = fit(split.train, split.records, tiers, ModelConfig(seed=inputs.seed),
                  thresholds=())
@@ -99,11 +108,16 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
         candidate = baseline
     changes = expected_changes(baseline, candidate, params, np.random.default_rng(inputs.seed),
                                windows=inputs.windows, servers=inputs.prefill_servers)
-    cpu_bytes = inputs.cpu_blocks * block_tokens * params.model.bytes_per_token
+    cpu_bytes = cpu_blocks * block_bytes
+    if host.get("capped"):  # what the cap costs: plain LRU at the requested size, later time
+        host["token_hit_ratio_lru_at_requested"] = replay(
+            split.records, Tiers(inputs.gpu_blocks, inputs.cpu_blocks), "lru",
+            count_from=split.count_from).result.token_hit_ratio
+        host["token_hit_ratio_lru_at_cap"] = baseline.result.token_hit_ratio
     classes = tuple(sorted(set(prio.tolist())))
     helps = candidate.result.token_hit_ratio > baseline.result.token_hit_ratio
     store_threshold, by_threshold = best_store_threshold(
-        split.train, inputs.gpu_blocks, inputs.cpu_blocks, validate_from)
+        split.train, inputs.gpu_blocks, cpu_blocks, validate_from)
     per_engine, notes = engines.settings(cpu_bytes, chosen.min_priority, classes, helps,
                                          (ranges, range_gate.min_priority), store_threshold)
     later = _window_ratio(gpu_only, split.count_from)
@@ -113,11 +127,13 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
                       for r in verdict["reasons"] if r["holds"] is False),
         settings=engines.neutral(cpu_bytes, chosen.min_priority, classes),
         engine_settings=per_engine, engine_notes=notes,
-        knobs=_knobs(cpu_bytes, chosen, chosen_gt, classes),
+        guardrails=_guardrails(inputs.host),
+        knobs=_knobs(cpu_bytes, chosen, chosen_gt, classes, host),
         expected=changes,
         evidence={"reuse_verdict": verdict, "model": fitted.model.card(),
                   "seed": inputs.seed, "block_tokens": block_tokens,
-                  "tiers_blocks": {"gpu": inputs.gpu_blocks, "cpu": inputs.cpu_blocks},
+                  "tiers_blocks": {"gpu": inputs.gpu_blocks, "cpu": cpu_blocks},
+                  "host_memory": host,
                   "train_requests": len(split.train),
                   "evaluated_requests": len(split.records) - split.count_from,
                   "sweep": [p.__dict__ for p in points],
@@ -136,16 +152,26 @@ def _verdict(records: Sequence[RequestRecord], gpu_ratio: float, params: CostPar
     return analyze(records, params, gpu_token_hit_ratio=gpu_ratio)["offloading"]
 
 
-def _do_not_offload(verdict: dict, gpu_only: Replayed) -> Recommendation:
-    held = [r for r in verdict["reasons"] if r["holds"]]
+def _do_not_offload(verdict: dict, gpu_only: Replayed, host: dict,
+                    block_bytes: int) -> Recommendation:
+    held = [(r["reason"], r["evidence"]) for r in verdict["reasons"] if r["holds"]]
+    if not held:  # the reuse verdict was to offload, but the host has no room for a block
+        held = [("contested host DRAM: the host headroom holds no KV block",
+                 f"cap {host['cap_bytes']} bytes ({host['source']}) < one block of "
+                 f"{block_bytes} bytes")]
     return Recommendation(
         verdict="do_not_offload",
-        reasons=tuple(f"{r['reason']}: {r['evidence']}" for r in held),
+        reasons=tuple(f"{reason}: {evidence}" for reason, evidence in held),
         settings=engines.neutral(0, None, ()),
         engine_settings=engines.off(),
-        knobs=(Knob("cpu_tier_bytes", 0, "; ".join(r["reason"] for r in held)),),
-        evidence={"reuse_verdict": verdict,
+        knobs=(Knob("cpu_tier_bytes", 0, "; ".join(reason for reason, _ in held)),),
+        evidence={"reuse_verdict": verdict, "host_memory": host,
                   "token_hit_ratio": {"gpu_only": gpu_only.result.token_hit_ratio}})
+
+
+def _guardrails(host: HostLimit | None) -> Guardrails:
+    """What ``kvtier push`` checks: the cap this recommendation was sized under."""
+    return Guardrails(host_headroom_bytes=None if host is None else host.cap_bytes)
 
 
 def _admit_all(chosen: SweepPoint) -> SweepPoint:
@@ -154,9 +180,17 @@ def _admit_all(chosen: SweepPoint) -> SweepPoint:
                       "admitting every block on later time, so every block is offloaded")
 
 
-def _knobs(cpu_bytes: int, chosen, chosen_gt, classes) -> tuple[Knob, ...]:
+def _knobs(cpu_bytes: int, chosen, chosen_gt, classes, host: dict) -> tuple[Knob, ...]:
+    if not host["checked"]:
+        sized = "not checked against host memory"
+    elif host["capped"]:
+        sized = (f"capped from {host['requested_cpu_bytes']} bytes at the host headroom "
+                 f"less its safety margin ({host['cap_bytes']} bytes)")
+    else:
+        sized = f"within the host headroom less its safety margin ({host['cap_bytes']} bytes)"
     return (
-        Knob("cpu_tier_bytes", cpu_bytes, "the candidate CPU capacity the model was trained at"),
+        Knob("cpu_tier_bytes", cpu_bytes,
+             f"the CPU capacity the model was trained and measured at; {sized}"),
         Knob("offload_min_priority", chosen.min_priority,
              chosen.note or
              f"fewest recomputed tokens on the validation slice ({chosen.token_hit_ratio:.4f} "

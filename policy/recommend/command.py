@@ -11,6 +11,7 @@ from policy.cost import CostParams
 from policy.learn.subset import limited
 from policy.recommend import report
 from policy.recommend.build import Inputs, recommend
+from policy.recommend.headroom import HostLimit, from_bytes, from_probe_json
 from policy.writers import ENGINES
 
 PHASES = 4
@@ -35,7 +36,8 @@ def run(args) -> int:
         raise KvtierError("--gpu-tokens and --cpu-tokens must be finite and hold at least "
                           f"one {block_tokens}-token block")
     try:
-        inputs = Inputs(gpu, cpu, args.train_fraction, args.seed, args.prefill_servers)
+        inputs = Inputs(gpu, cpu, args.train_fraction, args.seed, args.prefill_servers,
+                        host=_host_limit(args))
     except ValueError as error:
         raise KvtierError(str(error)) from None
     with task("recommending", total=PHASES) as advance:
@@ -47,3 +49,11 @@ def run(args) -> int:
         print(f"  {knob.name} = {knob.value}")
     print(f"wrote {len(written)} files to {args.out} (report.md, recommendation.json, configs)")
     return 0
+
+
+def _host_limit(args) -> HostLimit | None:
+    if getattr(args, "headroom_json", None):
+        return from_probe_json(args.headroom_json)
+    if getattr(args, "host_headroom_bytes", None) is not None:
+        return from_bytes(args.host_headroom_bytes)
+    return None

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from policy.recommend.expected import Change
-from policy.writers.settings import EngineSettings
+from policy.writers.settings import EngineSettings, Guardrails
 
 VERDICTS = ("offload", "do_not_offload")
 
@@ -34,6 +34,7 @@ class Recommendation:
     settings: EngineSettings
     engine_settings: tuple[tuple[str, EngineSettings], ...] = ()
     engine_notes: tuple[tuple[str, str], ...] = ()
+    guardrails: Guardrails = Guardrails()
     knobs: tuple[Knob, ...] = ()
     expected: tuple[Change, ...] = ()
     evidence: dict = field(default_factory=dict)
@@ -52,7 +53,9 @@ class Recommendation:
             raise ValueError(f"no settings for engine {engine!r}; have "
                              f"{', '.join(e for e, _ in self.engine_settings) or 'none'}")
         return {"kind": "kvtier.recommendation", "version": 1,
-                "settings": settings_dict(settings), "guardrails": {},
+                "settings": settings_dict(settings),
+                "guardrails": {k: v for k, v in dataclasses.asdict(self.guardrails).items()
+                               if v is not None},
                 "notes": [n for e, n in self.engine_notes if engine in (None, e)],
                 "evidence": {"verdict": self.verdict, "reasons": list(self.reasons),
                              "knobs": [dataclasses.asdict(k) for k in self.knobs],

@@ -54,6 +54,8 @@ def markdown(rec: Recommendation, plots: Sequence[str], engines: Sequence[str]) 
                   "| metric | baseline | recommended | change | interval |", "|---|---|---|---|---|"]
         lines += [f"| {c.metric} | {c.baseline:.4g} | {c.candidate:.4g} | {c.change:+.4g} | "
                   f"[{c.low:+.4g}, {c.high:+.4g}] |" for c in rec.expected]
+    if "host_memory" in ev:
+        lines += host_section(ev["host_memory"], rec.settings.cpu_tier_bytes)
     ratios = ev.get("token_hit_ratio", {})
     if ratios:
         lines += ["", "## Token hit ratio (later time)", ""]
@@ -77,6 +79,29 @@ def markdown(rec: Recommendation, plots: Sequence[str], engines: Sequence[str]) 
         lines += retention_section(trtllm)
     lines += [""] + [f"![{p}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
+
+
+def host_section(host: dict, cpu_bytes: int | None) -> list[str]:
+    """Whether the CPU size was checked against host memory, and what a cap cost."""
+    lines = ["", "## Host memory", ""]
+    if not host["checked"]:
+        return lines + [(f"The CPU tier size ({_gib(cpu_bytes or 0)}) was **not checked against "
+                         "host memory**: give `--headroom-json` (from `kvtier probe headroom "
+                         "--json`) or `--host-headroom-bytes`.")]
+    lines.append(f"Host headroom {_gib(host['headroom_bytes'])} ({host['source']}); safety "
+                 f"margin {_gib(host['safety_margin_bytes'])}; cap {_gib(host['cap_bytes'])}.")
+    if not host["capped"]:
+        return lines + ["", f"The requested CPU tier ({_gib(host['requested_cpu_bytes'])}) fits."]
+    return lines + ["", (
+        f"**The requested CPU tier ({_gib(host['requested_cpu_bytes'])}) was capped to "
+        f"{_gib(host['recommended_cpu_bytes'])}**; every figure in this report is measured at "
+        f"the capped size. LRU token hit ratio on later time: "
+        f"{host['token_hit_ratio_lru_at_requested']:.4f} at the requested size, "
+        f"{host['token_hit_ratio_lru_at_cap']:.4f} at the cap.")]
+
+
+def _gib(size_bytes: int) -> str:
+    return f"{size_bytes / (1 << 30):.2f} GiB ({size_bytes} bytes)"
 
 
 def retention_section(settings) -> list[str]:
