@@ -30,7 +30,8 @@ def run_from_args(args, progress):
     from probes.active.load_command import check_server, store_result
 
     budget = LatencyBudget(args.ttft_p99_budget_s, args.itl_p99_budget_s, args.sustained_s, args.window_s)
-    plan = RolloutPlan(args.gpu_blocks, args.cpu_blocks, args.file_blocks, args.min_file_gain, budget)
+    plan = RolloutPlan(args.gpu_blocks, args.cpu_blocks, args.file_blocks, args.min_file_gain, budget,
+                       _cold_cost(getattr(args, "fs_json", None), args.block_tokens))
     load = LoadConfig(concurrency=parse_levels(args.concurrency), requests_per_level=args.requests,
                       max_tokens=args.max_tokens, block_tokens=args.block_tokens, max_blocks=args.max_blocks)
     check_server(args.endpoint)
@@ -47,6 +48,19 @@ def run_from_args(args, progress):
     else:
         switcher = EngineAdminSwitcher(args.endpoint)
     return run_rollout(plan, switcher, run_phase, block_tokens=args.block_tokens, progress=progress)
+
+
+def _cold_cost(fs_json: str | None, block_tokens: int):
+    """The measured cold-promotion cost from a file-tier probe's JSON, or ``None``."""
+    if not fs_json:
+        return None
+    from policy.filetier import cost_from_params
+    from probes.active.cost import measured_cost_params
+
+    try:
+        return cost_from_params(measured_cost_params(fs_json), block_tokens)
+    except (OSError, ValueError) as error:
+        raise KvtierError(f"--fs-json {fs_json}: {error}") from None
 
 
 def _write_tiers(path: str, tiers) -> str:

@@ -30,6 +30,14 @@ def add_arguments(parser) -> None:
     host.add_argument("--headroom-json",
                       help="the output of `kvtier probe headroom --json`: cap CPU sizes at its "
                            "safe_bytes (available less the probe's margin and reserve)")
+    parser.add_argument("--cold-tokens", default="10M",
+                        help="vLLM: the candidate file (cold) tier capacity (default 10M tokens; "
+                             "0: do not consider one)")
+    parser.add_argument("--cold-path", help="vLLM: the file tier's absolute directory (without "
+                                            "it the file tier is decided but not written)")
+    parser.add_argument("--fs-json",
+                        help="the output of `kvtier probe fs --json`: the measured cold-promotion "
+                             "cost, weighed against recompute before adding a file tier")
     parser.add_argument("--max-requests", type=int, help="use only the first N requests")
     parser.add_argument("--coarsen", type=int, default=1,
                         help="merge K consecutive prefix blocks into one (exact prefix identity)")

@@ -19,6 +19,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--file-blocks", type=int, default=1024, help="the file tier of phase three")
     parser.add_argument("--min-file-gain", type=float, default=0.02,
                         help="add the file tier only if it serves this share more prompt tokens (simulated)")
+    parser.add_argument("--fs-json", help="the output of `kvtier probe fs --json`: skip the file tier if "
+                                          "a measured cold promotion costs as much as recomputing")
     parser.add_argument("--ttft-p99-budget-s", type=float, default=2.0)
     parser.add_argument("--itl-p99-budget-s", type=float, default=0.1)
     parser.add_argument("--sustained-s", type=int, default=300, help="how long a breach must last")

@@ -17,6 +17,8 @@ import numpy as np
 
 from collector.events import RequestRecord
 from policy.cost import CostParams
+from policy.filetier import MIN_FILE_GAIN, ColdCost, cost_from_params
+from policy.filetier import decide as decide_file_tier
 from policy.learn.compare import Split
 from policy.learn.model import ModelConfig
 from policy.learn.pipeline import fit
@@ -28,7 +30,7 @@ from policy.recommend.recommendation import Knob, Recommendation
 from policy.recommend.retention import band_priorities, range_priorities, retention_classes
 from policy.recommend.sweep import THRESHOLDS, SweepPoint, best, priority_scores, sweep
 from policy.recommend.value import full_block_value, priorities, value_per_byte
-from policy.recommend.vllm_sweep import best_store_threshold
+from policy.recommend.vllm_sweep import best_store_threshold, file_tier_gain
 from policy.writers.settings import Guardrails
 
 VALIDATION_FRACTION = 0.2
@@ -47,6 +49,9 @@ class Inputs:
     windows: int = 10
     thresholds: tuple[int, ...] = THRESHOLDS
     host: HostLimit | None = None  # None: the CPU size is not checked against host memory
+    cold_blocks: int = 0  # a candidate vLLM file tier (0: not considered)
+    cold_path: str | None = None  # where it would live (None: decided, not written)
+    cold_cost: ColdCost | None = None  # measured cold promotion (None: the cost model's)
 
     def __post_init__(self) -> None:
         for name in ("gpu_blocks", "cpu_blocks"):
@@ -118,8 +123,16 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
     helps = candidate.result.token_hit_ratio > baseline.result.token_hit_ratio
     store_threshold, by_threshold = best_store_threshold(
         split.train, inputs.gpu_blocks, cpu_blocks, validate_from)
+    file_tier = None
+    if inputs.cold_blocks:
+        gain = file_tier_gain(split.train, inputs.gpu_blocks, cpu_blocks, inputs.cold_blocks,
+                              validate_from, by_threshold[store_threshold])
+        file_tier = decide_file_tier(gain, MIN_FILE_GAIN, inputs.cold_cost
+                                     or cost_from_params(params, block_tokens))
+    vllm_file = (file_tier, inputs.cold_blocks * block_bytes, inputs.cold_path)
     per_engine, notes = engines.settings(cpu_bytes, chosen.min_priority, classes, helps,
-                                         (ranges, range_gate.min_priority), store_threshold)
+                                         (ranges, range_gate.min_priority), store_threshold,
+                                         vllm_file)
     later = _window_ratio(gpu_only, split.count_from)
     return Recommendation(
         verdict="offload",
@@ -128,12 +141,14 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
         settings=engines.neutral(cpu_bytes, chosen.min_priority, classes),
         engine_settings=per_engine, engine_notes=notes,
         guardrails=_guardrails(inputs.host),
-        knobs=_knobs(cpu_bytes, chosen, chosen_gt, classes, host),
+        knobs=_knobs(cpu_bytes, chosen, chosen_gt, classes, host) + _file_knob(vllm_file),
         expected=changes,
         evidence={"reuse_verdict": verdict, "model": fitted.model.card(),
                   "seed": inputs.seed, "block_tokens": block_tokens,
                   "tiers_blocks": {"gpu": inputs.gpu_blocks, "cpu": cpu_blocks},
                   "host_memory": host,
+                  "vllm_file_tier": None if file_tier is None else {
+                      **file_tier.to_dict(), "cold_blocks": inputs.cold_blocks},
                   "train_requests": len(split.train),
                   "evaluated_requests": len(split.records) - split.count_from,
                   "sweep": [p.__dict__ for p in points],
@@ -199,6 +214,13 @@ def _knobs(cpu_bytes: int, chosen, chosen_gt, classes, host: dict) -> tuple[Knob
         Knob("retention_priorities", list(classes),
              "learned value classes (P(reuse) x (recompute - promotion) per byte, 0..100)"),
     )
+
+
+def _file_knob(vllm_file) -> tuple[Knob, ...]:
+    decision, cold_bytes, _ = vllm_file
+    if decision is None:
+        return ()
+    return (Knob("vllm_file_tier_bytes", cold_bytes if decision.add else 0, decision.reason),)
 
 
 def _window_ratio(replayed: Replayed, count_from: int) -> float:

@@ -12,7 +12,9 @@ from policy.learn.subset import limited
 from policy.recommend import report
 from policy.recommend.build import Inputs, recommend
 from policy.recommend.headroom import HostLimit, from_bytes, from_probe_json
+from policy.filetier import ColdCost, cost_from_latencies
 from policy.writers import ENGINES
+from probes.active.cost import measured_cost_params
 
 PHASES = 4
 
@@ -23,7 +25,7 @@ def run(args) -> int:
     args.trace = args.trace or args.store
     if args.store:
         args.format = "store"
-    _, records = open_records(args)
+    reader, records = open_records(args)
     records = list(limited(records, args.max_requests, args.coarsen))
     if len(records) < 40:
         raise KvtierError(f"{args.trace}: {len(records)} requests; a recommendation needs "
@@ -35,13 +37,20 @@ def run(args) -> int:
     if not gpu or not cpu:
         raise KvtierError("--gpu-tokens and --cpu-tokens must be finite and hold at least "
                           f"one {block_tokens}-token block")
+    cold = capacity_blocks(args.cold_tokens, block_tokens, model, "--cold-tokens")
+    if cold is None:
+        raise KvtierError("--cold-tokens must be finite (0: do not consider a file tier)")
     try:
+        params = CostParams(model=model)
+        if args.fs_json:
+            params = measured_cost_params(args.fs_json, base=params)
         inputs = Inputs(gpu, cpu, args.train_fraction, args.seed, args.prefill_servers,
-                        host=_host_limit(args))
-    except ValueError as error:
+                        host=_host_limit(args), cold_blocks=cold, cold_path=args.cold_path,
+                        cold_cost=_store_cold_cost(reader, block_tokens, params))
+    except (OSError, ValueError) as error:
         raise KvtierError(str(error)) from None
     with task("recommending", total=PHASES) as advance:
-        rec = recommend(records, inputs, CostParams(model=model), step=lambda name: advance())
+        rec = recommend(records, inputs, params, step=lambda name: advance())
     engines = ENGINES if args.engine == "all" else (args.engine,)
     written = report.write(rec, Path(args.out), engines)
     print(f"verdict: {rec.verdict.replace('_', ' ')}")
@@ -57,3 +66,21 @@ def _host_limit(args) -> HostLimit | None:
     if getattr(args, "host_headroom_bytes", None) is not None:
         return from_bytes(args.host_headroom_bytes)
     return None
+
+
+def _store_cold_cost(reader, block_tokens: int, params: CostParams) -> ColdCost | None:
+    """Cold promotions and recomputes as the engine measured them, from a store's block
+    events (median seconds per token); ``None`` for traces, or a store without them."""
+    store = getattr(reader, "store", None)
+    if store is None:
+        return None
+    rows = store.query("""
+        SELECT CAST(kind AS VARCHAR) AS kind, median(latency_s / tokens) AS s_per_token
+        FROM block_events
+        WHERE latency_s IS NOT NULL AND tokens > 0
+          AND CAST(kind AS VARCHAR) IN ('cold_promotion', 'recompute_miss')
+        GROUP BY ALL""").to_pylist()
+    measured = {row["kind"]: row["s_per_token"] for row in rows}
+    return cost_from_latencies(block_tokens, measured.get("cold_promotion"),
+                               measured.get("recompute_miss"), params,
+                               f"the store {store.path}")

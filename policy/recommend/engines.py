@@ -17,11 +17,13 @@ def neutral(cpu_bytes: int, min_priority: int | None, classes) -> EngineSettings
 
 
 def settings(cpu_bytes: int, min_priority: int, classes, admission_helps: bool,
-             ranges: tuple = ((), None), store_threshold: int = 0):
+             ranges: tuple = ((), None), store_threshold: int = 0,
+             vllm_file: tuple = (None, 0, None)):
     """``((engine, EngineSettings), ...)`` and ``((engine, note), ...)``. ``ranges``: the
     per-request-class token-range retention (:class:`RetentionClass`es) TensorRT-LLM gets,
     and the offload threshold swept over the priorities those ranges assign (``None``:
-    no ranges; TensorRT-LLM then gets the per-block threshold and classes)."""
+    no ranges; TensorRT-LLM then gets the per-block threshold and classes). ``vllm_file``:
+    the file-tier decision (``FileTierDecision`` or ``None``), its size in bytes, its path."""
     ranges, range_min_priority = ranges
     trtllm = (EngineSettings(cpu_tier_bytes=cpu_bytes, offload_min_priority=range_min_priority,
                              retention_ranges=tuple(ranges), kv_events=True)
@@ -33,8 +35,7 @@ def settings(cpu_bytes: int, min_priority: int, classes, admission_helps: bool,
         "trtllm": trtllm,
         "dynamo": EngineSettings(cpu_tier_bytes=cpu_bytes, offload_min_priority=min_priority,
                                  kv_events=True),
-        "vllm": EngineSettings(cpu_tier_bytes=cpu_bytes, eviction_policy="lru",
-                               store_threshold=store_threshold, kv_events=True),
+        "vllm": _vllm(cpu_bytes, store_threshold, vllm_file),
         "lmcache": EngineSettings(cpu_tier_bytes=cpu_bytes, eviction_policy="lru"),
         "sglang": EngineSettings(cpu_tier_bytes=cpu_bytes, eviction_policy="lru",
                                  write_policy="write_through_selective" if admission_helps
@@ -42,6 +43,7 @@ def settings(cpu_bytes: int, min_priority: int, classes, admission_helps: bool,
     }
     notes = [("vllm", (f"vLLM cannot express {gate}; store_threshold={store_threshold} is "
                        "the best of 0, 2, 3 replayed under vLLM's semantics")),
+             *_file_notes(vllm_file),
              ("lmcache", (f"LMCache's priority_limit is per request, not per block: {gate} "
                           "is not applied")),
              ("trtllm", ("the gateway should send each request class's KvCacheRetentionConfig "
@@ -51,6 +53,31 @@ def settings(cpu_bytes: int, min_priority: int, classes, admission_helps: bool,
                          "expected change is measured for the per-block gate, which token "
                          "ranges approximate"))]
     return _checked(candidates, notes)
+
+
+def _vllm(cpu_bytes: int, store_threshold: int, vllm_file: tuple) -> EngineSettings:
+    decision, cold_bytes, cold_path = vllm_file
+    if decision is not None and decision.add and cold_path:
+        # TieringOffloadingSpec refuses store_threshold >= 2; the gain was replayed at 0
+        return EngineSettings(cpu_tier_bytes=cpu_bytes, eviction_policy="lru", store_threshold=0,
+                              cold_tier_bytes=cold_bytes, cold_tier_path=cold_path,
+                              kv_events=True)
+    return EngineSettings(cpu_tier_bytes=cpu_bytes, eviction_policy="lru",
+                          store_threshold=store_threshold, kv_events=True)
+
+
+def _file_notes(vllm_file: tuple) -> list:
+    decision, cold_bytes, cold_path = vllm_file
+    if decision is None:
+        return []
+    notes = [("vllm", f"file tier of {cold_bytes} bytes: {decision.reason}")]
+    if decision.add and not cold_path:
+        notes.append(("vllm", "the file tier is not written to the config: give --cold-path "
+                              "DIR (an absolute path on the file system kvtier probe fs measured)"))
+    elif decision.add:
+        notes.append(("vllm", "with the file tier store_threshold is 0: vLLM's "
+                              "TieringOffloadingSpec refuses any other"))
+    return notes
 
 
 def _ranges_text(ranges) -> str:

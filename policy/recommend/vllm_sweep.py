@@ -1,9 +1,12 @@
-"""vLLM's admission knob: ``store_threshold`` swept under vLLM's own tier semantics.
+"""vLLM's admission knob and its file tier, each replayed under vLLM's own tier semantics.
 
 vLLM cannot gate by a learned priority; its nearest knob stores a block in the CPU tier only
 on its N-th offer. Each candidate is replayed with the simulator's ``"vllm"`` semantics on
 the training records and counted on their latest slice; the fewest recomputed tokens wins
-(ties: the smaller threshold, vLLM's default 0 first).
+(ties: the smaller threshold, vLLM's default 0 first). The file tier is replayed the same
+way (with ``store_threshold`` 0: vLLM's ``TieringOffloadingSpec`` refuses any other), and
+its gain is the share of the slice's prompt tokens it saves from recompute against the
+chosen CPU-only setting.
 """
 
 from __future__ import annotations
@@ -21,16 +24,36 @@ def best_store_threshold(records: Sequence[RequestRecord], gpu_blocks: int, cpu_
                          count_from: int, candidates: Sequence[int] = STORE_THRESHOLDS
                          ) -> tuple[int, dict]:
     """The chosen threshold and ``{threshold: recomputed tokens on the slice}``."""
-    block_tokens = next((r.block_size_tokens for r in records if r.block_size_tokens), 16)
-    recomputed = {}
-    for threshold in candidates:
-        config = SimConfig(gpu_blocks=gpu_blocks, cpu_blocks=cpu_blocks, semantics="vllm",
-                           store_threshold=threshold, default_block_tokens=block_tokens)
-        simulator = Simulator(config)
-        total = 0
-        for index, record in enumerate(records):
-            outcome = simulator.serve(record)
-            if index >= count_from:
-                total += outcome.recompute_tokens
-        recomputed[threshold] = total
+    recomputed = {threshold: recomputed_tokens(records, _config(records, gpu_blocks, cpu_blocks,
+                                                                0, threshold), count_from)
+                  for threshold in candidates}
     return min(recomputed, key=lambda t: (recomputed[t], t)), recomputed
+
+
+def file_tier_gain(records: Sequence[RequestRecord], gpu_blocks: int, cpu_blocks: int,
+                   cold_blocks: int, count_from: int, recomputed_without: int) -> float:
+    """Share of the slice's prompt tokens a ``cold_blocks`` file tier saves from recompute,
+    against ``recomputed_without`` (the CPU-only setting's recomputed tokens)."""
+    with_file = recomputed_tokens(records, _config(records, gpu_blocks, cpu_blocks,
+                                                   cold_blocks, 0), count_from)
+    prompt = sum(r.prompt_tokens for r in records[count_from:])
+    return (recomputed_without - with_file) / prompt if prompt else 0.0
+
+
+def recomputed_tokens(records: Sequence[RequestRecord], config: SimConfig,
+                      count_from: int) -> int:
+    simulator = Simulator(config)
+    total = 0
+    for index, record in enumerate(records):
+        outcome = simulator.serve(record)
+        if index >= count_from:
+            total += outcome.recompute_tokens
+    return total
+
+
+def _config(records, gpu_blocks: int, cpu_blocks: int, cold_blocks: int,
+            store_threshold: int) -> SimConfig:
+    block_tokens = next((r.block_size_tokens for r in records if r.block_size_tokens), 16)
+    return SimConfig(gpu_blocks=gpu_blocks, cpu_blocks=cpu_blocks, cold_blocks=cold_blocks,
+                     semantics="vllm", store_threshold=store_threshold,
+                     default_block_tokens=block_tokens)

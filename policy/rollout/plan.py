@@ -2,9 +2,11 @@
 
 The seed's sequence: a GPU-only baseline, then a small CPU tier, then a secondary (file) tier
 only if retention value justifies it. Whether it does is decided between phases from the
-trace itself: replaying the same requests in the simulator with and without the file tier
-must gain at least ``min_file_gain`` of prompt tokens served from cache, and the CPU phase
-must not have been rolled back.
+trace itself: a cold promotion must cost less than recomputing the block (``cold_cost``, or
+the cost model's defaults), replaying the same requests in the simulator with and without
+the file tier must gain at least ``min_file_gain`` of prompt tokens served from cache
+(both checked by :func:`policy.filetier.decide`, as ``kvtier recommend`` does for vLLM),
+and the CPU phase must not have been rolled back.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from collector.exports.alerts import LatencyBudget
+from policy.filetier import MIN_FILE_GAIN, ColdCost
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +46,9 @@ class RolloutPlan:
     gpu_blocks: int = 48
     cpu_blocks: int = 256
     file_blocks: int = 1024
-    min_file_gain: float = 0.02
+    min_file_gain: float = MIN_FILE_GAIN
     budget: LatencyBudget = field(default_factory=LatencyBudget)
+    cold_cost: ColdCost | None = None  # measured; None: the cost model's defaults
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_file_gain < 1:

@@ -125,11 +125,13 @@ def _skip_reason(tiers: PhaseTiers, done: list[PhaseOutcome], plan: RolloutPlan,
     cpu = next((p for p in done if p.tiers.cpu_blocks and not p.tiers.file_blocks), None)
     if cpu is None:
         return "the CPU phase did not run"
+    from policy.cost import CostParams
+    from policy.filetier import cost_from_params, decide
+
     gain = file_tier_gain(cpu.records, plan, block_tokens)
-    if gain < plan.min_file_gain:
-        return (f"retention value too low: the file tier would serve {gain:.1%} more prompt tokens "
-                f"(bar: {plan.min_file_gain:.0%})")
-    return None
+    decision = decide(gain, plan.min_file_gain,
+                      plan.cold_cost or cost_from_params(CostParams(), block_tokens))
+    return None if decision.add else decision.reason
 
 
 def summarise(records: Sequence[RequestRecord]) -> dict:

@@ -1,0 +1,94 @@
+"""Whether to add a file (cold) tier: a cold promotion must cost less than recomputing.
+
+The seed's rule: a secondary tier only if its retention value justifies it. Two checks, in
+order: (1) a cold promotion of a block (file -> CPU -> GPU) must cost less than recomputing
+the block's tokens, else a hit in the file tier is no better than a miss, whatever the
+simulated hit gain; (2) the simulated gain in prompt tokens served from cache must reach the
+bar. The costs come from the cost model (:mod:`policy.cost`: its defaults, or the file-tier
+probe's measurements, ``kvtier probe fs --json``) or from a store's own measured latencies.
+``kvtier recommend`` (vLLM) and ``kvtier rollout`` both decide with :func:`decide`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from policy.cost import CostParams
+
+MIN_FILE_GAIN = 0.02  # the rollout plan's default bar
+
+
+@dataclass(frozen=True)
+class ColdCost:
+    """Seconds to promote one ``block_tokens`` block from the file tier, and to recompute
+    it instead; ``source`` says where the figures came from, ``measured`` whether the
+    promotion cost was measured (a probe or the store) rather than a default."""
+
+    block_tokens: int
+    promotion_s: float
+    recompute_s: float
+    source: str
+    measured: bool = False
+
+    def __post_init__(self) -> None:
+        if self.block_tokens < 1 or self.promotion_s < 0 or not self.recompute_s > 0:
+            raise ValueError(f"need block_tokens >= 1, promotion_s >= 0, recompute_s > 0; got "
+                             f"{self.block_tokens}, {self.promotion_s}, {self.recompute_s}")
+
+    @property
+    def text(self) -> str:
+        return (f"a cold promotion of a {self.block_tokens}-token block costs "
+                f"{self.promotion_s * 1e3:.3g} ms, recomputing it {self.recompute_s * 1e3:.3g} ms "
+                f"({self.source})")
+
+
+@dataclass(frozen=True)
+class FileTierDecision:
+    add: bool
+    reason: str
+    gain: float  # share of prompt tokens the file tier adds to what is served from cache
+    min_gain: float
+    cost: ColdCost
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "cost": asdict(self.cost)}
+
+
+def decide(gain: float, min_gain: float, cost: ColdCost) -> FileTierDecision:
+    """Add the file tier only if a cold promotion is cheaper than recomputing and the
+    simulated gain reaches ``min_gain``; the reason carries the figures."""
+    if cost.promotion_s >= cost.recompute_s:
+        reason = (f"do not add a file tier: {cost.text}, so a file-tier hit saves nothing "
+                  f"(simulated gain {gain:.1%} of prompt tokens)")
+        return FileTierDecision(False, reason, gain, min_gain, cost)
+    if gain < min_gain:
+        reason = (f"retention value too low: the file tier would serve {gain:.1%} more prompt "
+                  f"tokens (bar: {min_gain:.0%}); {cost.text}")
+        return FileTierDecision(False, reason, gain, min_gain, cost)
+    reason = (f"add a file tier: it would serve {gain:.1%} more prompt tokens "
+              f"(bar: {min_gain:.0%}), and {cost.text}")
+    return FileTierDecision(True, reason, gain, min_gain, cost)
+
+
+def cost_from_params(params: CostParams, block_tokens: int) -> ColdCost:
+    """The cost model's figures; measured where a probe set the cold->CPU parameters."""
+    measured = "measured" in (params.cold_cpu_bandwidth_bytes_per_s.source,
+                              params.cold_cpu_op_latency_s.source)
+    source = ("cost model, cold->CPU measured by kvtier probe fs" if measured
+              else "cost model defaults, not measured: run kvtier probe fs")
+    return ColdCost(block_tokens, params.promotion_s(block_tokens, "cold"),
+                    params.recompute_s(block_tokens), source, measured)
+
+
+def cost_from_latencies(block_tokens: int, cold_s_per_token: float | None,
+                        recompute_s_per_token: float | None, params: CostParams,
+                        where: str) -> ColdCost | None:
+    """From measured per-token latencies (``None``: not measured); ``None`` when cold
+    promotions were not measured. A missing recompute figure comes from the cost model."""
+    if cold_s_per_token is None:
+        return None
+    recompute = (recompute_s_per_token * block_tokens if recompute_s_per_token
+                 else params.recompute_s(block_tokens))
+    what = "recompute measured too" if recompute_s_per_token else "recompute from the cost model"
+    return ColdCost(block_tokens, cold_s_per_token * block_tokens, recompute,
+                    f"median measured latency per token in {where}; {what}", True)
