@@ -1,11 +1,14 @@
 """Build a :class:`Recommendation` from request records: verdict, model, sweep, settings.
 
-Steps: split by time; replay the GPU tier alone (is the GPU the limit?) and ask the reuse
-analysis for the wrong-optimisation verdict; if offloading is worth trying, train the
-admission model at the candidate CPU capacity, turn scores into values and 0-100
-priorities, sweep the offload threshold on the training period's latest slice (both TRT-LLM
-comparisons), and measure the chosen setting against the default (LRU, admit all) on the
-later, held-out time with bootstrap intervals.
+Steps: split by time; cap the candidate CPU tier at the host headroom when one is given;
+replay the GPU tier alone (is the GPU the limit?) and ask the reuse analysis for the
+wrong-optimisation verdict; if offloading is worth trying, train the admission model at the
+(capped) CPU capacity, turn scores into values and 0-100 priorities, sweep the offload
+threshold on the training period's latest slice (both TRT-LLM comparisons), summarise the
+priorities as per-request-class token ranges for TRT-LLM (and sweep its threshold over
+those), and measure the chosen setting against the default (LRU, admit all) on the later,
+held-out time with bootstrap intervals. vLLM gets its ``store_threshold`` and the file-tier
+decision (:func:`policy.filetier.decide`) from replays under its own semantics.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import numpy as np
 
 from collector.events import RequestRecord
 from policy.cost import CostParams
-from policy.filetier import MIN_FILE_GAIN, ColdCost, cost_from_params
+from policy.filetier import MIN_FILE_GAIN, ColdCost, FileTierDecision, cost_from_params
 from policy.filetier import decide as decide_file_tier
 from policy.learn.compare import Split
 from policy.learn.model import ModelConfig
@@ -27,7 +30,11 @@ from policy.recommend import engines
 from policy.recommend.expected import expected_changes
 from policy.recommend.headroom import NOT_CHECKED, HostLimit
 from policy.recommend.recommendation import Knob, Recommendation
-from policy.recommend.retention import band_priorities, range_priorities, retention_classes
+from policy.recommend.retention import (
+    band_priorities,
+    range_priorities,
+    retention_classes,
+)
 from policy.recommend.sweep import THRESHOLDS, SweepPoint, best, priority_scores, sweep
 from policy.recommend.value import full_block_value, priorities, value_per_byte
 from policy.recommend.vllm_sweep import best_store_threshold, file_tier_gain
@@ -59,6 +66,8 @@ class Inputs:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
         if self.prefill_servers < 1:
             raise ValueError(f"prefill_servers must be >= 1, got {self.prefill_servers!r}")
+        if self.cold_blocks < 0:
+            raise ValueError(f"cold_blocks must be >= 0, got {self.cold_blocks!r}")
 
 
 def recommend(records: Sequence[RequestRecord], inputs: Inputs,
@@ -68,11 +77,7 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
     split = Split.by_time(records, inputs.train_fraction)
     block_tokens = records[0].block_size_tokens or 16
     block_bytes = block_tokens * params.model.bytes_per_token
-    cpu_blocks = inputs.cpu_blocks
-    if inputs.host is not None:
-        cpu_blocks = min(cpu_blocks, inputs.host.cap_blocks(block_bytes))
-    host = (inputs.host.evidence(inputs.cpu_blocks * block_bytes, cpu_blocks * block_bytes)
-            if inputs.host is not None else dict(NOT_CHECKED))
+    cpu_blocks, host = _host_cap(inputs, block_bytes)
     step("replaying the GPU tier alone")
     gpu_only = replay(split.records, Tiers(inputs.gpu_blocks, 0), "lru")
     verdict = _verdict(split.records, gpu_only.result.token_hit_ratio, params)
@@ -93,11 +98,8 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
     validate_from = int(len(split.train) * (1 - VALIDATION_FRACTION))
     points = sweep(split.train, tiers, priority_by_offer, validate_from, inputs.thresholds)
     chosen, chosen_gt = best(points, "ge"), best(points, "gt")
-    # TensorRT-LLM sees the token ranges' priorities, not the per-block ones: its own threshold
-    by_range = range_priorities(split.records, priority_by_offer, ranges, block_tokens)
-    # only the priorities in use are distinct thresholds (the lowest offloads every block)
-    in_use = sorted({r.priority for c in ranges for r in c.token_ranges})
-    range_points = sweep(split.train, tiers, by_range, validate_from, in_use, ("ge",))
+    range_points = _range_sweep(split, tiers, priority_by_offer, ranges, block_tokens,
+                                validate_from)
     range_gate = best(range_points, "ge")
     step("measuring on later time")
     baseline = replay(split.records, tiers, "lru", count_from=split.count_from)
@@ -123,12 +125,8 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
     helps = candidate.result.token_hit_ratio > baseline.result.token_hit_ratio
     store_threshold, by_threshold = best_store_threshold(
         split.train, inputs.gpu_blocks, cpu_blocks, validate_from)
-    file_tier = None
-    if inputs.cold_blocks:
-        gain = file_tier_gain(split.train, inputs.gpu_blocks, cpu_blocks, inputs.cold_blocks,
-                              validate_from, by_threshold[store_threshold])
-        file_tier = decide_file_tier(gain, MIN_FILE_GAIN, inputs.cold_cost
-                                     or cost_from_params(params, block_tokens))
+    file_tier = _file_tier(split.train, inputs, cpu_blocks, validate_from,
+                           by_threshold[store_threshold], params, block_tokens)
     vllm_file = (file_tier, inputs.cold_blocks * block_bytes, inputs.cold_path)
     per_engine, notes = engines.settings(cpu_bytes, chosen.min_priority, classes, helps,
                                          (ranges, range_gate.min_priority), store_threshold,
@@ -161,6 +159,36 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
                   "admitter_misses": admitter.misses})
 
 
+def _host_cap(inputs: Inputs, block_bytes: int) -> tuple[int, dict]:
+    """The CPU tier in blocks under the host cap (if any), and the evidence saying so."""
+    if inputs.host is None:
+        return inputs.cpu_blocks, dict(NOT_CHECKED)
+    blocks = min(inputs.cpu_blocks, inputs.host.cap_blocks(block_bytes))
+    return blocks, inputs.host.evidence(inputs.cpu_blocks * block_bytes, blocks * block_bytes)
+
+
+def _range_sweep(split: Split, tiers: Tiers, priority_by_offer: dict, ranges, block_tokens: int,
+                 validate_from: int) -> list[SweepPoint]:
+    """TensorRT-LLM sees the token ranges' priorities, not the per-block ones: sweep its
+    threshold over those. Only the priorities in use are distinct thresholds (the lowest
+    offloads every block)."""
+    by_range = range_priorities(split.records, priority_by_offer, ranges, block_tokens)
+    in_use = sorted({r.priority for c in ranges for r in c.token_ranges})
+    return sweep(split.train, tiers, by_range, validate_from, in_use, ("ge",))
+
+
+def _file_tier(train: Sequence[RequestRecord], inputs: Inputs, cpu_blocks: int,
+               validate_from: int, recomputed_without: int, params: CostParams,
+               block_tokens: int) -> FileTierDecision | None:
+    """vLLM's file tier, when one is a candidate: measured cost first, then simulated gain."""
+    if not inputs.cold_blocks:
+        return None
+    gain = file_tier_gain(train, inputs.gpu_blocks, cpu_blocks, inputs.cold_blocks,
+                          validate_from, recomputed_without)
+    return decide_file_tier(gain, MIN_FILE_GAIN,
+                            inputs.cold_cost or cost_from_params(params, block_tokens))
+
+
 def _verdict(records: Sequence[RequestRecord], gpu_ratio: float, params: CostParams) -> dict:
     from policy.reuse import analyze
 
@@ -172,8 +200,8 @@ def _do_not_offload(verdict: dict, gpu_only: Replayed, host: dict,
     held = [(r["reason"], r["evidence"]) for r in verdict["reasons"] if r["holds"]]
     if not held:  # the reuse verdict was to offload, but the host has no room for a block
         held = [("contested host DRAM: the host headroom holds no KV block",
-                 f"cap {host['cap_bytes']} bytes ({host['source']}) < one block of "
-                 f"{block_bytes} bytes")]
+                 (f"cap {host['cap_bytes']} bytes ({host['source']}) < one block of "
+                  f"{block_bytes} bytes"))]
     return Recommendation(
         verdict="do_not_offload",
         reasons=tuple(f"{reason}: {evidence}" for reason, evidence in held),

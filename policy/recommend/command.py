@@ -8,11 +8,11 @@ from kvtier.errors import KvtierError
 from kvtier.progress import task
 from policy.commands.common import capacity_blocks, model_geometry, open_records
 from policy.cost import CostParams
+from policy.filetier import ColdCost, cost_from_latencies
 from policy.learn.subset import limited
 from policy.recommend import report
 from policy.recommend.build import Inputs, recommend
 from policy.recommend.headroom import HostLimit, from_bytes, from_probe_json
-from policy.filetier import ColdCost, cost_from_latencies
 from policy.writers import ENGINES
 from probes.active.cost import measured_cost_params
 

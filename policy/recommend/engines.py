@@ -70,13 +70,14 @@ def _file_notes(vllm_file: tuple) -> list:
     decision, cold_bytes, cold_path = vllm_file
     if decision is None:
         return []
-    notes = [("vllm", f"file tier of {cold_bytes} bytes: {decision.reason}")]
+    notes = [("vllm", f"candidate file tier of {cold_bytes} bytes: {decision.reason}")]
     if decision.add and not cold_path:
-        notes.append(("vllm", "the file tier is not written to the config: give --cold-path "
-                              "DIR (an absolute path on the file system kvtier probe fs measured)"))
+        notes.append(("vllm", ("the file tier is not written to the config: give --cold-path "
+                               "DIR (an absolute path on the file system kvtier probe fs "
+                               "measured)")))
     elif decision.add:
-        notes.append(("vllm", "with the file tier store_threshold is 0: vLLM's "
-                              "TieringOffloadingSpec refuses any other"))
+        notes.append(("vllm", ("with the file tier store_threshold is 0: vLLM's "
+                               "TieringOffloadingSpec refuses any other")))
     return notes
 
 

@@ -34,7 +34,7 @@ class Recommendation:
     settings: EngineSettings
     engine_settings: tuple[tuple[str, EngineSettings], ...] = ()
     engine_notes: tuple[tuple[str, str], ...] = ()
-    guardrails: Guardrails = Guardrails()
+    guardrails: Guardrails = field(default_factory=Guardrails)
     knobs: tuple[Knob, ...] = ()
     expected: tuple[Change, ...] = ()
     evidence: dict = field(default_factory=dict)

@@ -11,8 +11,8 @@ travels with each request (LLM API, Dynamo's TensorRT-LLM handler), not in the s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 DEFAULT_RETENTION_PRIORITY = 35  # executor.h kDefaultRetentionPriority
 
@@ -75,7 +75,7 @@ class RetentionClass:
                 "decode_duration_ms": self.decode_duration_ms}
 
     @classmethod
-    def from_dict(cls, name: str, data: Mapping) -> "RetentionClass":
+    def from_dict(cls, name: str, data: Mapping) -> RetentionClass:
         """From :meth:`to_dict`'s form; ``ValueError`` naming unknown keys."""
         if not isinstance(data, Mapping):
             raise ValueError(f"retention class {name!r} must be a JSON object, got {data!r}")

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from policy.recommend.retention import band_priorities, range_priorities, retention_classes
+from policy.recommend.retention import (
+    band_priorities,
+    range_priorities,
+    retention_classes,
+)
 from policy.writers.retention import RetentionClass, TokenRange
 from tests.recommend.synthetic import record
 
