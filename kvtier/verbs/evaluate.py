@@ -13,6 +13,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--train-fraction", type=float, default=0.5,
                         help="without --train-trace: train on this earliest share of the time "
                              "span, evaluate on the rest (default 0.5)")
+    parser.add_argument("--split", choices=("time", "requests"), default="time",
+                        help="what --train-fraction is a share of: the time span (default) or "
+                             "the requests in arrival order (for traces with a long thin tail)")
     parser.add_argument("--gpu-tokens", help="GPU tier capacity (tokens, 1M, 16GiB with --model)")
     parser.add_argument("--cpu-tokens", help="CPU tier capacity")
     parser.add_argument("--cold-tokens", help="cold (file) tier capacity (default: none)")

@@ -30,7 +30,8 @@ def run(args) -> int:
         split = Split.separate(records, _read(args, args.train_trace))
     else:
         try:
-            split = Split.by_time(records, args.train_fraction)
+            how = Split.by_count if args.split == "requests" else Split.by_time
+            split = how(records, args.train_fraction)
         except ValueError as error:
             raise KvtierError(f"--train-fraction: {error}") from None
     if args.prefill_servers < 1:

@@ -49,6 +49,19 @@ class Split:
         return cls(records, records[:index], index)
 
     @classmethod
+    def by_count(cls, records: Sequence[RequestRecord], train_fraction: float) -> Split:
+        """Train on the first ``train_fraction`` of the requests in arrival order (still
+        earlier time: for traces whose span is a long thin tail, like WEKA's last sessions,
+        a time split would leave a handful of requests to evaluate)."""
+        if not 0 < train_fraction < 1:
+            raise ValueError(f"train_fraction must be in (0, 1), got {train_fraction!r}")
+        records = tuple(records)
+        if len(records) < 4:
+            raise ValueError(f"need at least 4 requests to split, got {len(records)}")
+        index = min(max(int(len(records) * train_fraction), 2), len(records) - 1)
+        return cls(records, records[:index], index)
+
+    @classmethod
     def separate(cls, records: Sequence[RequestRecord], train: Sequence[RequestRecord]
                  ) -> Split:
         return cls(tuple(records), tuple(train), 0)

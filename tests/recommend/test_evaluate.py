@@ -115,3 +115,21 @@ def test_libcachesim_names_are_checked(trace):
         evaluate.run(parser.parse_args(["--trace", str(trace), "--gpu-tokens", "15360",
                                         "--cpu-tokens", "51200", "--policies", "lru",
                                         "--libcachesim", "lcs:magic"]))
+
+
+def test_split_by_requests_trains_on_the_earliest_requests_whatever_their_times():
+    # a long thin tail: nine requests in the first second, one a day later
+    records = [record(i, [1, i + 10], t=i * 0.1) for i in range(9)]
+    records.append(record(9, [1, 99], t=86400.0))
+    assert Split.by_time(records, 0.5).count_from == 9  # the time split evaluates one request
+    split = Split.by_count(records, 0.5)
+    assert split.count_from == 5 and split.train == tuple(records[:5])
+    with pytest.raises(ValueError, match="train_fraction"):
+        Split.by_count(records, 0.0)
+
+
+def test_evaluate_split_option(trace, capsys):
+    out = json.loads(run_verb(["--trace", str(trace), "--gpu-tokens", "15360", "--cpu-tokens",
+                               "51200", "--policies", "lru", "--split", "requests",
+                               "--train-fraction", "0.25", "--json"], capsys))
+    assert out["train_requests"] == 225 and out["evaluated_requests"] == 675
