@@ -20,7 +20,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--cpu-tokens", help="CPU tier capacity")
     parser.add_argument("--cold-tokens", help="cold (file) tier capacity (default: none)")
     parser.add_argument("--policies", default="lru,arc,s3fifo,learned,belady",
-                        help="comma-separated: lru, arc, s3fifo, belady, learned, learned-logistic")
+                        help="comma-separated: lru, arc, s3fifo, belady, learned, learned-logistic, "
+                             "oracle-reused (a diagnostic: admits blocks the trace references "
+                             "again, knowing whether but not when)")
     parser.add_argument("--libcachesim", default="",
                         help="also run libCacheSim's policies as one cache of GPU+CPU size on "
                              "the same block stream, comma-separated: lcs:lru, lcs:s3fifo, "

@@ -16,12 +16,13 @@ from collector.events import RequestRecord
 from policy.cost import CostParams, queue_ttft
 from policy.learn.model import ModelConfig
 from policy.learn.pipeline import fit
-from policy.learn.replay import Replayed, Tiers, replay
+from policy.learn.replay import IndexedAdmitter, Replayed, Tiers, replay
 
 DEFAULT_COSTS = CostParams()
 BASE_POLICIES = ("lru", "arc", "s3fifo", "belady")
 LEARNED = {"learned": "gbm", "learned-logistic": "logistic"}
-POLICY_NAMES = (*BASE_POLICIES, *LEARNED)
+ORACLE_REUSED = "oracle-reused"
+POLICY_NAMES = (*BASE_POLICIES, *LEARNED, ORACLE_REUSED)
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,8 @@ def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 
                          shares_replay=split.count_from > 0)
             admitter = fitted.admitter()
             learned[name] = fitted
+        elif name == ORACLE_REUSED:
+            admitter = ReusedLaterAdmitter(split.records)
         cpu_policy = name if name in BASE_POLICIES else "lru"
         replayed = replay(split.records, tiers, cpu_policy, admitter=admitter,
                           count_from=split.count_from)
@@ -95,6 +98,22 @@ def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 
             "cold_blocks": tiers.cold_blocks, "train_requests": len(split.train),
             "evaluated_requests": len(split.records) - split.count_from, "policies": rows,
             "learned": {name: _learned_summary(f) for name, f in learned.items()}}
+
+
+class ReusedLaterAdmitter(IndexedAdmitter):
+    """A diagnostic, not a policy: admits an offer iff its block is referenced again later
+    in the trace. It knows *whether* a block comes back, not *when*, so it bounds what a
+    model answering "will this block be reused?" could reach with LRU eviction: how far a
+    perfect reuse predictor, rather than a perfect eviction order, would close the gap."""
+
+    name = ORACLE_REUSED
+
+    def __init__(self, records: Sequence[RequestRecord]) -> None:
+        super().__init__({}, 0.5)
+        self._last = {h: i for i, record in enumerate(records) for h in record.block_hashes}
+
+    def admits(self, key) -> bool:
+        return self._last.get(key, -1) > self.request_index
 
 
 def row(name: str, replayed: Replayed, params: CostParams, servers: int = 1) -> dict:

@@ -72,6 +72,10 @@ class IndexedAdmitter:
             parent = self.parents.get(key)
             if parent is not None and not self.resident(parent):
                 return False
+        return self.admits(key)
+
+    def admits(self, key) -> bool:
+        """The decision for a block whose parent is held (or that has none)."""
         score = self.scores.get((self.request_index, key))
         if score is None:
             self.misses += 1
