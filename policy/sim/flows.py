@@ -67,6 +67,18 @@ class Flow:
                 self.gpu.touch(h, info)
 
 
+    def release_tail_first(self, hashes: Sequence[int], infos: Sequence[BlockInfo]) -> None:
+        """Touch the request's GPU-resident blocks last block first, as engines release a
+        finished request: vLLM frees its blocks in reverse so tails are evicted first, and
+        TensorRT-LLM evicts only leaves of its radix tree. Under LRU the head of a prompt is
+        then the most recent, so a chain is evicted from its tail and a later request keeps
+        the longest prefix that fits (head-first eviction would strand the whole chain)."""
+        gpu = self.gpu
+        for h, info in zip(reversed(hashes), reversed(infos)):
+            if h in gpu:
+                gpu.touch(h, info)
+
+
 class ExclusiveFlow(Flow):
     """One copy per block: promotions move up, victims move down (TensorRT-LLM, victim caches).
 
@@ -84,6 +96,7 @@ class ExclusiveFlow(Flow):
         # moves down (priority, next use); plain recency policies do not need it
         self._keep_info = config.policy in ("priority", "belady") or cpu_admitter is not None
         self._info: dict[int, BlockInfo] = {}
+        self.tail_first = False  # release a request's GPU blocks tail first (engine flows)
 
     def serve(self, hashes, infos, found) -> None:
         self.pin_gpu_hits(hashes, infos, found)
@@ -100,6 +113,8 @@ class ExclusiveFlow(Flow):
             elif self.cold is not None and h in self.cold:
                 self.cold.remove(h)
             self._into_gpu(h, info)
+        if self.tail_first:
+            self.release_tail_first(hashes, infos)
 
     def _into_gpu(self, h: int, info: BlockInfo) -> None:
         victims = self.gpu.insert(h, info)
@@ -146,6 +161,7 @@ def trtllm_flow(config: SimConfig, result: SimResult, emit: Emit = _no_emit) -> 
     """TensorRT-LLM: priority LRU in both tiers, GPU victims gated by priority into host."""
     flow = ExclusiveFlow(config, result, emit)
     flow._keep_info = True
+    flow.tail_first = True  # only leaves are evicted: a chain goes from its tail
     flow.gpu = PriorityLRU(config.gpu_blocks)
     if config.cpu_blocks != 0:
         gate = PriorityAdmitter(config.offload_min_priority, config.offload_comparison)
@@ -191,6 +207,7 @@ class VllmFlow(Flow):
             if computed:
                 self._store(computed)
             cpu.finish()
+        self.release_tail_first(hashes, infos)
 
     def _gpu_insert(self, h: int, info: BlockInfo) -> None:
         victims = self.gpu.insert(h, info)  # GPU victims are freed; copies live in CPU already

@@ -119,7 +119,21 @@ def test_trtllm_evicts_low_priority_first():
     sim = Simulator(SimConfig(gpu_blocks=3, semantics="trtllm", priorities=rule))
     sim.serve(request([1, 2, 3]))
     sim.serve(request([7]))                        # a new head block at priority 90
-    assert 1 in sim.flow.gpu and 2 not in sim.flow.gpu
+    # the lowest priority goes first, and within it the leaf: 2 still has its child 3
+    assert 1 in sim.flow.gpu and 2 in sim.flow.gpu and 3 not in sim.flow.gpu
+
+
+def test_engine_flows_evict_a_prompt_from_its_tail():
+    """vLLM frees a finished request's blocks in reverse and TensorRT-LLM evicts only leaves,
+    so a chain is evicted tail first and the next turn keeps the prefix that fits; the
+    generic exclusive flow keeps plain LRU order (head first), like libCacheSim."""
+    for semantics, kept in (("vllm", {1, 2}), ("trtllm", {1, 2}), ("exclusive", {2, 3})):
+        sim = Simulator(SimConfig(gpu_blocks=3, semantics=semantics))
+        sim.serve(request([1, 2, 3]))
+        sim.serve(request([9]))                    # one slot needed
+        assert set(sim.flow.gpu) == kept | {9}, semantics
+        hits = sim.serve(request([1, 2, 3])).gpu_hit_tokens
+        assert hits == (8 if semantics != "exclusive" else 0), semantics
 
 
 def test_vllm_writes_through_to_cpu_and_stages_cold_hits_through_cpu():
