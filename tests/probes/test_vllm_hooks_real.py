@@ -79,3 +79,30 @@ def test_connector_resolves_through_vllms_factory_and_records_the_token_split(dr
             request["cold_promotion_tokens"], request["recomputed_tokens"]) == (
         "req-c", 100, 7, 32, 16, 16, 36)
     assert request["e2e_latency_s"] >= 1
+
+
+def test_a_fixed_call_sequence_records_exactly_these_events(driven):
+    """Every field of every event, for a fixed sequence of calls on vLLM's CPU manager with a
+    clock the script sets (vllm_side_hooks.run_exact): the recording path may be rewritten
+    for speed, never for what it records."""
+    out = driven["exact"]
+    assert (out["dropped"], out["rejections"]) == (0, {})
+    assert all((r["parent_hash"], r["position"], r["tokens"], r["priority"]) == (None,) * 4
+               for r in out["rows"])
+    store, miss, load = ("store", 4096, "gpu", "cpu"), ("recompute_miss", None, None, None), (
+        "cpu_promotion", 4096, "cpu", "gpu")
+    evict, drop = ("evict", None, "cpu", None), ("drop", None, "gpu", None)
+    expected = [  # (time_s, block_hash, request_id, latency_s), what
+        ((100.5, 1000, "r1", 0.5), store), ((100.5, 1001, "r1", 0.5), store),
+        ((100.5, 1002, "r1", 0.5), store), ((100.5, 1003, "r1", 0.5), store),
+        ((101.0, 1009, "r1", None), miss),  # looked up twice, reported once
+        ((101.75, 1000, "r1", 0.25), load), ((101.75, 1001, "r1", 0.25), load),
+        ((102.0, 1000, None, None), evict), ((102.0, 1001, None, None), evict),
+        ((102.5, 1004, "r2", 0.5), store), ((102.5, 1005, "r2", None), drop),
+        ((103.5, 1002, None, None), evict),
+        ((104.0, 1007, "r2", 0.5), store),  # 1008 was never prepared: not reported
+        ((104.0, 1006, "r2", 1.0), store),  # prepared earlier: its own latency
+        ((105.0, 1009, "r1", None), miss)]  # a new admission of r1 misses again
+    got = [((r["time_s"], r["block_hash"], r["request_id"], r["latency_s"]),
+            (r["kind"], r["size_bytes"], r["tier_from"], r["tier_to"])) for r in out["rows"]]
+    assert got == expected

@@ -113,6 +113,7 @@ def main():
     results = {mode: run(mode, sys.argv[1]) for mode in ("cpu", "tiering")}
     results["policy"] = run_policy()
     results["connector"] = run_connector()
+    results["exact"] = run_exact()
     print("RESULT " + json.dumps(results))
 
 
@@ -173,6 +174,53 @@ def run_connector():
     batch = recorder.take_events()
     return {"subclass": issubclass(cls, OffloadingConnector), "answer": list(answer),
             "rows": batch.block_events.to_pylist(), "requests": batch.requests.to_pylist()}
+
+
+def run_exact():
+    """A fixed call sequence on vLLM's real CPUOffloadingManager (4 chunks, events on) through
+    the wrapper, with a clock the script sets: every recorded field is determined."""
+    from vllm.v1.kv_offload.base import ReqContext
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+
+    from collector.events import Origin
+    from collector.recorder import Recorder
+    from probes.vllm_hooks import ManagerRecorder
+    from probes.vllm_hooks_classes import RecordingOffloadingManager
+
+    now = [100.0]
+    clock = lambda: now[0]  # noqa: E731
+    recorder = Recorder(Origin("vllm", "exact", "exact-1"), clock=clock)
+    manager = RecordingOffloadingManager(
+        CPUOffloadingManager(num_chunks=4, enable_events=True),
+        ManagerRecorder(recorder, chunk_bytes=4096, clock=clock))
+    r1, r2 = ReqContext("r1"), ReqContext("r2")
+    manager.on_new_request(r1)
+    manager.on_new_request(r2)
+
+    def at(t, call, *args):
+        now[0] = t
+        return call(*args)
+
+    out = at(100.0, manager.prepare_store, [key(i) for i in range(4)], r1)
+    at(100.5, manager.complete_store, out.keys_to_store, r1)
+    for _ in range(2):  # a waiting request: the miss is reported once
+        at(101.0, manager.lookup, key(9), r1)
+    at(101.0, manager.lookup, key(0), r1)                       # a hit: nothing recorded
+    at(101.5, manager.prepare_load, iter([key(0), key(1)]), r1)  # an iterator, as vLLM may pass
+    at(101.75, manager.complete_load, [key(0), key(1)], r1)
+    at(102.0, manager.prepare_store, [key(4), key(5)], r2)       # evicts two chunks
+    at(102.5, manager.complete_store, [key(4)], r2)
+    at(102.5, manager.complete_store, [key(5)], r2, False)      # a failed store: a drop
+    at(103.0, manager.prepare_store, [key(6)], r2)              # evicts one more
+    at(103.5, manager.prepare_store, [key(7)], r2)
+    at(104.0, manager.complete_store, [key(7), key(8), key(6)], r2)  # 8 never prepared
+    at(104.0, manager.prepare_store, [key(4)], r1)              # already stored: nothing new
+    at(104.5, manager.take_events)                              # CPU removals already seen
+    at(105.0, manager.on_request_finished, r1)
+    at(105.0, manager.lookup, key(9), r1)                       # a new admission: again
+    batch = recorder.take_events()
+    return {"rows": batch.block_events.to_pylist(), "dropped": recorder.dropped_events,
+            "rejections": dict(batch.rejected)}
 
 
 if __name__ == "__main__":
