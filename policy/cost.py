@@ -16,6 +16,7 @@ Every parameter carries its source: ``"measured"`` (from an active probe) or ``"
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -78,6 +79,40 @@ class CostParams:
         """A request's time to first token without queueing."""
         return (self.promotion_s(cpu_tokens, "cpu") + self.promotion_s(cold_tokens, "cold")
                 + self.recompute_s(recompute_tokens))
+
+
+AUTO_SERVERS_UTILISATION = 0.8
+
+
+def servers_for(records, params: CostParams,
+                utilisation: float = AUTO_SERVERS_UTILISATION) -> int:
+    """The fewest prefill servers that keep ``utilisation`` or less when every prompt token
+    of ``records`` is recomputed: a deployment that survives a cold cache. With fewer, the
+    queue model's TTFT grows without bound and says nothing about the tiers."""
+    if not 0 < utilisation <= 1:
+        raise ValueError(f"utilisation must be in (0, 1], got {utilisation!r}")
+    records = list(records)
+    if len(records) < 2:
+        return 1
+    span = records[-1].arrival_s - records[0].arrival_s
+    work = params.recompute_s(sum(r.prompt_tokens for r in records))
+    if span <= 0:
+        return 1
+    return max(1, math.ceil(work / (span * utilisation)))
+
+
+def parse_servers(text: str) -> int | None:
+    """``--prefill-servers``: ``auto`` (``None``: size with :func:`servers_for`) or an int
+    >= 1; ``ValueError`` otherwise."""
+    if str(text).strip().lower() == "auto":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"--prefill-servers must be 'auto' or an int >= 1, got {text!r}")
+    return value
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--coarsen", type=int, default=1,
                         help="merge K consecutive prefix blocks into one (exact prefix identity; "
                              "faster on 64-token WEKA blocks)")
-    parser.add_argument("--prefill-servers", type=int, default=1,
-                        help="prefill servers sharing the queue in the TTFT estimate (default 1)")
+    parser.add_argument("--prefill-servers", default="auto",
+                        help="prefill servers sharing the queue in the TTFT estimate: a number, "
+                             "or auto (default): the fewest that keep 80%% utilisation with "
+                             "every prompt recomputed")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_trace_arguments(parser)
 

@@ -21,8 +21,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--train-fraction", type=float, default=0.5,
                         help="train on this earliest share of time, measure on the rest")
     parser.add_argument("--seed", type=int, default=0, help="model and bootstrap seed")
-    parser.add_argument("--prefill-servers", type=int, default=1,
-                        help="prefill servers sharing the queue in the TTFT estimate")
+    parser.add_argument("--prefill-servers", default="auto",
+                        help="prefill servers sharing the queue in the TTFT estimate: a number, "
+                             "or auto (default): the fewest that keep 80%% utilisation with "
+                             "every prompt recomputed")
     host = parser.add_mutually_exclusive_group()
     host.add_argument("--host-headroom-bytes", type=int,
                       help="host DRAM the CPU tier may use; every recommended CPU size is capped "

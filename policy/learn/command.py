@@ -10,7 +10,7 @@ from policy.commands.common import (
     open_records,
     print_json,
 )
-from policy.cost import CostParams
+from policy.cost import CostParams, parse_servers, servers_for
 from policy.learn.compare import POLICY_NAMES, Split, add_gap_closed, compare
 from policy.learn.external import EXTERNAL, external_rows
 from policy.learn.replay import Tiers
@@ -34,15 +34,15 @@ def run(args) -> int:
             split = how(records, args.train_fraction)
         except ValueError as error:
             raise KvtierError(f"--train-fraction: {error}") from None
-    if args.prefill_servers < 1:
-        raise KvtierError(f"--prefill-servers must be >= 1, got {args.prefill_servers}")
     model = model_geometry(args.model)
+    params = CostParams(model=model)
+    servers = _servers(args.prefill_servers, split, params)
     tiers = _tiers(args, records[0].block_size_tokens or 16, model)
     external = _external_names(args.libcachesim)
     with task("evaluating policies", total=len(policies) + len(external)) as advance:
-        output = compare(split, tiers, policies, seed=args.seed, params=CostParams(model=model),
-                         servers=args.prefill_servers,
-                         progress=lambda name: advance())
+        output = compare(split, tiers, policies, seed=args.seed, params=params,
+                         servers=servers, progress=lambda name: advance())
+        output["prefill_servers"] = servers
         if external:
             try:
                 output["libcachesim"] = external_rows(
@@ -57,6 +57,16 @@ def run(args) -> int:
     else:
         print(text(output))
     return 0
+
+
+def _servers(text, split: Split, params: CostParams) -> int:
+    try:
+        servers = parse_servers(text)
+    except ValueError as error:
+        raise KvtierError(str(error)) from None
+    if servers is None:  # sized on the evaluated requests, so every policy gets the same
+        servers = servers_for(split.records[split.count_from:], params)
+    return servers
 
 
 def _external_names(text: str) -> list[str]:
@@ -97,7 +107,8 @@ def text(output: dict) -> str:
     """One row per policy: hit ratio, gap closed, tokens per outcome, TTFT percentiles."""
     lines = [(f"{output['evaluated_requests']:,} evaluated requests after "
               f"{output['train_requests']:,} training requests; GPU {output['gpu_blocks']:,} / "
-              f"CPU {output['cpu_blocks']:,} / cold {output['cold_blocks']:,} blocks"),
+              f"CPU {output['cpu_blocks']:,} / cold {output['cold_blocks']:,} blocks; TTFT "
+              f"through {output.get('prefill_servers', 1)} prefill server(s)"),
              (f"{'policy':<18}{'hit ratio':>10}{'gap closed':>11}{'GPU hit':>14}"
               f"{'CPU promo':>14}{'cold promo':>12}{'recompute':>14}{'p50 ms':>11}"
               f"{'p95 ms':>11}{'p99 ms':>11}")]

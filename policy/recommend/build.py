@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from collector.events import RequestRecord
-from policy.cost import CostParams
+from policy.cost import CostParams, servers_for
 from policy.filetier import MIN_FILE_GAIN, ColdCost, FileTierDecision, cost_from_params
 from policy.filetier import decide as decide_file_tier
 from policy.learn.compare import Split
@@ -52,7 +52,7 @@ class Inputs:
     cpu_blocks: int
     train_fraction: float = 0.5
     seed: int = 0
-    prefill_servers: int = 1
+    prefill_servers: int | None = None  # None: size with policy.cost.servers_for
     windows: int = 10
     thresholds: tuple[int, ...] = THRESHOLDS
     host: HostLimit | None = None  # None: the CPU size is not checked against host memory
@@ -64,7 +64,7 @@ class Inputs:
         for name in ("gpu_blocks", "cpu_blocks"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
-        if self.prefill_servers < 1:
+        if self.prefill_servers is not None and self.prefill_servers < 1:
             raise ValueError(f"prefill_servers must be >= 1, got {self.prefill_servers!r}")
         if self.cold_blocks < 0:
             raise ValueError(f"cold_blocks must be >= 0, got {self.cold_blocks!r}")
@@ -113,8 +113,9 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
         # held-out time; fall back to offloading every block (threshold 0)
         chosen = _admit_all(chosen)
         candidate = baseline
+    servers = inputs.prefill_servers or servers_for(split.records[split.count_from:], params)
     changes = expected_changes(baseline, candidate, params, np.random.default_rng(inputs.seed),
-                               windows=inputs.windows, servers=inputs.prefill_servers)
+                               windows=inputs.windows, servers=servers)
     cpu_bytes = cpu_blocks * block_bytes
     if host.get("capped"):  # what the cap costs: plain LRU at the requested size, later time
         host["token_hit_ratio_lru_at_requested"] = replay(
@@ -143,6 +144,9 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
         expected=changes,
         evidence={"reuse_verdict": verdict, "model": fitted.model.card(),
                   "seed": inputs.seed, "block_tokens": block_tokens,
+                  "prefill_servers": {"servers": servers, "source": (
+                      "given" if inputs.prefill_servers else
+                      "auto: the fewest keeping 80% utilisation with every prompt recomputed")},
                   "tiers_blocks": {"gpu": inputs.gpu_blocks, "cpu": cpu_blocks},
                   "host_memory": host,
                   "vllm_file_tier": None if file_tier is None else {

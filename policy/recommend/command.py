@@ -7,7 +7,7 @@ from pathlib import Path
 from kvtier.errors import KvtierError
 from kvtier.progress import task
 from policy.commands.common import capacity_blocks, model_geometry, open_records
-from policy.cost import CostParams
+from policy.cost import CostParams, parse_servers
 from policy.filetier import ColdCost, cost_from_latencies
 from policy.learn.subset import limited
 from policy.recommend import report
@@ -44,7 +44,8 @@ def run(args) -> int:
         params = CostParams(model=model)
         if args.fs_json:
             params = measured_cost_params(args.fs_json, base=params)
-        inputs = Inputs(gpu, cpu, args.train_fraction, args.seed, args.prefill_servers,
+        inputs = Inputs(gpu, cpu, args.train_fraction, args.seed,
+                        parse_servers(args.prefill_servers),
                         host=_host_limit(args), cold_blocks=cold, cold_path=args.cold_path,
                         cold_cost=_store_cold_cost(reader, block_tokens, params))
     except (OSError, ValueError) as error:

@@ -50,7 +50,8 @@ def markdown(rec: Recommendation, plots: Sequence[str], engines: Sequence[str]) 
     if rec.expected:
         lines += ["", "## Expected change on later time (vs. CPU tier LRU admitting all)", "",
                   ("Per window of the evaluation period; interval: 5th-95th percentile of a "
-                   "paired bootstrap over windows."), "",
+                   "paired bootstrap over windows. TTFT through "
+                   f"{_servers_text(rec.evidence.get('prefill_servers'))}."), "",
                   "| metric | baseline | recommended | change | interval |", "|---|---|---|---|---|"]
         lines += [f"| {c.metric} | {c.baseline:.4g} | {c.candidate:.4g} | {c.change:+.4g} | "
                   f"[{c.low:+.4g}, {c.high:+.4g}] |" for c in rec.expected]
@@ -152,3 +153,9 @@ def _default(value):
     if hasattr(value, "tolist"):
         return value.tolist()
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def _servers_text(servers: dict | None) -> str:
+    if not servers:
+        return "one prefill server"
+    return f"{servers['servers']} prefill server(s) ({servers['source']})"

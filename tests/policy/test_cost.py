@@ -5,7 +5,7 @@ import math
 import pytest
 from simtools import request
 
-from policy.cost import CostParams, Param, queue_ttft
+from policy.cost import CostParams, Param, parse_servers, queue_ttft, servers_for
 from policy.geometry import KVGeometry, geometry, parse_capacity_tokens
 from policy.sim.config import SimConfig
 from policy.whatif import what_if
@@ -92,3 +92,28 @@ def test_two_servers_serve_a_burst_in_parallel():
     assert one.mean_s == pytest.approx(2.5) and two.mean_s == pytest.approx(1.5)
     with pytest.raises(ValueError, match="servers must be an int >= 1, got 0"):
         queue_ttft([0.0], [1.0], servers=0)
+
+
+def test_auto_servers_keep_the_cold_cache_queue_bounded():
+    params = CostParams(prefill_tokens_per_s=Param(1000.0))
+    # 11 requests of 1,000 tokens over 10 s: 11 s of prefill work in a 10 s span
+    records = [request([i], prompt_tokens=1000, t=float(i)) for i in range(11)]
+    servers = servers_for(records, params)
+    assert servers == 2  # 11 / (10 x 0.8) = 1.375 -> 2
+    services = [params.recompute_s(r.prompt_tokens) for r in records]
+    arrivals = [r.arrival_s for r in records]
+    assert queue_ttft(arrivals, services, servers=servers).utilisation <= 0.8
+    assert queue_ttft(arrivals, services, servers=servers - 1).utilisation > 1
+    assert servers_for(records, params, utilisation=0.5) == 3
+    assert servers_for(records[:1], params) == 1
+
+
+@pytest.mark.parametrize(("text", "value"), [("auto", None), ("AUTO", None), ("3", 3)])
+def test_parse_servers(text, value):
+    assert parse_servers(text) == value
+
+
+@pytest.mark.parametrize("text", ["0", "-2", "many", "1.5"])
+def test_parse_servers_rejects(text):
+    with pytest.raises(ValueError, match="'auto' or an int >= 1"):
+        parse_servers(text)

@@ -155,3 +155,23 @@ def test_oracle_reused_is_a_ceiling_row_between_lru_and_belady():
     by = {r["policy"]: r["token_hit_ratio"] for r in out["policies"]}
     # it refuses every block that never returns, so it beats LRU; it cannot beat MIN
     assert by["lru"] < by["oracle-reused"] <= by["belady"]
+
+
+def test_evaluate_sizes_the_prefill_servers_unless_told(trace, capsys):
+    from policy.cost import CostParams, servers_for
+    from policy.readers import open_trace
+
+    argv = ["--trace", str(trace), "--gpu-tokens", "15360", "--cpu-tokens", "51200",
+            "--policies", "lru", "--json"]
+    auto = json.loads(run_verb(argv, capsys))
+    split = Split.by_time(list(open_trace(trace).requests()), 0.5)
+    assert auto["prefill_servers"] == servers_for(split.records[split.count_from:],
+                                                  CostParams())
+    # sized on full recompute: hits and promotions only lower the load
+    assert auto["policies"][0]["prefill_utilisation"] <= 0.8 + 1e-9
+    given = json.loads(run_verb(argv + ["--prefill-servers", "7"], capsys))
+    assert given["prefill_servers"] == 7
+    parser = argparse.ArgumentParser()
+    evaluate.add_arguments(parser)
+    with pytest.raises(KvtierError, match="'auto' or an int"):
+        evaluate.run(parser.parse_args(argv + ["--prefill-servers", "0"]))
