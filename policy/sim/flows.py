@@ -22,6 +22,7 @@ from policy.sim.policies.admission import Admitter
 from policy.sim.policies.base import DEFAULT_INFO
 from policy.sim.result import SimResult
 from policy.sim.vllm_cpu import VllmCpuTier
+from policy.sim.vllm_gpu import VllmGpuPool, cacheable_blocks, hit_limit
 
 # emit(kind, block_hash, tier_from, tier_to): movement events, a no-op unless events are wanted
 Emit = Callable[[Outcome, int, Tier | None, Tier | None], None]
@@ -40,12 +41,15 @@ class Flow:
         self.emitting = emit is not _no_emit
         self.gpu = self.cpu = self.cold = None
 
-    def lookup(self, hashes: Sequence[int]) -> list[Tier]:
-        """Tiers of the prefix-contiguous hits: ``found[i]`` serves block ``i``."""
+    def lookup(self, hashes: Sequence[int], gpu_limit: int | None = None,
+               limit: int | None = None) -> list[Tier]:
+        """Tiers of the prefix-contiguous hits: ``found[i]`` serves block ``i``. At most
+        ``limit`` blocks hit, and the GPU serves only the first ``gpu_limit`` (see
+        :meth:`limits`; ``None``: no bound)."""
         found = []
         gpu, cpu, cold = self.gpu, self.cpu, self.cold
-        for h in hashes:
-            if h in gpu:
+        for i, h in enumerate(hashes if limit is None else hashes[:limit]):
+            if (gpu_limit is None or i < gpu_limit) and h in gpu:
                 found.append(Tier.GPU)
             elif cpu is not None and h in cpu:
                 found.append(Tier.CPU)
@@ -55,7 +59,13 @@ class Flow:
                 break
         return found
 
-    def serve(self, hashes: Sequence[int], infos: Sequence[BlockInfo], found: list[Tier]) -> None:
+    def limits(self, prompt_tokens: int, block_tokens: int, blocks: int) -> tuple[int, int]:
+        """Of a prompt's ``blocks``: how many the GPU may serve, and how many may hit or be
+        cached at all (every one, here; an engine flow may say fewer)."""
+        return blocks, blocks
+
+    def serve(self, hashes: Sequence[int], infos: Sequence[BlockInfo], found: list[Tier],
+              cacheable: int) -> None:
         raise NotImplementedError
 
     def pin_gpu_hits(self, hashes: Sequence[int], infos: Sequence[BlockInfo],
@@ -68,11 +78,11 @@ class Flow:
 
 
     def release_tail_first(self, hashes: Sequence[int], infos: Sequence[BlockInfo]) -> None:
-        """Touch the request's GPU-resident blocks last block first, as engines release a
-        finished request: vLLM frees its blocks in reverse so tails are evicted first, and
-        TensorRT-LLM evicts only leaves of its radix tree. Under LRU the head of a prompt is
-        then the most recent, so a chain is evicted from its tail and a later request keeps
-        the longest prefix that fits (head-first eviction would strand the whole chain)."""
+        """Touch the request's GPU-resident blocks last block first: TensorRT-LLM evicts only
+        leaves of its radix tree (vLLM's pool, :class:`VllmGpuPool`, frees in reverse to the
+        same effect). Under LRU the head of a prompt is then the most recent, so a chain is
+        evicted from its tail and a later request keeps the longest prefix that fits
+        (head-first eviction would strand the whole chain)."""
         gpu = self.gpu
         for h, info in zip(reversed(hashes), reversed(infos)):
             if h in gpu:
@@ -98,7 +108,7 @@ class ExclusiveFlow(Flow):
         self._info: dict[int, BlockInfo] = {}
         self.tail_first = False  # release a request's GPU blocks tail first (engine flows)
 
-    def serve(self, hashes, infos, found) -> None:
+    def serve(self, hashes, infos, found, cacheable) -> None:
         self.pin_gpu_hits(hashes, infos, found)
         keep_info = self._keep_info
         for i, (h, info) in enumerate(zip(hashes, infos)):
@@ -172,49 +182,72 @@ def trtllm_flow(config: SimConfig, result: SimResult, emit: Emit = _no_emit) -> 
 class VllmFlow(Flow):
     """vLLM's OffloadingConnector: write-through to CPU as blocks fill, file tier behind CPU.
 
-    The CPU tier is :class:`VllmCpuTier` (vLLM's manager call for call). ``cpu_admitter``,
-    when given, filters the blocks offered to it before vLLM's own store threshold.
+    The GPU tier is :class:`VllmGpuPool` (vLLM's block pool: hits pinned, computed blocks
+    written into the free queue's head, a finished request released tail first, at most
+    ``(prompt_tokens - 1) // block_tokens`` hit blocks, partial blocks never cached). The
+    CPU tier is :class:`VllmCpuTier` (vLLM's manager call for call). ``cpu_admitter``, when
+    given, filters the blocks offered to it before vLLM's own store threshold.
     """
 
     def __init__(self, config: SimConfig, result: SimResult, emit: Emit = _no_emit,
                  cpu_admitter: Admitter | None = None) -> None:
         super().__init__(result, emit)
-        self.gpu = LRU(config.gpu_blocks)
+        self.gpu = VllmGpuPool(config.gpu_blocks)
         self.cpu = None
         if config.cpu_blocks != 0:
             self.cpu = VllmCpuTier(config.cpu_blocks, config.policy, config.store_threshold)
         self.cold = LRU(config.cold_blocks) if config.cold_blocks != 0 else None
         self.admitter = cpu_admitter
 
-    def serve(self, hashes, infos, found) -> None:
+    def limits(self, prompt_tokens: int, block_tokens: int, blocks: int) -> tuple[int, int]:
+        return (hit_limit(prompt_tokens, block_tokens, blocks),
+                cacheable_blocks(prompt_tokens, block_tokens, blocks))
+
+    def lookup(self, hashes: Sequence[int], gpu_limit: int | None = None,
+               limit: int | None = None) -> list[Tier]:
+        """The GPU prefix hit (at most ``gpu_limit`` blocks: vLLM computes the last token),
+        then what the connector finds in the lower tiers after it, up to ``limit`` (it looks
+        in the CPU and file tiers only, so a GPU block past a gap is not a hit; a full prompt
+        found there is loaded whole and only its last token recomputed)."""
+        found: list[Tier] = []
+        gpu, cpu, cold = self.gpu, self.cpu, self.cold
+        hashes = hashes if limit is None else hashes[:limit]
+        for h in hashes if gpu_limit is None else hashes[:gpu_limit]:
+            if h not in gpu:
+                break
+            found.append(Tier.GPU)
+        for h in hashes[len(found):]:
+            if cpu is not None and h in cpu:
+                found.append(Tier.CPU)
+            elif cold is not None and h in cold:
+                found.append(Tier.COLD)
+            else:
+                break
+        return found
+
+    def serve(self, hashes, infos, found, cacheable) -> None:
         cpu = self.cpu
-        self.pin_gpu_hits(hashes, infos, found)
+        gpu_hits = found.count(Tier.GPU)  # the GPU hits lead (see lookup)
         loads, computed = [], []
-        for i, (h, info) in enumerate(zip(hashes, infos)):
-            tier = found[i] if i < len(found) else None
-            if tier is Tier.GPU and h in self.gpu:
-                continue
+        for i in range(gpu_hits, cacheable):
+            h, tier = hashes[i], found[i] if i < len(found) else None
             if tier is Tier.COLD and cpu is not None:
                 self._stage_into_cpu(h, i)
-            if tier is not None and tier is not Tier.GPU and cpu is not None and h in cpu:
+            if tier is not None and cpu is not None and h in cpu:
                 loads.append((h, i))
-            self._gpu_insert(h, info)
             if tier is None:
-                computed.append((h, i, info))
+                computed.append((h, i, infos[i]))
+        victims = self.gpu.serve(hashes, gpu_hits, cacheable)
+        self.result.gpu_evictions_total += len(victims)
+        if self.emitting:
+            for victim in victims:
+                self.emit(Outcome.EVICT, victim, Tier.GPU, None)
         if cpu is not None:
             if loads:
                 cpu.load(loads)
             if computed:
                 self._store(computed)
             cpu.finish()
-        self.release_tail_first(hashes, infos)
-
-    def _gpu_insert(self, h: int, info: BlockInfo) -> None:
-        victims = self.gpu.insert(h, info)  # GPU victims are freed; copies live in CPU already
-        self.result.gpu_evictions_total += len(victims)
-        if self.emitting:
-            for victim in victims:
-                self.emit(Outcome.EVICT, victim, Tier.GPU, None)
 
     def _store(self, computed: list) -> None:
         admitter = self.admitter

@@ -89,7 +89,8 @@ class Simulator:
         """Look up and serve one request; ``next_uses`` feeds offline policies (Belady)."""
         hashes = record.block_hashes
         block_tokens = record.block_size_tokens or self.config.default_block_tokens
-        found = self.flow.lookup(hashes)
+        gpu_limit, cacheable = self.flow.limits(record.prompt_tokens, block_tokens, len(hashes))
+        found = self.flow.lookup(hashes, gpu_limit, cacheable)
         outcome = self._account(record, found, block_tokens)
         if self._plain_infos and next_uses is None:
             infos = [DEFAULT_INFO] * len(hashes)  # recency-only policies read nothing in it
@@ -98,7 +99,7 @@ class Simulator:
             future = next_uses if next_uses is not None else (NEVER,) * len(hashes)
             infos = [BlockInfo(rule.priority(i), future[i], i) for i in range(len(hashes))]
         self._now_s, self._request_id = record.arrival_s, record.request_id
-        self.flow.serve(hashes, infos, found)
+        self.flow.serve(hashes, infos, found, cacheable)
         return outcome
 
     def _account(self, record: RequestRecord, found: list[Tier], block_tokens: int

@@ -199,3 +199,26 @@ def test_blocks_from_tokens():
     assert blocks_from_tokens(float("inf"), 16) is None
     with pytest.raises(ValueError, match="token capacity must be >= 0"):
         blocks_from_tokens(-1, 16)
+
+
+def test_vllm_gpu_serves_all_but_the_last_token_and_never_caches_a_partial_block():
+    sim = Simulator(SimConfig(gpu_blocks=8, semantics="vllm"))
+    sim.serve(request([1, 2]))                        # 8 tokens: two full blocks
+    again = sim.serve(request([1, 2]))                # fully cached: the last block recomputed
+    assert again.outcomes == (Outcome.GPU_HIT, Outcome.RECOMPUTE_MISS)
+    assert again.gpu_hit_tokens == 4 and again.recompute_tokens == 4
+    sim.serve(request([5, 6], prompt_tokens=6))       # block 6 holds 2 tokens: not cached
+    assert 5 in sim.flow.gpu and 6 not in sim.flow.gpu
+    partial = sim.serve(request([5, 6, 7], prompt_tokens=10))
+    assert partial.outcomes[:2] == (Outcome.GPU_HIT, Outcome.RECOMPUTE_MISS)
+
+
+def test_vllm_gpu_recomputes_a_fully_cached_prompt_into_a_second_copy():
+    sim = Simulator(SimConfig(gpu_blocks=2, semantics="vllm"))
+    sim.serve(request([3]))
+    sim.serve(request([4]))
+    sim.serve(request([4]))            # [4] fully cached: a fresh block for it evicts 3
+    assert 3 not in sim.flow.gpu and set(sim.flow.gpu) == {4}
+    sim.serve(request([9]))            # evicts the older copy of 4; the newer still serves
+    assert set(sim.flow.gpu) == {4, 9}
+    assert sim.serve(request([4, 8])).outcomes[0] is Outcome.GPU_HIT

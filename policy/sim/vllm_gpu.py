@@ -1,0 +1,93 @@
+"""vLLM 0.33's GPU prefix cache (``BlockPool`` and its free-block queue), for the vLLM flow.
+
+Requests are served one at a time and instantly, so between requests every cached block sits
+in the free queue, least recently released at the head. Per request (:meth:`serve`):
+
+* the prompt's leading cached blocks (the hits) are taken out of the queue, each hash's oldest
+  copy, so the allocations below cannot evict them;
+* every other full block is computed (or loaded from a lower tier) into a block taken from the
+  head of the queue, which loses the hash it cached, if any;
+* the finished request's blocks go back to the queue's tail in reverse order, so its tail is
+  evicted before its head (``KVCacheManager.free`` frees in reverse).
+
+Two rules come from vLLM's need to compute at least the prompt's last token (for its logits),
+with GPU hits aligned to blocks: the GPU serves at most ``(prompt_tokens - 1) // block_tokens``
+blocks of a prompt (:func:`hit_limit`; the connector may still load the next one from a lower
+tier), and a block past that limit is written into a fresh block even when it is cached, so
+its hash then has two copies until one is evicted. A partial last block is never cached
+(:func:`cacheable_blocks`). A test checks per-request hits equal vLLM's
+own ``KVCacheManager`` on the same block streams.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+
+
+def hit_limit(prompt_tokens: int, block_tokens: int, blocks: int) -> int:
+    """Blocks of a prompt the GPU prefix cache may serve: the last token is computed."""
+    return max(0, min(blocks, (prompt_tokens - 1) // block_tokens))
+
+
+def cacheable_blocks(prompt_tokens: int, block_tokens: int, blocks: int) -> int:
+    """Full blocks of a prompt (a partial last block is computed, never cached)."""
+    return max(0, min(blocks, prompt_tokens // block_tokens))
+
+
+class VllmGpuPool:
+    """Physical blocks of the GPU pool, the hashes they cache, and the free queue."""
+
+    def __init__(self, capacity_blocks: int | None) -> None:
+        if capacity_blocks is not None and (isinstance(capacity_blocks, bool)
+                                            or not isinstance(capacity_blocks, int)
+                                            or capacity_blocks < 0):
+            raise ValueError(f"capacity_blocks must be an int >= 0 or None (unlimited), "
+                             f"got {capacity_blocks!r}")
+        self.capacity_blocks = capacity_blocks
+        self._queue: OrderedDict[int, int] = OrderedDict()  # block -> hash; head goes first
+        self._copies: dict[int, list[int]] = {}  # hash -> its blocks, oldest first
+        self._blocks = 0  # blocks ever handed out (ids), <= capacity
+
+    def __contains__(self, key: int) -> bool:
+        return key in self._copies
+
+    def __len__(self) -> int:
+        """Distinct hashes cached."""
+        return len(self._copies)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._copies)
+
+    def serve(self, hashes: Sequence[int], hits: int, cacheable: int) -> list[int]:
+        """One request: ``hashes[:hits]`` are cached and reused, ``hashes[hits:cacheable]``
+        are written into fresh blocks. Returns the hashes whose last copy was evicted."""
+        held: list[tuple[int, int]] = []
+        for h in hashes[:hits]:
+            block = self._copies[h][0]
+            del self._queue[block]
+            held.append((block, h))
+        victims: list[int] = []
+        for h in hashes[hits:cacheable]:
+            block = self._allocate(victims)
+            if block is None:  # every block is held by this request: nothing more is cached
+                break
+            self._copies.setdefault(h, []).append(block)
+            held.append((block, h))
+        for block, h in reversed(held):
+            self._queue[block] = h
+        return victims
+
+    def _allocate(self, victims: list[int]) -> int | None:
+        if self.capacity_blocks is None or self._blocks < self.capacity_blocks:
+            self._blocks += 1
+            return self._blocks - 1
+        if not self._queue:
+            return None
+        block, old = self._queue.popitem(last=False)
+        copies = self._copies[old]
+        copies.remove(block)
+        if not copies:
+            del self._copies[old]
+            victims.append(old)
+        return block
