@@ -30,25 +30,33 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
+from itertools import repeat
 
 from collector.events import Origin, Outcome, Tier
+from probes.vllm_hooks_records import BlockRecords, key_hash
 
 _RECORDERS: dict[str, object] = {}
 _RECORDERS_LOCK = threading.Lock()
 _COLD_SOURCES = frozenset({"disk", "p2p"})
+_MAX_REQUESTS_TRACKED = 100_000
+_MAX_EVICTIONS_TRACKED = 1_000_000
+# Codes as plain ints, bound once: an enum attribute costs ~75 ns a lookup, and more to pack.
+_STORE, _EVICT, _DROP = int(Outcome.STORE), int(Outcome.EVICT), int(Outcome.DROP)
+_MISS, _CPU_PROMOTION = int(Outcome.RECOMPUTE_MISS), int(Outcome.CPU_PROMOTION)
+_COLD_PROMOTION = int(Outcome.COLD_PROMOTION)
+_GPU, _CPU, _COLD = int(Tier.GPU), int(Tier.CPU), int(Tier.COLD)
 
-
-def key_hash(key: bytes) -> int:
-    """An ``OffloadKey`` (block hash bytes + 4-byte group index) -> the schema's hash."""
-    return int.from_bytes(key[-12:-4], "big")  # == block_hash_from_bytes(key[:-4]), one slice
+__all__ = ["ManagerRecorder", "active_recorders", "key_hash", "recorder_for"]
 
 
 class ManagerRecorder:
     """The recording logic, free of vLLM types: the wrapper calls one method per manager call.
 
     Keys are ``OffloadKey`` bytes; ``request_id`` is vLLM's ``req_id``; ``size_bytes`` is the
-    chunk size (every worker together). Pending prepare times are kept per key.
+    chunk size (every worker together). Pending prepare times are kept per key. Runs on the
+    engine's scheduler thread: each call reads the clock once and appends its events as runs
+    (:class:`probes.vllm_hooks_records.BlockRecords`), nothing per chunk but dict updates.
     """
 
     def __init__(self, recorder, *, chunk_bytes: int | None = None,
@@ -56,8 +64,9 @@ class ManagerRecorder:
         self.recorder = recorder
         self.chunk_bytes = chunk_bytes
         self._clock = clock
+        self._add = BlockRecords(recorder).add
         self._store_started: dict[bytes, float] = {}
-        self._load_started: dict[bytes, tuple[float, Outcome]] = {}
+        self._load_started: dict[bytes, tuple[float, int]] = {}  # (prepared at, outcome)
         self._evictions_seen: set[bytes] = set()  # reported at prepare_store, not again
         self._misses: dict[str, set] = {}  # request -> keys already reported missing
 
@@ -65,54 +74,60 @@ class ManagerRecorder:
         """A waiting request is looked up again every step: report each miss once."""
         if result != "MISS":
             return
-        seen = self._misses.setdefault(request_id, set())
-        if key not in seen and len(self._misses) <= 100_000:
+        seen = self._misses.get(request_id)
+        if seen is None:
+            seen = self._misses[request_id] = set()
+        if key not in seen and len(self._misses) <= _MAX_REQUESTS_TRACKED:
             seen.add(key)
-            self.recorder.record(Outcome.RECOMPUTE_MISS, key_hash(key), request_id=request_id)
+            self._add(_MISS, [key], request_id)
 
     def request_finished(self, request_id: str) -> None:
         self._misses.pop(request_id, None)
 
     def prepared_store(self, keys_to_store, evicted_keys, request_id: str) -> None:
         now = self._clock()
-        for key in evicted_keys:
-            self.recorder.record(Outcome.EVICT, key_hash(key), tier_from=Tier.CPU, time_s=now)
-            if len(self._evictions_seen) < 1_000_000:
-                self._evictions_seen.add(key)
-        for key in keys_to_store:
-            self._store_started[key] = now
+        if evicted_keys:
+            if type(evicted_keys) is not list:
+                evicted_keys = list(evicted_keys)
+            self._add(_EVICT, evicted_keys, tier_from=_CPU, time_s=now)
+            seen = self._evictions_seen
+            if len(seen) + len(evicted_keys) <= _MAX_EVICTIONS_TRACKED:
+                seen.update(evicted_keys)
+            else:
+                for key in evicted_keys:
+                    if len(seen) < _MAX_EVICTIONS_TRACKED:
+                        seen.add(key)
+        self._store_started.update(zip(keys_to_store, repeat(now)))
 
     def completed_store(self, keys, success: bool, request_id: str) -> None:
         now = self._clock()
-        for key in keys:
-            started = self._store_started.pop(key, None)
-            if started is None:
-                continue  # not ours to report: already stored, or filtered by the manager
+        # Keys prepared together share one start time: one run each. Keys not prepared
+        # (already stored, or filtered by the manager) are not ours to report.
+        for started, run in _runs(self._store_started.pop, keys):
             if success:
-                self.recorder.record(Outcome.STORE, key_hash(key), request_id=request_id,
-                                     size_bytes=self.chunk_bytes, tier_from=Tier.GPU,
-                                     tier_to=Tier.CPU, latency_s=now - started, time_s=now)
+                self._add(_STORE, run, request_id, self.chunk_bytes, _GPU, _CPU, now - started,
+                          now)
             else:
-                self.recorder.record(Outcome.DROP, key_hash(key), request_id=request_id,
-                                     tier_from=Tier.GPU, time_s=now)
+                self._add(_DROP, run, request_id, tier_from=_GPU, time_s=now)
 
     def prepared_load(self, keys, sources, request_id: str) -> None:
+        """``sources`` are the manager's load source labels per key (``"host"``, ``"disk"``,
+        ...), or ``None`` when all come from the CPU tier."""
         now = self._clock()
+        warm = (now, _CPU_PROMOTION)
+        if sources is None:
+            self._load_started.update(zip(keys, repeat(warm)))
+            return
+        cold, started = (now, _COLD_PROMOTION), self._load_started
         for key, source in zip(keys, sources):
-            cold = source in _COLD_SOURCES
-            self._load_started[key] = (now, Outcome.COLD_PROMOTION if cold else Outcome.CPU_PROMOTION)
+            started[key] = cold if source in _COLD_SOURCES else warm
 
     def completed_load(self, keys, request_id: str) -> None:
         now = self._clock()
-        for key in keys:
-            started = self._load_started.pop(key, None)
-            if started is None:
-                continue
-            began, outcome = started
-            tier_from = Tier.COLD if outcome is Outcome.COLD_PROMOTION else Tier.CPU
-            self.recorder.record(outcome, key_hash(key), request_id=request_id,
-                                 size_bytes=self.chunk_bytes, tier_from=tier_from,
-                                 tier_to=Tier.GPU, latency_s=now - began, time_s=now)
+        for (began, outcome), run in _runs(self._load_started.pop, keys):
+            tier_from = _COLD if outcome == _COLD_PROMOTION else _CPU
+            self._add(outcome, run, request_id, self.chunk_bytes, tier_from, _GPU, now - began,
+                      now)
 
     def offloading_events(self, events) -> None:
         """vLLM ``OffloadingEvent``s add what the manager did on its own: stores into a
@@ -127,22 +142,37 @@ class ManagerRecorder:
                 continue
             if medium != "STORAGE":
                 continue
-            for key in event.keys:
-                if event.removed:
-                    self.recorder.record(Outcome.EVICT, key_hash(key), tier_from=Tier.COLD,
-                                         time_s=now)
-                else:
-                    self.recorder.record(Outcome.STORE, key_hash(key), tier_from=Tier.CPU,
-                                         tier_to=Tier.COLD, size_bytes=self.chunk_bytes,
-                                         time_s=now)
-
+            if event.removed:
+                self._add(_EVICT, list(event.keys), tier_from=_COLD, time_s=now)
+            else:
+                self._add(_STORE, list(event.keys), size_bytes=self.chunk_bytes,
+                          tier_from=_CPU, tier_to=_COLD, time_s=now)
 
     def _cpu_removals(self, keys, now: float) -> None:
+        seen, unseen = self._evictions_seen, []
         for key in keys:
-            if key in self._evictions_seen:
-                self._evictions_seen.discard(key)
+            if key in seen:
+                seen.discard(key)
             else:
-                self.recorder.record(Outcome.EVICT, key_hash(key), tier_from=Tier.CPU, time_s=now)
+                unseen.append(key)
+        self._add(_EVICT, unseen, tier_from=_CPU, time_s=now)
+
+
+def _runs(pop, keys: list) -> list:
+    """``(started, keys)`` for each run of consecutive keys whose ``pop(key, None)`` is
+    equal, in order; keys it pops nothing for are left out."""
+    started = list(map(pop, keys, repeat(None)))  # one C loop
+    if started and started[0] is not None and started.count(started[0]) == len(started):
+        return [(started[0], keys)]  # the usual call: keys prepared together
+    runs = []
+    for key, began in zip(keys, started):
+        if began is None:
+            continue
+        if runs and runs[-1][0] == began:
+            runs[-1][1].append(key)
+        else:
+            runs.append((began, [key]))
+    return runs
 
 
 def recorder_for(engine_id: str, instance: str | None = None, *, clock=time.time):

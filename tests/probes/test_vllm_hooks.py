@@ -7,10 +7,11 @@ import sys
 
 import pytest
 
-from collector.events import Origin
+from collector.events import Origin, Outcome, Tier
 from collector.recorder import Recorder
 from probes import vllm_hooks
 from probes.vllm_hooks import ManagerRecorder, key_hash
+from probes.vllm_hooks_records import BlockRecords
 
 
 class Clock:
@@ -128,3 +129,73 @@ def test_a_waiting_request_reports_each_miss_once(rec):
     observer.request_finished("r")
     observer.lookup(k(4), "MISS", "r")  # a new admission of the same id counts again
     assert [row[0] for row in rows(recorder)] == ["recompute_miss", "recompute_miss"]
+
+
+# ---- the packed hot path (probes/vllm_hooks_records.py) against Recorder.record ----
+
+CALLS = [  # (kind, key numbers, request_id, size_bytes, tier_from, tier_to, latency_s, time_s)
+    (Outcome.EVICT, [9, 8], None, None, Tier.CPU, None, None, 100.0),
+    (Outcome.STORE, [1, 2, 3, 4], "r", 2048, Tier.GPU, Tier.CPU, 0.5, 100.5),
+    (Outcome.DROP, [5], "r", None, Tier.GPU, None, None, 100.5),
+    (Outcome.COLD_PROMOTION, [2**64 - 1, 0], "r2", 2048, Tier.COLD, Tier.GPU, 0.25, 101.0),
+    (Outcome.RECOMPUTE_MISS, [7], "r", None, None, None, None, None),  # the recorder's clock
+    (Outcome.STORE, [6], None, 2048, Tier.CPU, Tier.COLD, None, 102.0),
+]
+
+
+def both_ways(calls, capacity_events=1 << 20, key=k):
+    """The same calls through BlockRecords.add and through one Recorder.record per key."""
+    clock = Clock()
+    packed = Recorder(Origin("vllm", "t", "t-1"), clock=clock, capacity_events=capacity_events)
+    one_by_one = Recorder(Origin("vllm", "t", "t-1"), clock=clock,
+                          capacity_events=capacity_events)
+    add = BlockRecords(packed).add
+    for kind, numbers, *fields in calls:
+        add(int(kind), [key(n) for n in numbers], *fields)
+        for n in numbers:
+            request_id, size_bytes, tier_from, tier_to, latency_s, time_s = fields
+            one_by_one.record(kind, key_hash(key(n)), request_id=request_id,
+                              size_bytes=size_bytes, tier_from=tier_from, tier_to=tier_to,
+                              latency_s=latency_s, time_s=time_s)
+    return packed, one_by_one
+
+
+def drained(recorder):
+    batch = recorder.take_events()
+    return (batch.block_events.to_pylist(), dict(batch.rejected), recorder.dropped_events)
+
+
+def test_packed_runs_record_what_record_would():
+    packed, one_by_one = both_ways(CALLS)
+    rows, rejected, dropped = drained(packed)
+    assert (rows, rejected, dropped) == drained(one_by_one)
+    assert [r["block_hash"] for r in rows] == [9, 8, 1, 2, 3, 4, 5, 2**64 - 1, 0, 7, 6]
+    assert rows[9]["time_s"] == 100.0  # no time given: the recorder's clock
+
+
+def test_a_run_past_the_capacity_keeps_what_fits_and_counts_the_rest():
+    packed, one_by_one = both_ways(CALLS[:2] + CALLS[1:2], capacity_events=5)
+    assert drained(packed) == drained(one_by_one)
+    assert packed.dropped_events == 5  # 2 + 4 + 4 offered
+
+
+def test_what_the_packed_form_cannot_hold_goes_through_record():
+    short = lambda n: n.to_bytes(4, "big") + bytes(4)  # too short to hold a hash
+    packed, one_by_one = both_ways(CALLS[:2], key=short)
+    assert drained(packed) == drained(one_by_one)
+    bad_request = [(Outcome.STORE, [1, 2], 42, 2048, Tier.GPU, Tier.CPU, 0.5, 100.5)]
+    packed, one_by_one = both_ways(bad_request)  # a request id that is not a str
+    assert drained(packed) == drained(one_by_one)
+    assert packed.rejected_events == 0 and drained(both_ways(bad_request)[0])[1] == {
+        "wrong type in record() call": 2}
+
+
+def test_a_recorder_of_another_type_gets_one_record_call_per_key():
+    calls = []
+
+    class Double:
+        def record(self, kind, block_hash, **fields):
+            calls.append((kind, block_hash, fields["request_id"]))
+
+    BlockRecords(Double()).add(int(Outcome.STORE), [k(1), k(2)], "r", 2048, 0, 1, 0.5, 1.0)
+    assert calls == [(Outcome.STORE, 1, "r"), (Outcome.STORE, 2, "r")]

@@ -188,7 +188,7 @@ def run_exact():
     from probes.vllm_hooks_classes import RecordingOffloadingManager
 
     now = [100.0]
-    clock = lambda: now[0]  # noqa: E731
+    clock = lambda: now[0]
     recorder = Recorder(Origin("vllm", "exact", "exact-1"), clock=clock)
     manager = RecordingOffloadingManager(
         CPUOffloadingManager(num_chunks=4, enable_events=True),
