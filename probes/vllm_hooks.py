@@ -67,7 +67,11 @@ class ManagerRecorder:
         self._add = BlockRecords(recorder).add
         self._store_started: dict[bytes, float] = {}
         self._load_started: dict[bytes, tuple[float, int]] = {}  # (prepared at, outcome)
-        self._evictions_seen: set[bytes] = set()  # reported at prepare_store, not again
+        # Evictions reported at prepare_store, so the manager's own CPU removal event does
+        # not report them again. Off when the manager emits no events (see the wrapper):
+        # nothing would ever take the keys out again.
+        self.track_evictions = True
+        self._evictions_seen: set[bytes] = set()
         self._misses: dict[str, set] = {}  # request -> keys already reported missing
 
     def lookup(self, key: bytes, result: str, request_id: str) -> None:
@@ -90,13 +94,8 @@ class ManagerRecorder:
             if type(evicted_keys) is not list:
                 evicted_keys = list(evicted_keys)
             self._add(_EVICT, evicted_keys, tier_from=_CPU, time_s=now)
-            seen = self._evictions_seen
-            if len(seen) + len(evicted_keys) <= _MAX_EVICTIONS_TRACKED:
-                seen.update(evicted_keys)
-            else:
-                for key in evicted_keys:
-                    if len(seen) < _MAX_EVICTIONS_TRACKED:
-                        seen.add(key)
+            if self.track_evictions:
+                self._track(evicted_keys)
         self._store_started.update(zip(keys_to_store, repeat(now)))
 
     def completed_store(self, keys, success: bool, request_id: str) -> None:
@@ -147,6 +146,15 @@ class ManagerRecorder:
             else:
                 self._add(_STORE, list(event.keys), size_bytes=self.chunk_bytes,
                           tier_from=_CPU, tier_to=_COLD, time_s=now)
+
+    def _track(self, evicted_keys: list) -> None:
+        seen = self._evictions_seen
+        if len(seen) + len(evicted_keys) <= _MAX_EVICTIONS_TRACKED:
+            seen.update(evicted_keys)
+            return
+        for key in evicted_keys:
+            if len(seen) < _MAX_EVICTIONS_TRACKED:
+                seen.add(key)
 
     def _cpu_removals(self, keys, now: float) -> None:
         seen, unseen = self._evictions_seen, []

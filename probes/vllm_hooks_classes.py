@@ -40,6 +40,8 @@ class RecordingOffloadingManager(OffloadingManager):
         self._prepare_store, self._complete_store = inner.prepare_store, inner.complete_store
         self._host_only = (type(inner).get_load_source
                            is CPUOffloadingManager.get_load_source)
+        if isinstance(inner, CPUOffloadingManager) and inner.events is None:
+            observer.track_evictions = False  # no removal events will ever come to match
 
     @property
     def lock(self):

@@ -106,3 +106,8 @@ def test_a_fixed_call_sequence_records_exactly_these_events(driven):
     got = [((r["time_s"], r["block_hash"], r["request_id"], r["latency_s"]),
             (r["kind"], r["size_bytes"], r["tier_from"], r["tier_to"])) for r in out["rows"]]
     assert got == expected
+
+
+def test_without_manager_events_evictions_are_recorded_and_not_remembered(driven):
+    out = driven["exact"]
+    assert (out["quiet_evicted"], out["quiet_remembered"]) == ([1000, 1001], 0)

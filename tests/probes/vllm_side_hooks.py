@@ -219,8 +219,16 @@ def run_exact():
     at(105.0, manager.on_request_finished, r1)
     at(105.0, manager.lookup, key(9), r1)                       # a new admission: again
     batch = recorder.take_events()
+    # Without events (vLLM's default), nothing would ever clear a remembered eviction.
+    quiet = RecordingOffloadingManager(CPUOffloadingManager(num_chunks=1),
+                                       ManagerRecorder(recorder, chunk_bytes=4096, clock=clock))
+    for i in range(3):
+        quiet.complete_store(quiet.prepare_store([key(i)], r1).keys_to_store, r1)
+    evicted = [r["block_hash"] for r in recorder.take_events().block_events.to_pylist()
+               if r["kind"] == "evict"]
     return {"rows": batch.block_events.to_pylist(), "dropped": recorder.dropped_events,
-            "rejections": dict(batch.rejected)}
+            "rejections": dict(batch.rejected), "quiet_evicted": evicted,
+            "quiet_remembered": len(quiet.observer._evictions_seen)}
 
 
 if __name__ == "__main__":
