@@ -3,16 +3,19 @@
 A scaled-down slice of the Mooncake conversation trace (``DemoSlice``) is replayed by the
 load probe through kvtier's reference engine in each rollout phase (GPU-only, +CPU tier,
 +file tier if justified); the engine's hooks and the probe's rows go into a DuckDB store,
-out as Parquet segments for the dashboard. Every latency it prints is measured.
+out as Parquet segments for the dashboard. Every latency it prints is measured. Then the
+host's memory headroom and file-tier speed are probed, and the analysis and recommendation run
+over the whole trace with them: the CPU size is capped at this host's memory, and the file
+tier is priced with this disk.
 """
 
 from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from kvtier.demo_rollout import DemoSlice
 from kvtier.traces import bundled_trace
@@ -61,16 +64,42 @@ def run_demo(config: DemoConfig, *, clock: Callable[[], float] = time.time, say=
     if not config.recommend:
         say(f"  open the dashboard: kvtier dashboard --segments {segments}")
         return figures
-    say("  analysis and recommendation over the whole trace (simulated replay, cost-model defaults):")
+    say("  analysis and recommendation over the whole trace (simulated replay; host headroom "
+        "and file-tier speed measured on this host):")
+    probes = _measure_host(config.out_dir / "probes", say)
     _run_verb("analyze", ["--trace", str(trace_path), "--out", str(config.out_dir / "analysis")], say)
     _run_verb("recommend", ["--trace", str(trace_path), "--engine", "all",
+                            "--headroom-json", str(probes["headroom"]),
+                            "--fs-json", str(probes["fs"]),
+                            "--cold-path", str((config.out_dir / "file-tier").resolve()),
                             "--out", str(config.out_dir / "recommendation")], say)
     say(f"  open the dashboard: kvtier dashboard --segments {segments} "
         f"--recommendation {config.out_dir / 'recommendation'}")
     return figures
 
 
-def _run_verb(verb: str, argv: list[str], say) -> None:
+def _measure_host(folder: Path, say) -> dict[str, Path]:
+    """Run the headroom and file-tier probes (about two seconds) so the recommendation's CPU
+    size is capped at this host's memory and its file-tier verdict uses this disk's speed."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "fs").mkdir(exist_ok=True)
+    paths = {"headroom": folder / "headroom.json", "fs": folder / "fs.json"}
+    _run_verb("probe", ["headroom", "--json", "--out", str(paths["headroom"])], say, quiet=True)
+    _run_verb("probe", ["fs", "--json", "--dir", str(folder / "fs"), "--out", str(paths["fs"])],
+              say, quiet=True)
+    headroom = json.loads(paths["headroom"].read_text())
+    reads = [r for r in json.loads(paths["fs"].read_text())["rows"] if r["op"] == "read"]
+    best = max(reads, key=lambda r: r["throughput_bytes_per_s"])
+    say(f"    host headroom {headroom['safe_bytes'] / 2**30:.1f} GiB safe for a CPU tier "
+        f"(limited by {headroom['limited_by']}); file reads up to "
+        f"{best['throughput_bytes_per_s'] / 1e6:,.0f} MB/s ({best['size_bytes'] // 1024} KiB blocks, "
+        f"{best['threads']} threads) in {folder / 'fs'}")
+    return paths
+
+
+def _run_verb(verb: str, argv: list[str], say, *, quiet: bool = False) -> None:
     """Run another verb exactly as its command line would, its output indented."""
     import argparse
     import contextlib
@@ -85,6 +114,8 @@ def _run_verb(verb: str, argv: list[str], say) -> None:
         module.run(parser.parse_args(argv))
     lines = output.getvalue().splitlines()
     say(f"  kvtier {verb} {' '.join(argv)}")
+    if quiet:
+        return
     for line in (lines if verb == "recommend" else [line for line in lines if "verdict" in line.lower()]):
         say(f"    {line}")
 

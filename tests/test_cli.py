@@ -92,6 +92,13 @@ def test_demo_runs_end_to_end_and_reports_measured_figures(tmp_path):
     assert list((out / "segments" / "requests").rglob("*.parquet"))
     recommendation = json.loads((out / "recommendation" / "recommendation.json").read_text())
     assert recommendation["kind"] == "kvtier.recommendation" and recommendation["evidence"]["verdict"]
+    # the CPU size is checked against this host's measured headroom, the file tier's cold
+    # promotion priced with this disk's measured speed
+    evidence = recommendation["evidence"]
+    assert evidence["host_memory"]["checked"] and "kvtier probe headroom" in evidence["host_memory"]["source"]
+    assert evidence["host_memory"]["recommended_cpu_bytes"] <= evidence["host_memory"]["cap_bytes"]
+    assert evidence["vllm_file_tier"]["cost"]["measured"] is True
+    assert "host headroom" in result.stdout and (out / "probes" / "fs.json").exists()
     assert (out / "recommendation" / "report.md").exists() and (out / "analysis" / "reuse_report.json").exists()
     again = kvtier("demo", "--out", str(out), "--requests", "30", "--no-recommendation")
     assert "replacing the previous demo run" in again.stdout
