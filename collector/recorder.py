@@ -47,6 +47,10 @@ _OPTIONAL = ("request_id", "parent_hash", "position", "tokens", "size_bytes", "t
              "tier_to", "priority", "latency_s")
 _NULL_BIT = {name: 1 << i for i, name in enumerate(_OPTIONAL)}
 RECORD_BYTES = _RECORD.size
+_HASH_AT = 8  # block_hash follows time_s
+# record_run's events never carry a parent, position, tokens or priority
+_RUN_NULLS = (_NULL_BIT["parent_hash"] | _NULL_BIT["position"] | _NULL_BIT["tokens"]
+              | _NULL_BIT["priority"])
 
 
 class _RequestKeys:
@@ -157,6 +161,53 @@ class Recorder:
                                  nulls, kind, tier_from, tier_to, priority)
         except Exception:  # a hook must never be broken by its observer
             self.rejected_events += 1
+
+    def record_run(self, kind, hashes_le, request_id=None, size_bytes=None, tier_from=None,
+                   tier_to=None, latency_s=None, time_s=None) -> bool:
+        """Buffer one ``kind`` event per block hash, every other field shared: the events of
+        one engine call, packed once and appended in one C call (a drain never splits the
+        run). ``hashes_le``: each hash as its 8 little-endian bytes, so a caller holding the
+        hash as bytes (a vLLM offload key) skips building an ``int``. Parent, position, tokens
+        and priority are null. Returns ``False``, recording nothing, when a value does not fit
+        the packed form (a hash not 8 bytes, a wrong type): the caller then uses
+        :meth:`record` per event, which counts rejections. Events past the capacity are
+        dropped and counted, as with :meth:`record`."""
+        buffer = self._buffer
+        free_bytes = self._limit_bytes - len(buffer)
+        n = len(hashes_le)
+        if not n:
+            return True
+        if free_bytes <= 0:
+            self.dropped_events += n
+            return True
+        try:
+            nulls = _RUN_NULLS
+            if request_id is None:
+                nulls, request_key = nulls | 1, 0
+            else:
+                request_key = self._keys.key(request_id)
+            if size_bytes is None:
+                nulls, size_bytes = nulls | 16, 0
+            if tier_from is None:
+                nulls, tier_from = nulls | 32, 0
+            if tier_to is None:
+                nulls, tier_to = nulls | 64, 0
+            if latency_s is None:
+                nulls, latency_s = nulls | 256, 0.0
+            record = self._pack(self._clock() if time_s is None else time_s, 0, 0, latency_s,
+                                size_bytes, request_key, 0, 0, nulls, kind, tier_from, tier_to, 0)
+            head, tail = record[:_HASH_AT], record[_HASH_AT + 8:]
+            run = head + (tail + head).join(hashes_le) + tail
+        except Exception:
+            return False
+        if len(run) != RECORD_BYTES * n:  # a hash that is not 8 bytes
+            return False
+        if len(run) > free_bytes:  # keep the records that fit, as record() would
+            kept = -(-free_bytes // RECORD_BYTES)
+            self.dropped_events += n - kept
+            run = run[:kept * RECORD_BYTES]
+        buffer += run
+        return True
 
     def record_request(self, record: RequestRecord) -> None:
         """Buffer one request record. Never raises; drops (counted) when full."""

@@ -124,3 +124,34 @@ def test_request_id_keys_survive_table_rotation():
 def test_capacity_must_be_positive(origin):
     with pytest.raises(ValueError, match="capacities"):
         Recorder(origin, capacity_events=0)
+
+
+def test_record_run_writes_the_bytes_record_writes_one_event_at_a_time(origin, clock):
+    hashes = [1, 2**64 - 1, 0x0102030405060708]
+    shared = dict(request_id="req-7", size_bytes=4096, tier_from=Tier.GPU, tier_to=Tier.CPU,
+                  latency_s=0.25, time_s=12.5)
+    one_by_one, run = Recorder(origin, clock=clock), Recorder(origin, clock=clock)
+    for h in hashes:
+        one_by_one.record(Outcome.STORE, h, **shared)
+    assert run.record_run(Outcome.STORE, [h.to_bytes(8, "little") for h in hashes], **shared)
+    assert bytes(run._buffer) == bytes(one_by_one._buffer)
+    table = run.take_events().block_events
+    assert table.column("block_hash").to_pylist() == hashes
+    assert table.column("position").null_count == 3 and table.column("parent_hash").null_count == 3
+    # nulls for the shared fields too
+    bare = Recorder(origin, clock=clock)
+    assert bare.record_run(Outcome.EVICT, [(5).to_bytes(8, "little")])
+    row = bare.take_events().block_events.to_pylist()[0]
+    assert row["request_id"] is None and row["tier_from"] is None and row["latency_s"] is None
+
+
+def test_record_run_refuses_what_it_cannot_pack_and_drops_past_capacity(origin):
+    recorder = Recorder(origin, capacity_events=4)
+    assert not recorder.record_run(Outcome.STORE, [b"short"])           # not an 8-byte hash
+    assert not recorder.record_run(Outcome.STORE, [bytes(8)], size_bytes="big")
+    assert recorder.pending_events == 0 and recorder.dropped_events == 0
+    assert recorder.record_run(Outcome.STORE, [bytes(8)] * 3)
+    assert recorder.record_run(Outcome.STORE, [bytes(8)] * 3)           # one fits, two dropped
+    assert recorder.pending_events == 4 and recorder.dropped_events == 2
+    assert recorder.record_run(Outcome.STORE, [bytes(8)])               # full: dropped
+    assert recorder.pending_events == 4 and recorder.dropped_events == 3
