@@ -32,6 +32,7 @@ def render(ctx: PageContext) -> None:
     if not reco.knobs.empty:
         st.subheader("Settings")
         st.dataframe(reco.knobs, hide_index=True)
+    _host_and_file_tier(reco.evidence)
     _rollback(ctx, reco.rollback)
     _configs(reco)
 
@@ -57,6 +58,37 @@ def _expected(reco: Recommendation) -> None:
         return
     st.subheader("Expected change against the baseline (interval: bootstrap 5th-95th percentile)")
     chart(expected, charts.expected_changes())
+
+
+def _host_and_file_tier(evidence: dict) -> None:
+    """Whether the CPU size was checked against host memory (and what the cap cost), and the
+    vLLM file-tier decision with its measured or assumed costs."""
+    host, file_tier = evidence.get("host_memory"), evidence.get("vllm_file_tier")
+    if not isinstance(host, dict) and not isinstance(file_tier, dict):
+        return
+    st.subheader("Host memory and file tier")
+    if isinstance(host, dict) and not host.get("checked"):
+        st.warning("The CPU tier size was **not checked against host memory**: run "
+                   "`kvtier probe headroom --json` and pass it to `kvtier recommend "
+                   "--headroom-json`.")
+    elif isinstance(host, dict):
+        gib = 2 ** 30
+        text = (f"Host headroom {host.get('headroom_bytes', 0) / gib:.1f} GiB less a "
+                f"{host.get('safety_margin_bytes', 0) / gib:.1f} GiB margin: the CPU tier may "
+                f"take {host.get('cap_bytes', 0) / gib:.1f} GiB ({host.get('source', '')}).")
+        if host.get("capped"):
+            text += (f" The {host.get('requested_cpu_bytes', 0) / gib:.1f} GiB asked for was "
+                     f"capped to {host.get('recommended_cpu_bytes', 0) / gib:.1f} GiB")
+            lru_at = (host.get("token_hit_ratio_lru_at_requested"),
+                      host.get("token_hit_ratio_lru_at_cap"))
+            if None not in lru_at:
+                text += (f"; LRU token hit ratio {lru_at[0]:.1%} at the asked size, "
+                         f"{lru_at[1]:.1%} at the cap")
+            text += "."
+        st.info(text)
+    if isinstance(file_tier, dict) and file_tier.get("reason"):
+        (st.success if file_tier.get("add") else st.warning)(
+            f"vLLM file tier: {file_tier['reason']}")
 
 
 def _configs(reco: Recommendation) -> None:

@@ -228,3 +228,26 @@ def test_new_segments_show_up_on_the_next_run_despite_caching(monkeypatch, tmp_p
     ingest(1, 7)
     at.run()
     assert sum(charts(at)[0][1].column("amount").to_pylist()) == 12
+
+
+def test_recommendation_says_whether_host_memory_was_checked_and_why_the_file_tier(
+        monkeypatch, full_segments, tmp_path):
+    folder = write_recommendation(tmp_path / "reco", ttft_p99_budget_s=1.0)
+    doc = json.loads((folder / "recommendation.json").read_text())
+    doc["evidence"]["host_memory"] = {"checked": False, "why": "no --headroom-json"}
+    doc["evidence"]["vllm_file_tier"] = {"add": False, "reason": "do not add a file tier: a "
+                                         "cold promotion costs 72 ms, recomputing it 64 ms"}
+    (folder / "recommendation.json").write_text(json.dumps(doc))
+    at = open_page(monkeypatch, full_segments, "recommendation", recommendation=folder)
+    warnings = [w.value for w in at.warning]
+    assert any("not checked against host memory" in w for w in warnings)
+    assert any("do not add a file tier" in w for w in warnings)
+    doc["evidence"]["host_memory"] = {
+        "checked": True, "source": "kvtier probe headroom", "headroom_bytes": 20 * 2**30,
+        "safety_margin_bytes": 2 * 2**30, "cap_bytes": 18 * 2**30,
+        "requested_cpu_bytes": 305 * 2**30, "recommended_cpu_bytes": 18 * 2**30, "capped": True,
+        "token_hit_ratio_lru_at_requested": 0.163, "token_hit_ratio_lru_at_cap": 0.059}
+    (folder / "recommendation.json").write_text(json.dumps(doc))
+    at = open_page(monkeypatch, full_segments, "recommendation", recommendation=folder)
+    info = " ".join(i.value for i in at.info)
+    assert "305.0 GiB asked for was capped to 18.0 GiB" in info and "16.3% at the asked size" in info
