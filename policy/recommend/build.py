@@ -7,7 +7,7 @@ wrong-optimisation verdict; if offloading is worth trying, train the admission m
 threshold on the training period's latest slice (both TRT-LLM comparisons), summarise the
 priorities as per-request-class token ranges for TRT-LLM (and sweep its threshold over
 those), and measure the chosen setting against the default (LRU, admit all) on the later,
-held-out time with bootstrap intervals. vLLM gets its ``store_threshold`` and the file-tier
+held-out time with bootstrap intervals. vLLM gets its ``eviction_policy`` and ``store_threshold`` and the file-tier
 decision (:func:`policy.filetier.decide`) from replays under its own semantics.
 """
 
@@ -37,7 +37,7 @@ from policy.recommend.retention import (
 )
 from policy.recommend.sweep import THRESHOLDS, SweepPoint, best, priority_scores, sweep
 from policy.recommend.value import full_block_value, priorities, value_per_byte
-from policy.recommend.vllm_sweep import best_store_threshold, file_tier_gain
+from policy.recommend.vllm_sweep import best_cpu_setting, file_tier_gain
 from policy.writers.settings import Guardrails
 
 VALIDATION_FRACTION = 0.2
@@ -124,13 +124,13 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
         host["token_hit_ratio_lru_at_cap"] = baseline.result.token_hit_ratio
     classes = tuple(sorted(set(prio.tolist())))
     helps = candidate.result.token_hit_ratio > baseline.result.token_hit_ratio
-    store_threshold, by_threshold = best_store_threshold(
-        split.train, inputs.gpu_blocks, cpu_blocks, validate_from)
+    vllm_cpu, by_setting = best_cpu_setting(split.train, inputs.gpu_blocks, cpu_blocks,
+                                            validate_from)
     file_tier = _file_tier(split.train, inputs, cpu_blocks, validate_from,
-                           by_threshold[store_threshold], params, block_tokens)
+                           by_setting[vllm_cpu], params, block_tokens, vllm_cpu[0])
     vllm_file = (file_tier, inputs.cold_blocks * block_bytes, inputs.cold_path)
     per_engine, notes = engines.settings(cpu_bytes, chosen.min_priority, classes, helps,
-                                         (ranges, range_gate.min_priority), store_threshold,
+                                         (ranges, range_gate.min_priority), vllm_cpu,
                                          vllm_file)
     later = _window_ratio(gpu_only, split.count_from)
     return Recommendation(
@@ -156,7 +156,9 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
                   "sweep": [p.__dict__ for p in points],
                   "token_range_priorities": dict(bands),
                   "token_range_sweep": [p.__dict__ for p in range_points],
-                  "vllm_store_threshold_recomputed_tokens": by_threshold,
+                  "vllm_cpu_setting_recomputed_tokens": {
+                      f"{policy}/store_threshold={threshold}": tokens
+                      for (policy, threshold), tokens in by_setting.items()},
                   "token_hit_ratio": {"gpu_only": later,
                                       "cpu_lru_admit_all": baseline.result.token_hit_ratio,
                                       "cpu_learned_priority": learned_ratio},
@@ -183,12 +185,12 @@ def _range_sweep(split: Split, tiers: Tiers, priority_by_offer: dict, ranges, bl
 
 def _file_tier(train: Sequence[RequestRecord], inputs: Inputs, cpu_blocks: int,
                validate_from: int, recomputed_without: int, params: CostParams,
-               block_tokens: int) -> FileTierDecision | None:
+               block_tokens: int, policy: str) -> FileTierDecision | None:
     """vLLM's file tier, when one is a candidate: measured cost first, then simulated gain."""
     if not inputs.cold_blocks:
         return None
     gain = file_tier_gain(train, inputs.gpu_blocks, cpu_blocks, inputs.cold_blocks,
-                          validate_from, recomputed_without)
+                          validate_from, recomputed_without, policy)
     return decide_file_tier(gain, MIN_FILE_GAIN,
                             inputs.cold_cost or cost_from_params(params, block_tokens))
 

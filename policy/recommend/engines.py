@@ -17,12 +17,13 @@ def neutral(cpu_bytes: int, min_priority: int | None, classes) -> EngineSettings
 
 
 def settings(cpu_bytes: int, min_priority: int, classes, admission_helps: bool,
-             ranges: tuple = ((), None), store_threshold: int = 0,
+             ranges: tuple = ((), None), vllm_cpu: tuple[str, int] = ("lru", 0),
              vllm_file: tuple = (None, 0, None)):
     """``((engine, EngineSettings), ...)`` and ``((engine, note), ...)``. ``ranges``: the
     per-request-class token-range retention (:class:`RetentionClass`es) TensorRT-LLM gets,
     and the offload threshold swept over the priorities those ranges assign (``None``:
-    no ranges; TensorRT-LLM then gets the per-block threshold and classes). ``vllm_file``:
+    no ranges; TensorRT-LLM then gets the per-block threshold and classes). ``vllm_cpu``: the
+    replayed best ``(eviction_policy, store_threshold)`` for vLLM. ``vllm_file``:
     the file-tier decision (``FileTierDecision`` or ``None``), its size in bytes, its path."""
     ranges, range_min_priority = ranges
     trtllm = (EngineSettings(cpu_tier_bytes=cpu_bytes, offload_min_priority=range_min_priority,
@@ -35,14 +36,15 @@ def settings(cpu_bytes: int, min_priority: int, classes, admission_helps: bool,
         "trtllm": trtllm,
         "dynamo": EngineSettings(cpu_tier_bytes=cpu_bytes, offload_min_priority=min_priority,
                                  kv_events=True),
-        "vllm": _vllm(cpu_bytes, store_threshold, vllm_file),
+        "vllm": _vllm(cpu_bytes, vllm_cpu, vllm_file),
         "lmcache": EngineSettings(cpu_tier_bytes=cpu_bytes, eviction_policy="lru"),
         "sglang": EngineSettings(cpu_tier_bytes=cpu_bytes, eviction_policy="lru",
                                  write_policy="write_through_selective" if admission_helps
                                  else "write_through"),
     }
-    notes = [("vllm", (f"vLLM cannot express {gate}; store_threshold={store_threshold} is "
-                       "the best of 0, 2, 3 replayed under vLLM's semantics")),
+    notes = [("vllm", (f"vLLM cannot express {gate}; eviction_policy={vllm_cpu[0]}, "
+                       f"store_threshold={vllm_cpu[1]} is the best of lru/arc x 0, 2, 3 "
+                       "replayed under vLLM's semantics")),
              *_file_notes(vllm_file),
              ("lmcache", (f"LMCache's priority_limit is per request, not per block: {gate} "
                           "is not applied")),
@@ -55,14 +57,15 @@ def settings(cpu_bytes: int, min_priority: int, classes, admission_helps: bool,
     return _checked(candidates, notes)
 
 
-def _vllm(cpu_bytes: int, store_threshold: int, vllm_file: tuple) -> EngineSettings:
+def _vllm(cpu_bytes: int, vllm_cpu: tuple[str, int], vllm_file: tuple) -> EngineSettings:
+    policy, store_threshold = vllm_cpu
     decision, cold_bytes, cold_path = vllm_file
     if decision is not None and decision.add and cold_path:
         # TieringOffloadingSpec refuses store_threshold >= 2; the gain was replayed at 0
-        return EngineSettings(cpu_tier_bytes=cpu_bytes, eviction_policy="lru", store_threshold=0,
-                              cold_tier_bytes=cold_bytes, cold_tier_path=cold_path,
-                              kv_events=True)
-    return EngineSettings(cpu_tier_bytes=cpu_bytes, eviction_policy="lru",
+        return EngineSettings(cpu_tier_bytes=cpu_bytes, eviction_policy=policy,
+                              store_threshold=0, cold_tier_bytes=cold_bytes,
+                              cold_tier_path=cold_path, kv_events=True)
+    return EngineSettings(cpu_tier_bytes=cpu_bytes, eviction_policy=policy,
                           store_threshold=store_threshold, kv_events=True)
 
 

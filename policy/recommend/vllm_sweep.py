@@ -1,9 +1,10 @@
-"""vLLM's admission knob and its file tier, each replayed under vLLM's own tier semantics.
+"""vLLM's CPU-tier knobs and its file tier, each replayed under vLLM's own tier semantics.
 
 vLLM cannot gate by a learned priority; its nearest knob stores a block in the CPU tier only
-on its N-th offer. Each candidate is replayed with the simulator's ``"vllm"`` semantics on
-the training records and counted on their latest slice; the fewest recomputed tokens wins
-(ties: the smaller threshold, vLLM's default 0 first). The file tier is replayed the same
+on its N-th offer (``store_threshold``), and its CPU tier evicts by ``lru`` or ``arc``. Each
+pair is replayed with the simulator's ``"vllm"`` semantics on the training records and
+counted on their latest slice; the fewest recomputed tokens wins (ties: vLLM's defaults
+first, ``lru`` and the smaller threshold). The file tier is replayed the same
 way (with ``store_threshold`` 0: vLLM's ``TieringOffloadingSpec`` refuses any other), and
 its gain is the share of the slice's prompt tokens it saves from recompute against the
 chosen CPU-only setting.
@@ -18,24 +19,30 @@ from policy.sim.config import SimConfig
 from policy.sim.simulator import Simulator
 
 STORE_THRESHOLDS = (0, 2, 3)
+CPU_POLICIES = ("lru", "arc")  # what vLLM 0.33 ships
 
 
-def best_store_threshold(records: Sequence[RequestRecord], gpu_blocks: int, cpu_blocks: int,
-                         count_from: int, candidates: Sequence[int] = STORE_THRESHOLDS
-                         ) -> tuple[int, dict]:
-    """The chosen threshold and ``{threshold: recomputed tokens on the slice}``."""
-    recomputed = {threshold: recomputed_tokens(records, _config(records, gpu_blocks, cpu_blocks,
-                                                                0, threshold), count_from)
-                  for threshold in candidates}
-    return min(recomputed, key=lambda t: (recomputed[t], t)), recomputed
+def best_cpu_setting(records: Sequence[RequestRecord], gpu_blocks: int, cpu_blocks: int,
+                     count_from: int, policies: Sequence[str] = CPU_POLICIES,
+                     thresholds: Sequence[int] = STORE_THRESHOLDS
+                     ) -> tuple[tuple[str, int], dict]:
+    """The chosen ``(eviction_policy, store_threshold)`` and ``{(policy, threshold):
+    recomputed tokens on the slice}``."""
+    recomputed = {(policy, threshold): recomputed_tokens(
+                      records, _config(records, gpu_blocks, cpu_blocks, 0, threshold, policy),
+                      count_from)
+                  for policy in policies for threshold in thresholds}
+    chosen = min(recomputed, key=lambda k: (recomputed[k], k[0] != "lru", k[1]))
+    return chosen, recomputed
 
 
 def file_tier_gain(records: Sequence[RequestRecord], gpu_blocks: int, cpu_blocks: int,
-                   cold_blocks: int, count_from: int, recomputed_without: int) -> float:
+                   cold_blocks: int, count_from: int, recomputed_without: int,
+                   policy: str = "lru") -> float:
     """Share of the slice's prompt tokens a ``cold_blocks`` file tier saves from recompute,
     against ``recomputed_without`` (the CPU-only setting's recomputed tokens)."""
     with_file = recomputed_tokens(records, _config(records, gpu_blocks, cpu_blocks,
-                                                   cold_blocks, 0), count_from)
+                                                   cold_blocks, 0, policy), count_from)
     prompt = sum(r.prompt_tokens for r in records[count_from:])
     return (recomputed_without - with_file) / prompt if prompt else 0.0
 
@@ -52,8 +59,8 @@ def recomputed_tokens(records: Sequence[RequestRecord], config: SimConfig,
 
 
 def _config(records, gpu_blocks: int, cpu_blocks: int, cold_blocks: int,
-            store_threshold: int) -> SimConfig:
+            store_threshold: int, policy: str = "lru") -> SimConfig:
     block_tokens = next((r.block_size_tokens for r in records if r.block_size_tokens), 16)
     return SimConfig(gpu_blocks=gpu_blocks, cpu_blocks=cpu_blocks, cold_blocks=cold_blocks,
-                     semantics="vllm", store_threshold=store_threshold,
+                     semantics="vllm", policy=policy, store_threshold=store_threshold,
                      default_block_tokens=block_tokens)

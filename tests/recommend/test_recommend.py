@@ -141,8 +141,9 @@ def test_recommend_reads_a_store(tmp_path, capsys):
     assert "verdict:" in capsys.readouterr().out
 
 
-def test_vllm_store_threshold_is_chosen_by_replay():
-    from policy.recommend.vllm_sweep import best_store_threshold
+def test_vllm_eviction_policy_and_store_threshold_are_chosen_by_replay():
+    from policy.recommend.vllm_sweep import best_cpu_setting, recomputed_tokens
+    from policy.sim.config import SimConfig
 
     # one-shot prompts (3 blocks) flush a 4-block CPU tier that should keep two hot 2-block
     # prefixes: storing only on the 2nd offer keeps the one-shots out and halves recompute
@@ -151,11 +152,15 @@ def test_vllm_store_threshold_is_chosen_by_replay():
         hot = [1, 2] if i % 2 else [3, 4]
         records.append(record(i, hot if i % 3 else [10_000 + 3 * i, 10_001 + 3 * i,
                                                      10_002 + 3 * i]))
-    chosen, recomputed = best_store_threshold(records, 1, 4, 150)
-    assert chosen == 2
-    assert recomputed[2] < recomputed[0]
-    # ties go to vLLM's default, 0
-    assert best_store_threshold(records, 1, 2, 150)[0] == 0
+    chosen, recomputed = best_cpu_setting(records, 1, 4, 150)
+    assert recomputed[chosen] == min(recomputed.values())
+    assert chosen[1] == 2 and recomputed[chosen] < recomputed["lru", 0]
+    # each entry is the replay it names
+    config = SimConfig(gpu_blocks=1, cpu_blocks=4, semantics="vllm", policy="arc",
+                       store_threshold=3, default_block_tokens=16)
+    assert recomputed["arc", 3] == recomputed_tokens(records, config, 150)
+    # ties go to vLLM's defaults, lru and 0
+    assert best_cpu_setting(records, 1, 2, 150)[0] == ("lru", 0)
 
 
 def test_trtllm_gets_token_range_retention_per_request_class(reco_dir):
