@@ -47,17 +47,21 @@ class Flow:
         ``limit`` blocks hit, and the GPU serves only the first ``gpu_limit`` (see
         :meth:`limits`; ``None``: no bound)."""
         found = []
-        gpu, cpu, cold = self.gpu, self.cpu, self.cold
+        gpu, lower = self.gpu, self.lower_tier
         for i, h in enumerate(hashes if limit is None else hashes[:limit]):
-            if (gpu_limit is None or i < gpu_limit) and h in gpu:
-                found.append(Tier.GPU)
-            elif cpu is not None and h in cpu:
-                found.append(Tier.CPU)
-            elif cold is not None and h in cold:
-                found.append(Tier.COLD)
-            else:
+            tier = Tier.GPU if (gpu_limit is None or i < gpu_limit) and h in gpu else lower(h)
+            if tier is None:
                 break
+            found.append(tier)
         return found
+
+    def lower_tier(self, h: int) -> Tier | None:
+        """The tier below the GPU holding ``h``, if any."""
+        if self.cpu is not None and h in self.cpu:
+            return Tier.CPU
+        if self.cold is not None and h in self.cold:
+            return Tier.COLD
+        return None
 
     def limits(self, prompt_tokens: int, block_tokens: int, blocks: int) -> tuple[int, int]:
         """Of a prompt's ``blocks``: how many the GPU may serve, and how many may hit or be
@@ -210,19 +214,17 @@ class VllmFlow(Flow):
         in the CPU and file tiers only, so a GPU block past a gap is not a hit; a full prompt
         found there is loaded whole and only its last token recomputed)."""
         found: list[Tier] = []
-        gpu, cpu, cold = self.gpu, self.cpu, self.cold
+        gpu = self.gpu
         hashes = hashes if limit is None else hashes[:limit]
         for h in hashes if gpu_limit is None else hashes[:gpu_limit]:
             if h not in gpu:
                 break
             found.append(Tier.GPU)
         for h in hashes[len(found):]:
-            if cpu is not None and h in cpu:
-                found.append(Tier.CPU)
-            elif cold is not None and h in cold:
-                found.append(Tier.COLD)
-            else:
+            tier = self.lower_tier(h)
+            if tier is None:
                 break
+            found.append(tier)
         return found
 
     def serve(self, hashes, infos, found, cacheable) -> None:

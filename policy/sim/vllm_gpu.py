@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 
+from policy.sim.policies.base import checked_capacity
+
 
 def hit_limit(prompt_tokens: int, block_tokens: int, blocks: int) -> int:
     """Blocks of a prompt the GPU prefix cache may serve: the last token is computed."""
@@ -39,12 +41,7 @@ class VllmGpuPool:
     """Physical blocks of the GPU pool, the hashes they cache, and the free queue."""
 
     def __init__(self, capacity_blocks: int | None) -> None:
-        if capacity_blocks is not None and (isinstance(capacity_blocks, bool)
-                                            or not isinstance(capacity_blocks, int)
-                                            or capacity_blocks < 0):
-            raise ValueError(f"capacity_blocks must be an int >= 0 or None (unlimited), "
-                             f"got {capacity_blocks!r}")
-        self.capacity_blocks = capacity_blocks
+        self.capacity_blocks = checked_capacity(capacity_blocks)
         self._queue: OrderedDict[int, int] = OrderedDict()  # block -> hash; head goes first
         self._copies: dict[int, list[int]] = {}  # hash -> its blocks, oldest first
         self._blocks = 0  # blocks ever handed out (ids), <= capacity

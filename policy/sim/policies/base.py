@@ -39,18 +39,24 @@ class BlockInfo:
 DEFAULT_INFO = BlockInfo()
 
 
+def checked_capacity(capacity_blocks: int | None) -> int | None:
+    """``capacity_blocks`` if it is an int >= 0 or ``None`` (unlimited); ``ValueError``
+    otherwise."""
+    if capacity_blocks is not None and (isinstance(capacity_blocks, bool)
+                                        or not isinstance(capacity_blocks, int)
+                                        or capacity_blocks < 0):
+        raise ValueError(f"capacity_blocks must be an int >= 0 or None (unlimited), "
+                         f"got {capacity_blocks!r}")
+    return capacity_blocks
+
+
 class CachePolicy:
     """Base class: membership, size and capacity; subclasses choose the order."""
 
     name = "base"
 
     def __init__(self, capacity_blocks: int | None) -> None:
-        if capacity_blocks is not None and (isinstance(capacity_blocks, bool)
-                                            or not isinstance(capacity_blocks, int)
-                                            or capacity_blocks < 0):
-            raise ValueError(f"capacity_blocks must be an int >= 0 or None (unlimited), "
-                             f"got {capacity_blocks!r}")
-        self.capacity_blocks = capacity_blocks
+        self.capacity_blocks = checked_capacity(capacity_blocks)
         self._resident: set = set()
 
     def __contains__(self, key: Key) -> bool:
