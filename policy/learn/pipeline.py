@@ -17,7 +17,8 @@ from policy.learn.model import AdmissionModel, ModelConfig, train
 from policy.learn.offers import Offers, collect_offers
 from policy.learn.replay import IndexedAdmitter, Tiers, replay
 
-THRESHOLDS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7)
+# 0 admits every offer (plain LRU): the sweep can always fall back to the default
+THRESHOLDS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7)
 CENSORED_FRACTION = 0.1
 DEFAULT_MODEL = ModelConfig()
 
