@@ -1,6 +1,7 @@
 """`kvtier evaluate`: replay a trace's later part under each CPU-tier policy, learned included"""
 
-SUMMARY = "compare CPU-tier policies (LRU, ARC, S3-FIFO, learned admission, Belady) on later time"
+SUMMARY = ("compare CPU-tier policies (LRU, ARC, S3-FIFO, learned admission and retention, "
+           "Belady) on later time")
 EXAMPLE = ("kvtier evaluate --trace conversation_trace.jsonl --gpu-tokens 1M --cpu-tokens 2.5M "
            "--policies lru,arc,s3fifo,learned,belady --json")
 
@@ -21,6 +22,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--cold-tokens", help="cold (file) tier capacity (default: none)")
     parser.add_argument("--policies", default="lru,arc,s3fifo,learned,belady",
                         help="comma-separated: lru, arc, s3fifo, belady, learned, learned-logistic, "
+                             "learned-retention (the model's score, decayed by time since use, "
+                             "orders CPU eviction), "
                              "oracle-reused (a diagnostic: admits blocks the trace references "
                              "again, knowing whether but not when)")
     parser.add_argument("--libcachesim", default="",

@@ -127,6 +127,10 @@ def text(output: dict) -> str:
             lines.append(f"{r['policy']:<18}{r['token_hit_ratio']:>10.4f}{gap:>11}")
     for name, info in output["learned"].items():
         held = info["model"]["held_out"]
+        if "tau_s" in info:
+            tau = "inf (score only)" if info["tau_s"] is None else f"{info['tau_s']:g} s"
+            lines.append(f"{name}: tau {tau} (swept on the training period)")
+            continue
         auc = "n/a" if held["roc_auc"] is None else f"{held['roc_auc']:.3f}"
         lines.append(f"{name}: threshold {info['threshold']:g} (swept on the training period), "
                      f"held-out ROC AUC {auc}, {info['train_offers']:,} training offers")

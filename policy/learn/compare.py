@@ -9,20 +9,24 @@ capacity and their threshold is swept on the training period's latest slice.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from collector.events import RequestRecord
 from policy.cost import CostParams, queue_ttft
 from policy.learn.model import ModelConfig
-from policy.learn.pipeline import fit
+from policy.learn.pipeline import fit, score_offers
 from policy.learn.replay import IndexedAdmitter, Replayed, Tiers, replay
+from policy.learn.retention import choose_tau
+from policy.learn.retention import factory as retention_factory
 
 DEFAULT_COSTS = CostParams()
 BASE_POLICIES = ("lru", "arc", "s3fifo", "belady")
 LEARNED = {"learned": "gbm", "learned-logistic": "logistic"}
 ORACLE_REUSED = "oracle-reused"
-POLICY_NAMES = (*BASE_POLICIES, *LEARNED, ORACLE_REUSED)
+RETENTION = "learned-retention"
+POLICY_NAMES = (*BASE_POLICIES, *LEARNED, RETENTION, ORACLE_REUSED)
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,8 @@ def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 
         elif name == ORACLE_REUSED:
             admitter = ReusedLaterAdmitter(split.records)
         cpu_policy = name if name in BASE_POLICIES else "lru"
+        if name == RETENTION:
+            cpu_policy, learned[name] = _retention(split, tiers, learned.get("learned"), seed)
         replayed = replay(split.records, tiers, cpu_policy, admitter=admitter,
                           count_from=split.count_from)
         rows.append(row(name, replayed, params, servers))
@@ -97,7 +103,25 @@ def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 
     return {"gpu_blocks": tiers.gpu_blocks, "cpu_blocks": tiers.cpu_blocks,
             "cold_blocks": tiers.cold_blocks, "train_requests": len(split.train),
             "evaluated_requests": len(split.records) - split.count_from, "policies": rows,
-            "learned": {name: _learned_summary(f) for name, f in learned.items()}}
+            "learned": {name: f if isinstance(f, dict) else _learned_summary(f)
+                        for name, f in learned.items()}}
+
+
+def _retention(split: Split, tiers: Tiers, fitted, seed: int):
+    """The learned-retention CPU policy: the GBM's scores (trained as for ``learned``) order
+    eviction, decayed by time since use with ``tau`` chosen on the training period."""
+    if fitted is None:
+        fitted = fit(split.train, split.records, tiers, ModelConfig(seed=seed), thresholds=())
+    train_scores = (fitted.scores if split.count_from > 0
+                    else score_offers(fitted.model, split.train, tiers))
+    tau, sweep = choose_tau(split.train, tiers, train_scores)
+    summary = {"tau_s": _finite(tau), "sweep": [[_finite(t), r] for t, r in sweep],
+               "train_offers": fitted.train_offers, "model": fitted.model.card()}
+    return retention_factory(fitted.scores, tau), summary
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None  # JSON has no infinity: None = pure score
 
 
 class ReusedLaterAdmitter(IndexedAdmitter):

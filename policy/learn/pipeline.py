@@ -78,6 +78,13 @@ def smoothed_best(sweep: Sequence[tuple[float, float]]) -> float:
     return ordered[best][0]
 
 
+def score_offers(model: AdmissionModel, records: Sequence[RequestRecord], tiers: Tiers) -> dict:
+    """The model's score for every CPU offer of a replay of ``records``, keyed by (request
+    index, block)."""
+    return _scores(model, collect_offers(records, tiers.gpu_blocks, tiers.cpu_blocks,
+                                         label=False))
+
+
 def _scores(model: AdmissionModel, offers: Offers) -> dict:
     p = model.predict(offers.X)
     return {(int(i), int(k)): float(s) for i, k, s in zip(offers.request_index, offers.keys, p)}

@@ -16,7 +16,7 @@ from itertools import pairwise
 from collector.events import RequestRecord
 from policy.learn.offers import ADMIT_ALL, _block_tokens, _futures
 from policy.sim.config import SimConfig
-from policy.sim.policies import Admitted, make_policy
+from policy.sim.policies import Admitted, CachePolicy, make_policy
 from policy.sim.policies.admission import Admitter
 from policy.sim.result import SimResult
 from policy.sim.simulator import RequestOutcome, Simulator
@@ -83,18 +83,24 @@ class IndexedAdmitter:
         return score >= self.threshold
 
 
-def replay(records: Sequence[RequestRecord], tiers: Tiers, cpu_policy: str, *,
+def replay(records: Sequence[RequestRecord], tiers: Tiers,
+           cpu_policy: str | Callable[[int], CachePolicy], *,
            admitter: Admitter | None = None, count_from: int = 0,
            count_to: int | None = None,
            on_request: Callable[[int], None] | None = None) -> Replayed:
-    """Replay all ``records``; totals count requests ``count_from`` to ``count_to``."""
+    """Replay all ``records``; totals count requests ``count_from`` to ``count_to``.
+    ``cpu_policy``: a registry name, or a builder called with the CPU capacity; a policy
+    with an ``observe(index, record)`` method sees each request before it is served."""
     block_tokens = _block_tokens(records)
     config = SimConfig(gpu_blocks=tiers.gpu_blocks, cpu_blocks=tiers.cpu_blocks,
                        cold_blocks=tiers.cold_blocks, policy="lru",
                        default_block_tokens=block_tokens)
     simulator = Simulator(config, cpu_admitter=ADMIT_ALL)  # an admitter keeps each block's
-    if tiers.cpu_blocks:                                    # info, which MIN reads on demotion
-        cpu = make_policy(cpu_policy, tiers.cpu_blocks)
+    observe = None                                          # info, which MIN reads on demotion
+    if tiers.cpu_blocks:
+        cpu = (make_policy(cpu_policy, tiers.cpu_blocks) if isinstance(cpu_policy, str)
+               else cpu_policy(tiers.cpu_blocks))
+        observe = getattr(cpu, "observe", None)
         simulator.flow.cpu = Admitted(cpu, admitter) if admitter is not None else cpu
     if isinstance(admitter, IndexedAdmitter):
         flow = simulator.flow
@@ -108,6 +114,8 @@ def replay(records: Sequence[RequestRecord], tiers: Tiers, cpu_policy: str, *,
         if isinstance(admitter, IndexedAdmitter):
             admitter.request_index = index
             _note_parents(admitter.parents, record.block_hashes)
+        if observe is not None:
+            observe(index, record)
         outcome = simulator.serve(record, next(futures) if futures is not None else None)
         if count_from <= index < end:
             counted.append(record)
