@@ -80,7 +80,7 @@ def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 
     if unknown or not policies:
         raise ValueError(f"unknown policies {', '.join(unknown) or '(none)'}; allowed: "
                          f"{', '.join(POLICY_NAMES)}")
-    rows, learned = [], {}
+    rows, fitted_by_name, summaries = [], {}, {}
     for name in policies:
         if progress is not None:
             progress(name)
@@ -90,12 +90,14 @@ def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 
                          ModelConfig(kind=LEARNED[name], seed=seed),
                          shares_replay=split.count_from > 0)
             admitter = fitted.admitter()
-            learned[name] = fitted
+            fitted_by_name[name] = fitted
+            summaries[name] = _learned_summary(fitted)
         elif name == ORACLE_REUSED:
             admitter = ReusedLaterAdmitter(split.records)
         cpu_policy = name if name in BASE_POLICIES else "lru"
         if name == RETENTION:
-            cpu_policy, learned[name] = _retention(split, tiers, learned.get("learned"), seed)
+            cpu_policy, summaries[name] = _retention(split, tiers,
+                                                     fitted_by_name.get("learned"), seed)
         replayed = replay(split.records, tiers, cpu_policy, admitter=admitter,
                           count_from=split.count_from)
         rows.append(row(name, replayed, params, servers))
@@ -103,8 +105,7 @@ def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 
     return {"gpu_blocks": tiers.gpu_blocks, "cpu_blocks": tiers.cpu_blocks,
             "cold_blocks": tiers.cold_blocks, "train_requests": len(split.train),
             "evaluated_requests": len(split.records) - split.count_from, "policies": rows,
-            "learned": {name: f if isinstance(f, dict) else _learned_summary(f)
-                        for name, f in learned.items()}}
+            "learned": summaries}
 
 
 def _retention(split: Split, tiers: Tiers, fitted, seed: int):
