@@ -28,7 +28,7 @@ demo: $(STAMP)
 
 $(VLLM_SIDE)/.ready: $(STAMP)
 	rm -rf $(VLLM_SIDE)
-	bash tests/probes/vllm_side_env.sh $(VENV) $(VLLM_SIDE)
+	bash tests/probes/vllm/side_env.sh $(VENV) $(VLLM_SIDE)
 	touch $@
 
 test: $(STAMP) $(VLLM_SIDE)/.ready

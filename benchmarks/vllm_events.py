@@ -5,7 +5,7 @@ Run: ``python benchmarks/vllm_events.py --json`` (prints one JSON object). Small
 
 * ``events_per_s``: block events decoded and committed per second, end to end: a PUB socket
   on 127.0.0.1 sends vLLM-format frames (``[topic, seq, msgpack [ts, events, dp]]``, map
-  events, uint64 hashes), the :class:`probes.vllm_tap.VllmEventTap` decodes them and a
+  events, uint64 hashes), the :class:`probes.vllm.tap.VllmEventTap` decodes them and a
   :class:`collector.store.TraceStore` (in memory) ingests every batch. Sender and tap share
   one thread, as the frames are queued before the tap drains them. The tap coalesces the
   frames it drains in one poll into one store batch (``coalesce_frames``, what the
@@ -43,7 +43,7 @@ def events_per_s(batches: int, per_batch: int, coalesce: bool = True) -> float:
     import zmq
 
     from collector.store import TraceStore
-    from probes.vllm_tap import VllmEventTap, VllmTapConfig
+    from probes.vllm.tap import VllmEventTap, VllmTapConfig
 
     store = TraceStore(":memory:")
     stored = [0]
@@ -88,8 +88,8 @@ def spec_overhead(rounds: int = 3000, repeats: int = 7) -> dict:
 
     from collector.events import Origin
     from collector.recorder import Recorder
-    from probes.vllm_hooks import ManagerRecorder
-    from probes.vllm_hooks_classes import RecordingOffloadingManager
+    from probes.vllm.recording import ManagerRecorder
+    from probes.vllm.spec import RecordingOffloadingManager
 
     keys = [make_offload_key(i.to_bytes(32, "big"), 0) for i in range(rounds * 4)]
 

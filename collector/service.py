@@ -1,7 +1,7 @@
 """The collector service (``kvtier collect``): taps in, one store, exports out.
 
-Event taps (vLLM's ZMQ KV events, TensorRT-LLM's ``/kv_cache_events``) hand batches to
-``CollectorService.ingest``, which stores them idempotently and folds them into the metrics
+Event taps (vLLM's ZMQ KV events, TensorRT-LLM's ``/kv_cache_events``; whoever runs the
+service builds them and hands them in as factories) give batches to ``CollectorService.ingest``, which stores them idempotently and folds them into the metrics
 that ``/metrics`` and OTLP export. A maintenance thread writes Parquet segments for the
 dashboard and other readers, and applies retention. Nothing here runs inside an engine:
 taps read what engines publish, so a slow disk slows only the collector.
@@ -14,7 +14,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol, Sequence
 
 from collector.batch import EventBatch
 from collector.exports.aggregate import MetricsState
@@ -37,10 +37,6 @@ class CollectorConfig:
     metrics_port: int | None = 9400
     otlp: bool = False
     otlp_interval_s: float = 10.0
-    vllm_endpoints: tuple[str, ...] = ()
-    vllm_bind: bool = True
-    vllm_replay: tuple[tuple[int, str], ...] = ()
-    trtllm_urls: tuple[str, ...] = ()
     recommendation_path: Path | None = None  # exported as kvtier_recommendation_info
     instance: str = field(default_factory=socket.gethostname)
 
@@ -54,11 +50,28 @@ class CollectorConfig:
             raise ValueError(f"metrics_port must be in 0..65535, got {self.metrics_port}")
 
 
+class Tap(Protocol):
+    """A source of event batches with its own thread: ``start``/``stop``, and ``stats`` whose
+    counters (``bad_frames``, ``gaps``, ...) the service exports."""
+
+    stats: object
+
+    def start(self) -> object: ...
+
+    def stop(self) -> None: ...
+
+
+# A tap is built with the service's ingest callback: ``factory(on_batch) -> Tap``.
+TapFactory = Callable[[Callable[[EventBatch], object]], Tap]
+
+
 class CollectorService:
     """Owns the store, the metrics state, the exporters, the taps and their threads."""
 
-    def __init__(self, config: CollectorConfig, *, clock: Callable[[], float] = time.time):
+    def __init__(self, config: CollectorConfig, taps: Sequence[TapFactory] = (), *,
+                 clock: Callable[[], float] = time.time):
         self.config = config
+        self._tap_factories = tuple(taps)
         self.clock = clock
         self.store = TraceStore(config.store_path, clock=clock)
         self.state = MetricsState(clock=clock)
@@ -104,7 +117,7 @@ class CollectorService:
 
             self._pusher = OtlpMetricsPusher(self.state, interval_s=self.config.otlp_interval_s).start()
             self._spans = RequestSpans(tracer_provider())
-        self.taps = self._make_taps()
+        self.taps = [make(self.ingest) for make in self._tap_factories]
         for tap in self.taps:
             tap.start()
         self._maintenance.start()
@@ -121,22 +134,6 @@ class CollectorService:
         if self.metrics is not None:
             self.metrics.close()
         self.store.close()
-
-    def _make_taps(self) -> list:
-        taps = []
-        if self.config.vllm_endpoints:
-            from probes.vllm_tap import VllmEventTap, VllmTapConfig
-
-            taps.append(VllmEventTap(VllmTapConfig(
-                endpoints=self.config.vllm_endpoints, bind=self.config.vllm_bind,
-                replay_endpoints=self.config.vllm_replay, instance=self.config.instance), self.ingest,
-                clock=self.clock))
-        for url in self.config.trtllm_urls:
-            from probes.trtllm_events import TrtllmEventPoller, TrtllmPollerConfig
-
-            taps.append(TrtllmEventPoller(TrtllmPollerConfig(url=url, instance=self.config.instance),
-                                          self.ingest, clock=self.clock))
-        return taps
 
     def _maintain(self) -> None:
         self.export_segments()

@@ -16,9 +16,11 @@ Every parameter carries its source: ``"measured"`` (from an active probe) or ``"
 from __future__ import annotations
 
 import heapq
+import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -162,3 +164,28 @@ def queue_ttft(arrivals_s: Iterable[float], services_s: Iterable[float],
     return TtftEstimate(len(ttft), float(p50), float(p95), float(p99), float(ttft.mean()),
                         float(services.mean()), float(services.sum() / (span * servers)),
                         dict(sources or {}))
+
+
+def measured_cost_params(*results, base=None):
+    """``CostParams`` with every parameter a result's ``cost_params`` names set as measured.
+
+    ``results`` are probe results (with ``cost_params()``), their ``to_dict()`` bodies, or
+    paths to JSON files written by ``kvtier probe ... --out``.
+    """
+    params = base or CostParams()
+    for result in results:
+        body = _probe_body(result)
+        for name, value in (body.get("cost_params") or {}).items():
+            if not hasattr(params, name):
+                raise ValueError(f"unknown cost parameter {name!r} in {body.get('probe')} result")
+            note = f"measured by kvtier probe {body.get('probe')}"
+            params = replace(params, **{name: Param(float(value), "measured", note)})
+    return params
+
+
+def _probe_body(result) -> dict:
+    if isinstance(result, (str, Path)):
+        return json.loads(Path(result).read_text())
+    if isinstance(result, dict):
+        return result
+    return result.to_dict()

@@ -1,4 +1,4 @@
-"""Shared fixtures: fresh stores per test, a fixed clock, the shared traces folder."""
+"""Shared fixtures: fresh stores per test, a fixed clock, free ports, system binaries."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from collector.events import Origin
 from collector.store import TraceStore
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED_TRACES = REPO.parent / "shared" / "traces"
 
 
 class FixedClock:

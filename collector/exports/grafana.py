@@ -6,7 +6,6 @@ source; the variables filter by engine, serving instance and tier configuration.
 
 from __future__ import annotations
 
-from collector.exports.alerts import LatencyBudget
 
 LOOKUPS = "gpu_hit|cpu_promotion|cold_promotion|recompute_miss"
 SERVED = "gpu_hit|cpu_promotion|cold_promotion"
@@ -38,8 +37,9 @@ def panel_queries() -> dict[str, list[tuple[str, str]]]:
     }
 
 
-def dashboard(budget: LatencyBudget = LatencyBudget()) -> dict:
-    """The dashboard model (JSON-serialisable), with budget lines on the latency panels."""
+def dashboard(ttft_p99_budget_s: float | None = None, itl_p99_budget_s: float | None = None) -> dict:
+    """The dashboard model (JSON-serialisable), with the rollback rule's budgets (seconds) as
+    threshold lines on the latency panels when given."""
     panels = []
     for i, (title, queries) in enumerate(panel_queries().items()):
         panel = {
@@ -50,8 +50,8 @@ def dashboard(budget: LatencyBudget = LatencyBudget()) -> dict:
                         for j, (expr, legend) in enumerate(queries)],
             "fieldConfig": {"defaults": {"unit": _unit(title)}, "overrides": []},
         }
-        threshold = {"Time to first token by tier configuration": budget.ttft_p99_s,
-                     "Inter-token latency by tier configuration": budget.itl_p99_s}.get(title)
+        threshold = {"Time to first token by tier configuration": ttft_p99_budget_s,
+                     "Inter-token latency by tier configuration": itl_p99_budget_s}.get(title)
         if threshold is not None:
             panel["fieldConfig"]["defaults"]["thresholds"] = {
                 "mode": "absolute", "steps": [{"color": "green", "value": None}, {"color": "red", "value": threshold}]}

@@ -1,11 +1,17 @@
 """`kvtier analyze`: the reuse report: shared prefixes, reuse times, move-vs-recompute cost, blocks to drop"""
 
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from kvtier.errors import KvtierError
+
 SUMMARY = "the reuse report: shared prefixes, reuse times, move-vs-recompute cost, blocks to drop"
 EXAMPLE = "kvtier analyze --trace conversation_trace.jsonl --gpu-tokens 1M --ttft-slo-s 2 --out report/"
 
 
 def add_arguments(parser) -> None:
-    from policy.commands.arguments import add_trace_arguments
+    from kvtier.verbs.trace_args import add_trace_arguments
 
     parser.add_argument("--trace", help="trace file or folder (Mooncake, WEKA, Bailian, Parquet segments)")
     parser.add_argument("--store", help="a kvtier DuckDB store to analyse instead of a trace")
@@ -20,6 +26,50 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from policy.commands.analyze import run as analyze
+    from kvtier.verbs.common import capacity_blocks, model_geometry, open_records, peek_block_tokens, print_json
 
-    return analyze(args)
+    if args.store and args.trace:
+        raise KvtierError("give --trace or --store, not both")
+    if args.store:
+        args.trace, args.format = args.store, "store"
+    reader, records = open_records(args)
+    block_tokens, records = peek_block_tokens(records)
+    model = model_geometry(args.model)
+    gpu_blocks = capacity_blocks(args.gpu_tokens, block_tokens, model, "--gpu-tokens", None)
+    report = _report(records, block_tokens, model, gpu_blocks, args)
+    report["trace"]["skipped_lines"] = getattr(reader, "skipped", 0)
+    if args.out:
+        _write(Path(args.out), report)
+    if args.json:
+        print_json(report)
+    else:
+        from policy.reuse import render
+
+        print(render(report))
+    return 0
+
+
+def _report(records, block_tokens: int, model, gpu_blocks, args) -> dict:
+    from policy.cost import CostParams
+
+    from policy.curves import lru_curve_of
+    from policy.reuse import report_from_stats
+    from policy.reuse.collect import collect_with_trace
+
+    if args.drop_below is not None and not 0 <= args.drop_below <= 1:
+        raise KvtierError(f"--drop-below must be in [0, 1], got {args.drop_below}")
+    stats, trace = collect_with_trace(records, block_tokens)
+    gpu_ratio = None
+    if args.gpu_tokens is not None:  # the GPU-only LRU ratio, from the one-pass curve
+        gpu_ratio = lru_curve_of(trace).token_hit_ratio(gpu_blocks)
+    return report_from_stats(stats, CostParams(model=model), gpu_token_hit_ratio=gpu_ratio,
+                             ttft_slo_s=args.ttft_slo_s, top=args.top,
+                             drop_below=args.drop_below if args.drop_below is not None else 0.05)
+
+
+def _write(folder: Path, report: dict) -> None:
+    from policy.reuse import render
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "reuse_report.json").write_text(json.dumps(report, indent=2) + "\n")
+    (folder / "reuse_report.txt").write_text(render(report) + "\n")

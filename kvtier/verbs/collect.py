@@ -31,7 +31,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from collector.exports.alerts import LatencyBudget
+    from policy.rollback.rule import LatencyBudget
 
     budget = LatencyBudget(args.ttft_p99_budget_s, args.itl_p99_budget_s, args.sustained_s)
     if args.emit_monitoring:
@@ -43,12 +43,12 @@ def _emit(folder: str, budget) -> int:
     import json
     from pathlib import Path
 
-    from collector.exports.alerts import rules_yaml
+    from policy.rollback.alerts import rules_yaml
     from collector.exports.grafana import dashboard
 
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "grafana-dashboard.json").write_text(json.dumps(dashboard(budget), indent=2) + "\n")
+    (out / "grafana-dashboard.json").write_text(json.dumps(dashboard(budget.ttft_p99_s, budget.itl_p99_s), indent=2) + "\n")
     (out / "kvtier-alerts.yml").write_text(rules_yaml(budget))
     print(f"wrote {out / 'grafana-dashboard.json'} (import in Grafana) and {out / 'kvtier-alerts.yml'} "
           "(add to rule_files in prometheus.yml)")
@@ -68,10 +68,8 @@ def _serve(args) -> int:
         export_every_s=args.export_every_s,
         retention_s=parse_duration_s(args.retention) if args.retention else None,
         metrics_host=args.metrics_host, metrics_port=args.metrics_port, otlp=args.otlp,
-        vllm_endpoints=tuple(args.vllm_events), vllm_bind=not args.vllm_connect,
-        trtllm_urls=tuple(args.trtllm_events),
         recommendation_path=Path(args.recommendation) if args.recommendation else None, **({"instance": args.instance} if args.instance else {}))
-    service = CollectorService(config).start()
+    service = CollectorService(config, _taps(args, config.instance)).start()
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -86,3 +84,21 @@ def _serve(args) -> int:
     print(f"kvtier collect: stopped; the store holds {stored[0]:,} block events and {stored[1]:,} requests",
           flush=True)
     return 0
+
+
+def _taps(args, instance: str) -> list:
+    """Factories of the taps the flags ask for; each is built with the service's ingest."""
+    import functools
+
+    taps = []
+    if args.vllm_events:
+        from probes.vllm.tap import VllmEventTap, VllmTapConfig
+
+        config = VllmTapConfig(endpoints=tuple(args.vllm_events), bind=not args.vllm_connect,
+                               instance=instance)
+        taps.append(functools.partial(VllmEventTap, config))
+    for url in args.trtllm_events:
+        from probes.trtllm.events import TrtllmEventPoller, TrtllmPollerConfig
+
+        taps.append(functools.partial(TrtllmEventPoller, TrtllmPollerConfig(url=url, instance=instance)))
+    return taps

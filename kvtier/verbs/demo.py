@@ -16,8 +16,8 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from kvtier.demo import DemoConfig, run_demo
-    from kvtier.demo_rollout import DemoSlice
+    from kvtier.demo.run import DemoConfig, run_demo
+    from kvtier.demo.live import DemoSlice
 
     run_demo(DemoConfig(Path(args.out), Path(args.trace) if args.trace else None, DemoSlice(requests=args.requests),
                         recommend=not args.no_recommendation))

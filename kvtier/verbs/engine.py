@@ -35,7 +35,7 @@ def add_arguments(parser) -> None:
 def config_from_args(args):
     """The engine configuration the flags describe; ``KvtierError`` naming a bad value."""
     from kvtier.errors import KvtierError
-    from probes.engine.config import EngineConfig, TierConfig
+    from refengine.config import EngineConfig, TierConfig
 
     tier_id = args.config_id or _default_id(args)
     try:
@@ -68,7 +68,7 @@ def run(args) -> int:
     import threading
 
     from kvtier.errors import KvtierError
-    from probes.engine.server import EngineServer, ServerSettings
+    from refengine.server import EngineServer, ServerSettings
 
     config = config_from_args(args)
     if args.torch_threads < 1:

@@ -1,5 +1,9 @@
 """`kvtier evaluate`: replay a trace's later part under each CPU-tier policy, learned included"""
 
+from __future__ import annotations
+
+from kvtier.errors import KvtierError
+
 SUMMARY = ("compare CPU-tier policies (LRU, ARC, S3-FIFO, learned admission and retention, "
            "Belady) on later time")
 EXAMPLE = ("kvtier evaluate --trace conversation_trace.jsonl --gpu-tokens 1M --cpu-tokens 2.5M "
@@ -7,7 +11,7 @@ EXAMPLE = ("kvtier evaluate --trace conversation_trace.jsonl --gpu-tokens 1M --c
 
 
 def add_arguments(parser) -> None:
-    from policy.commands.arguments import add_trace_arguments
+    from kvtier.verbs.trace_args import add_trace_arguments
 
     parser.add_argument("--trace", help="trace to evaluate (Mooncake, WEKA, Bailian, store)")
     parser.add_argument("--train-trace", help="train on this trace and evaluate all of --trace")
@@ -46,6 +50,136 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from policy.learn.command import run as evaluate
+    from kvtier.progress import task
+    from kvtier.verbs.common import model_geometry, print_json
+    from policy.cost import CostParams
+    from policy.learn.compare import POLICY_NAMES, Split, add_gap_closed, compare
+    from policy.learn.external import external_rows
 
-    return evaluate(args)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    bad = [p for p in policies if p not in POLICY_NAMES]
+    if bad or not policies:
+        raise KvtierError(f"--policies: unknown {', '.join(bad) or '(none)'}; allowed: "
+                          f"{', '.join(POLICY_NAMES)}")
+    records = _read(args, args.trace)
+    if not records:
+        raise KvtierError(f"--trace {args.trace}: no requests")
+    if args.train_trace:
+        split = Split.separate(records, _read(args, args.train_trace))
+    else:
+        try:
+            how = Split.by_count if args.split == "requests" else Split.by_time
+            split = how(records, args.train_fraction)
+        except ValueError as error:
+            raise KvtierError(f"--train-fraction: {error}") from None
+    model = model_geometry(args.model)
+    params = CostParams(model=model)
+    servers = _servers(args.prefill_servers, split, params)
+    tiers = _tiers(args, records[0].block_size_tokens or 16, model)
+    external = _external_names(args.libcachesim)
+    with task("evaluating policies", total=len(policies) + len(external)) as advance:
+        output = compare(split, tiers, policies, seed=args.seed, params=params,
+                         servers=servers, progress=lambda name: advance())
+        output["prefill_servers"] = servers
+        if external:
+            try:
+                output["libcachesim"] = external_rows(
+                    split.records, split.count_from, tiers.gpu_blocks + tiers.cpu_blocks,
+                    external, progress=lambda name: advance())
+                add_gap_closed(output["policies"] + output["libcachesim"])
+            except ValueError as error:
+                raise KvtierError(f"--libcachesim: {error}") from None
+    output["block_tokens"] = records[0].block_size_tokens
+    if args.json:
+        print_json(output)
+    else:
+        print(text(output))
+    return 0
+
+
+def _servers(text, split: Split, params: CostParams) -> int:
+    from policy.cost import parse_servers, servers_for
+
+    try:
+        servers = parse_servers(text)
+    except ValueError as error:
+        raise KvtierError(str(error)) from None
+    if servers is None:  # sized on the evaluated requests, so every policy gets the same
+        servers = servers_for(split.records[split.count_from:], params)
+    return servers
+
+
+def _external_names(text: str) -> list[str]:
+    from policy.learn.external import EXTERNAL
+
+    names = [n.strip() for n in (text or "").split(",") if n.strip()]
+    if names == ["all"]:
+        return list(EXTERNAL)
+    bad = [n for n in names if n not in EXTERNAL]
+    if bad:
+        raise KvtierError(f"--libcachesim: unknown {', '.join(bad)}; allowed: "
+                          f"{', '.join(EXTERNAL)}, all")
+    return names
+
+
+def _read(args, path: str) -> list:
+    from kvtier.verbs.common import open_records
+    from policy.learn.subset import limited
+
+    args.trace, original = path, args.trace
+    try:
+        _, records = open_records(args)
+        return list(limited(records, args.max_requests, args.coarsen))
+    except ValueError as error:
+        raise KvtierError(f"{path}: {error}") from None
+    finally:
+        args.trace = original
+
+
+def _tiers(args, block_tokens: int, model) -> Tiers:
+    from kvtier.verbs.common import capacity_blocks
+    from policy.learn.replay import Tiers
+
+    if args.gpu_tokens is None or args.cpu_tokens is None:
+        raise KvtierError("--gpu-tokens and --cpu-tokens are required")
+    values = [capacity_blocks(text, block_tokens, model, flag, absent=0)
+              for text, flag in ((args.gpu_tokens, "--gpu-tokens"),
+                                 (args.cpu_tokens, "--cpu-tokens"),
+                                 (args.cold_tokens, "--cold-tokens"))]
+    if any(v is None for v in values):
+        raise KvtierError("capacities must be finite for evaluate (Belady needs a bound)")
+    return Tiers(*values)
+
+
+def text(output: dict) -> str:
+    """One row per policy: hit ratio, gap closed, tokens per outcome, TTFT percentiles."""
+    lines = [(f"{output['evaluated_requests']:,} evaluated requests after "
+              f"{output['train_requests']:,} training requests; GPU {output['gpu_blocks']:,} / "
+              f"CPU {output['cpu_blocks']:,} / cold {output['cold_blocks']:,} blocks; TTFT "
+              f"through {output.get('prefill_servers', 1)} prefill server(s)"),
+             (f"{'policy':<18}{'hit ratio':>10}{'gap closed':>11}{'GPU hit':>14}"
+              f"{'CPU promo':>14}{'cold promo':>12}{'recompute':>14}{'p50 ms':>11}"
+              f"{'p95 ms':>11}{'p99 ms':>11}")]
+    for r in output["policies"]:
+        gap = "" if r["gap_closed"] is None else f"{r['gap_closed']:.0%}"
+        lines.append(f"{r['policy']:<18}{r['token_hit_ratio']:>10.4f}{gap:>11}"
+                     f"{r['gpu_hit_tokens']:>14,}{r['cpu_promotion_tokens']:>14,}"
+                     f"{r['cold_promotion_tokens']:>12,}{r['recompute_tokens']:>14,}"
+                     f"{r['ttft_p50_s'] * 1e3:>11,.1f}{r['ttft_p95_s'] * 1e3:>11,.1f}"
+                     f"{r['ttft_p99_s'] * 1e3:>11,.1f}")
+    if output.get("libcachesim"):
+        lines.append(f"libCacheSim, one cache of {output['gpu_blocks'] + output['cpu_blocks']:,} "
+                     f"blocks on the same block stream:")
+        for r in output["libcachesim"]:
+            gap = "" if r["gap_closed"] is None else f"{r['gap_closed']:.0%}"
+            lines.append(f"{r['policy']:<18}{r['token_hit_ratio']:>10.4f}{gap:>11}")
+    for name, info in output["learned"].items():
+        held = info["model"]["held_out"]
+        if "tau_s" in info:
+            tau = "inf (score only)" if info["tau_s"] is None else f"{info['tau_s']:g} s"
+            lines.append(f"{name}: tau {tau} (swept on the training period)")
+            continue
+        auc = "n/a" if held["roc_auc"] is None else f"{held['roc_auc']:.3f}"
+        lines.append(f"{name}: threshold {info['threshold']:g} (swept on the training period), "
+                     f"held-out ROC AUC {auc}, {info['train_offers']:,} training offers")
+    return "\n".join(lines)

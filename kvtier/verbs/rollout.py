@@ -36,13 +36,13 @@ def run(args) -> int:
     import json
     import sys
 
-    from kvtier.rollout import run_from_args
+    from kvtier.rollout.from_args import run_from_args
 
     report = run_from_args(args, progress=lambda line: print(line, file=sys.stderr))
     if args.json:
         print(json.dumps(report.to_dict()))
     else:
-        from kvtier.rollout import render_table
+        from kvtier.rollout.from_args import render_table
 
         print(render_table(report))
     return 0

@@ -1,5 +1,9 @@
 """`kvtier simulate`: what-if replay of a trace against tier sizes and cache policies"""
 
+from __future__ import annotations
+
+from kvtier.errors import KvtierError
+
 SUMMARY = "what-if replay of a trace against tier sizes and cache policies"
 EXAMPLE = "kvtier simulate --trace conversation_trace.jsonl --gpu-tokens 200000 --cpu-tokens 2000000 --policy lru --json"
 
@@ -7,7 +11,7 @@ POLICIES = ("lru", "arc", "s3fifo", "priority", "belady", "vllm", "trtllm")
 
 
 def add_arguments(parser) -> None:
-    from policy.commands.arguments import add_trace_arguments
+    from kvtier.verbs.trace_args import add_trace_arguments
 
     parser.add_argument("--trace", help="trace file or folder (Mooncake, WEKA, Bailian, store)")
     parser.add_argument("--gpu-tokens", help="GPU tier capacity: 4e6, 10M, 16GiB (with --model) or inf")
@@ -40,7 +44,120 @@ def add_arguments(parser) -> None:
     add_trace_arguments(parser)
 
 
-def run(args) -> int:
-    from policy.commands.simulate import run as simulate
+ENGINE_PRESETS = {"vllm": "vllm", "trtllm": "trtllm"}
+DEFAULT_SWEEP = ("1e4", "3e4", "1e5", "3e5", "1e6", "3e6", "1e7", "3e7", "1e8", "inf")
 
-    return simulate(args)
+
+def run(args) -> int:
+    from kvtier.verbs.common import model_geometry, open_records, peek_block_tokens, print_json
+
+    reader, records = open_records(args)
+    block_tokens, records = peek_block_tokens(records)
+    model = model_geometry(args.model)
+    if args.sweep is not None:
+        output = _sweep(args, records, block_tokens, model)
+    else:
+        output = _replay(args, records, block_tokens, model)
+    output["skipped_lines"] = getattr(reader, "skipped", 0)
+    if args.json:
+        print_json(output)
+    else:
+        print(_text(output))
+    return 0
+
+
+def build_config(args, block_tokens: int, model) -> SimConfig:
+    from kvtier.verbs.common import capacity_blocks
+    from policy.sim.config import PriorityRule, SimConfig
+
+    if args.gpu_tokens is None:
+        raise KvtierError("--gpu-tokens is required (or use --sweep for a capacity curve)")
+    semantics = ENGINE_PRESETS.get(args.policy, "exclusive")
+    policy = args.cpu_policy if semantics == "vllm" else args.policy
+    if semantics == "trtllm":
+        policy = "priority"
+    return SimConfig(
+        gpu_blocks=capacity_blocks(args.gpu_tokens, block_tokens, model, "--gpu-tokens"),
+        cpu_blocks=capacity_blocks(args.cpu_tokens, block_tokens, model, "--cpu-tokens"),
+        cold_blocks=capacity_blocks(args.cold_tokens, block_tokens, model, "--cold-tokens"),
+        semantics=semantics, policy=policy, store_threshold=args.store_threshold,
+        offload_min_priority=args.offload_min_priority,
+        offload_comparison=args.offload_comparison, default_block_tokens=block_tokens,
+        priorities=PriorityRule(default_priority=args.default_priority,
+                                prefix_blocks=args.prefix_blocks,
+                                prefix_priority=args.prefix_priority))
+
+
+def _replay(args, records, block_tokens: int, model) -> dict:
+    from policy.cost import CostParams
+
+    from policy.whatif import what_if
+
+    config = build_config(args, block_tokens, model)
+    if not args.prefill_servers >= 1:
+        raise KvtierError(f"--prefill-servers must be >= 1, got {args.prefill_servers}")
+    outcome = what_if(records, config, CostParams(model=model), time_scale=args.time_scale,
+                      servers=args.prefill_servers)
+    return {"policy": args.policy, "semantics": config.semantics, "block_tokens": block_tokens,
+            "gpu_blocks": config.gpu_blocks, "cpu_blocks": config.cpu_blocks,
+            "cold_blocks": config.cold_blocks, **outcome.to_dict()}
+
+
+def _sweep(args, records, block_tokens: int, model) -> dict:
+    from kvtier.verbs.common import capacity_blocks
+    from policy.sim.config import SimConfig
+    from policy.sim.policies import POLICIES
+
+    capacities = args.sweep.split(",") if args.sweep else list(DEFAULT_SWEEP)
+    blocks = [capacity_blocks(c.strip(), block_tokens, model, "--sweep") for c in capacities]
+    if args.policy == "lru":
+        from policy.curves import lru_curve
+
+        curve = lru_curve(records, block_tokens)
+        ratios = [curve.token_hit_ratio(b) for b in blocks]
+        method, prompt_tokens = "stack_distance", curve.prompt_tokens
+    elif args.policy in POLICIES:
+        from policy.sim.simulator import simulate
+
+        records = list(records)
+        results = [simulate(records, SimConfig(gpu_blocks=b, policy=args.policy,
+                                               default_block_tokens=block_tokens))
+                   for b in blocks]
+        ratios = [r.token_hit_ratio for r in results]
+        method, prompt_tokens = "replay", results[0].prompt_tokens if results else 0
+    else:
+        raise KvtierError(f"--sweep replays a single GPU tier; --policy must be one of "
+                          f"{', '.join(POLICIES)}, got {args.policy!r}")
+    points = [{"gpu_tokens": None if b is None else b * block_tokens, "gpu_blocks": b,
+               "token_hit_ratio": r} for b, r in zip(blocks, ratios)]
+    return {"policy": args.policy, "method": method, "block_tokens": block_tokens,
+            "prompt_tokens": prompt_tokens, "curve": points}
+
+
+def _text(output: dict) -> str:
+    if "curve" in output:
+        lines = [f"{output['policy']} hit-ratio curve ({output['method']}, "
+                 f"{output['block_tokens']}-token blocks)", f"{'GPU tokens':>14}  token hit ratio"]
+        for point in output["curve"]:
+            size = "unlimited" if point["gpu_tokens"] is None else f"{point['gpu_tokens']:,}"
+            lines.append(f"{size:>14}  {point['token_hit_ratio']:.4f}")
+        return "\n".join(lines)
+    prompt = max(output["prompt_tokens"], 1)
+    rows = [("GPU hit", output["gpu_hit_tokens"]), ("CPU promotion", output["cpu_promotion_tokens"]),
+            ("cold promotion", output["cold_promotion_tokens"]),
+            ("recompute", output["recompute_tokens"])]
+    lines = [f"{output['requests']:,} requests, {output['prompt_tokens']:,} prompt tokens; "
+             f"policy {output['policy']} ({output['semantics']})",
+             f"token hit ratio {output['token_hit_ratio']:.4f}"]
+    lines += [f"  {name:<15}{tokens:>16,} tokens  {tokens / prompt:7.2%}" for name, tokens in rows]
+    defaults = [k for k, v in output["parameter_sources"].items() if v == "default"]
+    lines.append(f"TTFT p50 {output['ttft_p50_s'] * 1e3:.1f} ms, p95 {output['ttft_p95_s'] * 1e3:.1f} ms, "
+                 f"p99 {output['ttft_p99_s'] * 1e3:.1f} ms (estimate; "
+                 + (f"documented defaults for {len(defaults)} of "
+                    f"{len(output['parameter_sources'])} parameters)" if defaults else "measured)"))
+    if output["utilisation"] > 1:
+        lines.append(f"warning: prefill utilisation {output['utilisation']:.2f} > 1: the queue grows "
+                     "without bound; add --prefill-servers or raise --time-scale")
+    if output.get("skipped_lines"):
+        lines.append(f"skipped {output['skipped_lines']} bad trace lines")
+    return "\n".join(lines)

@@ -19,10 +19,9 @@ from typing import IO
 import numpy as np
 
 from collector.events import UINT64_MAX
-from kvtier.errors import KvtierError
 
 
-class TraceFormatError(KvtierError, ValueError):
+class TraceFormatError(ValueError):
     """A trace line or file that breaks its format. The message starts with ``path:line:``."""
 
     def __init__(self, path: str | Path, line: int | None, problem: str) -> None:

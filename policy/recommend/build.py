@@ -8,7 +8,7 @@ threshold on the training period's latest slice (both TRT-LLM comparisons), summ
 priorities as per-request-class token ranges for TRT-LLM (and sweep its threshold over
 those), and measure the chosen setting against the default (LRU, admit all) on the later,
 held-out time with bootstrap intervals. vLLM gets its ``eviction_policy`` and ``store_threshold`` and the file-tier
-decision (:func:`policy.filetier.decide`) from replays under its own semantics.
+decision (:func:`policy.recommend.cold_tier.decide`) from replays under its own semantics.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import numpy as np
 
 from collector.events import RequestRecord
 from policy.cost import CostParams, servers_for
-from policy.filetier import MIN_FILE_GAIN, ColdCost, FileTierDecision, cost_from_params
-from policy.filetier import decide as decide_file_tier
+from policy.recommend.cold_tier import MIN_FILE_GAIN, ColdCost, FileTierDecision, cost_from_params
+from policy.recommend.cold_tier import decide as decide_file_tier
 from policy.learn.compare import Split
 from policy.learn.model import ModelConfig
 from policy.learn.pipeline import fit
@@ -30,7 +30,7 @@ from policy.recommend import engines
 from policy.recommend.expected import expected_changes
 from policy.recommend.headroom import NOT_CHECKED, HostLimit
 from policy.recommend.recommendation import Knob, Recommendation
-from policy.recommend.retention import (
+from policy.recommend.token_ranges import (
     band_priorities,
     range_priorities,
     retention_classes,

@@ -10,8 +10,7 @@ from collections.abc import Iterable
 
 from collector.events import RequestRecord
 from policy.cost import CostParams
-from policy.reuse.collect import ReuseStats, collect
-from policy.reuse.collect_fast import collect_fast
+from policy.reuse.collect import collect
 from policy.reuse.questions import (
     block_sizing,
     drop_candidates,
@@ -19,16 +18,17 @@ from policy.reuse.questions import (
     shared_prefixes,
 )
 from policy.reuse.render import render
+from policy.reuse.stats import ReuseStats
 from policy.reuse.verdict import verdict
 
-__all__ = ["ReuseStats", "analyze", "collect", "collect_fast", "render", "report_from_stats"]
+__all__ = ["ReuseStats", "analyze", "collect", "render", "report_from_stats"]
 
 
 def analyze(records: Iterable[RequestRecord], params: CostParams = CostParams(), *,
             gpu_token_hit_ratio: float | None = None, ttft_slo_s: float | None = None,
             top: int = 10, drop_below: float = 0.05) -> dict:
     """The reuse report of a trace (see :func:`report_from_stats`)."""
-    return report_from_stats(collect_fast(records), params, gpu_token_hit_ratio=gpu_token_hit_ratio,
+    return report_from_stats(collect(records), params, gpu_token_hit_ratio=gpu_token_hit_ratio,
                              ttft_slo_s=ttft_slo_s, top=top, drop_below=drop_below)
 
 

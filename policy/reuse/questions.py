@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from policy.cost import CostParams
-from policy.reuse.collect import ALL, ReuseStats
+from policy.reuse.stats import ALL, ReuseStats
 from policy.reuse.histogram import LogHistogram
 
 DEPTH_BUCKETS = ((0, 0), (1, 3), (4, 15), (16, 63), (64, 255), (256, None))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from policy.cost import CostParams
-from policy.reuse.collect import ReuseStats
+from policy.reuse.stats import ReuseStats
 
 UNIQUE_PROMPTS_BELOW = 0.10    # ideal token hit ratio under which prompts count as unique
 GPU_CAPTURES_AT_LEAST = 0.90   # share of the ideal reuse the GPU tier alone already captures

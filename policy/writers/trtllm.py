@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Mapping
 
-from policy.writers.retention import DEFAULT_RETENTION_PRIORITY
+from policy.writers.trtllm_retention import DEFAULT_RETENTION_PRIORITY
 from policy.writers.settings import EngineSettings, Rendered
 from policy.writers.textedit import yaml_set
 

@@ -1,18 +1,19 @@
-"""Shared fixtures: paths to the real traces (skipped when ../shared/traces is absent)."""
+"""Shared fixtures: the real traces. Mooncake's conversation trace ships in the package; the
+WEKA traces are read from ``../shared/traces`` beside the checkout (skipped when absent)."""
 
 from pathlib import Path
 
 import pytest
 
-TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
-MOONCAKE = TRACES / "mooncake" / "conversation_trace.jsonl"
+from kvtier.traces import bundled_trace
+
+TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
+MOONCAKE = bundled_trace()
 WEKA = TRACES / "weka" / "traces_dev.tar.gz"
 
 
 @pytest.fixture
 def mooncake_path() -> Path:
-    if not MOONCAKE.exists():
-        pytest.skip(f"real trace not present: {MOONCAKE}")
     return MOONCAKE
 
 

@@ -3,7 +3,7 @@
 import math
 
 import pytest
-from simtools import request
+from tests.policy.sim.simtools import request
 
 from policy.cost import CostParams, Param, parse_servers, queue_ttft, servers_for
 from policy.geometry import KVGeometry, geometry, parse_capacity_tokens

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from simtools import random_prefix_trace
+from tests.policy.sim.simtools import random_prefix_trace
 
 from policy.curves import FIRST_USE, lru_curve, stack_distances
 from policy.readers import MooncakeReader

@@ -1,0 +1,79 @@
+"""The rollout plan: one cache dimension changes per phase, everything else held fixed.
+
+The seed's sequence: a GPU-only baseline, then a small CPU tier, then a secondary (file) tier
+only if retention value justifies it. Whether it does is decided between phases from the
+trace itself: a cold promotion must cost less than recomputing the block (``cold_cost``, or
+the cost model's defaults), replaying the same requests in the simulator with and without
+the file tier must gain at least ``min_file_gain`` of prompt tokens served from cache
+(both checked by :func:`policy.recommend.cold_tier.decide`, as ``kvtier recommend`` does for vLLM),
+and the CPU phase must not have been rolled back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from policy.rollback.rule import LatencyBudget
+from policy.recommend.cold_tier import MIN_FILE_GAIN, ColdCost
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseTiers:
+    """A phase's tier configuration, in blocks (the reference engine's ``TierConfig`` fields)."""
+
+    config_id: str
+    gpu_blocks: int
+    cpu_blocks: int = 0
+    file_blocks: int = 0
+    eviction_policy: str = "lru"
+    admission_threshold: int = 0
+
+    def __post_init__(self) -> None:
+        if self.gpu_blocks < 1 or self.cpu_blocks < 0 or self.file_blocks < 0:
+            raise ValueError(f"phase {self.config_id!r}: capacities must be gpu >= 1, cpu/file >= 0, got "
+                             f"{self.gpu_blocks}/{self.cpu_blocks}/{self.file_blocks}")
+        if self.file_blocks and not self.cpu_blocks:
+            raise ValueError(f"phase {self.config_id!r}: a file tier needs a CPU tier (promotions stage through it)")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutPlan:
+    """Capacities of the three phases, the latency budget and the file-tier bar."""
+
+    gpu_blocks: int = 48
+    cpu_blocks: int = 256
+    file_blocks: int = 1024
+    min_file_gain: float = MIN_FILE_GAIN
+    budget: LatencyBudget = field(default_factory=LatencyBudget)
+    cold_cost: ColdCost | None = None  # measured; None: the cost model's defaults
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min_file_gain < 1:
+            raise ValueError(f"min_file_gain must be in [0, 1), got {self.min_file_gain!r}")
+        self.phases()  # validates the capacities
+
+    def phases(self) -> tuple[PhaseTiers, PhaseTiers, PhaseTiers]:
+        return (PhaseTiers("gpu-only", self.gpu_blocks),
+                PhaseTiers("gpu+cpu", self.gpu_blocks, self.cpu_blocks),
+                PhaseTiers("gpu+cpu+file", self.gpu_blocks, self.cpu_blocks, self.file_blocks))
+
+
+def file_tier_gain(records, plan: RolloutPlan, block_tokens: int) -> float:
+    """Simulated gain in token hit ratio from adding the file tier to the CPU phase.
+
+    ``records`` are the phase's requests as the engine sees them (block ids per engine block).
+    """
+    from policy.sim.config import SimConfig
+    from policy.sim.simulator import Simulator
+
+    records = list(records)
+
+    def ratio(file_blocks: int) -> float:
+        config = SimConfig(gpu_blocks=plan.gpu_blocks, cpu_blocks=plan.cpu_blocks, cold_blocks=file_blocks,
+                           semantics="exclusive", policy="lru", default_block_tokens=block_tokens)
+        return Simulator(config).replay(records).token_hit_ratio
+
+    return ratio(plan.file_blocks) - ratio(0)

@@ -1,0 +1,148 @@
+"""Run the rollout against an endpoint: switch the tiers, drive the same load, compare, decide.
+
+Each phase replays the same slice of the trace with the same load ramp (model, batching and
+traffic held fixed), so only the cache dimension differs between phases. Against kvtier's
+reference engine the tiers are switched through its ``/admin/tiers`` endpoint; against a real
+engine an ``OperatorSwitcher`` writes the next configuration and waits for the operator to
+restart the engine. After each phase the rollback rule (``policy.rollback.decide``) decides
+whether the newest tier must go; a rolled-back phase ends the rollout.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, Sequence
+
+from collector.events import RequestRecord
+from kvtier.rollout.plan import PhaseTiers, RolloutPlan, file_tier_gain
+
+
+class Switcher(Protocol):
+    """Puts a tier configuration in service; returns when requests will see it."""
+
+    def apply(self, tiers: PhaseTiers) -> None: ...
+
+
+class EngineAdminSwitcher:
+    """Switches kvtier's reference engine through ``POST /admin/tiers`` and waits for it."""
+
+    def __init__(self, endpoint: str, *, timeout_s: float = 60.0, sleep: Callable[[float], None] = time.sleep):
+        self.url = endpoint.rstrip("/") + "/admin/tiers"
+        self.timeout_s = timeout_s
+        self.sleep = sleep
+
+    def apply(self, tiers: PhaseTiers) -> None:
+        body = json.dumps(tiers.to_dict()).encode()
+        request = urllib.request.Request(self.url, body, {"Content-Type": "application/json"}, method="POST")
+        urllib.request.urlopen(request, timeout=10).read()
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            state = json.loads(urllib.request.urlopen(self.url, timeout=10).read())
+            if not state.get("switch_pending") and state.get("config_id") == tiers.config_id:
+                return
+            self.sleep(0.05)
+        raise TimeoutError(f"the engine did not take tier configuration {tiers.config_id!r} within {self.timeout_s} s")
+
+
+class OperatorSwitcher:
+    """For a real engine: writes the phase's configuration and waits for the operator."""
+
+    def __init__(self, write: Callable[[PhaseTiers], str], confirm: Callable[[str], None]):
+        self.write = write
+        self.confirm = confirm
+
+    def apply(self, tiers: PhaseTiers) -> None:
+        where = self.write(tiers)
+        self.confirm(f"configuration {tiers.config_id!r} written to {where}; restart the engine with it, then continue")
+
+
+@dataclass(frozen=True)
+class PhaseOutcome:
+    """What one phase measured (client side), and the rollback rule's verdict on it."""
+
+    tiers: PhaseTiers
+    records: tuple[RequestRecord, ...]
+    errors: int
+    summary: dict
+    action: str
+
+    @property
+    def rolled_back(self) -> bool:
+        return self.action != "keep"
+
+
+@dataclass(frozen=True)
+class RolloutReport:
+    phases: tuple[PhaseOutcome, ...]
+    skipped: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (config_id, reason)
+
+    def to_dict(self) -> dict:
+        return {"phases": [{"tiers": p.tiers.to_dict(), "requests": len(p.records), "errors": p.errors,
+                            "action": p.action, **p.summary} for p in self.phases],
+                "skipped": [{"config_id": c, "reason": r} for c, r in self.skipped]}
+
+
+RunPhase = Callable[[PhaseTiers], tuple[Sequence[RequestRecord], int]]
+
+
+def run_rollout(plan: RolloutPlan, switcher: Switcher, run_phase: RunPhase, *,
+                block_tokens: int, progress: Callable[[str], None] = lambda line: None,
+                after_phase: Callable[[PhaseTiers], None] = lambda tiers: None) -> RolloutReport:
+    """Run the phases in order. ``run_phase(tiers)`` drives the load and returns the phase's
+    request records (each with ``tier_config_id``) and its error count."""
+    from policy.rollback.decide import decide
+
+    outcomes: list[PhaseOutcome] = []
+    skipped: list[tuple[str, str]] = []
+    history: list[RequestRecord] = []
+    for tiers in plan.phases():
+        reason = _skip_reason(tiers, outcomes, plan, block_tokens)
+        if reason:
+            skipped.append((tiers.config_id, reason))
+            progress(f"rollout: skipping {tiers.config_id}: {reason}")
+            continue
+        progress(f"rollout: switching to {tiers.config_id}")
+        switcher.apply(tiers)
+        records, errors = run_phase(tiers)
+        after_phase(tiers)
+        history.extend(records)
+        verdicts = {d.tier_config_id: d for d in decide(history, plan.budget, step_s=1.0)}
+        verdict = verdicts.get(tiers.config_id)
+        action = verdict.action() if verdict is not None else "keep"
+        outcomes.append(PhaseOutcome(tiers, tuple(records), errors, summarise(records), action))
+        progress(f"rollout: {tiers.config_id}: {len(records)} requests, {errors} errors, {action}")
+        if action != "keep":
+            break
+    return RolloutReport(tuple(outcomes), tuple(skipped))
+
+
+def _skip_reason(tiers: PhaseTiers, done: list[PhaseOutcome], plan: RolloutPlan, block_tokens: int) -> str | None:
+    if not tiers.file_blocks:
+        return None
+    cpu = next((p for p in done if p.tiers.cpu_blocks and not p.tiers.file_blocks), None)
+    if cpu is None:
+        return "the CPU phase did not run"
+    from policy.cost import CostParams
+    from policy.recommend.cold_tier import cost_from_params, decide
+
+    gain = file_tier_gain(cpu.records, plan, block_tokens)
+    decision = decide(gain, plan.min_file_gain,
+                      plan.cold_cost or cost_from_params(CostParams(), block_tokens))
+    return None if decision.add else decision.reason
+
+
+def summarise(records: Sequence[RequestRecord]) -> dict:
+    """Hit quality (shares of prompt tokens per outcome) and latency p50/p95/p99
+    (``None`` where no request measured it)."""
+    from probes.active.stats import percentiles
+
+    tokens = {name: sum(getattr(r, name) or 0 for r in records)
+              for name in ("gpu_hit_tokens", "cpu_promotion_tokens", "cold_promotion_tokens", "recomputed_tokens")}
+    total = sum(tokens.values()) or 1
+    out = {"shares": {name.removesuffix("_tokens"): value / total for name, value in tokens.items()}}
+    for metric in ("ttft_s", "itl_s", "e2e_latency_s"):
+        out[metric] = percentiles([getattr(r, metric) for r in records])
+    return out

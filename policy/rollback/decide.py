@@ -1,0 +1,106 @@
+"""The rollback rule over request records: the offline twin of the Prometheus alerts.
+
+Same budget (:class:`policy.rollback.rule.LatencyBudget`) and the same meaning as the
+rules ``policy/rollback/alerts.py`` writes: at each evaluation instant ``t`` (every
+``step_s``, Prometheus's evaluation interval) the p99 of the requests that arrived in
+``(t - window_s, t]`` is compared with the budget, per tier configuration; an empty window
+has no value and so is not a breach (``rate()`` over no samples yields nothing). The rule
+fires when the breach has held at every instant for ``sustained_s`` (the alert's ``for:``).
+A configuration that fired should lose its newest tier: go back to the configuration that
+preceded it in the rollout (configurations are ordered by their first request).
+
+One difference is deliberate and documented: the alert interpolates p99 from histogram
+buckets, this decision uses the exact p99 of the window's requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from collector.events import RequestRecord
+from policy.rollback.rule import LatencyBudget
+
+METRICS = {"ttft": ("ttft_s", "ttft_p99_s"), "itl": ("itl_s", "itl_p99_s")}
+UNKNOWN_CONFIG = "unknown"
+DEFAULT_BUDGET = LatencyBudget()
+
+
+@dataclass(frozen=True)
+class Breach:
+    """A metric that stayed over budget: when the alert would fire, and the worst p99."""
+
+    metric: str
+    budget_s: float
+    fired_at_s: float
+    worst_p99_s: float
+
+
+@dataclass(frozen=True)
+class RollbackDecision:
+    """One tier configuration's verdict. ``rollback_to`` is the configuration to return to
+    (``None`` when it did not fire, or when it is the first one and nothing precedes it)."""
+
+    tier_config_id: str
+    requests: int
+    breaches: tuple[Breach, ...]
+    rollback_to: str | None
+
+    @property
+    def fired(self) -> bool:
+        return bool(self.breaches)
+
+    def action(self) -> str:
+        if not self.fired:
+            return "keep"
+        if self.rollback_to is None:
+            return "over budget with no earlier configuration to return to: investigate"
+        return f"disable the newest tier: return to {self.rollback_to}"
+
+    def to_dict(self) -> dict:
+        return {"tier_config_id": self.tier_config_id, "requests": self.requests,
+                "fired": self.fired, "action": self.action(), "rollback_to": self.rollback_to,
+                "breaches": [b.__dict__ for b in self.breaches]}
+
+
+def decide(records: Iterable[RequestRecord], budget: LatencyBudget = DEFAULT_BUDGET,
+           step_s: float = 15.0) -> list[RollbackDecision]:
+    """A decision per tier configuration, in rollout order."""
+    if not step_s > 0:
+        raise ValueError(f"step_s must be > 0, got {step_s!r}")
+    groups: dict[str, list[RequestRecord]] = {}
+    for record in sorted(records, key=lambda r: r.arrival_s):
+        groups.setdefault(record.tier_config_id or UNKNOWN_CONFIG, []).append(record)
+    decisions, previous = [], None
+    for config_id, group in groups.items():
+        breaches = tuple(b for name in METRICS
+                         if (b := _breach(group, name, budget, step_s)) is not None)
+        decisions.append(RollbackDecision(config_id, len(group), breaches,
+                                          previous if breaches else None))
+        previous = config_id
+    return decisions
+
+
+def _breach(group: list[RequestRecord], metric: str, budget: LatencyBudget,
+            step_s: float) -> Breach | None:
+    field, budget_field = METRICS[metric]
+    limit = getattr(budget, budget_field)
+    points = [(r.arrival_s, getattr(r, field)) for r in group if getattr(r, field) is not None]
+    if not points:
+        return None
+    times = np.asarray([p[0] for p in points])
+    values = np.asarray([p[1] for p in points])
+    since, worst = None, 0.0
+    for t in np.arange(times[0], times[-1] + budget.window_s + step_s, step_s):
+        lo, hi = np.searchsorted(times, [t - budget.window_s, t], side="right")
+        p99 = float(np.percentile(values[lo:hi], 99)) if hi > lo else None
+        if p99 is None or p99 <= limit:
+            since, worst = None, 0.0
+            continue
+        since = t if since is None else since
+        worst = max(worst, p99)
+        if t - since >= budget.sustained_s:
+            return Breach(metric, limit, float(t), worst)
+    return None

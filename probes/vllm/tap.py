@@ -1,0 +1,308 @@
+"""The vLLM KV-event tap: a ZMQ SUB socket that turns vLLM's event stream into batches.
+
+Run it with ``vllm serve ... --kv-events-config '{"enable_kv_cache_events": true,
+"publisher": "zmq", "endpoint": ..., "replay_endpoint": ...}'``. vLLM's publisher *binds*
+when its endpoint has a wildcard (``tcp://*:5557``; the tap then connects) and *connects*
+otherwise (``tcp://collector:5557``; the tap binds, so one collector socket can serve many
+engines, told apart by ``topic``). Each data-parallel rank has its own publisher, on the
+configured port plus the rank.
+
+The tap owns its sockets and is driven by :meth:`VllmEventTap.poll` (one thread; tests call
+it directly) or by :meth:`VllmEventTap.start`/:meth:`stop` (a background thread). Every
+decoded vLLM batch becomes one :class:`collector.batch.EventBatch` handed to ``on_batch``,
+with the publisher's sequence number as the batch sequence and a ``source`` that is fresh
+per publisher incarnation (so a replayed batch is stored once, and a restarted publisher,
+whose sequence restarts at 0, is not mistaken for a replay).
+
+Bad frames never stop the tap: they are counted in :attr:`VllmEventTap.stats` and logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from collector.batch import EventBatch
+from collector.events import Origin
+from probes.vllm.wire import DecodedBatch, Frame, FrameError, decode_payload, split_frame
+from probes.vllm.tap_config import TapStats, VllmTapConfig
+from probes.vllm.streams import StreamState, apply_residency
+
+log = logging.getLogger(__name__)
+
+__all__ = ["TapStats", "VllmEventTap", "VllmTapConfig"]
+
+
+@dataclass
+class _Stream:
+    state: StreamState
+    source: str
+    resident_gpu: set = field(default_factory=set)
+    pending_rows: list = field(default_factory=list)
+    pending_seq: int | None = None
+
+
+class VllmEventTap:
+    """Subscribe to vLLM KV events; hand each decoded batch to ``on_batch``.
+
+    ``clock`` (Unix seconds) names publisher incarnations and times replay requests.
+    Not thread-safe: use either :meth:`poll` from one thread, or :meth:`start`.
+    """
+
+    def __init__(self, config: VllmTapConfig, on_batch: Callable[[EventBatch], None], *,
+                 clock: Callable[[], float] = time.time):
+        self.config = config
+        self._on_batch = on_batch
+        self._clock = clock
+        self.stats = TapStats()
+        self._streams: dict[tuple[bytes, int], _Stream] = {}
+        self._ctx = self._sub = self._poller = None
+        self._replay: dict[int, object] = {}
+        self._bound: list[str] = []
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def open(self) -> list[str]:
+        """Create and bind/connect the sockets (idempotent). Returns the bound endpoints."""
+        if self._sub is not None:
+            return self._bound
+        import zmq
+
+        self._ctx = zmq.Context.instance()
+        self._sub = self._ctx.socket(zmq.SUB)
+        self._sub.setsockopt(zmq.MAXMSGSIZE, self.config.max_message_bytes)
+        self._sub.setsockopt(zmq.LINGER, 0)
+        self._sub.setsockopt(zmq.SUBSCRIBE, self.config.topic.encode())
+        for endpoint in self.config.endpoints:
+            if self.config.bind:
+                self._sub.bind(endpoint)
+                self._bound.append(self._sub.getsockopt_string(zmq.LAST_ENDPOINT))
+            else:
+                self._sub.connect(endpoint)
+        self._poller = zmq.Poller()
+        self._poller.register(self._sub, zmq.POLLIN)
+        return self._bound
+
+    def close(self) -> None:
+        for sock in [self._sub, *self._replay.values()]:
+            if sock is not None:
+                sock.close(linger=0)
+        self._sub = self._poller = None
+        self._replay.clear()
+
+    def start(self) -> None:
+        """Poll in a background thread until :meth:`stop`."""
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._run, name="kvtier-vllm-tap", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    def _run(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                self.poll(0.1)
+        finally:
+            self.close()
+
+    # ------------------------------------------------------------------ polling
+
+    def poll(self, timeout_s: float = 0.0, max_messages: int = 10_000) -> int:
+        """Wait up to ``timeout_s`` for messages, process what is there, hand over the batches;
+        return the number of vLLM batches (frames) delivered."""
+        import zmq
+
+        self.open()
+        delivered = 0
+        ready = dict(self._poller.poll(int(timeout_s * 1000)))
+        while ready and max_messages > 0:
+            for sock in list(ready):
+                rank = self._rank_of(sock)
+                parts = sock.recv_multipart(zmq.NOBLOCK)
+                delivered += self._on_live(parts) if rank is None else self._on_replay(rank, parts)
+                max_messages -= 1
+            ready = dict(self._poller.poll(0))
+        self._expire_replays()
+        self.flush()
+        return delivered
+
+    def _rank_of(self, sock) -> int | None:
+        for rank, replay in self._replay.items():
+            if replay is sock:
+                return rank
+        return None
+
+    def _on_live(self, parts: list[bytes]) -> int:
+        decoded = self._decode(parts)
+        if decoded is None:
+            return 0
+        frame, batch = decoded
+        key = (frame.topic, batch.dp_rank or 0)
+        stream = self._stream(key)
+        verdict = stream.state.accept_live(frame.seq, heal_from_zero=self.config.heal_from_zero)
+        if verdict == "restart":
+            self._new_incarnation(key, stream)
+        elif verdict == "gap":
+            self.stats.gaps += 1
+        self._ask_replay(key)
+        return self._deliver(stream, frame.seq, batch)
+
+    def _on_replay(self, rank: int, parts: list[bytes]) -> int:
+        if parts and parts[0] == b"":
+            parts = parts[1:]  # the DEALER sees the ROUTER's empty delimiter
+        if len(parts) >= 2 and parts[-2:] == [b"\xff" * 8, b""]:
+            self._finish_replays(rank)
+            return 0
+        decoded = self._decode(parts)
+        if decoded is None:
+            return 0
+        frame, batch = decoded
+        stream = self._streams.get((frame.topic, batch.dp_rank or 0))
+        if stream is None or not stream.state.accept_replayed(frame.seq):
+            self.stats.replay_duplicates += 1
+            return 0
+        self.stats.replayed_batches += 1
+        return self._deliver(stream, frame.seq, batch)
+
+    def _decode(self, parts: list[bytes]) -> tuple[Frame, DecodedBatch] | None:
+        try:
+            frame = split_frame(parts)
+            if frame.seq < 0:
+                raise FrameError(f"negative sequence {frame.seq} outside a replay")
+            return frame, decode_payload(frame.payload, max_bytes=self.config.max_message_bytes)
+        except FrameError as exc:
+            self.stats.bad_frames += 1
+            level = logging.WARNING if self.stats.bad_frames <= 10 else logging.DEBUG
+            log.log(level, "vLLM KV-event tap: bad frame skipped (%s); %d so far",
+                    exc, self.stats.bad_frames)
+            return None
+
+    # ------------------------------------------------------------------ streams
+
+    def _stream(self, key: tuple[bytes, int]) -> _Stream:
+        stream = self._streams.get(key)
+        if stream is None:
+            stream = _Stream(StreamState(), self._source_name(key, 0))
+            self._streams[key] = stream
+        return stream
+
+    def _source_name(self, key: tuple[bytes, int], epoch: int) -> str:
+        topic, rank = key
+        started_ms = int(self._clock() * 1000)
+        return (f"{self.config.engine}-zmq:{self.config.instance}:{topic.decode(errors='replace')}:"
+                f"dp{rank}:{started_ms}.{epoch}")
+
+    def _new_incarnation(self, key, stream: _Stream) -> None:
+        self._flush(stream)  # queued rows belong to the old incarnation's source
+        self.stats.restarts += 1
+        stream.source = self._source_name(key, stream.state.epoch)
+        stream.resident_gpu.clear()  # a restarted engine starts with an empty GPU cache
+        log.info("vLLM KV-event tap: publisher %s restarted (sequence went back)", key)
+
+    def _ask_replay(self, key: tuple[bytes, int]) -> None:
+        stream = self._streams[key]
+        rank = key[1]
+        endpoints = dict(self.config.replay_endpoints)
+        if rank not in endpoints:
+            stream.state.lost += stream.state.missing_count()
+            stream.state.gaps.clear()
+            return
+        start = stream.state.replay_start()
+        if start is None:
+            return
+        self._replay_socket(rank, endpoints[rank]).send_multipart([b"", start.to_bytes(8, "big")])
+        stream.state.replay_sent(self._clock())
+        self.stats.replay_requests += 1
+
+    def _replay_socket(self, rank: int, endpoint: str):
+        import zmq
+
+        sock = self._replay.get(rank)
+        if sock is None:
+            sock = self._ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.MAXMSGSIZE, self.config.max_message_bytes)
+            sock.connect(endpoint)
+            self._poller.register(sock, zmq.POLLIN)
+            self._replay[rank] = sock
+        return sock
+
+    def _finish_replays(self, rank: int) -> None:
+        for key, stream in self._streams.items():
+            if key[1] == rank and stream.state.replay_in_flight:
+                stream.state.replay_finished()
+                self._ask_replay(key)  # gaps that opened while this replay ran
+
+    def _expire_replays(self) -> None:
+        now = self._clock()
+        overdue = {key[1] for key, stream in self._streams.items()
+                   if stream.state.replay_overdue(now, self.config.replay_timeout_s)}
+        for rank in overdue:
+            self.stats.replay_timeouts += 1
+            self._drop_replay_socket(rank)  # late answers must not end the next replay
+            self._finish_replays(rank)
+        self.stats.lost_batches = sum(s.state.lost for s in self._streams.values())
+
+    def _drop_replay_socket(self, rank: int) -> None:
+        sock = self._replay.pop(rank, None)
+        if sock is not None:
+            self._poller.unregister(sock)
+            sock.close(linger=0)
+
+    # ------------------------------------------------------------------ delivery
+
+    def _deliver(self, stream: _Stream, seq: int, decoded: DecodedBatch) -> int:
+        """Queue one frame's rows; without coalescing, hand them over at once.
+
+        Coalescing is safe for idempotency: a stream delivers each publisher sequence at
+        most once (replays fill only missing ones), so the largest sequence in a coalesced
+        batch names it uniquely within its source.
+        """
+        stream.pending_rows.extend(self._with_residency(stream, decoded))
+        stream.pending_seq = seq if stream.pending_seq is None else max(stream.pending_seq, seq)
+        self.stats.batches += 1
+        self.stats.bad_events += decoded.bad_events
+        if (not self.config.coalesce_frames
+                or len(stream.pending_rows) >= self.config.max_rows_per_batch):
+            self._flush(stream)
+        return 1
+
+    def _flush(self, stream: _Stream) -> None:
+        if stream.pending_seq is None:
+            return
+        origin = Origin(self.config.engine, self.config.instance, stream.source)
+        batch = EventBatch.from_rows(origin, stream.pending_seq, block_events=stream.pending_rows)
+        stream.pending_rows, stream.pending_seq = [], None
+        self.stats.ingest_batches += 1
+        self.stats.block_events += batch.block_events.num_rows
+        self.stats.bad_events += sum(batch.rejected.values())
+        try:
+            self._on_batch(batch)
+        except Exception:  # the consumer's bug must not kill the tap
+            self.stats.callback_errors += 1
+            log.exception("vLLM KV-event tap: on_batch failed for %s seq %d",
+                          stream.source, batch.sequence)
+
+    def flush(self) -> None:
+        """Hand over every coalesced batch now (``poll`` does this before it returns)."""
+        for stream in self._streams.values():
+            self._flush(stream)
+
+    def _with_residency(self, stream: _Stream, decoded: DecodedBatch) -> list[dict]:
+        return apply_residency(stream.resident_gpu, decoded, self.config.max_tracked_blocks)
+
+    def snapshot(self) -> dict:
+        """Per-stream progress, for logs and the collector's health output."""
+        return {f"{k[0].decode(errors='replace')}/dp{k[1]}": {
+                    "source": s.source, "last_seq": s.state.last_seq,
+                    "missing": s.state.missing_count(), "lost": s.state.lost}
+                for k, s in self._streams.items()}

@@ -1,0 +1,95 @@
+"""The /metrics text: names, labels and values computed from ingested batches."""
+
+from __future__ import annotations
+
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from collector.exports.aggregate import MetricsState
+from collector.exports.prometheus import KvtierCollector, MetricsServer, Sample, recorder_samples
+from tests.collector.exports.conftest import CPU_LATENCIES_S, sample_batch
+
+
+def scrape(state, **kwargs):
+    with MetricsServer(KvtierCollector(state, **kwargs)) as server:
+        assert server.host == "127.0.0.1"
+        text = urllib.request.urlopen(server.url, timeout=5).read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_outcome_counters_and_promotion_histogram(clock):
+    state = MetricsState(clock=clock)
+    state.observe(sample_batch())
+    state.observe(sample_batch(sequence=1))
+    samples = scrape(state)
+    base = (("engine", "vllm"), ("engine_instance", "node-1"))
+    assert samples[("kvtier_block_events_total", tuple(sorted(base + (("kind", "cpu_promotion"), ("tier", "cpu")))))] == 100
+    assert samples[("kvtier_block_events_total", tuple(sorted(base + (("kind", "gpu_hit"), ("tier", "gpu")))))] == 14
+    assert samples[("kvtier_block_events_total", tuple(sorted(base + (("kind", "evict"), ("tier", "cpu")))))] == 2
+    assert samples[("kvtier_block_tokens_total", tuple(sorted(base + (("kind", "recompute_miss"), ("tier", "gpu")))))] == 128
+    cpu = tuple(sorted(base + (("tier_from", "cpu"),)))
+    assert samples[("kvtier_promotion_seconds_count", cpu)] == 100
+    assert abs(samples[("kvtier_promotion_seconds_sum", cpu)] - 2 * sum(CPU_LATENCIES_S)) < 1e-9
+    # 0.4 ms .. 20 ms in 0.4 ms steps: 2 x 2 values <= 1 ms, 2 x 12 values <= 5 ms, all <= 25 ms.
+    assert samples[("kvtier_promotion_seconds_bucket", tuple(sorted(cpu + (("le", "0.001"),))))] == 4
+    assert samples[("kvtier_promotion_seconds_bucket", tuple(sorted(cpu + (("le", "0.005"),))))] == 24
+    assert samples[("kvtier_promotion_seconds_bucket", tuple(sorted(cpu + (("le", "0.025"),))))] == 100
+    assert samples[("kvtier_recomputed_tokens_total", base)] == 128
+    config = tuple(sorted(base + (("tier_config", "gpu+cpu+cold"),)))
+    assert samples[("kvtier_requests_total", config)] == 2
+    assert samples[("kvtier_request_ttft_seconds_bucket", tuple(sorted(config + (("le", "0.25"),))))] == 0
+    assert samples[("kvtier_request_ttft_seconds_bucket", tuple(sorted(config + (("le", "0.5"),))))] == 2
+
+
+def test_live_sources_and_recommendation_are_read_at_scrape_time(origin, clock):
+    from collector.events import Outcome
+    from collector.recorder import Recorder
+
+    recorder = Recorder(origin, capacity_events=1)
+    recorder.record(Outcome.GPU_HIT, 1)
+    recorder.record(Outcome.GPU_HIT, 2)
+    gaps = {"n": 3}
+    tap = lambda: [Sample("kvtier_tap_sequence_gaps_total", "Gaps", gaps["n"], {"tap": "vllm-zmq"})]  # noqa: E731
+    collector_kwargs = dict(sources=[recorder_samples([recorder]), tap],
+                            recommendation=lambda: {"engine": "trtllm", "knob": "secondary_offload_min_priority",
+                                                    "value": "40"})
+    samples = scrape(MetricsState(clock=clock), **collector_kwargs)
+    labels = (("engine", origin.engine), ("engine_instance", origin.instance))
+    assert samples[("kvtier_recorder_dropped_events_total", labels)] == 1
+    assert samples[("kvtier_tap_sequence_gaps_total", (("tap", "vllm-zmq"),))] == 3
+    info = (("engine", "trtllm"), ("knob", "secondary_offload_min_priority"), ("value", "40"))
+    assert samples[("kvtier_recommendation_info", info)] == 1
+    gaps["n"] = 5
+    assert scrape(MetricsState(clock=clock), **collector_kwargs)[("kvtier_tap_sequence_gaps_total", (("tap", "vllm-zmq"),))] == 5
+
+
+def test_rejections_are_exported_by_reason(origin, clock):
+    from collector.batch import EventBatch
+
+    state = MetricsState(clock=clock)
+    state.observe(EventBatch.from_rows(origin, 0, [{"time_s": 1.0, "kind": "gpu_hit", "block_hash": 1, "tier_to": "hbm"}]))
+    assert scrape(state)[("kvtier_rejected_rows_total", (("reason", "unknown tier"),))] == 1
+
+
+def test_recommendation_file_becomes_an_info_metric_and_follows_changes(tmp_path, clock):
+    import json
+    import os
+
+    from collector.exports.recommendation import RecommendationLabels
+
+    path = tmp_path / "recommendation.json"
+    labels = RecommendationLabels(path)
+    assert labels() is None  # no recommendation yet: no info metric
+    path.write_text(json.dumps({"kind": "kvtier.recommendation", "settings": {"offload_min_priority": 40,
+                     "retention_priorities": [0, 35, 80]}, "evidence": {"verdict": "offload"}}))
+    samples = scrape(MetricsState(clock=clock), recommendation=labels)
+    info = (("offload_min_priority", "40"), ("retention_priorities", "0,35,80"), ("verdict", "offload"))
+    assert samples[("kvtier_recommendation_info", info)] == 1
+    path.write_text(json.dumps({"settings": {"cpu_tier_bytes": 0}, "evidence": {"verdict": "do_not_offload"}}))
+    os.utime(path, (1, 1))  # a new mtime even within the same clock tick
+    assert labels() == {"cpu_tier_bytes": "0", "verdict": "do_not_offload"}
+    path.write_text("{not json")
+    os.utime(path, (2, 2))
+    assert labels() is None

@@ -1,0 +1,95 @@
+"""Every vLLM config kvtier writes is accepted by vLLM's own code, and deliberately broken
+ones are rejected (official vllm==0.33.0 wheel in the side environment; see
+tests/probes/vllm/side_env.sh). YAML written for other engines is read back with PyYAML
+from the same environment. Skipped where the side environment is missing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from policy.writers import writer
+from policy.writers.settings import EngineSettings
+
+SIDE_PYTHON = os.environ.get("KVTIER_VLLM_PYTHON", "/tmp/kvt-vllm-side/bin/python")
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180),
+              pytest.mark.skipif(not Path(SIDE_PYTHON).exists(), reason="no vLLM side environment")]
+GiB = 1 << 30
+
+
+def side_check(cases: list[dict]) -> list[dict]:
+    script = Path(__file__).with_name("vllm_side_check.py")
+    done = subprocess.run([SIDE_PYTHON, str(script)], input=json.dumps(cases), text=True,
+                          capture_output=True, timeout=170)
+    line = next(l for l in done.stdout.splitlines() if l.startswith("RESULTS "))
+    return json.loads(line[len("RESULTS "):])
+
+
+def test_vllm_accepts_what_kvtier_writes_and_rejects_broken_configs(tmp_path):
+    cold = tmp_path / "cold"
+    cold.mkdir()
+    good_settings = [
+        EngineSettings(cpu_tier_bytes=10 * GiB),
+        EngineSettings(cpu_tier_bytes=4 * GiB, eviction_policy="arc", store_threshold=2,
+                       block_size_tokens=32),
+        EngineSettings(cpu_tier_bytes=8 * GiB, eviction_policy="lru", cold_tier_path=str(cold),
+                       cold_tier_bytes=100 * GiB),
+    ]
+    vllm = writer("vllm")
+    good = [json.loads(vllm.render(s, None, ".json").text) for s in good_settings]
+    yaml_path = tmp_path / "serve.yaml"
+    yaml_path.write_text(vllm.render(EngineSettings(cpu_tier_bytes=2 * GiB, kv_events=True),
+                                     "model: kvtier/check\nblock-size: 16\n", ".yaml").text)
+    broken = [
+        dict(good[0], kv_role="both"),
+        dict(good[0], kv_connector_extra_config={"cpu_bytes_to_use": GiB, "eviction_policy": "mru"}),
+        dict(good[2], kv_connector_extra_config=dict(good[2]["kv_connector_extra_config"],
+                                                     store_threshold=3)),
+        dict(good[0], kv_connector_extra_config={"eviction_policy": "lru"}),
+    ]
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("model: kvtier/check\nkv-transfer-config: '{\"kv_role\": \"nope\"}'\n")
+    cases = ([{"kind": "transfer", "config": c} for c in good + broken]
+             + [{"kind": "yaml", "path": str(yaml_path)}, {"kind": "yaml", "path": str(bad_yaml)}])
+    results = side_check(cases)
+    oks = [r["ok"] for r in results]
+    assert oks == [True] * 3 + [False] * 4 + [True, False], results
+    errors = " | ".join(r.get("error", "") for r in results)
+    for reason in ("kv_role", "Unknown cache policy", "store_threshold is not supported",
+                   "cpu_bytes_to_use must be specified"):
+        assert reason in errors
+    # kvtier's own writer refuses the same broken values before vLLM would
+    for settings in (dict(cpu_tier_bytes=GiB, eviction_policy="lfu"),
+                     dict(cpu_tier_bytes=GiB, cold_tier_path=str(cold), store_threshold=3),
+                     dict(eviction_policy="lru")):
+        with pytest.raises(ValueError):
+            vllm.render(EngineSettings(**settings), None, ".json")
+
+
+def test_yaml_for_other_engines_reads_back_with_pyyaml(tmp_path):
+    s = EngineSettings(cpu_tier_bytes=16 * GiB, cold_tier_path="/mnt/kv", cold_tier_bytes=GiB,
+                       offload_min_priority=50, retention_priorities=(80,), kv_events=True)
+    texts = {
+        "trtllm": writer("trtllm").render(s, "backend: pytorch  # hi\nkv_cache_config:\n"
+                                             "  free_gpu_memory_fraction: 0.9\n", ".yaml").text,
+        "lmcache": writer("lmcache").render(EngineSettings(
+            cpu_tier_bytes=5 * GiB, cold_tier_path="/mnt/kv", cold_tier_bytes=GiB,
+            eviction_policy="lru"), "chunk_size: 256\n", ".yaml").text,
+    }
+    code = "import json,sys,yaml; print(json.dumps({k: yaml.safe_load(v) for k, v in json.load(sys.stdin).items()}))"
+    done = subprocess.run([SIDE_PYTHON, "-c", code], input=json.dumps(texts), text=True,
+                          capture_output=True, timeout=60)
+    loaded = json.loads(done.stdout)
+    assert loaded["trtllm"] == {
+        "backend": "pytorch", "enable_iter_perf_stats": True,
+        "kv_cache_config": {"free_gpu_memory_fraction": 0.9, "enable_block_reuse": True,
+                            "host_cache_size": 16 * GiB, "secondary_offload_min_priority": 50,
+                            "event_buffer_max_size": 16384, "disk_cache_size": GiB,
+                            "disk_cache_path": "/mnt/kv"}}
+    assert loaded["lmcache"] == {"chunk_size": 256, "local_cpu": True, "max_local_cpu_size": 5.0,
+                                 "local_disk": "file:///mnt/kv/", "max_local_disk_size": 1.0,
+                                 "cache_policy": "LRU"}

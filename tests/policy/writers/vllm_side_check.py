@@ -1,0 +1,77 @@
+"""Runs in the vLLM side environment (official vllm==0.33.0 wheel): reads a JSON list of
+cases on stdin and prints, for each, whether vLLM's own code accepts it.
+
+Case kinds:
+* ``{"kind": "transfer", "config": {...}}``: ``KVTransferConfig(**config)`` (pydantic), then
+  the offloading spec named in ``kv_connector_extra_config`` is created by vLLM's
+  ``OffloadingSpecFactory`` on a small stand-in model (one 16-token group) and asked for its
+  scheduler-side manager, which is where vLLM checks ``cpu_bytes_to_use``,
+  ``eviction_policy``, ``store_threshold`` and the secondary tiers. ``cpu_bytes_to_use`` is
+  capped at 64 MiB for that step (it sizes a shared-memory region).
+* ``{"kind": "yaml", "path": "..."}``: ``vllm serve --config PATH`` through vLLM's own
+  argument parser and ``EngineArgs``; the transfer config found there is then checked as above.
+
+Not a test module: tests/policy/writers/test_vllm_configs_real.py spawns it.
+"""
+
+import json
+import os
+import sys
+import tempfile
+
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # the CUDA wheel on a CPU-only machine
+
+
+def check_transfer(raw: dict) -> None:
+    from vllm.config.kv_transfer import KVTransferConfig
+    from vllm.v1.kv_offload.config import (
+        OffloadingCacheConfig, OffloadingConfig, OffloadingGroupConfig, OffloadingModelConfig,
+        OffloadingParallelConfig,
+    )
+    from vllm.v1.kv_offload.factory import OffloadingSpecFactory
+
+    transfer = KVTransferConfig(**raw)
+    extra = dict(transfer.kv_connector_extra_config)
+    if "cpu_bytes_to_use" in extra and isinstance(extra["cpu_bytes_to_use"], (int, float)):
+        extra["cpu_bytes_to_use"] = min(extra["cpu_bytes_to_use"], 64 << 20)
+    block_size = int(extra.get("block_size", 16))
+    if block_size % 16:
+        raise ValueError(f"block_size {block_size} is not a multiple of the GPU block size 16")
+    config = OffloadingConfig(
+        groups=(OffloadingGroupConfig(16, ("layer.0",), 0),), worker_kv_bytes_per_block=4096,
+        enable_kv_cache_events=True, extra_config=extra, engine_id=next(tempfile._get_candidate_names()),
+        model=OffloadingModelConfig("kvtier/check", "float16", 4096),
+        cache=OffloadingCacheConfig(16, block_size // 16),
+        parallel=OffloadingParallelConfig(0, 1, 1, 1, 1, 1, 0, 1, None, True))
+    spec = OffloadingSpecFactory.create_spec(config)
+    manager = spec.get_manager()
+    manager.shutdown()
+
+
+def check_yaml(path: str) -> None:
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
+    engine_args = EngineArgs.from_cli_args(parser.parse_args(["--config", path]))
+    transfer = engine_args.kv_transfer_config
+    check_transfer({"kv_connector": transfer.kv_connector, "kv_role": transfer.kv_role,
+                    "kv_connector_extra_config": transfer.kv_connector_extra_config})
+
+
+def main() -> None:
+    results = []
+    for case in json.load(sys.stdin):
+        try:
+            if case["kind"] == "transfer":
+                check_transfer(case["config"])
+            else:
+                check_yaml(case["path"])
+            results.append({"ok": True})
+        except (Exception, SystemExit) as exc:  # argparse exits on a bad value
+            results.append({"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
+    print("RESULTS " + json.dumps(results), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,235 @@
+"""Runs in the vLLM side environment: drives vLLM's real CPUOffloadingManager and
+TieringOffloadingManager (fs tier in a temporary folder) through kvtier's spec wrappers,
+and prints, as JSON, what the managers did next to what kvtier recorded.
+
+Usage: python vllm_side_hooks.py FS_ROOT  (runs the cpu, then the tiering scenario)
+Not a test module: tests/probes/vllm/test_spec_real.py spawns it.
+"""
+
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+
+
+def offload_config(extra, mode):
+    from vllm.v1.kv_offload.config import (
+        OffloadingCacheConfig, OffloadingConfig, OffloadingGroupConfig, OffloadingModelConfig,
+        OffloadingParallelConfig,
+    )
+
+    return OffloadingConfig(
+        groups=(OffloadingGroupConfig(16, ("layer.0",), 0),), worker_kv_bytes_per_block=4096,
+        enable_kv_cache_events=True, extra_config=extra, engine_id=f"kvtier-test-{mode}-{os.getpid()}",
+        model=OffloadingModelConfig("kvtier/check", "float16", 4096),
+        cache=OffloadingCacheConfig(16, 1),
+        parallel=OffloadingParallelConfig(0, 1, 1, 1, 1, 1, 0, 1, None, True))
+
+
+def key(i):
+    from vllm.v1.kv_offload.base import make_offload_key
+
+    return make_offload_key((1000 + i).to_bytes(32, "big"), 0)
+
+
+def store(manager, keys, ctx, did):
+    with manager.lock:
+        out = manager.prepare_store(keys, ctx)
+        did["evicted"] += [int.from_bytes(k[:-4], "big") for k in out.evicted_keys]
+        manager.complete_store(out.keys_to_store, ctx)
+        did["stored"] += [int.from_bytes(k[:-4], "big") for k in out.keys_to_store]
+
+
+def load(manager, keys, ctx, did):
+    with manager.lock:
+        manager.prepare_load(keys, ctx)
+        manager.complete_load(keys, ctx)
+    did["loaded"] += [int.from_bytes(k[:-4], "big") for k in keys]
+
+
+def wait_lookup(manager, k, ctx, want, rounds=400):
+    from vllm.v1.kv_offload.base import ScheduleEndContext
+
+    for _ in range(rounds):
+        with manager.lock:
+            result = manager.lookup(k, ctx)
+            manager.on_schedule_end(ScheduleEndContext(set(), set()))
+        if result.name == want:
+            return result.name
+        time.sleep(0.01)
+    return result.name
+
+
+def run(mode, fs_root):
+    from vllm.v1.kv_offload.base import ReqContext
+    from vllm.v1.kv_offload.factory import OffloadingSpecFactory
+
+    from probes.vllm.recorders import active_recorders
+
+    extra = {"spec_module_path": "probes.vllm.spec", "cpu_bytes_to_use": 4 * 4096,
+             "eviction_policy": "lru", "kvtier_instance": "side-test"}
+    if mode == "cpu":
+        extra["spec_name"] = "KvtierCPUOffloadingSpec"
+    else:
+        extra.update(spec_name="KvtierTieringOffloadingSpec",
+                     secondary_tiers=[{"type": "fs", "root_dir": fs_root,
+                                       "enable_kv_events": True}])
+    spec = OffloadingSpecFactory.create_spec(offload_config(extra, mode))
+    manager = spec.get_manager()
+    did = {"stored": [], "evicted": [], "loaded": [], "lookups": {}, "class": type(manager).__name__}
+    ctx = ReqContext("req-1")
+    with manager.lock:
+        manager.on_new_request(ctx)
+    store(manager, [key(i) for i in range(4)], ctx, did)            # fills the 4 chunks
+    if mode == "tiering":  # let the cascade to the fs tier finish before evicting
+        for _ in range(400):
+            with manager.lock:
+                manager.take_events()  # polls finished jobs, reports STORAGE stores
+                busy = manager.has_pending_work()
+            if not busy:
+                break
+            time.sleep(0.01)
+    store(manager, [key(4), key(5)], ctx, did)                       # evicts the 2 LRU chunks
+    did["lookups"]["k5"] = wait_lookup(manager, key(5), ctx, "HIT")
+    load(manager, [key(5)], ctx, did)                                # CPU -> GPU
+    if mode == "cpu":
+        did["lookups"]["k9"] = wait_lookup(manager, key(9), ctx, "MISS")
+    else:  # key 0 was evicted from CPU but lives in the fs tier: a cold promotion
+        did["lookups"]["k0"] = wait_lookup(manager, key(0), ctx, "HIT")
+        load(manager, [key(0)], ctx, did)
+    with manager.lock:
+        manager.take_events()
+        manager.on_request_finished(ctx)
+    manager.shutdown()
+    recorder = active_recorders()[spec.config.engine_id]
+    batch = recorder.take_events()
+    rows = batch.block_events.to_pylist() if batch is not None else []
+    return {"did": did, "rows": rows, "origin": batch.origin.source}
+
+
+def main():
+    results = {mode: run(mode, sys.argv[1]) for mode in ("cpu", "tiering")}
+    results["policy"] = run_policy()
+    results["connector"] = run_connector()
+    results["exact"] = run_exact()
+    print("RESULT " + json.dumps(results))
+
+
+
+
+def run_policy():
+    """vLLM's real CPUOffloadingManager with kvtier's scored policy: odd hashes score low."""
+    from vllm.v1.kv_offload.base import ReqContext
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+
+    from probes.vllm import cache_policy
+
+    cache_policy.configure(lambda h: 0.1 if h % 2 else 0.9, threshold=0.5)
+    manager = CPUOffloadingManager(num_chunks=4, cache_policy="KvtierScoredLRUPolicy",
+                                   cache_policy_module_path="probes.vllm.cache_policy")
+    did = {"stored": [], "evicted": [], "loaded": []}
+    ctx = ReqContext("req-p")
+    store(manager, [key(0), key(1), key(2), key(3)], ctx, did)   # 1001, 1003 score low
+    store(manager, [key(4)], ctx, did)                           # evicts 1001, not LRU 1000
+    store(manager, [key(5), key(6)], ctx, did)                   # evicts 1003, then LRU 1000
+    cache_policy.configure(None)
+    return {"did": did}
+
+
+def run_connector():
+    """vLLM's connector factory resolves kvtier's connector; its scheduler-side overrides
+    record the token split (the scheduler itself is a stub: building it needs a model)."""
+    from types import SimpleNamespace
+
+    from vllm.config.kv_transfer import KVTransferConfig
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import (
+        OffloadingConnector,
+    )
+    from vllm.v1.metrics.cache_hit_source import CacheHitSource
+
+    from collector.events import Origin
+    from collector.recorder import Recorder
+    from probes.vllm.connector import RequestTokenAccounting
+
+    cls = KVConnectorFactory.get_connector_class(KVTransferConfig(
+        kv_connector="KvtierOffloadingConnector", kv_connector_module_path="probes.vllm.connector",
+        kv_role="kv_both", kv_connector_extra_config={"cpu_bytes_to_use": 1 << 20}))
+    connector = object.__new__(cls)
+    connector._bounding_group_ids = ()
+    connector.connector_scheduler = SimpleNamespace(
+        get_num_new_matched_tokens=lambda request, n, max_num_new_tokens=None: (32, True),
+        get_external_cache_hit_sources=lambda request, n: {CacheHitSource.HOST: 16,
+                                                           CacheHitSource.DISK: 16},
+        request_finished=lambda request: (False, None))
+    recorder = Recorder(Origin("vllm", "conn", "conn-1"))
+    connector._kvtier = RequestTokenAccounting(recorder, 16)
+    request = SimpleNamespace(request_id="req-c", arrival_time=time.time() - 1,
+                              num_prompt_tokens=100, num_output_tokens=7,
+                              block_hashes=[(7000 + i).to_bytes(32, "big") for i in range(6)])
+    answer = connector.get_num_new_matched_tokens(request, 32)
+    connector.request_finished(request, [])
+    batch = recorder.take_events()
+    return {"subclass": issubclass(cls, OffloadingConnector), "answer": list(answer),
+            "rows": batch.block_events.to_pylist(), "requests": batch.requests.to_pylist()}
+
+
+def run_exact():
+    """A fixed call sequence on vLLM's real CPUOffloadingManager (4 chunks, events on) through
+    the wrapper, with a clock the script sets: every recorded field is determined."""
+    from vllm.v1.kv_offload.base import ReqContext
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+
+    from collector.events import Origin
+    from collector.recorder import Recorder
+    from probes.vllm.recording import ManagerRecorder
+    from probes.vllm.spec import RecordingOffloadingManager
+
+    now = [100.0]
+    clock = lambda: now[0]
+    recorder = Recorder(Origin("vllm", "exact", "exact-1"), clock=clock)
+    manager = RecordingOffloadingManager(
+        CPUOffloadingManager(num_chunks=4, enable_events=True),
+        ManagerRecorder(recorder, chunk_bytes=4096, clock=clock))
+    r1, r2 = ReqContext("r1"), ReqContext("r2")
+    manager.on_new_request(r1)
+    manager.on_new_request(r2)
+
+    def at(t, call, *args):
+        now[0] = t
+        return call(*args)
+
+    out = at(100.0, manager.prepare_store, [key(i) for i in range(4)], r1)
+    at(100.5, manager.complete_store, out.keys_to_store, r1)
+    for _ in range(2):  # a waiting request: the miss is reported once
+        at(101.0, manager.lookup, key(9), r1)
+    at(101.0, manager.lookup, key(0), r1)                       # a hit: nothing recorded
+    at(101.5, manager.prepare_load, iter([key(0), key(1)]), r1)  # an iterator, as vLLM may pass
+    at(101.75, manager.complete_load, [key(0), key(1)], r1)
+    at(102.0, manager.prepare_store, [key(4), key(5)], r2)       # evicts two chunks
+    at(102.5, manager.complete_store, [key(4)], r2)
+    at(102.5, manager.complete_store, [key(5)], r2, False)      # a failed store: a drop
+    at(103.0, manager.prepare_store, [key(6)], r2)              # evicts one more
+    at(103.5, manager.prepare_store, [key(7)], r2)
+    at(104.0, manager.complete_store, [key(7), key(8), key(6)], r2)  # 8 never prepared
+    at(104.0, manager.prepare_store, [key(4)], r1)              # already stored: nothing new
+    at(104.5, manager.take_events)                              # CPU removals already seen
+    at(105.0, manager.on_request_finished, r1)
+    at(105.0, manager.lookup, key(9), r1)                       # a new admission: again
+    batch = recorder.take_events()
+    # Without events (vLLM's default), nothing would ever clear a remembered eviction.
+    quiet = RecordingOffloadingManager(CPUOffloadingManager(num_chunks=1),
+                                       ManagerRecorder(recorder, chunk_bytes=4096, clock=clock))
+    for i in range(3):
+        quiet.complete_store(quiet.prepare_store([key(i)], r1).keys_to_store, r1)
+    evicted = [r["block_hash"] for r in recorder.take_events().block_events.to_pylist()
+               if r["kind"] == "evict"]
+    return {"rows": batch.block_events.to_pylist(), "dropped": recorder.dropped_events,
+            "rejections": dict(batch.rejected), "quiet_evicted": evicted,
+            "quiet_remembered": len(quiet.observer._evictions_seen)}
+
+
+if __name__ == "__main__":
+    main()

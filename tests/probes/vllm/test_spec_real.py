@@ -1,0 +1,113 @@
+"""kvtier's vLLM spec wrappers around vLLM's real offloading managers (official vllm==0.33.0
+in the side environment): the recorded block events match what the managers did."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SIDE_PYTHON = os.environ.get("KVTIER_VLLM_PYTHON", "/tmp/kvt-vllm-side/bin/python")
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180),
+              pytest.mark.skipif(not Path(SIDE_PYTHON).exists(), reason="no vLLM side environment")]
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def driven(tmp_path_factory) -> dict:
+    """Both scenarios in one side process (importing vLLM takes seconds)."""
+    fs_root = tmp_path_factory.mktemp("fs-tier")
+    script = Path(__file__).with_name("side_hooks.py")
+    args = [SIDE_PYTHON, str(script), str(fs_root)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run(args, capture_output=True, text=True, timeout=170, env=env)
+    line = next((l for l in done.stdout.splitlines() if l.startswith("RESULT ")), None)
+    assert line, done.stderr[-2000:]
+    return dict(json.loads(line[len("RESULT "):]), fs_root=fs_root)
+
+
+def by_kind(rows, kind):
+    return [r for r in rows if r["kind"] == kind]
+
+
+def test_cpu_manager_stores_evictions_loads_and_misses_are_recorded(driven):
+    out = driven["cpu"]
+    did, rows = out["did"], out["rows"]
+    assert did["class"] == "RecordingOffloadingManager"
+    stores = by_kind(rows, "store")
+    assert [r["block_hash"] for r in stores] == did["stored"] == [1000, 1001, 1002, 1003, 1004, 1005]
+    assert all((r["tier_from"], r["tier_to"], r["request_id"], r["size_bytes"]) ==
+               ("gpu", "cpu", "req-1", 4096) and r["latency_s"] >= 0 for r in stores)
+    assert [r["block_hash"] for r in by_kind(rows, "evict")] == did["evicted"] == [1000, 1001]
+    (promotion,) = by_kind(rows, "cpu_promotion")
+    assert promotion["block_hash"] == 1005 and promotion["latency_s"] >= 0
+    assert [r["block_hash"] for r in by_kind(rows, "recompute_miss")] == [1009]
+    assert out["origin"].startswith("vllm-hooks:side-test:")
+
+
+def test_tiering_manager_with_an_fs_tier_records_cascades_and_cold_promotions(driven):
+    out = driven["tiering"]
+    did, rows = out["did"], out["rows"]
+    assert did["lookups"] == {"k5": "HIT", "k0": "HIT"}
+    cascaded = [r["block_hash"] for r in rows if r["kind"] == "store" and r["tier_to"] == "cold"]
+    assert sorted(cascaded) == did["stored"]  # every CPU chunk was written to the fs tier
+    (cold,) = by_kind(rows, "cold_promotion")
+    assert (cold["block_hash"], cold["tier_from"], cold["tier_to"]) == (1000, "cold", "gpu")
+    # the promotion needed a CPU slot: vLLM evicted the LRU chunk itself, and it is recorded
+    assert [r["block_hash"] for r in by_kind(rows, "evict")] == did["evicted"] + [1002]
+    assert list(driven["fs_root"].rglob("*.bin"))  # the fs tier really wrote files
+
+
+def test_scored_policy_evicts_low_score_chunks_before_lru_order(driven):
+    did = driven["policy"]["did"]
+    assert did["stored"] == [1000, 1001, 1002, 1003, 1004, 1005, 1006]
+    # plain LRU would have evicted 1000, 1001, 1002; the low-score chunks (odd) go first
+    assert did["evicted"] == [1001, 1003, 1000]
+
+
+def test_connector_resolves_through_vllms_factory_and_records_the_token_split(driven):
+    out = driven["connector"]
+    assert out["subclass"] and out["answer"] == [32, True]
+    assert [(r["kind"], r["block_hash"], r["position"]) for r in out["rows"]] == [
+        ("gpu_hit", 7000, 0), ("gpu_hit", 7001, 1)]
+    (request,) = out["requests"]
+    assert (request["request_id"], request["prompt_tokens"], request["output_tokens"],
+            request["gpu_hit_tokens"], request["cpu_promotion_tokens"],
+            request["cold_promotion_tokens"], request["recomputed_tokens"]) == (
+        "req-c", 100, 7, 32, 16, 16, 36)
+    assert request["e2e_latency_s"] >= 1
+
+
+def test_a_fixed_call_sequence_records_exactly_these_events(driven):
+    """Every field of every event, for a fixed sequence of calls on vLLM's CPU manager with a
+    clock the script sets (vllm_side_hooks.run_exact): the recording path may be rewritten
+    for speed, never for what it records."""
+    out = driven["exact"]
+    assert (out["dropped"], out["rejections"]) == (0, {})
+    assert all((r["parent_hash"], r["position"], r["tokens"], r["priority"]) == (None,) * 4
+               for r in out["rows"])
+    store, miss, load = ("store", 4096, "gpu", "cpu"), ("recompute_miss", None, None, None), (
+        "cpu_promotion", 4096, "cpu", "gpu")
+    evict, drop = ("evict", None, "cpu", None), ("drop", None, "gpu", None)
+    expected = [  # (time_s, block_hash, request_id, latency_s), what
+        ((100.5, 1000, "r1", 0.5), store), ((100.5, 1001, "r1", 0.5), store),
+        ((100.5, 1002, "r1", 0.5), store), ((100.5, 1003, "r1", 0.5), store),
+        ((101.0, 1009, "r1", None), miss),  # looked up twice, reported once
+        ((101.75, 1000, "r1", 0.25), load), ((101.75, 1001, "r1", 0.25), load),
+        ((102.0, 1000, None, None), evict), ((102.0, 1001, None, None), evict),
+        ((102.5, 1004, "r2", 0.5), store), ((102.5, 1005, "r2", None), drop),
+        ((103.5, 1002, None, None), evict),
+        ((104.0, 1007, "r2", 0.5), store),  # 1008 was never prepared: not reported
+        ((104.0, 1006, "r2", 1.0), store),  # prepared earlier: its own latency
+        ((105.0, 1009, "r1", None), miss)]  # a new admission of r1 misses again
+    got = [((r["time_s"], r["block_hash"], r["request_id"], r["latency_s"]),
+            (r["kind"], r["size_bytes"], r["tier_from"], r["tier_to"])) for r in out["rows"]]
+    assert got == expected
+
+
+def test_without_manager_events_evictions_are_recorded_and_not_remembered(driven):
+    out = driven["exact"]
+    assert (out["quiet_evicted"], out["quiet_remembered"]) == ([1000, 1001], 0)
