@@ -14,7 +14,7 @@ import streamlit as st
 
 from dashboard.data import Filters, SegmentData, segment_signature
 from dashboard.facets import Facets, read_facets
-from dashboard.settings import DashboardConfig
+from dashboard.sources import DashboardConfig
 from dashboard.views import PAGES, PageContext, explain_no_data
 
 

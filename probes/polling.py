@@ -2,7 +2,7 @@
 
 Every poller exposes ``poll()`` (one round, never raises for network or data problems) and
 ``start()``/``stop()`` which run ``poll()`` every ``interval_s`` in a daemon thread. The
-collector service (a later issue) owns the threads; tests call ``poll()`` directly.
+collector service owns the threads; tests call ``poll()`` directly.
 """
 
 from __future__ import annotations

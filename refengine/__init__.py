@@ -11,7 +11,7 @@ The request path, file by file: ``config`` -> ``hashing`` -> ``sequence`` -> ``s
 
 Serve it (the verb module is ``kvtier/verbs/engine.py``)::
 
-    kvtier engine --port 8000 --gpu-blocks 48 --cpu-blocks 256 --file-blocks 1024 \
+    kvtier engine --port 8000 --gpu-blocks 48 --cpu-blocks 256 --cold-blocks 1024 \
         --file-dir /tmp/kvtier-files --kv-events tcp://127.0.0.1:5557 \
         --kv-events-replay tcp://127.0.0.1:5558 --store engine.duckdb
 

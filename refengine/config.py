@@ -12,7 +12,7 @@ DTYPES = ("float32", "float64")
 class TierConfig:
     """The cache dimensions a rollout changes; ``config_id`` names them in request records.
 
-    Capacities are in blocks. ``cpu_blocks=0`` disables the CPU tier, ``file_blocks=0`` the
+    Capacities are in blocks. ``cpu_blocks=0`` disables the CPU tier, ``cold_blocks=0`` the
     file tier (a file tier needs a CPU tier: promotions stage through CPU).
     ``admission_threshold``: a block evicted from the GPU is stored in the CPU tier only if
     requests used it at least this many times (0 and 1 admit every block; like vLLM's
@@ -22,7 +22,7 @@ class TierConfig:
 
     gpu_blocks: int = 64
     cpu_blocks: int = 0
-    file_blocks: int = 0
+    cold_blocks: int = 0
     eviction_policy: str = "lru"
     admission_threshold: int = 0
     config_id: str = "gpu-only"
@@ -30,12 +30,12 @@ class TierConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.gpu_blocks, int) or self.gpu_blocks < 1:
             raise ValueError(f"gpu_blocks must be an int >= 1, got {self.gpu_blocks!r}")
-        for name in ("cpu_blocks", "file_blocks", "admission_threshold"):
+        for name in ("cpu_blocks", "cold_blocks", "admission_threshold"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be an int >= 0, got {value!r}")
-        if self.file_blocks and not self.cpu_blocks:
-            raise ValueError(f"file_blocks={self.file_blocks} needs cpu_blocks >= 1 "
+        if self.cold_blocks and not self.cpu_blocks:
+            raise ValueError(f"cold_blocks={self.cold_blocks} needs cpu_blocks >= 1 "
                              "(cold promotions stage through the CPU tier)")
         if self.eviction_policy not in EVICTION_POLICIES:
             raise ValueError(f"unknown eviction_policy {self.eviction_policy!r}; "
@@ -71,8 +71,8 @@ class EngineConfig:
             raise ValueError(f"unknown dtype {self.dtype!r}; allowed: {', '.join(DTYPES)}")
         if not isinstance(self.tiers, TierConfig):
             raise ValueError(f"tiers must be a TierConfig, got {type(self.tiers).__name__}")
-        if self.tiers.file_blocks and not self.file_dir:
-            raise ValueError(f"file_blocks={self.tiers.file_blocks} needs file_dir (a folder for the file tier)")
+        if self.tiers.cold_blocks and not self.file_dir:
+            raise ValueError(f"cold_blocks={self.tiers.cold_blocks} needs file_dir (a folder for the file tier)")
 
     @property
     def hidden_size(self) -> int:

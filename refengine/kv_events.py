@@ -1,6 +1,6 @@
 """vLLM-format KV events: the per-step buffer the cache fills and its wire encoding.
 
-Encoding follows vLLM 0.33.0 (``shared/reference/vllm.md`` §2): a batch is the msgpack
+Encoding follows vLLM 0.33.0 (``vllm/distributed/kv_events.py``): a batch is the msgpack
 array ``[ts, events, dp_rank]``; each event is a map whose first key is ``"type"``;
 ``medium`` is ``"GPU"``, ``"CPU"`` or ``"STORAGE"``; hashes are uint64 ints. Fields without
 defaults are always present (``parent_block_hash``, ``lora_id``, ``medium``, ``lora_name``).

@@ -44,9 +44,9 @@ class KvCacheManager:
             self.cpu, None, recorder=recorder, events=events, block_size=self._bs,
             block_bytes=config.block_bytes, admission_threshold=tiers.admission_threshold,
             meta=self._meta.__getitem__, sync=lambda: synchronize(device), timer=timer, stats=self.stats)
-        self.file = FileTier(config.file_dir, tiers.file_blocks, config.block_shape, dtype,
+        self.file = FileTier(config.file_dir, tiers.cold_blocks, config.block_shape, dtype,
                              tiers.eviction_policy, config.file_io_threads,
-                             on_stored=self.cascade.file_stored) if tiers.file_blocks else None
+                             on_stored=self.cascade.file_stored) if tiers.cold_blocks else None
         self.cascade.file = self.file
 
     # ---- lookup and feasibility
@@ -165,7 +165,7 @@ class KvCacheManager:
     def _prune_meta(self) -> None:
         """Drop event metadata of blocks no tier holds any more (lower tiers evict silently)."""
         tiers = self.config.tiers
-        if len(self._meta) > 2 * (tiers.gpu_blocks + tiers.cpu_blocks + tiers.file_blocks) + 1024:
+        if len(self._meta) > 2 * (tiers.gpu_blocks + tiers.cpu_blocks + tiers.cold_blocks) + 1024:
             for h in list(self._meta):
                 self._forget_if_gone(h)
 

@@ -1,5 +1,5 @@
 """A vLLM-style ``/metrics`` subset (names and labels as vLLM 0.33.0 exposes them, see
-``shared/reference/vllm.md`` §3), so kvtier's vLLM scraper profile reads the engine unchanged.
+``vllm/v1/metrics/loggers.py``), so kvtier's vLLM scraper profile reads the engine unchanged.
 
 Prefix-cache counters are in tokens: ``prefix_cache_*`` for the GPU tier,
 ``external_prefix_cache_*`` for the CPU and file tiers (vLLM's connector counters), and

@@ -12,7 +12,7 @@ import streamlit as st
 from dashboard import queries, reuse
 from dashboard.data import Filters, SegmentData
 from dashboard.facets import Facets
-from dashboard.settings import DashboardConfig
+from dashboard.sources import DashboardConfig
 
 # A tier configuration with fewer requests than this is reported as still rolling out and
 # its percentiles as provisional.

@@ -35,7 +35,7 @@ class DemoSlice:
     concurrency: tuple[int, ...] = (1, 2, 4)
     gpu_blocks: int = 48
     cpu_blocks: int = 1024
-    file_blocks: int = 8192
+    cold_blocks: int = 8192
 
     def __post_init__(self) -> None:
         if self.requests < len(self.concurrency):
@@ -66,7 +66,7 @@ def run_live(trace: Sequence[RequestRecord], store: TraceStore, out_dir: Path, s
     config = EngineConfig(block_size_tokens=shape.block_tokens, tiers=TierConfig(gpu_blocks=shape.gpu_blocks),
                           file_dir=str(out_dir / "file-tier"))
     # Budgets scaled to a demo's seconds-long phases (production defaults are minutes).
-    plan = RolloutPlan(shape.gpu_blocks, shape.cpu_blocks, shape.file_blocks,
+    plan = RolloutPlan(shape.gpu_blocks, shape.cpu_blocks, shape.cold_blocks,
                        budget=LatencyBudget(ttft_p99_s=2.0, itl_p99_s=0.5, sustained_s=10, window_s=10))
     load = LoadConfig(concurrency=shape.concurrency, requests_per_level=shape.requests // len(shape.concurrency),
                       max_tokens=shape.max_tokens, block_tokens=shape.block_tokens, max_blocks=shape.max_blocks)

@@ -30,7 +30,7 @@ def run_from_args(args, progress):
     from kvtier.load import check_server, store_result
 
     budget = LatencyBudget(args.ttft_p99_budget_s, args.itl_p99_budget_s, args.sustained_s, args.window_s)
-    plan = RolloutPlan(args.gpu_blocks, args.cpu_blocks, args.file_blocks, args.min_file_gain, budget,
+    plan = RolloutPlan(args.gpu_blocks, args.cpu_blocks, args.cold_blocks, args.min_cold_gain, budget,
                        _cold_cost(getattr(args, "fs_json", None), args.block_tokens))
     load = LoadConfig(concurrency=parse_levels(args.concurrency), requests_per_level=args.requests,
                       max_tokens=args.max_tokens, block_tokens=args.block_tokens, max_blocks=args.max_blocks)

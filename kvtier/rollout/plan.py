@@ -4,7 +4,7 @@ The seed's sequence: a GPU-only baseline, then a small CPU tier, then a secondar
 only if retention value justifies it. Whether it does is decided between phases from the
 trace itself: a cold promotion must cost less than recomputing the block (``cold_cost``, or
 the cost model's defaults), replaying the same requests in the simulator with and without
-the file tier must gain at least ``min_file_gain`` of prompt tokens served from cache
+the file tier must gain at least ``min_cold_gain`` of prompt tokens served from cache
 (both checked by :func:`policy.recommend.cold_tier.decide`, as ``kvtier recommend`` does for vLLM),
 and the CPU phase must not have been rolled back.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from policy.rollback.rule import LatencyBudget
-from policy.recommend.cold_tier import MIN_FILE_GAIN, ColdCost
+from policy.recommend.cold_tier import MIN_COLD_GAIN, ColdCost
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,15 +24,15 @@ class PhaseTiers:
     config_id: str
     gpu_blocks: int
     cpu_blocks: int = 0
-    file_blocks: int = 0
+    cold_blocks: int = 0
     eviction_policy: str = "lru"
     admission_threshold: int = 0
 
     def __post_init__(self) -> None:
-        if self.gpu_blocks < 1 or self.cpu_blocks < 0 or self.file_blocks < 0:
+        if self.gpu_blocks < 1 or self.cpu_blocks < 0 or self.cold_blocks < 0:
             raise ValueError(f"phase {self.config_id!r}: capacities must be gpu >= 1, cpu/file >= 0, got "
-                             f"{self.gpu_blocks}/{self.cpu_blocks}/{self.file_blocks}")
-        if self.file_blocks and not self.cpu_blocks:
+                             f"{self.gpu_blocks}/{self.cpu_blocks}/{self.cold_blocks}")
+        if self.cold_blocks and not self.cpu_blocks:
             raise ValueError(f"phase {self.config_id!r}: a file tier needs a CPU tier (promotions stage through it)")
 
     def to_dict(self) -> dict:
@@ -45,23 +45,23 @@ class RolloutPlan:
 
     gpu_blocks: int = 48
     cpu_blocks: int = 256
-    file_blocks: int = 1024
-    min_file_gain: float = MIN_FILE_GAIN
+    cold_blocks: int = 1024
+    min_cold_gain: float = MIN_COLD_GAIN
     budget: LatencyBudget = field(default_factory=LatencyBudget)
     cold_cost: ColdCost | None = None  # measured; None: the cost model's defaults
 
     def __post_init__(self) -> None:
-        if not 0 <= self.min_file_gain < 1:
-            raise ValueError(f"min_file_gain must be in [0, 1), got {self.min_file_gain!r}")
+        if not 0 <= self.min_cold_gain < 1:
+            raise ValueError(f"min_cold_gain must be in [0, 1), got {self.min_cold_gain!r}")
         self.phases()  # validates the capacities
 
     def phases(self) -> tuple[PhaseTiers, PhaseTiers, PhaseTiers]:
         return (PhaseTiers("gpu-only", self.gpu_blocks),
                 PhaseTiers("gpu+cpu", self.gpu_blocks, self.cpu_blocks),
-                PhaseTiers("gpu+cpu+file", self.gpu_blocks, self.cpu_blocks, self.file_blocks))
+                PhaseTiers("gpu+cpu+file", self.gpu_blocks, self.cpu_blocks, self.cold_blocks))
 
 
-def file_tier_gain(records, plan: RolloutPlan, block_tokens: int) -> float:
+def cold_tier_gain(records, plan: RolloutPlan, block_tokens: int) -> float:
     """Simulated gain in token hit ratio from adding the file tier to the CPU phase.
 
     ``records`` are the phase's requests as the engine sees them (block ids per engine block).
@@ -71,9 +71,9 @@ def file_tier_gain(records, plan: RolloutPlan, block_tokens: int) -> float:
 
     records = list(records)
 
-    def ratio(file_blocks: int) -> float:
-        config = SimConfig(gpu_blocks=plan.gpu_blocks, cpu_blocks=plan.cpu_blocks, cold_blocks=file_blocks,
+    def ratio(cold_blocks: int) -> float:
+        config = SimConfig(gpu_blocks=plan.gpu_blocks, cpu_blocks=plan.cpu_blocks, cold_blocks=cold_blocks,
                            semantics="exclusive", policy="lru", default_block_tokens=block_tokens)
         return Simulator(config).replay(records).token_hit_ratio
 
-    return ratio(plan.file_blocks) - ratio(0)
+    return ratio(plan.cold_blocks) - ratio(0)

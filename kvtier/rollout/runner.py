@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
 from collector.events import RequestRecord
-from kvtier.rollout.plan import PhaseTiers, RolloutPlan, file_tier_gain
+from kvtier.rollout.plan import PhaseTiers, RolloutPlan, cold_tier_gain
 
 
 class Switcher(Protocol):
@@ -120,16 +120,16 @@ def run_rollout(plan: RolloutPlan, switcher: Switcher, run_phase: RunPhase, *,
 
 
 def _skip_reason(tiers: PhaseTiers, done: list[PhaseOutcome], plan: RolloutPlan, block_tokens: int) -> str | None:
-    if not tiers.file_blocks:
+    if not tiers.cold_blocks:
         return None
-    cpu = next((p for p in done if p.tiers.cpu_blocks and not p.tiers.file_blocks), None)
+    cpu = next((p for p in done if p.tiers.cpu_blocks and not p.tiers.cold_blocks), None)
     if cpu is None:
         return "the CPU phase did not run"
     from policy.cost import CostParams
     from policy.recommend.cold_tier import cost_from_params, decide
 
-    gain = file_tier_gain(cpu.records, plan, block_tokens)
-    decision = decide(gain, plan.min_file_gain,
+    gain = cold_tier_gain(cpu.records, plan, block_tokens)
+    decision = decide(gain, plan.min_cold_gain,
                       plan.cold_cost or cost_from_params(CostParams(), block_tokens))
     return None if decision.add else decision.reason
 

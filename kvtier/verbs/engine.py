@@ -1,7 +1,7 @@
 """`kvtier engine`: serve the reference engine (OpenAI API, vLLM KV events, /metrics)."""
 
 SUMMARY = "serve kvtier's reference engine: OpenAI /v1/completions, vLLM KV events, /metrics"
-EXAMPLE = ("kvtier engine --port 8000 --gpu-blocks 64 --cpu-blocks 256 --file-blocks 1024 "
+EXAMPLE = ("kvtier engine --port 8000 --gpu-blocks 64 --cpu-blocks 256 --cold-blocks 1024 "
            "--file-dir /tmp/kvtier-files --kv-events tcp://127.0.0.1:5557 --store traces.duckdb")
 
 
@@ -10,8 +10,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--port", type=int, default=8000, help="HTTP port (0: any free port)")
     parser.add_argument("--gpu-blocks", type=int, default=64, help="GPU tier capacity in blocks")
     parser.add_argument("--cpu-blocks", type=int, default=0, help="CPU tier capacity (0: none)")
-    parser.add_argument("--file-blocks", type=int, default=0, help="file tier capacity (0: none)")
-    parser.add_argument("--file-dir", help="folder of the file tier (needed with --file-blocks)")
+    parser.add_argument("--cold-blocks", "--file-blocks", dest="cold_blocks", type=int, default=0,
+                        help="cold tier capacity, files in --file-dir (0: none)")
+    parser.add_argument("--file-dir", help="folder of the cold tier's files (needed with --cold-blocks)")
     parser.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
     parser.add_argument("--eviction-policy", default="lru", help="lru or fifo, in every tier")
     parser.add_argument("--admission-threshold", type=int, default=0,
@@ -40,7 +41,7 @@ def config_from_args(args):
     tier_id = args.config_id or _default_id(args)
     try:
         tiers = TierConfig(gpu_blocks=args.gpu_blocks, cpu_blocks=args.cpu_blocks,
-                           file_blocks=args.file_blocks, eviction_policy=args.eviction_policy,
+                           cold_blocks=args.cold_blocks, eviction_policy=args.eviction_policy,
                            admission_threshold=args.admission_threshold, config_id=tier_id)
         return EngineConfig(layers=args.layers, heads=args.heads, head_dim=args.head_dim,
                             vocab_size=args.vocab_size, block_size_tokens=args.block_size,
@@ -54,8 +55,8 @@ def _default_id(args) -> str:
     parts = [f"gpu{args.gpu_blocks}"]
     if args.cpu_blocks:
         parts.append(f"cpu{args.cpu_blocks}")
-    if args.file_blocks:
-        parts.append(f"file{args.file_blocks}")
+    if args.cold_blocks:
+        parts.append(f"file{args.cold_blocks}")
     return "-".join(parts)
 
 

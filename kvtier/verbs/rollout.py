@@ -1,8 +1,8 @@
 """`kvtier rollout`: the controlled rollout against an endpoint, with the rollback rule."""
 
-SUMMARY = "the controlled rollout: GPU-only, +CPU tier, +file tier if justified, with the rollback rule"
+SUMMARY = "the controlled rollout: GPU-only, +CPU tier, +cold (file) tier if justified, with the rollback rule"
 EXAMPLE = ("kvtier rollout --endpoint http://127.0.0.1:8000 --requests 64 --concurrency 1,2,4 "
-           "--gpu-blocks 48 --cpu-blocks 256 --file-blocks 1024 --store rollout.duckdb")
+           "--gpu-blocks 48 --cpu-blocks 256 --cold-blocks 1024 --store rollout.duckdb")
 
 
 def add_arguments(parser) -> None:
@@ -16,9 +16,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--block-tokens", type=int, default=16, help="tokens per engine block")
     parser.add_argument("--gpu-blocks", type=int, default=48)
     parser.add_argument("--cpu-blocks", type=int, default=256, help="the small CPU tier of phase two")
-    parser.add_argument("--file-blocks", type=int, default=1024, help="the file tier of phase three")
-    parser.add_argument("--min-file-gain", type=float, default=0.02,
-                        help="add the file tier only if it serves this share more prompt tokens (simulated)")
+    parser.add_argument("--cold-blocks", "--file-blocks", dest="cold_blocks", type=int, default=1024,
+                        help="the cold (file) tier of phase three")
+    parser.add_argument("--min-cold-gain", "--min-file-gain", dest="min_cold_gain", type=float, default=0.02,
+                        help="add the cold tier only if it serves this share more prompt tokens (simulated)")
     parser.add_argument("--fs-json", help="the output of `kvtier probe fs --json`: skip the file tier if "
                                           "a measured cold promotion costs as much as recomputing")
     parser.add_argument("--ttft-p99-budget-s", type=float, default=2.0)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from collector.events import RequestRecord
 from policy.cost import CostParams, queue_ttft
-from policy.learn.model import ModelConfig
+from policy.learn.admission_model import ModelConfig
 from policy.learn.pipeline import fit, score_offers
 from policy.learn.replay import IndexedAdmitter, Replayed, Tiers, replay
 from policy.learn.retention import choose_tau

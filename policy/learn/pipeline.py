@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from collector.events import RequestRecord
-from policy.learn.model import AdmissionModel, ModelConfig, train
+from policy.learn.admission_model import AdmissionModel, ModelConfig, train
 from policy.learn.offers import Offers, collect_offers
 from policy.learn.replay import IndexedAdmitter, Tiers, replay
 

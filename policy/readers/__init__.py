@@ -15,7 +15,7 @@ from policy.readers.mooncake import MooncakeReader
 from policy.readers.weka import WekaLayout, WekaReader
 
 READERS = {"mooncake": MooncakeReader, "weka": WekaReader, "bailian": BailianReader}
-# The store and Parquet segments are read by collector.reader (the lead's part of issue 3).
+# The store and Parquet segments are read by collector.reader .
 FORMATS = (*READERS, "store")
 
 __all__ = [
@@ -54,7 +54,7 @@ def open_trace(path: str | Path, format: str | None = None, *, skip_bad: bool = 
 
 
 def _store_reader(path: Path):
-    """The lead's store readers: a folder of Parquet segments or a DuckDB store file."""
+    """The store readers: a folder of Parquet segments or a DuckDB store file."""
     from collector.reader import SegmentReader, StoreReader  # DuckDB: imported on use
 
     if path.is_dir():

@@ -20,10 +20,10 @@ import numpy as np
 
 from collector.events import RequestRecord
 from policy.cost import CostParams, servers_for
-from policy.recommend.cold_tier import MIN_FILE_GAIN, ColdCost, FileTierDecision, cost_from_params
+from policy.recommend.cold_tier import MIN_COLD_GAIN, ColdCost, FileTierDecision, cost_from_params
 from policy.recommend.cold_tier import decide as decide_file_tier
 from policy.learn.compare import Split
-from policy.learn.model import ModelConfig
+from policy.learn.admission_model import ModelConfig
 from policy.learn.pipeline import fit
 from policy.learn.replay import IndexedAdmitter, Replayed, Tiers, replay
 from policy.recommend import engines
@@ -37,7 +37,7 @@ from policy.recommend.token_ranges import (
 )
 from policy.recommend.sweep import THRESHOLDS, SweepPoint, best, priority_scores, sweep
 from policy.recommend.value import full_block_value, priorities, value_per_byte
-from policy.recommend.vllm_sweep import best_cpu_setting, file_tier_gain
+from policy.recommend.vllm_sweep import best_cpu_setting, cold_tier_gain
 from policy.writers.settings import Guardrails
 
 VALIDATION_FRACTION = 0.2
@@ -189,9 +189,9 @@ def _file_tier(train: Sequence[RequestRecord], inputs: Inputs, cpu_blocks: int,
     """vLLM's file tier, when one is a candidate: measured cost first, then simulated gain."""
     if not inputs.cold_blocks:
         return None
-    gain = file_tier_gain(train, inputs.gpu_blocks, cpu_blocks, inputs.cold_blocks,
+    gain = cold_tier_gain(train, inputs.gpu_blocks, cpu_blocks, inputs.cold_blocks,
                           validate_from, recomputed_without, policy)
-    return decide_file_tier(gain, MIN_FILE_GAIN,
+    return decide_file_tier(gain, MIN_COLD_GAIN,
                             inputs.cold_cost or cost_from_params(params, block_tokens))
 
 

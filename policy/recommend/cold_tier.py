@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 from policy.cost import CostParams
 
-MIN_FILE_GAIN = 0.02  # the rollout plan's default bar
+MIN_COLD_GAIN = 0.02  # the rollout plan's default bar
 
 
 @dataclass(frozen=True)

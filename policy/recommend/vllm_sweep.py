@@ -36,7 +36,7 @@ def best_cpu_setting(records: Sequence[RequestRecord], gpu_blocks: int, cpu_bloc
     return chosen, recomputed
 
 
-def file_tier_gain(records: Sequence[RequestRecord], gpu_blocks: int, cpu_blocks: int,
+def cold_tier_gain(records: Sequence[RequestRecord], gpu_blocks: int, cpu_blocks: int,
                    cold_blocks: int, count_from: int, recomputed_without: int,
                    policy: str = "lru") -> float:
     """Share of the slice's prompt tokens a ``cold_blocks`` file tier saves from recompute,

@@ -1,7 +1,7 @@
 """Dynamo KVBM writer: an environment file (``KEY=value`` lines, e.g. for ``env_file`` or
 ``set -a; . FILE``).
 
-Mapping (``shared/reference/engines.md`` §4.1): ``cpu_tier_bytes`` -> ``DYN_KVBM_CPU_CACHE_GB``
+Mapping (NVIDIA Dynamo, ``lib/runtime/src/config/environment_names.rs`` at ``628d4ec`` and the KVBM guide): ``cpu_tier_bytes`` -> ``DYN_KVBM_CPU_CACHE_GB``
 (GiB rounded down, see :func:`policy.writers.settings.gib`); a cold tier ->
 ``DYN_KVBM_DISK_CACHE_GB`` and ``DYN_KVBM_DISK_CACHE_DIR`` (KVBM needs a CPU tier for a
 disk tier); ``offload_min_priority`` -> ``DYN_KVBM_HOST_OFFLOAD_PREFIX_MIN_PRIORITY``

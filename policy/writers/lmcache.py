@@ -1,6 +1,6 @@
 """LMCache writer: the YAML file ``LMCACHE_CONFIG_FILE`` points to (flat keys).
 
-Mapping (``shared/reference/engines.md`` §3.1): ``cpu_tier_bytes`` -> ``local_cpu`` and
+Mapping (LMCache, ``lmcache/v1/config.py`` ``_CONFIG_DEFINITIONS`` at ``3ecd72f``): ``cpu_tier_bytes`` -> ``local_cpu`` and
 ``max_local_cpu_size`` (GB, per worker, written as GiB rounded down so either reading of
 "GB" stays within the bytes asked for); a cold tier -> ``local_disk: "file://PATH/"`` and
 ``max_local_disk_size``; ``eviction_policy`` -> ``cache_policy`` (LRU, LFU, FIFO);

@@ -1,6 +1,6 @@
 """What a config writer takes: engine-neutral tier settings, and the guardrails to check.
 
-:class:`EngineSettings` is the contract between the recommendation (issue #5) and the
+:class:`EngineSettings` is the contract between the recommendation and the
 writers: every field is optional (``None`` = leave the engine's current value alone), units
 are in the names, and generic ranges are checked at construction. Each writer maps the
 fields onto its engine's own knobs and refuses values its engine cannot express.

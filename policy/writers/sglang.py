@@ -1,7 +1,7 @@
 """SGLang HiCache writer: a launch-arguments file (one ``--flag value`` per line, as
 ``python -m sglang.launch_server $(grep -v '^#' FILE)`` reads it).
 
-Mapping (``shared/reference/engines.md`` §2.2): ``cpu_tier_bytes`` ->
+Mapping (SGLang, ``python/sglang/srt/arg_groups/fields/memory.py`` at ``09eaaf1``): ``cpu_tier_bytes`` ->
 ``--enable-hierarchical-cache`` and ``--hicache-size`` (integer GB per rank, rounded down;
 it overrides ``--hicache-ratio``, which is removed); 0 turns HiCache off; a cold tier ->
 ``--hicache-storage-backend file`` (directory through ``SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR``);

@@ -1,6 +1,6 @@
 """TensorRT-LLM writer: the ``trtllm-serve --config`` YAML (``kv_cache_config`` section).
 
-Mapping (``shared/reference/engines.md`` §1.2-1.4): ``cpu_tier_bytes`` -> per-rank
+Mapping (TensorRT-LLM, ``tensorrt_llm/llmapi/llm_args.py`` ``KvCacheConfig`` at ``0004396``, and the ``trtllm-serve`` YAML): ``cpu_tier_bytes`` -> per-rank
 ``host_cache_size`` (bytes; each rank's cache manager owns its host pool);
 ``offload_min_priority`` -> ``secondary_offload_min_priority`` placed so that it means the
 same under the documented rule (offload if priority > value, default 35) and the coded one

@@ -1,7 +1,7 @@
 """Per-request-class retention by token range: TensorRT-LLM's ``KvCacheRetentionConfig``.
 
 A request class (a gateway route, a request type) gives each range of its prompt a 0..100
-retention priority, and its decoded tokens one more (``shared/reference/engines.md`` §1.3):
+retention priority, and its decoded tokens one more (TensorRT-LLM ``executor.h``, ``KvCacheRetentionConfig``):
 ``TokenRangeRetentionConfig(token_start, token_end, priority, duration_ms)`` per range, and
 ``decode_retention_priority`` / ``decode_duration_ms``. TensorRT-LLM requires the ranges to
 be prompt-only and not to overlap; ``token_end=None`` runs to the end of the prompt. Tokens

@@ -7,7 +7,7 @@ Files it edits:
 * ``*.yaml`` / ``*.yml``: a ``vllm serve --config`` file; kvtier sets ``kv-transfer-config``
   (and ``kv-events-config``) as JSON strings, keeping every other key.
 
-Mapping (``shared/reference/vllm.md`` §1.1, §1.3): ``cpu_tier_bytes`` -> ``cpu_bytes_to_use``
+Mapping (vLLM 0.33.0, ``vllm/config/cache.py``, ``vllm/engine/arg_utils.py`` and the ``kv_connector_extra_config`` keys the offloading connector reads): ``cpu_tier_bytes`` -> ``cpu_bytes_to_use``
 (total over ranks); a cold tier -> ``spec_name: TieringOffloadingSpec`` with one ``fs``
 secondary tier at ``cold_tier_path`` (``cold_tier_bytes: 0`` removes it: the rollback of the
 newest tier); ``eviction_policy`` lru|arc; ``store_threshold`` (0, or >= 2 and only without

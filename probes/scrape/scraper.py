@@ -1,7 +1,9 @@
 """Metric scrapers: one HTTP scraper, one profile per engine saying where and what to read.
 
-Profiles (metric names from ``shared/reference/vllm.md`` §3 and ``engines.md`` §1.6, 2, 3.3,
-4.2):
+Profiles (metric names from vLLM 0.33.0 ``vllm/v1/metrics/loggers.py``, TensorRT-LLM
+``tensorrt_llm/metrics/collector.py``, SGLang's ``metrics_collector.py``, LMCache's
+``docs/source/production/observability/metrics.rst`` at ``cce4a08`` and Dynamo's
+``prometheus_names.rs`` at ``628d4ec``):
 
 =========  ==========================  =============================================
 engine     default endpoint            kept metric families

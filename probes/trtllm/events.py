@@ -1,6 +1,6 @@
 """TensorRT-LLM KV-cache events -> kvtier block events, and a poller for ``/kv_cache_events``.
 
-Formats covered (``shared/reference/engines.md`` §1.5): the JSON of
+Formats covered: the JSON of
 ``tensorrt_llm/_utils.py::KVCacheEventSerializer`` (commit ``ed53795``) as returned by
 ``trtllm-serve``'s ``POST /kv_cache_events`` (a destructive drain) or by
 ``LLM.get_kv_cache_events()``, plus the newer envelope keys (``hash_algo``,

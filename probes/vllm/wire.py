@@ -1,7 +1,7 @@
 """Decode vLLM KV-event frames into kvtier block events (pure: bytes in, records out).
 
 Wire format (vLLM 0.33.0, ``vllm/distributed/kv_events.py``; see
-``shared/reference/vllm.md`` §2): a ZMQ multipart message ``[topic, seq, payload]`` where
+``vllm/distributed/kv_events.py``): a ZMQ multipart message ``[topic, seq, payload]`` where
 ``seq`` is 8 bytes big-endian and ``payload`` is msgpack ``[ts, events, dp_rank]``
 (``dp_rank`` may be omitted). Each event is either
 

@@ -13,7 +13,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import dashboard
-from dashboard.settings import ENV_RECOMMENDATION, ENV_SEGMENTS, ENV_WHATIF
+from dashboard.sources import ENV_RECOMMENDATION, ENV_SEGMENTS, ENV_WHATIF
 from dashboard.views import PAGES
 from tests.dashboard.fixtures import PHASES, write_recommendation
 

@@ -1,4 +1,4 @@
-"""`kvtier engine` flags -> engine configuration (the verb module is registered by the lead)."""
+"""`kvtier engine` flags -> engine configuration."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def parse(*argv):
 def test_flags_become_the_tier_configuration(tmp_path):
     config = verb.config_from_args(parse("--gpu-blocks", "32", "--cpu-blocks", "64", "--file-blocks",
                                          "128", "--file-dir", str(tmp_path), "--block-size", "8"))
-    assert (config.tiers.gpu_blocks, config.tiers.cpu_blocks, config.tiers.file_blocks) == (32, 64, 128)
+    assert (config.tiers.gpu_blocks, config.tiers.cpu_blocks, config.tiers.cold_blocks) == (32, 64, 128)
     assert config.block_size_tokens == 8 and config.tiers.config_id == "gpu32-cpu64-file128"
 
 
@@ -32,3 +32,9 @@ def test_flags_become_the_tier_configuration(tmp_path):
 def test_bad_flags_name_the_value(argv, fragment):
     with pytest.raises(KvtierError, match=fragment):
         verb.config_from_args(parse(*argv))
+
+
+def test_the_cold_tier_flag_keeps_its_old_spelling(tmp_path):
+    new = verb.config_from_args(parse("--cpu-blocks", "8", "--cold-blocks", "16", "--file-dir", str(tmp_path)))
+    old = verb.config_from_args(parse("--cpu-blocks", "8", "--file-blocks", "16", "--file-dir", str(tmp_path)))
+    assert new == old and new.tiers.cold_blocks == 16

@@ -40,7 +40,7 @@ def test_recorder_events_match_published_kv_events(make_engine, recorder, tmp_pa
                                      heal_from_zero=True), batches.append)
     try:
         tap.open()
-        engine = make_engine(tiny_config(tmp_path, gpu_blocks=5, cpu_blocks=5, file_blocks=40),
+        engine = make_engine(tiny_config(tmp_path, gpu_blocks=5, cpu_blocks=5, cold_blocks=40),
                              publish=lambda p: (sent.append(p), publisher.publish(p)))
         workload(engine)
         engine.reconfigure(TierConfig(gpu_blocks=8, config_id="after-switch"))
@@ -62,7 +62,7 @@ def test_recorder_events_match_published_kv_events(make_engine, recorder, tmp_pa
 
 
 def test_request_token_counts_match_lookup_events(make_engine, recorder, tmp_path):
-    engine = make_engine(tiny_config(tmp_path, gpu_blocks=5, cpu_blocks=5, file_blocks=40))
+    engine = make_engine(tiny_config(tmp_path, gpu_blocks=5, cpu_blocks=5, cold_blocks=40))
     workload(engine)
     batch = recorder.take_events()
     per_request = Counter()
@@ -103,4 +103,4 @@ def test_reconfigure_applies_between_requests_and_names_the_phase(make_engine, r
 def test_reconfigure_rejects_a_file_tier_without_a_folder(make_engine):
     engine = make_engine(tiny_config(gpu_blocks=5))
     with pytest.raises(ValueError, match="file_dir"):
-        engine.reconfigure(TierConfig(gpu_blocks=5, cpu_blocks=4, file_blocks=4))
+        engine.reconfigure(TierConfig(gpu_blocks=5, cpu_blocks=4, cold_blocks=4))

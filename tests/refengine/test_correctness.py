@@ -35,7 +35,7 @@ def test_cpu_promotion_gives_the_recomputed_output(make_engine, recomputed):
 
 
 def test_cold_promotion_gives_the_recomputed_output(make_engine, recomputed, tmp_path):
-    engine = make_engine(tiny_config(tmp_path, gpu_blocks=5, cpu_blocks=5, file_blocks=40))
+    engine = make_engine(tiny_config(tmp_path, gpu_blocks=5, cpu_blocks=5, cold_blocks=40))
     run(engine, "first", P)
     for i in range(2, 5):  # each pushes 5 blocks GPU -> CPU, and CPU's oldest to files
         run(engine, f"other-{i}", prompt(i))

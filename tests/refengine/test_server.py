@@ -140,7 +140,7 @@ def test_bad_requests_are_refused(server, body, status):
 
 def test_requests_reach_the_store_and_agree_with_their_block_events(tmp_path):
     path = tmp_path / "store.duckdb"
-    config = tiny_config(tmp_path, gpu_blocks=5, cpu_blocks=5, file_blocks=40)
+    config = tiny_config(tmp_path, gpu_blocks=5, cpu_blocks=5, cold_blocks=40)
     srv = EngineServer(config, ServerSettings(port=0, store_path=str(path))).start()
     try:
         for i in (1, 2, 3, 4, 1, 2, 1):
@@ -184,7 +184,7 @@ def test_a_failing_step_answers_500_and_the_server_keeps_serving(server, monkeyp
 
 
 def test_offload_counters_match_the_promotions_served(tmp_path):
-    config = tiny_config(tmp_path, gpu_blocks=5, cpu_blocks=5, file_blocks=40)
+    config = tiny_config(tmp_path, gpu_blocks=5, cpu_blocks=5, cold_blocks=40)
     srv = EngineServer(config, ServerSettings(port=0)).start()
     try:
         scraper = MetricScraper(ScraperConfig(engine="vllm", url=srv.url + "/metrics"), lambda i: None)

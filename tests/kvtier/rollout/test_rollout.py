@@ -45,7 +45,7 @@ def phase_of(ttft_s: float, span_s: float = 60.0, n: int = 120):
 
 def test_phases_run_in_order_and_compare_hit_quality():
     switcher = RecordingSwitcher()
-    plan = RolloutPlan(gpu_blocks=8, cpu_blocks=64, file_blocks=256, min_file_gain=0.0)
+    plan = RolloutPlan(gpu_blocks=8, cpu_blocks=64, cold_blocks=256, min_cold_gain=0.0)
     report = run_rollout(plan, switcher, phase_of(0.05), block_tokens=16)
     assert switcher.applied == ["gpu-only", "gpu+cpu", "gpu+cpu+file"]
     shares = [p.summary["shares"]["cpu_promotion"] for p in report.phases]
@@ -56,7 +56,7 @@ def test_phases_run_in_order_and_compare_hit_quality():
 
 def test_file_tier_is_skipped_when_it_would_not_pay(monkeypatch):
     switcher = RecordingSwitcher()
-    plan = RolloutPlan(gpu_blocks=8, cpu_blocks=64, file_blocks=256, min_file_gain=0.05)
+    plan = RolloutPlan(gpu_blocks=8, cpu_blocks=64, cold_blocks=256, min_cold_gain=0.05)
     # The CPU phase's requests never come back: a file tier cannot serve anything.
     report = run_rollout(plan, switcher, phase_of(0.05), block_tokens=16)
     assert switcher.applied == ["gpu-only", "gpu+cpu"]
@@ -65,17 +65,17 @@ def test_file_tier_is_skipped_when_it_would_not_pay(monkeypatch):
 
 
 def test_file_tier_runs_when_the_simulator_shows_the_gain():
-    from kvtier.rollout.plan import file_tier_gain
+    from kvtier.rollout.plan import cold_tier_gain
 
-    plan = RolloutPlan(gpu_blocks=8, cpu_blocks=64, file_blocks=512, min_file_gain=0.05)
+    plan = RolloutPlan(gpu_blocks=8, cpu_blocks=64, cold_blocks=512, min_cold_gain=0.05)
     # 20 prompts x 8 blocks come back every 160 blocks: too far for GPU+CPU (72), near enough with the file tier.
-    assert file_tier_gain(looping_trace(20, 8, 4), plan, 16) > 0.5
+    assert cold_tier_gain(looping_trace(20, 8, 4), plan, 16) > 0.5
 
 
 def test_a_phase_over_budget_is_rolled_back_and_ends_the_rollout():
     switcher = RecordingSwitcher()
     budget = LatencyBudget(ttft_p99_s=0.5, itl_p99_s=1.0, sustained_s=10, window_s=5)
-    plan = RolloutPlan(gpu_blocks=8, cpu_blocks=64, file_blocks=256, min_file_gain=0.0, budget=budget)
+    plan = RolloutPlan(gpu_blocks=8, cpu_blocks=64, cold_blocks=256, min_cold_gain=0.0, budget=budget)
     fast, slow = phase_of(0.1), phase_of(2.0)
     report = run_rollout(plan, switcher, lambda tiers: (slow if tiers.cpu_blocks else fast)(tiers), block_tokens=16)
     assert switcher.applied == ["gpu-only", "gpu+cpu"]
@@ -97,5 +97,5 @@ def test_operator_switcher_writes_the_tiers_and_waits(tmp_path):
 def test_plan_validates_capacities():
     with pytest.raises(ValueError, match="capacities"):
         RolloutPlan(gpu_blocks=0)
-    with pytest.raises(ValueError, match="min_file_gain"):
-        RolloutPlan(min_file_gain=1.5)
+    with pytest.raises(ValueError, match="min_cold_gain"):
+        RolloutPlan(min_cold_gain=1.5)

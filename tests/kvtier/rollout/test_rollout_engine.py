@@ -21,7 +21,7 @@ def test_cpu_tier_turns_recomputes_into_promotions_on_the_reference_engine(tmp_p
     try:
         trace = looping_trace(prompts=4, blocks=4, rounds=4)  # comes back every 16 blocks
         load = LoadConfig(concurrency=(1,), requests_per_level=len(trace), max_tokens=2, max_blocks=4)
-        plan = RolloutPlan(gpu_blocks=8, cpu_blocks=32, file_blocks=64, min_file_gain=0.5)
+        plan = RolloutPlan(gpu_blocks=8, cpu_blocks=32, cold_blocks=64, min_cold_gain=0.5)
         switcher = EngineAdminSwitcher(server.url)
         report = run_rollout(plan, switcher, phase_driver(server.url, trace, load), block_tokens=16)
     finally:

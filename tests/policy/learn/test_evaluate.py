@@ -1,4 +1,4 @@
-"""`kvtier evaluate`: the JSON the issue specifies, the time split, coarsened blocks."""
+"""`kvtier evaluate`: its JSON, the time split, coarsened blocks."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from policy.learn.features import FEATURES, FeatureTracker
-from policy.learn.model import ModelConfig, train
+from policy.learn.admission_model import ModelConfig, train
 from policy.learn.offers import collect_offers
 from policy.learn.pipeline import fit, smoothed_best
 from policy.learn.replay import IndexedAdmitter, Tiers, replay

@@ -67,7 +67,7 @@ def test_tau_is_the_best_on_the_training_slice_and_the_row_reports_it():
     by = {r["policy"]: r["token_hit_ratio"] for r in out["policies"]}
     assert by["learned-retention"] <= by["belady"] + 1e-12
     # choose_tau on its own agrees with what compare did, given the same scores
-    from policy.learn.model import ModelConfig
+    from policy.learn.admission_model import ModelConfig
     from policy.learn.pipeline import fit
 
     fitted = fit(split.train, split.records, tiers, ModelConfig(), thresholds=())

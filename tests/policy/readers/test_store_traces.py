@@ -1,4 +1,4 @@
-"""Simulated replays written into the lead's DuckDB store read back through ``--format store``
+"""Simulated replays written into kvtier's DuckDB store read back through ``--format store``
 with the same hit ratio (the store reader is collector.reader; this checks the seam)."""
 
 import json

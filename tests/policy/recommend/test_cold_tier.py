@@ -118,7 +118,7 @@ def test_rollout_uses_the_same_rule(cost, runs):
 
     from kvtier.rollout.runner import run_rollout
 
-    plan = RolloutPlan(gpu_blocks=8, cpu_blocks=64, file_blocks=512, min_file_gain=0.05,
+    plan = RolloutPlan(gpu_blocks=8, cpu_blocks=64, cold_blocks=512, min_cold_gain=0.05,
                        cold_cost=ColdCost(16, cost.promotion_s, cost.recompute_s, "test"))
     switcher = RecordingSwitcher()
     report = run_rollout(plan, switcher, run_phase, block_tokens=16)

@@ -1,6 +1,6 @@
 """A stand-in for vLLM's ``ZmqEventPublisher``, written from the documented wire format.
 
-``shared/reference/vllm.md`` §2: live frames ``[topic, seq 8B BE, msgpack [ts, events, dp]]``
+vLLM 0.33.0 ``vllm/distributed/kv_events.py``: live frames ``[topic, seq 8B BE, msgpack [ts, events, dp]]``
 on a PUB socket; a ROUTER replay socket answers ``[id, b"", start_seq]`` with
 ``[id, b"", topic, seq, payload]`` per buffered batch and ``[id, b"", b"", -1, b""]``.
 

@@ -13,7 +13,7 @@ from probes.vllm.wire import (
 )
 from probes.vllm.tap import VllmEventTap, VllmTapConfig
 
-# shared/reference/vllm.md §2.3: encoded with vLLM 0.33.0's own structs (msgspec), 230 bytes
+# Encoded with vLLM 0.33.0's own structs (msgspec), 230 bytes
 H = bytes.fromhex("cf1122334455667788")
 DOC_EXAMPLE = b"".join([
     bytes.fromhex("93cb41d954fc4020000093de0009"),

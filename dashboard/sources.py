@@ -8,7 +8,6 @@ segment folder (``kvtier-out/segments`` -> ``kvtier-out/whatif``, ``kvtier-out/r
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,12 +31,20 @@ class DashboardConfig:
 
     @classmethod
     def from_sources(cls, argv: Sequence[str], environ: Mapping[str, str]) -> DashboardConfig:
-        parser = argparse.ArgumentParser(add_help=False)
-        parser.add_argument("--segments", default=environ.get(ENV_SEGMENTS, DEFAULT_SEGMENTS))
-        parser.add_argument("--whatif", default=environ.get(ENV_WHATIF))
-        parser.add_argument("--recommendation", default=environ.get(ENV_RECOMMENDATION))
-        args, _ = parser.parse_known_args(list(argv))
-        segments = Path(args.segments)
+        given = _options(argv, ("--segments", "--whatif", "--recommendation"))
+        segments = Path(given.get("--segments") or environ.get(ENV_SEGMENTS) or DEFAULT_SEGMENTS)
+        whatif = given.get("--whatif") or environ.get(ENV_WHATIF)
+        recommendation = given.get("--recommendation") or environ.get(ENV_RECOMMENDATION)
         return cls(segments,
-                   Path(args.whatif) if args.whatif else segments.parent / "whatif",
-                   Path(args.recommendation) if args.recommendation else segments.parent / "recommendation")
+                   Path(whatif) if whatif else segments.parent / "whatif",
+                   Path(recommendation) if recommendation else segments.parent / "recommendation")
+
+
+def _options(argv: Sequence[str], names: tuple[str, ...]) -> dict[str, str]:
+    """``--name VALUE`` and ``--name=VALUE`` pairs for ``names``; everything else is Streamlit's."""
+    found, items = {}, list(argv)
+    for i, item in enumerate(items):
+        name, _, value = item.partition("=")
+        if name in names:
+            found[name] = value if value else (items[i + 1] if i + 1 < len(items) else "")
+    return found

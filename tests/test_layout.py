@@ -1,0 +1,139 @@
+"""The layout's rules, checked by parsing every module's imports (``pytest tests/test_layout.py``).
+
+Imports flow one way: ``kvtier/`` (the command line) may import everything; ``dashboard/``
+imports ``collector`` and the recommendation's typed values from ``policy``; ``probes/``,
+``refengine/`` and ``policy/`` import ``collector`` only (and never each other);
+``collector/`` imports nothing of the project above it. Only ``kvtier/`` handles an
+``argparse.Namespace``, and no module is over 400 lines.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("collector", "probes", "refengine", "policy", "dashboard", "kvtier")
+# package -> project packages it may import (besides itself)
+ALLOWED = {
+    "collector": set(),
+    "probes": {"collector"},
+    "refengine": {"collector"},
+    "policy": {"collector"},
+    "dashboard": {"collector", "policy"},
+    "kvtier": set(PACKAGES),
+}
+# what dashboard/ may take from policy/: the recommendation's typed values, nothing that computes
+DASHBOARD_FROM_POLICY = ("policy.recommend.evidence", "policy.recommend.recommendation")
+MAX_LINES = 400
+
+
+def modules():
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            yield package, path
+
+
+def imported(path: Path) -> list[tuple[int, str]]:
+    """(line, module) for every import in the file, at any depth (lazy imports count too)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+    return found
+
+
+def test_imports_flow_one_way():
+    wrong = []
+    for package, path in modules():
+        for line, name in imported(path):
+            top = name.split(".")[0]
+            if top not in PACKAGES or top == package:
+                continue
+            if top not in ALLOWED[package]:
+                wrong.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
+            elif package == "dashboard" and top == "policy" and not name.startswith(DASHBOARD_FROM_POLICY):
+                wrong.append(f"{path.relative_to(ROOT)}:{line} imports {name} "
+                             f"(the dashboard takes only {', '.join(DASHBOARD_FROM_POLICY)})")
+    assert not wrong, "imports that flow upwards or sideways:\n" + "\n".join(wrong)
+
+
+def test_only_the_command_line_handles_argparse():
+    wrong = [f"{path.relative_to(ROOT)}:{line}" for package, path in modules() if package != "kvtier"
+             for line, name in imported(path) if name == "argparse"]
+    wrong += [f"{path.relative_to(ROOT)}: reads args.*" for package, path in modules()
+              if package != "kvtier" and _reads_args(path)]
+    assert not wrong, "argparse outside kvtier/:\n" + "\n".join(wrong)
+
+
+def _reads_args(path: Path) -> bool:
+    """A function parameter named ``args`` whose attributes are read (a Namespace passed down)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if any(a.arg == "args" for a in node.args.args + node.args.kwonlyargs):
+                if any(isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                       and n.value.id == "args" for n in ast.walk(node)):
+                    return True
+    return False
+
+
+@pytest.mark.parametrize("folder", [*PACKAGES, "tests", "benchmarks"])
+def test_no_module_over_the_line_budget(folder):
+    long = [f"{p.relative_to(ROOT)} ({n} lines)" for p in sorted((ROOT / folder).rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > MAX_LINES]
+    assert not long, f"split these along a noun (over {MAX_LINES} lines): {', '.join(long)}"
+
+
+# Module names found in more than one folder, each naming one concept seen from two sides.
+# A new clash fails until it is renamed or, if it really is one concept, listed here.
+SAME_CONCEPT = {
+    "__init__": "package", "__main__": "entry point", "conftest": "pytest",
+    "base": "the base class of each family (readers, cache policies, dashboard views)",
+    "events": "the event schema, and the engines' event formats it is mapped from",
+    "config": "a component's typed configuration",
+    "metrics": "Prometheus metrics: what the reference engine serves, what scrapers read",
+    "server": "an HTTP server", "client": "an HTTP client", "stats": "summary statistics",
+    "headroom": "host memory headroom: the probe that measures it, the cap recommend applies",
+    "load": "the load probe, and its command-line wiring",
+    "whatif": "the what-if replay, and the dashboard page that shows it",
+    "reuse": "the reuse analysis, and the dashboard's data and page for it",
+    "recommendation": "the recommendation value, and its Prometheus info export",
+}
+
+
+def test_no_module_name_means_two_things():
+    """The same file name in two folders should mean the same thing (verbs, in
+    ``kvtier/verbs/``, are named after what they act on and are left out)."""
+    seen: dict[str, list[str]] = {}
+    for package, path in modules():
+        if path.parent != ROOT / "kvtier" / "verbs":
+            seen.setdefault(path.stem, []).append(str(path.parent.relative_to(ROOT)))
+    clashes = {name: where for name, where in seen.items()
+               if len(where) > 1 and name not in SAME_CONCEPT}
+    assert not clashes, f"module names in several folders (rename one): {clashes}"
+
+
+def test_the_repository_speaks_of_the_product_only():
+    """No words about the team or its issue tracker, and no citations of paths outside the
+    repository (a user's checkout has only the repository); tests may read ../shared/traces."""
+    import re
+    import subprocess
+
+    words = re.compile(r"the lead\b|lead's|helper [0-9]|\bissue[- ]?#?[0-9]|shared/reference|"
+                       r"shared/seed|\.\./shared/(?!traces)", re.IGNORECASE)
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout.split()
+    found = []
+    for name in files:
+        path = ROOT / name
+        if path.suffix not in (".py", ".md", ".sh", ".toml", ".txt", ".yml", ".yaml") \
+                and path.name != "Makefile" or not path.is_file():
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if words.search(line) and "test_layout.py" not in name:
+                found.append(f"{name}:{number}: {line.strip()[:80]}")
+    assert not found, "\n".join(found)
