@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.events import (
+    FINISH_STATUSES,
     NON_NEGATIVE_BLOCK_FIELDS,
     NON_NEGATIVE_REQUEST_FIELDS,
     PRIORITY_MAX,
@@ -233,6 +234,10 @@ def validate_table(record_type: type, table: pa.Table) -> tuple[pa.Table, Reject
         # NaN compares false, so "not (x >= 0)" also catches NaN; nulls are allowed.
         broken = pc.fill_null(pc.invert(pc.greater_equal(column, 0)), False)
         bad = _count_and_merge(bad, broken, f"negative or NaN {name}", rejections, column)
+    if record_type is RequestRecord:
+        status = table.column("finish_status")
+        unknown = pc.and_(pc.is_valid(status), pc.invert(pc.is_in(status, pa.array(FINISH_STATUSES))))
+        bad = _count_and_merge(bad, unknown, "unknown finish_status", rejections, status)
     if record_type is BlockEvent:
         priority = table.column("priority")
         outside = pc.fill_null(pc.or_(pc.less(priority, PRIORITY_MIN), pc.greater(priority, PRIORITY_MAX)), False)

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from typing import Iterator, Protocol
 
 UINT64_MAX = 2**64 - 1
+# RequestRecord.finish_status values: how a request ended.
+FINISH_STATUSES = ("stopped", "length", "aborted", "error")
 PRIORITY_MIN = 0
 PRIORITY_MAX = 100
 
@@ -168,7 +170,14 @@ class RequestRecord:
     ``itl_s`` is the mean inter-token latency of the response. ``tier_config_id`` names the
     tier configuration that was active, so phases of a rollout can be compared.
     ``session_id``/``request_type``/``turn``/``parent_request_id`` come from traces that have
-    them (Bailian, WEKA); ``None`` elsewhere.
+    them (Bailian, WEKA) or from what a client or gateway sent with the request; ``None``
+    elsewhere.
+
+    How the request ended: ``finish_status`` is one of :data:`FINISH_STATUSES` (``stopped``: a
+    stop condition such as end of sequence, a stop token or string, or a trace's end of turn /
+    tool call; ``length``: the output limit; ``aborted``: cancelled before either; ``error``);
+    ``stop_reason`` says which stop condition, as the source names it (a stop string, a stop
+    token id in decimal, a trace's ``end_turn``/``tool_use``). ``model`` is the served model.
     """
 
     request_id: str
@@ -189,6 +198,9 @@ class RequestRecord:
     parent_request_id: str | None = None
     request_type: str | None = None
     turn: int | None = field(default=None, metadata=_sql("INTEGER"))
+    finish_status: str | None = None
+    stop_reason: str | None = None
+    model: str | None = None
 
     def __post_init__(self) -> None:
         validate_request(self)
@@ -228,6 +240,9 @@ def validate_request(record: RequestRecord) -> None:
     _non_negative(record, NON_NEGATIVE_REQUEST_FIELDS)
     if not isinstance(record.block_hashes, tuple):
         raise ValueError("block_hashes must be a tuple of ints")
+    if record.finish_status is not None and record.finish_status not in FINISH_STATUSES:
+        raise ValueError(f"finish_status must be one of {', '.join(FINISH_STATUSES)} or None, "
+                         f"got {record.finish_status!r}")
 
 
 def _non_negative(record, names: tuple[str, ...]) -> None:

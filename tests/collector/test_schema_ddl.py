@@ -66,7 +66,8 @@ def test_request_record_round_trips_through_the_store(store, origin):
                            block_hashes=(1, 2, 2**63), block_size_tokens=512, gpu_hit_tokens=512,
                            cpu_promotion_tokens=0, cold_promotion_tokens=0, recomputed_tokens=488,
                            ttft_s=0.2, itl_s=0.01, e2e_latency_s=0.5, tier_config_id="gpu-only",
-                           session_id="s", parent_request_id="r0", request_type="text", turn=2)
+                           session_id="s", parent_request_id="r0", request_type="text", turn=2,
+                           finish_status="stopped", stop_reason="tool_use", model="llama-8b")
     store.ingest(EventBatch.from_rows(origin, 0, requests=[record]))
     row = store.query("SELECT * EXCLUDE (batch_id) FROM requests").to_pylist()[0]
     row["block_hashes"] = tuple(row["block_hashes"])
@@ -80,6 +81,8 @@ def test_schema_validation_names_the_bad_field():
         BlockEvent(0.0, Outcome.PRIORITY_UPDATE, 1, priority=101)
     with pytest.raises(ValueError, match="block_hash"):
         BlockEvent(0.0, Outcome.GPU_HIT, 2**64)
+    with pytest.raises(ValueError, match="finish_status must be one of stopped, length, aborted, error"):
+        RequestRecord("r", 0.0, 10, finish_status="tool_use")
     with pytest.raises(ValueError, match="unknown tier 'nvme'; allowed: gpu, cpu, cold"):
         parse_tier("nvme")
     assert parse_outcome("cpu_promotion") is Outcome.CPU_PROMOTION
@@ -89,3 +92,13 @@ def test_schema_validation_names_the_bad_field():
 def test_byte_hashes_fold_like_vllm():
     digest = bytes(range(32))
     assert block_hash_from_bytes(digest) == int.from_bytes(digest, "big") & (2**64 - 1)
+
+
+def test_a_request_row_with_an_unknown_finish_status_is_rejected_and_counted(store, origin):
+    rows = [{"request_id": "ok", "arrival_s": 1.0, "prompt_tokens": 5, "block_hashes": (),
+             "finish_status": "length"},
+            {"request_id": "bad", "arrival_s": 2.0, "prompt_tokens": 5, "block_hashes": (),
+             "finish_status": "done"}]
+    result = store.ingest(EventBatch.from_rows(origin, 0, requests=rows))
+    assert (result.requests, dict(result.rejected)) == (1, {"unknown finish_status": 1})
+    assert store.scalar("SELECT finish_status FROM requests") == "length"
