@@ -1,10 +1,16 @@
 """The collector service (``kvtier collect``): taps in, one store, exports out.
 
 Event taps (vLLM's ZMQ KV events, TensorRT-LLM's ``/kv_cache_events``; whoever runs the
-service builds them and hands them in as factories) give batches to ``CollectorService.ingest``, which stores them idempotently and folds them into the metrics
-that ``/metrics`` and OTLP export. A maintenance thread writes Parquet segments for the
-dashboard and other readers, and applies retention. Nothing here runs inside an engine:
+service builds them and hands them in as factories, see :mod:`collector.taps`) give batches
+to ``CollectorService.ingest``, which stores them idempotently and folds them into the
+metrics that ``/metrics`` and OTLP export. A maintenance thread writes Parquet segments for
+the dashboard and other readers, and applies retention. Nothing here runs inside an engine:
 taps read what engines publish, so a slow disk slows only the collector.
+
+:meth:`CollectorService.start` opens the store, binds ``/metrics`` (and ``/healthz`` beside
+it) and opens every tap before it returns, so a service that cannot collect fails at once
+(:class:`ServiceStartError`, with what it opened closed again); a tap that fails later is
+supervised by its :class:`collector.taps.TapRunner` and reported by :meth:`health`.
 """
 
 from __future__ import annotations
@@ -14,13 +20,14 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Sequence
 
 from collector.batch import EventBatch
 from collector.exports.aggregate import MetricsState
 from collector.exports.prometheus import KvtierCollector, MetricsServer, Sample
 from collector.periodic import Periodic
 from collector.store import IngestResult, TraceStore
+from collector.taps import Backoff, Tap, TapFactory, TapHealth, TapRunner, describe
 
 log = logging.getLogger(__name__)
 
@@ -50,35 +57,59 @@ class CollectorConfig:
             raise ValueError(f"metrics_port must be in 0..65535, got {self.metrics_port}")
 
 
-class Tap(Protocol):
-    """A source of event batches with its own thread: ``start``/``stop``, and ``stats`` whose
-    counters (``bad_frames``, ``gaps``, ...) the service exports."""
+__all__ = ["CollectorConfig", "CollectorService", "ServiceHealth", "ServiceStartError", "Tap",
+           "TapFactory"]
 
-    stats: object
-
-    def start(self) -> object: ...
-
-    def stop(self) -> None: ...
+# Counters in a tap's ``stats`` that count data it could not use (the tap kept running).
+_DATA_ERRORS = ("bad_frames", "bad_events", "bad_bodies", "callback_errors")
 
 
-# A tap is built with the service's ingest callback: ``factory(on_batch) -> Tap``.
-TapFactory = Callable[[Callable[[EventBatch], object]], Tap]
+class ServiceStartError(OSError):
+    """A part of the service could not start. ``part`` is ``"metrics"`` or a tap's ``name``
+    (its endpoint), ``cause`` the underlying error (its ``errno`` is kept)."""
+
+    def __init__(self, part: str, cause: BaseException):
+        super().__init__(f"{part}: {describe(cause)}")
+        self.part, self.cause = part, cause
+        self.errno = getattr(cause, "errno", None)
+
+
+@dataclass(frozen=True)
+class ServiceHealth:
+    """What ``/healthz`` shows: ``ok`` when every tap is running."""
+
+    taps: tuple[TapHealth, ...]
+    ingest_errors_total: int
+
+    @property
+    def ok(self) -> bool:
+        return all(tap.up for tap in self.taps)
+
+    def to_dict(self) -> dict:
+        return {"status": "ok" if self.ok else "failing", "taps": [t.to_dict() for t in self.taps],
+                "ingest_errors_total": self.ingest_errors_total}
 
 
 class CollectorService:
-    """Owns the store, the metrics state, the exporters, the taps and their threads."""
+    """Owns the store, the metrics state, the exporters, the taps and their threads.
+
+    ``backoff`` paces a failed tap's reopen attempts; ``clock`` is Unix time in seconds.
+    """
 
     def __init__(self, config: CollectorConfig, taps: Sequence[TapFactory] = (), *,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, backoff: Backoff = Backoff()):
         self.config = config
         self._tap_factories = tuple(taps)
         self.clock = clock
-        self.store = TraceStore(config.store_path, clock=clock)
+        self._backoff = backoff
+        self.store: TraceStore | None = None
         self.state = MetricsState(clock=clock)
-        self.taps: list = []
+        self.taps: list[Tap] = []
+        self._runners: list[TapRunner] = []
         self.metrics: MetricsServer | None = None
         self._pusher = self._spans = None
         self._maintenance = Periodic(self._maintain, config.export_every_s, "kvtier-maintenance")
+        self._started = False
         self.ingest_errors = 0
 
     # ---------------------------------------------------------------- ingest
@@ -100,6 +131,17 @@ class CollectorService:
     # ---------------------------------------------------------------- lifecycle
 
     def start(self) -> "CollectorService":
+        """Open the store, the HTTP server and every tap, then start the threads. Raises the
+        store's error or :class:`ServiceStartError` with everything opened closed again."""
+        self.store = TraceStore(self.config.store_path, clock=self.clock)
+        try:
+            self._open_parts()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _open_parts(self) -> None:
         if self.config.metrics_port is not None:
             from collector.exports.recommendation import RecommendationLabels
 
@@ -107,7 +149,20 @@ class CollectorService:
                               if self.config.recommendation_path else (lambda: None))
             collector = KvtierCollector(self.state, sources=[self._tap_samples, self._service_samples],
                                         recommendation=recommendation)
-            self.metrics = MetricsServer(collector, self.config.metrics_host, self.config.metrics_port)
+            try:
+                self.metrics = MetricsServer(collector, self.config.metrics_host,
+                                             self.config.metrics_port, health=self._health_page)
+            except OSError as error:
+                raise ServiceStartError("metrics", error) from error
+        self.taps = [make(self.ingest) for make in self._tap_factories]
+        for tap in self.taps:
+            runner = TapRunner(tap, backoff=self._backoff)
+            try:
+                runner.open()
+            except (OSError, ValueError) as error:
+                raise ServiceStartError(tap.name, error) from error
+            finally:
+                self._runners.append(runner)  # stop() closes whatever it opened
         if self.config.otlp:
             from collector.exports.otlp import (
                 OtlpMetricsPusher,
@@ -117,23 +172,36 @@ class CollectorService:
 
             self._pusher = OtlpMetricsPusher(self.state, interval_s=self.config.otlp_interval_s).start()
             self._spans = RequestSpans(tracer_provider())
-        self.taps = [make(self.ingest) for make in self._tap_factories]
-        for tap in self.taps:
-            tap.start()
+        for runner in self._runners:
+            runner.start()
         self._maintenance.start()
-        return self
+        self._started = True
 
     def stop(self) -> None:
-        for tap in self.taps:
-            tap.stop()
-        self._maintenance.stop()  # its last run exports what the taps delivered
+        """Stop and close everything started (safe after a failed :meth:`start`)."""
+        for runner in self._runners:
+            runner.stop()
+        if self._started:
+            self._maintenance.stop()  # its last run exports what the taps delivered
+            self._started = False
         if self._pusher is not None:
             self._pusher.stop()
+            self._pusher = None
         if self._spans is not None:
             self._spans.shutdown()
+            self._spans = None
         if self.metrics is not None:
             self.metrics.close()
-        self.store.close()
+            self.metrics = None
+        if self.store is not None:
+            self.store.close()
+
+    def health(self) -> ServiceHealth:
+        return ServiceHealth(tuple(r.health() for r in self._runners), self.ingest_errors)
+
+    def _health_page(self) -> tuple[bool, dict]:
+        health = self.health()
+        return health.ok, health.to_dict()
 
     def _maintain(self) -> None:
         self.export_segments()
@@ -155,12 +223,15 @@ class CollectorService:
     # ---------------------------------------------------------------- live samples
 
     def _tap_samples(self):
-        for tap in self.taps:
-            stats = tap.stats
-            labels = {"tap": type(tap).__name__, "engine_instance": self.config.instance}
-            errors = sum(getattr(stats, name, 0) for name in
-                         ("bad_frames", "bad_events", "fetch_errors", "bad_bodies", "callback_errors"))
-            yield Sample("kvtier_tap_errors_total", "Frames, events or polls a tap could not use", errors, labels)
+        for runner in self._runners:
+            tap, stats = runner.tap, runner.tap.stats
+            labels = {"tap": type(tap).__name__, "endpoint": tap.name,
+                      "engine_instance": self.config.instance}
+            errors = sum(getattr(stats, name, 0) for name in _DATA_ERRORS) + runner.failures_total
+            yield Sample("kvtier_tap_errors_total", "Frames, events or polls a tap could not use, "
+                         "and its failed opens", errors, labels)
+            yield Sample("kvtier_tap_up", "1 while the tap runs, 0 while it is failing and retried",
+                         1.0 if runner.health().up else 0.0, labels)
             yield Sample("kvtier_tap_sequence_gaps_total", "Sequence gaps a tap detected", getattr(stats, "gaps", 0), labels)
             yield Sample("kvtier_tap_lost_batches_total", "Missing batches a replay could not recover",
                          getattr(stats, "lost_batches", 0), labels)

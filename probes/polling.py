@@ -1,8 +1,10 @@
 """Shared plumbing for probes that poll over HTTP: a background loop and a bounded GET/POST.
 
-Every poller exposes ``poll()`` (one round, never raises for network or data problems) and
-``start()``/``stop()`` which run ``poll()`` every ``interval_s`` in a daemon thread. The
-collector service owns the threads; tests call ``poll()`` directly.
+Scrapers expose ``poll()`` (one round, never raises for network or data problems) and
+``start()``/``stop()`` which run ``poll()`` every ``interval_s`` in a daemon thread; tests
+call ``poll()`` directly. Event pollers that feed the collector are taps instead
+(:mod:`collector.taps`): their ``poll()`` raises :class:`FetchError` so the service can
+report and retry the engine.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ class PollLoop:
             self._stopping.wait(self._interval_s)
 
 
-class FetchError(Exception):
+class FetchError(OSError):
     """The endpoint could not be reached, answered an error, or sent too much."""
 
 

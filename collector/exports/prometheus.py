@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -141,17 +141,30 @@ def _sample_families(samples: Iterable[Sample]):
 
 
 class MetricsServer:
-    """``/metrics`` over HTTP, on loopback unless told otherwise, with its own registry."""
+    """``/metrics`` over HTTP, on loopback unless told otherwise, with its own registry.
 
-    def __init__(self, collector: KvtierCollector, host: str = "127.0.0.1", port: int = 0):
+    With ``health`` (a callable returning ``(ok, body)``) it also serves ``/healthz``: the body
+    as JSON, status 200 when ``ok`` and 503 otherwise. Binding errors (``OSError``: address in
+    use, a host that does not resolve or is not this host's) reach the caller.
+    """
+
+    def __init__(self, collector: KvtierCollector, host: str = "127.0.0.1", port: int = 0,
+                 health: Callable[[], tuple[bool, dict]] | None = None):
+        from collector.exports.http import serve
+
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(collector)
-        self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        self._server, self._thread = serve(self.registry, host, port, health)
         self.host, self.port = self._server.server_address[:2]
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}/metrics"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    @property
+    def health_url(self) -> str:
+        return self.url.rsplit("/", 1)[0] + "/healthz"
 
     def close(self) -> None:
         self._server.shutdown()

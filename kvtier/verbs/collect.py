@@ -16,8 +16,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--trtllm-events", action="append", default=[], metavar="URL",
                         help="poll TensorRT-LLM's /kv_cache_events at this URL (repeatable)")
     parser.add_argument("--instance", help="name of the serving instance (default: host name)")
-    parser.add_argument("--metrics-host", default="127.0.0.1", help="address for /metrics (default loopback)")
-    parser.add_argument("--metrics-port", type=int, default=9400, help="port for /metrics (0: any free port)")
+    parser.add_argument("--metrics-host", default="127.0.0.1",
+                        help="address for /metrics and /healthz (default loopback)")
+    parser.add_argument("--metrics-port", type=int, default=9400,
+                        help="port for /metrics and /healthz (0: any free port)")
     parser.add_argument("--otlp", action="store_true",
                         help="export metrics and request spans over OTLP/HTTP (OTEL_EXPORTER_OTLP_* variables)")
     parser.add_argument("--recommendation", metavar="FILE",
@@ -31,8 +33,12 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    from kvtier.verbs.checks import positive
     from policy.rollback.rule import LatencyBudget
 
+    positive(args.ttft_p99_budget_s, "--ttft-p99-budget-s")
+    positive(args.itl_p99_budget_s, "--itl-p99-budget-s")
+    positive(args.sustained_s, "--sustained-s")
     budget = LatencyBudget(args.ttft_p99_budget_s, args.itl_p99_budget_s, args.sustained_s)
     if args.emit_monitoring:
         return _emit(args.emit_monitoring, budget)
@@ -41,12 +47,12 @@ def run(args) -> int:
 
 def _emit(folder: str, budget) -> int:
     import json
-    from pathlib import Path
 
-    from policy.rollback.alerts import rules_yaml
     from collector.exports.grafana import dashboard
+    from kvtier.verbs.checks import output_dir
+    from policy.rollback.alerts import rules_yaml
 
-    out = Path(folder)
+    out = output_dir(folder, "--emit-monitoring")
     out.mkdir(parents=True, exist_ok=True)
     (out / "grafana-dashboard.json").write_text(json.dumps(dashboard(budget.ttft_p99_s, budget.itl_p99_s), indent=2) + "\n")
     (out / "kvtier-alerts.yml").write_text(rules_yaml(budget))
@@ -55,50 +61,146 @@ def _emit(folder: str, budget) -> int:
     return 0
 
 
-def _serve(args) -> int:
-    import signal
-    import threading
+def _config(args):
+    """The service configuration the flags describe; ``KvtierError`` naming a bad flag."""
     from pathlib import Path
 
-    from collector.service import CollectorConfig, CollectorService
+    from collector.service import CollectorConfig
+    from kvtier.errors import KvtierError
+    from kvtier.verbs.checks import non_empty, output_dir, positive
     from kvtier.verbs.store import parse_duration_s
 
-    config = CollectorConfig(
-        store_path=Path(args.store), segments_dir=Path(args.segments) if args.segments else None,
-        export_every_s=args.export_every_s,
-        retention_s=parse_duration_s(args.retention) if args.retention else None,
-        metrics_host=args.metrics_host, metrics_port=args.metrics_port, otlp=args.otlp,
-        recommendation_path=Path(args.recommendation) if args.recommendation else None, **({"instance": args.instance} if args.instance else {}))
-    service = CollectorService(config, _taps(args, config.instance)).start()
+    positive(args.export_every_s, "--export-every-s")
+    positive(args.duration_s, "--duration-s")
+    non_empty(args.instance, "--instance")
+    if not 0 <= args.metrics_port < 65536:
+        raise KvtierError(f"--metrics-port must be in 0..65535 (0: any free port), got {args.metrics_port}")
+    store = Path(args.store)
+    if store.is_dir():
+        raise KvtierError(f"--store {store} is a folder; give a DuckDB file, e.g. {store / 'kvtier.duckdb'}")
+    segments = output_dir(args.segments, "--segments") if args.segments else None
+    try:
+        retention_s = parse_duration_s(args.retention) if args.retention else None
+    except ValueError as error:
+        raise KvtierError(f"--retention: {error}") from None
+    positive(retention_s, "--retention")
+    if args.otlp:
+        _check_otlp_endpoint()
+    return CollectorConfig(
+        store_path=store, segments_dir=segments, export_every_s=args.export_every_s,
+        retention_s=retention_s, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
+        otlp=args.otlp, recommendation_path=_recommendation(args.recommendation),
+        **({"instance": args.instance} if args.instance else {}))
+
+
+def _recommendation(path):
+    """The recommendation file: parsed once now, so a broken one is an error, not silence."""
+    if not path:
+        return None
+    import json
+    import sys
+    from pathlib import Path
+
+    from kvtier.errors import KvtierError
+
+    file = Path(path)
+    if not file.exists():
+        print(f"kvtier collect: note: --recommendation {file} does not exist yet; it is exported "
+              "once it appears", file=sys.stderr, flush=True)
+        return file
+    try:
+        data = json.loads(file.read_text())
+    except (OSError, ValueError) as error:
+        raise KvtierError(f"--recommendation {file}: not a recommendation JSON ({error}); give "
+                          "the recommendation.json that kvtier recommend wrote") from None
+    if not isinstance(data, dict):
+        raise KvtierError(f"--recommendation {file}: must hold a JSON object, as kvtier recommend writes")
+    return file
+
+
+def _check_otlp_endpoint() -> None:
+    import os
+
+    from kvtier.errors import KvtierError
+
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                 "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        value = os.environ.get(name)
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise KvtierError(f"--otlp: {name}={value!r} is not an http(s) URL; set e.g. "
+                              "http://127.0.0.1:4318")
+
+
+def _serve(args) -> int:
+    import errno
+    import signal
+    import threading
+
+    from collector.service import CollectorService, ServiceStartError
+    from kvtier.verbs.checks import address_error, warn_if_exposed, zmq_host
+
+    config = _config(args)
+    taps, flags = _taps(args, config.instance)
+    service = CollectorService(config, taps)
+    try:
+        service.start()
+    except ServiceStartError as error:
+        if error.part != "metrics":
+            raise address_error(flags.get(error.part, "tap"), error.part, error.cause) from None
+        if error.errno in (errno.EADDRINUSE, errno.EACCES):
+            raise address_error("--metrics-port", f"{config.metrics_host}:{config.metrics_port}",
+                                error.cause) from None
+        raise address_error("--metrics-host", config.metrics_host, error.cause) from None
+    if service.metrics is not None:
+        warn_if_exposed("collect", "/metrics", service.metrics.host, service.metrics.port)
+    if not args.vllm_connect:
+        for endpoint in args.vllm_events:
+            host = zmq_host(endpoint)
+            if host is not None:
+                warn_if_exposed("collect", "--vllm-events", host, endpoint.rsplit(":", 1)[-1])
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     print(f"kvtier collect: storing into {config.store_path}", flush=True)
     if service.metrics is not None:
         print(f"kvtier collect: metrics at {service.metrics.url}", flush=True)
+        print(f"kvtier collect: health at {service.metrics.health_url}", flush=True)
     for tap in service.taps:
-        print(f"kvtier collect: tap {type(tap).__name__} running", flush=True)
-    stop.wait(args.duration_s)
-    stored = service.store.count("block_events"), service.store.count("requests")
-    service.stop()
+        print(f"kvtier collect: tap {type(tap).__name__} started ({tap.name})", flush=True)
+    try:
+        stop.wait(args.duration_s)
+        stored = service.store.count("block_events"), service.store.count("requests")
+    finally:
+        service.stop()
     print(f"kvtier collect: stopped; the store holds {stored[0]:,} block events and {stored[1]:,} requests",
           flush=True)
     return 0
 
 
-def _taps(args, instance: str) -> list:
-    """Factories of the taps the flags ask for; each is built with the service's ingest."""
+def _taps(args, instance: str) -> tuple[list, dict[str, str]]:
+    """Factories of the taps the flags ask for (each is built with the service's ingest), and
+    each tap's name -> the flag it came from."""
     import functools
 
-    taps = []
+    from kvtier.errors import KvtierError
+
+    taps, flags = [], {}
     if args.vllm_events:
         from probes.vllm.tap import VllmEventTap, VllmTapConfig
 
-        config = VllmTapConfig(endpoints=tuple(args.vllm_events), bind=not args.vllm_connect,
-                               instance=instance)
+        try:  # the user typed the address: a non-loopback bind is warned about, not refused
+            config = VllmTapConfig(endpoints=tuple(args.vllm_events), bind=not args.vllm_connect,
+                                   instance=instance, allow_all_interfaces=True)
+        except ValueError as error:
+            raise KvtierError(f"--vllm-events: {error}") from None
         taps.append(functools.partial(VllmEventTap, config))
+        flags[",".join(config.endpoints)] = "--vllm-events"
     for url in args.trtllm_events:
         from probes.trtllm.events import TrtllmEventPoller, TrtllmPollerConfig
 
+        if not url.startswith(("http://", "https://")):
+            raise KvtierError(f"--trtllm-events {url!r} is not an http(s) URL; give e.g. "
+                              "http://127.0.0.1:8000/kv_cache_events")
         taps.append(functools.partial(TrtllmEventPoller, TrtllmPollerConfig(url=url, instance=instance)))
-    return taps
+        flags[url] = "--trtllm-events"
+    return taps, flags

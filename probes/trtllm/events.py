@@ -30,7 +30,7 @@ from collector.batch import EventBatch
 from collector.events import (
     PRIORITY_MAX, PRIORITY_MIN, UINT64_MAX, BlockEvent, Origin, Outcome, Tier,
 )
-from probes.polling import DEFAULT_HOST, FetchError, PollLoop, fetch
+from probes.polling import DEFAULT_HOST, FetchError, fetch
 
 log = logging.getLogger(__name__)
 
@@ -205,19 +205,33 @@ class TrtllmEventPoller:
         self._origin = Origin("trtllm", config.instance,
                               f"trtllm-http:{config.instance}:{int(clock() * 1000)}")
         self._sequence = 0
-        self._loop = PollLoop(self.poll, config.interval_s, "kvtier-trtllm-events")
-        self.start, self.stop = self._loop.start, self._loop.stop
 
-    def poll(self) -> int:
-        """One drain; returns the number of block events delivered. Never raises."""
+    @property
+    def name(self) -> str:
+        return self.config.url
+
+    @property
+    def poll_every_s(self) -> float:
+        return self.config.interval_s
+
+    def open(self) -> None:
+        """Nothing to bind: each poll is one HTTP request."""
+
+    def close(self) -> None:
+        pass
+
+    def poll(self, timeout_s: float = 0.0) -> int:
+        """One drain; returns the number of block events delivered. A bad body is counted and
+        skipped; an engine that cannot be reached or answers an error raises
+        :class:`probes.polling.FetchError` (an ``OSError``), for the service to retry."""
         self.stats.polls += 1
         try:
             body = fetch(self.config.url, method="POST", timeout_s=self.config.timeout_s)
-            events = json.loads(body)
-        except FetchError as exc:
+        except FetchError:
             self.stats.fetch_errors += 1
-            log.warning("TRT-LLM event poll failed: %s", exc)
-            return 0
+            raise
+        try:
+            events = json.loads(body)
         except ValueError:
             self.stats.bad_bodies += 1
             return 0

@@ -7,8 +7,8 @@ otherwise (``tcp://collector:5557``; the tap binds, so one collector socket can 
 engines, told apart by ``topic``). Each data-parallel rank has its own publisher, on the
 configured port plus the rank.
 
-The tap owns its sockets and is driven by :meth:`VllmEventTap.poll` (one thread; tests call
-it directly) or by :meth:`VllmEventTap.start`/:meth:`stop` (a background thread). Every
+The tap owns its sockets and is driven by :meth:`VllmEventTap.poll` from one thread (the
+collector service's :class:`collector.taps.TapRunner`, or a test). Every
 decoded vLLM batch becomes one :class:`collector.batch.EventBatch` handed to ``on_batch``,
 with the publisher's sequence number as the batch sequence and a ``source`` that is fresh
 per publisher incarnation (so a replayed batch is stored once, and a restarted publisher,
@@ -20,7 +20,6 @@ Bad frames never stop the tap: they are counted in :attr:`VllmEventTap.stats` an
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -62,13 +61,21 @@ class VllmEventTap:
         self._ctx = self._sub = self._poller = None
         self._replay: dict[int, object] = {}
         self._bound: list[str] = []
-        self._thread: threading.Thread | None = None
-        self._stopping = threading.Event()
+
+    @property
+    def name(self) -> str:
+        return ",".join(self.config.endpoints)
+
+    poll_every_s = 0.0  # poll() waits for messages itself
 
     # ------------------------------------------------------------------ lifecycle
 
     def open(self) -> list[str]:
-        """Create and bind/connect the sockets (idempotent). Returns the bound endpoints."""
+        """Create and bind/connect the sockets (idempotent). Returns the bound endpoints.
+
+        ``OSError`` (with ZMQ's errno: address in use, not this host's, unknown protocol)
+        when an endpoint cannot be used; nothing stays open then.
+        """
         if self._sub is not None:
             return self._bound
         import zmq
@@ -78,12 +85,18 @@ class VllmEventTap:
         self._sub.setsockopt(zmq.MAXMSGSIZE, self.config.max_message_bytes)
         self._sub.setsockopt(zmq.LINGER, 0)
         self._sub.setsockopt(zmq.SUBSCRIBE, self.config.topic.encode())
+        self._bound = []
         for endpoint in self.config.endpoints:
-            if self.config.bind:
-                self._sub.bind(endpoint)
-                self._bound.append(self._sub.getsockopt_string(zmq.LAST_ENDPOINT))
-            else:
-                self._sub.connect(endpoint)
+            try:
+                if self.config.bind:
+                    self._sub.bind(endpoint)
+                    self._bound.append(self._sub.getsockopt_string(zmq.LAST_ENDPOINT))
+                else:
+                    self._sub.connect(endpoint)
+            except zmq.ZMQError as error:
+                self.close()
+                verb = "bind" if self.config.bind else "connect to"
+                raise OSError(error.errno, f"cannot {verb} {endpoint}: {error.strerror}") from None
         self._poller = zmq.Poller()
         self._poller.register(self._sub, zmq.POLLIN)
         return self._bound
@@ -95,33 +108,20 @@ class VllmEventTap:
         self._sub = self._poller = None
         self._replay.clear()
 
-    def start(self) -> None:
-        """Poll in a background thread until :meth:`stop`."""
-        self._stopping.clear()
-        self._thread = threading.Thread(target=self._run, name="kvtier-vllm-tap", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            self._thread = None
-
-    def _run(self) -> None:
-        try:
-            while not self._stopping.is_set():
-                self.poll(0.1)
-        finally:
-            self.close()
-
     # ------------------------------------------------------------------ polling
 
     def poll(self, timeout_s: float = 0.0, max_messages: int = 10_000) -> int:
         """Wait up to ``timeout_s`` for messages, process what is there, hand over the batches;
-        return the number of vLLM batches (frames) delivered."""
+        return the number of vLLM batches (frames) delivered. ``OSError`` if a socket fails."""
         import zmq
 
         self.open()
+        try:
+            return self._poll(zmq, timeout_s, max_messages)
+        except zmq.ZMQError as error:
+            raise OSError(error.errno, f"ZMQ: {error.strerror}") from None
+
+    def _poll(self, zmq, timeout_s: float, max_messages: int) -> int:
         delivered = 0
         ready = dict(self._poller.poll(int(timeout_s * 1000)))
         while ready and max_messages > 0:

@@ -38,8 +38,10 @@ class VllmTapConfig:
         if not self.endpoints:
             raise ValueError("endpoints must name at least one ZMQ endpoint")
         for endpoint in self.endpoints + tuple(e for _, e in self.replay_endpoints):
-            if not isinstance(endpoint, str) or "://" not in endpoint:
-                raise ValueError(f"bad ZMQ endpoint {endpoint!r}; expected e.g. tcp://127.0.0.1:5557")
+            if (not isinstance(endpoint, str) or "://" not in endpoint
+                    or endpoint.split("://", 1)[0] not in ("tcp", "ipc", "inproc")):
+                raise ValueError(f"bad ZMQ endpoint {endpoint!r}; expected tcp://HOST:PORT "
+                                 "(e.g. tcp://127.0.0.1:5557), ipc://PATH or inproc://NAME")
         if self.bind and not self.allow_all_interfaces:
             for endpoint in self.endpoints:
                 if _host(endpoint) in _ALL_INTERFACES:

@@ -44,7 +44,7 @@ def test_collect_ingests_vllm_events_and_serves_metrics_and_segments(tmp_path):
         for line in service.stdout:
             if "metrics at" in line:
                 url = line.split("metrics at ", 1)[1].strip()
-            if "tap VllmEventTap running" in line:
+            if "tap VllmEventTap started" in line:
                 break
         assert url and url.startswith("http://127.0.0.1:")
         publisher.connect(endpoint)  # vLLM's publisher connects when the endpoint is not a wildcard
@@ -58,7 +58,9 @@ def test_collect_ingests_vllm_events_and_serves_metrics_and_segments(tmp_path):
             if seen.get(("kvtier_block_events_total", key), 0) >= 6:
                 break
         assert seen.get(("kvtier_block_events_total", key), 0) >= 6
-        assert ("kvtier_tap_errors_total", (("engine_instance", "node-9"), ("tap", "VllmEventTap"))) in seen
+        tap_labels = (("endpoint", endpoint), ("engine_instance", "node-9"), ("tap", "VllmEventTap"))
+        assert seen[("kvtier_tap_errors_total", tap_labels)] == 0
+        assert seen[("kvtier_tap_up", tap_labels)] == 1
         time.sleep(1.5)  # one export period
     finally:
         publisher.close(linger=0)

@@ -107,7 +107,7 @@ def test_trtllm_priority_gate_from_the_command_line(tiny_trace, capsys):
     dropped = run_json(capsys, [*base, "--default-priority", "30", "--offload-comparison", "gt"])
     assert offloaded["cpu_promotion_tokens"] > 0 and dropped["cpu_promotion_tokens"] == 0
     assert main([*base, "--default-priority", "101"]) == 2
-    assert "default_priority must be in 0..100, got 101" in capsys.readouterr().err
+    assert "--default-priority must be in 0..100, got 101" in capsys.readouterr().err
 
 
 def test_analyze_gpu_ratio_equals_a_gpu_only_lru_replay(tiny_trace, capsys):

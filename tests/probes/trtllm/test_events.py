@@ -113,22 +113,26 @@ def test_poller_drains_over_http_and_batches_land_in_the_store(engine):
     assert engine.requests == [("POST", "/kv_cache_events")] * 3
 
 
-def test_poller_survives_errors_and_bad_bodies(engine):
+def test_poller_skips_bad_bodies_and_raises_for_an_engine_error(engine):
     engine.routes[("POST", "/kv_cache_events")] = [
         (500, b"boom"), (200, b"{not json"), (200, b'{"an": "object"}'),
         (200, json.dumps(DRAIN_1).encode())]
     batches = []
     poller = TrtllmEventPoller(TrtllmPollerConfig(url=engine.url + "/kv_cache_events"),
                                batches.append)
-    assert [poller.poll() for _ in range(4)] == [0, 0, 0, 2]
+    with pytest.raises(OSError, match="500"):  # the service's runner retries it
+        poller.poll()
+    assert [poller.poll() for _ in range(3)] == [0, 0, 2]
     assert poller.stats.fetch_errors == 1 and poller.stats.bad_bodies == 1
     assert poller.mapper.bad_events == 1 and len(batches) == 1
 
 
-def test_poller_counts_an_unreachable_engine():
+def test_poller_raises_for_an_unreachable_engine():
     poller = TrtllmEventPoller(TrtllmPollerConfig(url="http://127.0.0.1:9/kv_cache_events",
                                                   timeout_s=1.0), lambda b: None)
-    assert poller.poll() == 0 and poller.stats.fetch_errors == 1
+    with pytest.raises(OSError, match="127.0.0.1:9"):
+        poller.poll()
+    assert poller.stats.fetch_errors == 1
 
 
 def test_config_validation():

@@ -195,9 +195,12 @@ def test_bad_frames_are_counted_and_good_ones_still_delivered(rig):
     assert [r["block_hash"] for r in rows(batches[0])] == [1]
 
 
-def test_background_thread_delivers_and_stops(rig):
+def test_the_services_runner_drives_the_tap_and_closes_it(rig):
+    from collector.taps import TapRunner
+
     pub, tap, batches, _ = rig()
-    tap.start()
+    runner = TapRunner(tap)
+    runner.start()
     try:
         pub.publish([stored([1])])
         for _ in range(100):
@@ -206,8 +209,9 @@ def test_background_thread_delivers_and_stops(rig):
             import time
             time.sleep(0.02)
     finally:
-        tap.stop()
+        runner.stop()
     assert len(batches) == 1
+    assert runner.health().state == "stopped" and tap._sub is None
 
 
 def test_config_refuses_all_interfaces_and_bad_endpoints():

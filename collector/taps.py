@@ -1,0 +1,197 @@
+"""Event taps as the collector service drives them: the protocol, and one supervisor per tap.
+
+A tap reads what an engine publishes (vLLM's ZMQ KV events, TensorRT-LLM's
+``/kv_cache_events``, the in-engine recorders' shipper) and hands batches to a callback. The
+service owns the threads, so every tap gets the same treatment:
+
+* ``open()`` binds or connects before the service says it is running; a failure there
+  (address in use, an address this host does not have) stops the service's start at once;
+* afterwards a failure inside ``poll()`` is logged once, counted, shown by :class:`TapHealth`
+  (``/healthz`` and ``kvtier_tap_up``), and the tap is closed and reopened with exponential
+  backoff until it works again, when that is logged once too.
+
+Data problems (a bad frame, a malformed event) are not failures: taps skip and count them in
+their ``stats`` and keep running.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from collector.batch import EventBatch
+
+log = logging.getLogger(__name__)
+
+
+class Tap(Protocol):
+    """A source of event batches, driven by :class:`TapRunner`.
+
+    ``name`` says what the tap reads (endpoint or URL) for logs, health and metric labels.
+    ``open()`` creates and binds/connects its sockets (idempotent); it raises ``OSError`` when
+    the address cannot be used and ``ValueError`` when it is malformed. ``poll(timeout_s)``
+    hands over what arrived, waiting at most ``timeout_s``, and returns how many batches it
+    delivered; it raises ``OSError`` when the source is unreachable or broken. ``close()``
+    releases the sockets (idempotent). ``poll_every_s`` is the pause between polls (``0``
+    for taps whose ``poll`` itself waits). ``stats`` holds the tap's counters (``bad_frames``,
+    ``gaps``, ...), which the service exports.
+    """
+
+    name: str
+    stats: object
+    poll_every_s: float
+
+    def open(self) -> object: ...
+
+    def poll(self, timeout_s: float) -> int: ...
+
+    def close(self) -> None: ...
+
+
+# A tap is built with the service's ingest callback: ``factory(on_batch) -> Tap``.
+TapFactory = Callable[[Callable[[EventBatch], object]], Tap]
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Waits between reopen attempts: ``initial_s``, doubling (``factor``) up to ``max_s``."""
+
+    initial_s: float = 1.0
+    max_s: float = 30.0
+    factor: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not (0 < self.initial_s <= self.max_s and self.factor >= 1):
+            raise ValueError(f"backoff needs 0 < initial_s <= max_s and factor >= 1, got {self}")
+
+    def delay_s(self, failures_in_a_row: int) -> float:
+        return min(self.max_s, self.initial_s * self.factor ** max(0, failures_in_a_row - 1))
+
+
+@dataclass(frozen=True)
+class TapHealth:
+    """One tap's state: ``running``, ``retrying`` (failed; reopened after ``retry_in_s``) or
+    ``stopped``. ``failures_total`` counts failed opens and polls since the service started."""
+
+    name: str
+    kind: str
+    state: str
+    failures_total: int
+    last_error: str | None = None
+    retry_in_s: float | None = None
+
+    @property
+    def up(self) -> bool:
+        return self.state == "running"
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "state": self.state,
+                "failures_total": self.failures_total, "last_error": self.last_error,
+                "retry_in_s": None if self.retry_in_s is None else round(self.retry_in_s, 3)}
+
+
+class TapRunner:
+    """Drives one tap in a daemon thread with the supervision described in the module.
+
+    ``clock`` (monotonic seconds) times the backoff. :meth:`step` is one round, so the
+    supervision can be exercised without a thread.
+    """
+
+    def __init__(self, tap: Tap, *, backoff: Backoff = Backoff(), poll_timeout_s: float = 0.1,
+                 clock: Callable[[], float] = time.monotonic):
+        self.tap, self.backoff, self.poll_timeout_s, self._clock = tap, backoff, poll_timeout_s, clock
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._open = False
+        self._state = "stopped"
+        self._failures_total = 0
+        self._in_a_row = 0
+        self._last_error: str | None = None
+        self._retry_at: float | None = None
+
+    @property
+    def failures_total(self) -> int:
+        return self._failures_total
+
+    def open(self) -> None:
+        """Open the tap now, in the caller's thread; its error reaches the caller."""
+        self.tap.open()
+        self._open = True
+        self._state = "running"
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._stopping.clear()
+            self._thread = threading.Thread(target=self._run, name=f"kvtier-tap {self.tap.name}",
+                                            daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+        self._close()
+        self._state = "stopped"
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            pause = self.step()
+            if pause > 0:
+                self._stopping.wait(pause)
+
+    def step(self) -> float:
+        """One round: (re)open if needed, poll; returns the seconds to wait before the next."""
+        try:
+            if not self._open:
+                self.tap.open()
+                self._open = True
+            self.tap.poll(self.poll_timeout_s)
+        except Exception as error:  # any failure: the supervisor's whole job
+            return self._failed(error)
+        if self._in_a_row:
+            log.warning("tap %s works again after %d failed attempt(s)", self.tap.name, self._in_a_row)
+        with self._lock:
+            self._in_a_row, self._state, self._retry_at = 0, "running", None
+        return float(getattr(self.tap, "poll_every_s", 0.0))
+
+    def _failed(self, error: Exception) -> float:
+        message = describe(error)
+        with self._lock:
+            self._failures_total += 1
+            self._in_a_row += 1
+            delay = self.backoff.delay_s(self._in_a_row)
+            self._state, self._last_error = "retrying", message
+            self._retry_at = self._clock() + delay
+            first = self._in_a_row == 1
+        if first:  # once per outage; the count and /healthz carry the rest
+            log.warning("tap %s failed: %s; retrying in %.0f s, backing off to %.0f s",
+                        self.tap.name, message, delay, self.backoff.max_s)
+        else:
+            log.debug("tap %s still failing: %s", self.tap.name, message)
+        self._close()
+        return delay
+
+    def _close(self) -> None:
+        if self._open:
+            try:
+                self.tap.close()
+            except Exception:  # closing a broken socket must not hide the original failure
+                log.debug("closing tap %s failed", self.tap.name, exc_info=True)
+            self._open = False
+
+    def health(self) -> TapHealth:
+        with self._lock:
+            retry_in = None if self._retry_at is None else max(0.0, self._retry_at - self._clock())
+            return TapHealth(self.tap.name, type(self.tap).__name__, self._state,
+                             self._failures_total, self._last_error, retry_in)
+
+
+def describe(error: BaseException) -> str:
+    """A one-line description of ``error`` (its message, else its type)."""
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
