@@ -48,6 +48,8 @@ class _Recorder:
         self.tracker = tracker
         self.capacity_blocks = policy.capacity_blocks
         self.name = policy.name
+        self.reads_info = policy.reads_info
+        self.uses_future = policy.uses_future
         self.rows: list[list[float]] = []
         self.labels: list[int] = []
         self.where: list[tuple[int, int]] = []
@@ -99,31 +101,20 @@ def collect_offers(records: Sequence[RequestRecord], gpu_blocks: int | None,
     block_tokens = _block_tokens(records)
     config = SimConfig(gpu_blocks=gpu_blocks, cpu_blocks=cpu_blocks, policy="lru",
                        default_block_tokens=block_tokens)
-    simulator = Simulator(config, cpu_admitter=ADMIT_ALL)  # keeps next uses for MIN
     tracker = FeatureTracker()
     inner = Belady(cpu_blocks) if label else make_policy("lru", cpu_blocks)
     recorder = _Recorder(inner, tracker)
-    simulator.flow.cpu = recorder
+    simulator = Simulator(config, cpu_tier=recorder)
     futures = _futures(records) if label else None
     for index, record in enumerate(records):
         tracker.observe(record, block_tokens)
         recorder.now_s, recorder.request_index = record.arrival_s, index
-        found = simulator.flow.lookup(record.block_hashes)
+        found = simulator.lookup(record)
         recorder.cpu_hits = {h for h, t in zip(record.block_hashes, found) if t is Tier.CPU}
         simulator.serve(record, next(futures) if futures is not None else None)
         if on_request is not None:
             on_request(index)
     return _as_offers(recorder)
-
-
-class _AdmitAll:
-    name = "all"
-
-    def admit(self, key, info) -> bool:
-        return True
-
-
-ADMIT_ALL = _AdmitAll()
 
 
 def _as_offers(recorder: _Recorder) -> Offers:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from collector.events import RequestRecord
-from policy.learn.offers import ADMIT_ALL, _block_tokens, _futures
+from policy.learn.offers import _block_tokens, _futures
 from policy.sim.config import SimConfig
 from policy.sim.policies import Admitted, CachePolicy, make_policy
 from policy.sim.policies.admission import Admitter
@@ -57,6 +57,7 @@ class IndexedAdmitter:
     ``parents`` (block -> parent block) and ``resident`` (is a block in any tier)."""
 
     name = "learned"
+    reads_info = False  # it reads its scores by (request, block)
 
     def __init__(self, scores: dict, threshold: float, *, chained: bool = True) -> None:
         self.scores = scores
@@ -95,17 +96,18 @@ def replay(records: Sequence[RequestRecord], tiers: Tiers,
     config = SimConfig(gpu_blocks=tiers.gpu_blocks, cpu_blocks=tiers.cpu_blocks,
                        cold_blocks=tiers.cold_blocks, policy="lru",
                        default_block_tokens=block_tokens)
-    simulator = Simulator(config, cpu_admitter=ADMIT_ALL)  # an admitter keeps each block's
-    observe = None                                          # info, which MIN reads on demotion
+    cpu, observe = None, None
     if tiers.cpu_blocks:
         cpu = (make_policy(cpu_policy, tiers.cpu_blocks) if isinstance(cpu_policy, str)
                else cpu_policy(tiers.cpu_blocks))
         observe = getattr(cpu, "observe", None)
-        simulator.flow.cpu = Admitted(cpu, admitter) if admitter is not None else cpu
+        if admitter is not None:
+            cpu = Admitted(cpu, admitter)
+    simulator = Simulator(config, cpu_tier=cpu)
     if isinstance(admitter, IndexedAdmitter):
         flow = simulator.flow
         admitter.resident = lambda h: h in flow.gpu or (flow.cpu is not None and h in flow.cpu)
-    futures = _futures(records) if cpu_policy == "belady" else None
+    futures = _futures(records) if simulator.uses_future else None
     end = len(records) if count_to is None else count_to
     start_totals, counted, outcomes = SimResult(), [], []
     for index, record in enumerate(records):

@@ -101,8 +101,9 @@ class SimConfig:
 
     @property
     def uses_future(self) -> bool:
-        """Whether a policy needs each block's next use (Belady)."""
-        return self.policy == "belady"
+        """Whether the configured policy needs each block's next use (Belady); a caller's own
+        CPU tier declares it itself (``Simulator.uses_future``)."""
+        return POLICIES[self.policy].uses_future and self.semantics == "exclusive"
 
 
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:

@@ -1,6 +1,11 @@
 """How blocks move between the GPU, CPU and cold tiers (see ``SimConfig`` for the three
 semantics). A flow owns the tier caches; the simulator asks it to look up a request's prefix
 and then to serve the request, and reads movement totals from the shared ``SimResult``.
+
+One factory per semantics builds a flow with all its tiers (:data:`FLOWS`, :func:`build_flow`);
+a caller that brings its own CPU tier or admitter passes it to the factory. A flow keeps each
+block's latest :class:`BlockInfo` only when one of its tiers or admitters declares
+``reads_info``.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ class Flow:
         self.emit = emit
         self.emitting = emit is not _no_emit
         self.gpu = self.cpu = self.cold = None
+        self.reads_info = False  # whether any tier or admitter reads a block's info
 
     def lookup(self, hashes: Sequence[int], gpu_limit: int | None = None,
                limit: int | None = None) -> list[Tier]:
@@ -96,21 +102,22 @@ class Flow:
 class ExclusiveFlow(Flow):
     """One copy per block: promotions move up, victims move down (TensorRT-LLM, victim caches).
 
-    ``cpu_admitter`` gates GPU victims into the CPU tier (TensorRT-LLM's priority gate, a
-    store threshold, a learned score); a refused victim is dropped.
+    The CPU tier, if any, gates GPU victims with its admitter (TensorRT-LLM's priority gate,
+    a store threshold, a learned score: see :class:`Admitted`); a refused victim is dropped.
+    ``tail_first``: release a request's GPU blocks tail first (engine flows).
     """
 
-    def __init__(self, config: SimConfig, result: SimResult, emit: Emit = _no_emit,
-                 cpu_admitter: Admitter | None = None) -> None:
+    def __init__(self, result: SimResult, emit: Emit, gpu, cpu=None, cold=None, *,
+                 tail_first: bool = False) -> None:
         super().__init__(result, emit)
-        self.gpu = make_policy(config.policy, config.gpu_blocks)
-        self.cpu = _optional(config.policy, config.cpu_blocks, cpu_admitter)
-        self.cold = _optional(config.policy, config.cold_blocks, None)
-        # the last reference of each resident block, for policies that read it when the block
+        self.gpu, self.cpu, self.cold = gpu, cpu, cold
+        self.tail_first = tail_first
+        # the last reference of each resident block, for tiers that read it when the block
         # moves down (priority, next use); plain recency policies do not need it
-        self._keep_info = config.policy in ("priority", "belady") or cpu_admitter is not None
+        self.reads_info = any(getattr(t, "reads_info", True) for t in (gpu, cpu, cold)
+                              if t is not None)
+        self._keep_info = self.reads_info
         self._info: dict[int, BlockInfo] = {}
-        self.tail_first = False  # release a request's GPU blocks tail first (engine flows)
 
     def serve(self, hashes, infos, found, cacheable) -> None:
         self.pin_gpu_hits(hashes, infos, found)
@@ -171,18 +178,6 @@ class ExclusiveFlow(Flow):
             self.emit(Outcome.DROP, h, None, None)
 
 
-def trtllm_flow(config: SimConfig, result: SimResult, emit: Emit = _no_emit) -> ExclusiveFlow:
-    """TensorRT-LLM: priority LRU in both tiers, GPU victims gated by priority into host."""
-    flow = ExclusiveFlow(config, result, emit)
-    flow._keep_info = True
-    flow.tail_first = True  # only leaves are evicted: a chain goes from its tail
-    flow.gpu = PriorityLRU(config.gpu_blocks)
-    if config.cpu_blocks != 0:
-        gate = PriorityAdmitter(config.offload_min_priority, config.offload_comparison)
-        flow.cpu = Admitted(PriorityLRU(config.cpu_blocks), gate)
-    return flow
-
-
 class VllmFlow(Flow):
     """vLLM's OffloadingConnector: write-through to CPU as blocks fill, file tier behind CPU.
 
@@ -202,6 +197,7 @@ class VllmFlow(Flow):
             self.cpu = VllmCpuTier(config.cpu_blocks, config.policy, config.store_threshold)
         self.cold = LRU(config.cold_blocks) if config.cold_blocks != 0 else None
         self.admitter = cpu_admitter
+        self.reads_info = getattr(cpu_admitter, "reads_info", True) if cpu_admitter else False
 
     def limits(self, prompt_tokens: int, block_tokens: int, blocks: int) -> tuple[int, int]:
         return (hit_limit(prompt_tokens, block_tokens, blocks),
@@ -299,14 +295,51 @@ def _optional(policy: str, capacity: int | None, admitter: Admitter | None):
     return Admitted(cache, admitter) if admitter is not None else cache
 
 
-def build_flow(config: SimConfig, result: SimResult, emit: Emit = _no_emit,
-               cpu_admitter: Admitter | None = None) -> Flow:
-    """The flow for ``config.semantics``; ``cpu_admitter`` replaces the default CPU gate."""
-    if config.semantics == "vllm":
-        return VllmFlow(config, result, emit, cpu_admitter)
-    if config.semantics == "trtllm":
-        return trtllm_flow(config, result, emit)
+def exclusive_flow(config: SimConfig, result: SimResult, emit: Emit = _no_emit,
+                   cpu_tier=None, cpu_admitter: Admitter | None = None) -> ExclusiveFlow:
+    """Every tier runs ``config.policy``; GPU victims pass ``cpu_admitter`` (default: the
+    store threshold, when >= 2) into the CPU tier. ``cpu_tier`` replaces the CPU tier whole
+    (a caller's own policy, already wrapped in its admitter)."""
     admitter = cpu_admitter
     if admitter is None and config.store_threshold >= 2:
         admitter = OfferCountAdmitter(config.store_threshold)
-    return ExclusiveFlow(config, result, emit, admitter)
+    if cpu_tier is not None and admitter is not None:
+        raise ValueError("pass the admitter inside cpu_tier (Admitted(policy, admitter))")
+    cpu = cpu_tier if cpu_tier is not None else _optional(config.policy, config.cpu_blocks,
+                                                          admitter)
+    return ExclusiveFlow(result, emit, make_policy(config.policy, config.gpu_blocks), cpu,
+                         _optional(config.policy, config.cold_blocks, None))
+
+
+def trtllm_flow(config: SimConfig, result: SimResult, emit: Emit = _no_emit,
+                cpu_tier=None, cpu_admitter: Admitter | None = None) -> ExclusiveFlow:
+    """TensorRT-LLM: priority LRU in both tiers, GPU victims gated by priority into host;
+    only leaves are evicted, so a request's GPU blocks are released tail first."""
+    _no_cpu_tier(config, cpu_tier)
+    cpu = None
+    if config.cpu_blocks != 0:
+        gate = cpu_admitter or PriorityAdmitter(config.offload_min_priority,
+                                                config.offload_comparison)
+        cpu = Admitted(PriorityLRU(config.cpu_blocks), gate)
+    return ExclusiveFlow(result, emit, PriorityLRU(config.gpu_blocks), cpu, tail_first=True)
+
+
+def vllm_flow(config: SimConfig, result: SimResult, emit: Emit = _no_emit,
+              cpu_tier=None, cpu_admitter: Admitter | None = None) -> VllmFlow:
+    _no_cpu_tier(config, cpu_tier)
+    return VllmFlow(config, result, emit, cpu_admitter)
+
+
+def _no_cpu_tier(config: SimConfig, cpu_tier) -> None:
+    if cpu_tier is not None:
+        raise ValueError(f"semantics {config.semantics!r} builds its own CPU tier; "
+                         f"cpu_tier works with 'exclusive' only")
+
+
+FLOWS = {"exclusive": exclusive_flow, "vllm": vllm_flow, "trtllm": trtllm_flow}
+
+
+def build_flow(config: SimConfig, result: SimResult, emit: Emit = _no_emit, *,
+               cpu_tier=None, cpu_admitter: Admitter | None = None) -> Flow:
+    """The flow for ``config.semantics``, built whole by its factory."""
+    return FLOWS[config.semantics](config, result, emit, cpu_tier, cpu_admitter)

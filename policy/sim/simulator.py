@@ -51,11 +51,13 @@ class Simulator:
 
     ``events``, when given, receives a :class:`BlockEvent` per lookup outcome and per store,
     eviction and drop (the same events live traffic writes); leave it out for speed.
-    ``cpu_admitter`` replaces the CPU tier's default admission (a learned model plugs in here).
+    ``cpu_admitter`` replaces the CPU tier's default admission (a learned model plugs in here);
+    ``cpu_tier`` (exclusive semantics) replaces the CPU tier whole: a caller's own policy of
+    the tier protocol, in its admitter if it has one.
     """
 
     def __init__(self, config: SimConfig, *, events: Callable[[BlockEvent], None] | None = None,
-                 cpu_admitter: Admitter | None = None) -> None:
+                 cpu_admitter: Admitter | None = None, cpu_tier=None) -> None:
         self.config = config
         self.result = SimResult()
         self._events = events
@@ -63,16 +65,16 @@ class Simulator:
         self._request_id: str | None = None
         emit = self._emit_movement if events is not None else None
         kwargs = {"emit": emit} if emit is not None else {}
-        self.flow = build_flow(config, self.result, cpu_admitter=cpu_admitter, **kwargs)
-        self._plain_infos = (cpu_admitter is None and config.semantics != "trtllm"
-                             and config.policy not in ("priority", "belady"))
+        self.flow = build_flow(config, self.result, cpu_tier=cpu_tier,
+                               cpu_admitter=cpu_admitter, **kwargs)
+        self._plain_infos = not self.flow.reads_info  # no tier reads a block's info
 
     def replay(self, records: Iterable[RequestRecord],
                on_request: Callable[[RequestRecord, RequestOutcome], None] | None = None
                ) -> SimResult:
         """Serve every record in order; returns the totals (also kept in ``self.result``)."""
         next_uses = None
-        if self.config.uses_future:
+        if self.uses_future:
             records = list(records)
             next_uses = iter(next_use_indices(records))
         for record in records:
@@ -83,6 +85,19 @@ class Simulator:
             if on_request is not None:
                 on_request(record, outcome)
         return self.result
+
+    @property
+    def uses_future(self) -> bool:
+        """Whether a tier needs each block's next use (Belady), so replays compute it."""
+        return any(getattr(t, "uses_future", False)
+                   for t in (self.flow.gpu, self.flow.cpu, self.flow.cold) if t is not None)
+
+    def lookup(self, record: RequestRecord) -> list[Tier]:
+        """The tier that would serve each leading block of ``record`` now (changes nothing)."""
+        block_tokens = record.block_size_tokens or self.config.default_block_tokens
+        hashes = record.block_hashes
+        gpu_limit, cacheable = self.flow.limits(record.prompt_tokens, block_tokens, len(hashes))
+        return self.flow.lookup(hashes, gpu_limit, cacheable)
 
     def serve(self, record: RequestRecord, next_uses: Sequence[float] | None = None
               ) -> RequestOutcome:

@@ -1,8 +1,24 @@
-"""The one protocol every cache policy implements, and the base class that owns capacity.
+"""The one tier protocol every cache policy implements, and the base class that owns capacity.
 
-Modelled on cachetools: a policy is a small subclass that keeps its own order (a list, a
-heap, queues) and answers four questions; :class:`CachePolicy` does the accounting around
-them, in one place, so no policy can overfill or forget a victim:
+A tier holds blocks and an eviction order. Its protocol:
+
+* ``key in tier``, ``len(tier)``, ``iter(tier)``, ``capacity_blocks``;
+* ``touch(key, info)``: a use of a resident key; ``insert(key, info) -> victims``: store a key,
+  evicting as needed; ``remove(key)``: forget a resident key (promoted or dropped elsewhere);
+* ``evict(n, protected) -> victims | None``: make room for ``n``, atomically (all ``n``
+  victims outside ``protected``, or ``None`` and nothing changes); ``pop_victim()``: one;
+* ``begin()`` / ``finish()``: a request's scope. Request-scoped tiers (vLLM's CPU cores) apply a
+  request's recency once, at ``finish``; per-access policies ignore both;
+* ``on_miss(keys)``: blocks a store looked for and did not find (ghost hits adapt ARC).
+
+Each policy declares what it needs (class attributes, read by the flows instead of its name):
+``reads_info`` (its order reads :class:`BlockInfo` priority or next use, so a block's info must
+travel with it between tiers), ``uses_future`` (it needs each block's next use: Belady) and
+``request_scoped`` (``begin``/``finish`` matter).
+
+Modelled on cachetools: a per-access policy is a small subclass that keeps its own order (a
+list, a heap, queues) and answers four questions; :class:`CachePolicy` does the accounting
+around them, in one place, so no policy can overfill or forget a victim:
 
 * ``_store(key, info)``   remember a newly admitted key;
 * ``_hit(key, info)``     a resident key was used again;
@@ -16,7 +32,7 @@ no) the key is not resident afterwards and nothing was evicted.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable, Sequence
 
 Key = Hashable
 NEVER = float("inf")  # next_use of a block that is not referenced again
@@ -54,6 +70,9 @@ class CachePolicy:
     """Base class: membership, size and capacity; subclasses choose the order."""
 
     name = "base"
+    reads_info = False
+    uses_future = False
+    request_scoped = False
 
     def __init__(self, capacity_blocks: int | None) -> None:
         self.capacity_blocks = checked_capacity(capacity_blocks)
@@ -109,6 +128,26 @@ class CachePolicy:
         victim = self._evict()
         self._resident.discard(victim)
         return victim
+
+    def evict(self, n: int, protected: Collection[Key] = ()) -> list[Key] | None:
+        """``n`` victims in eviction order, or ``None`` (nothing evicted) when fewer than
+        ``n`` are resident. A per-access policy evicts in its own order and cannot pass over a
+        block: ``protected`` must be empty (request-scoped tiers override this)."""
+        if protected:
+            raise ValueError(f"{self.name} evicts in its own order; it cannot evict around "
+                             f"protected blocks")
+        if n > len(self._resident):
+            return None
+        return [self.pop_victim() for _ in range(n)]
+
+    def begin(self) -> None:
+        """A request starts (per-access policies: nothing to do)."""
+
+    def finish(self) -> None:
+        """The request ends (per-access policies: nothing to do)."""
+
+    def on_miss(self, keys: Sequence[Key]) -> None:
+        """Blocks a store looked for and did not find (per-access policies: nothing)."""
 
     # ---- what a policy implements ----
 

@@ -17,6 +17,8 @@ class Belady(CachePolicy):
     """Offline MIN over a lazy max-heap of next uses."""
 
     name = "belady"
+    reads_info = True
+    uses_future = True
 
     def __init__(self, capacity_blocks: int | None) -> None:
         super().__init__(capacity_blocks)

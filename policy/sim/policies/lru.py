@@ -1,8 +1,12 @@
-"""Least recently used: the default of vLLM's prefix cache and CPU tier, LMCache and SGLang."""
+"""Least recently used: the default of vLLM's prefix cache and CPU tier, LMCache and SGLang.
+
+The one LRU core of the simulator: the tiers of every flow, vLLM's request-scoped CPU LRU and
+the store-threshold offer tracker keep their order in it."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterator
 
 from policy.sim.policies.base import BlockInfo, CachePolicy, Key
 
@@ -27,3 +31,7 @@ class LRU(CachePolicy):
 
     def _forget(self, key: Key) -> None:
         del self._order[key]
+
+    def order(self) -> Iterator[Key]:
+        """Resident keys in eviction order, oldest first."""
+        return iter(self._order)

@@ -17,6 +17,7 @@ class PriorityLRU(CachePolicy):
     """One LRU queue per priority level."""
 
     name = "priority"
+    reads_info = True
 
     def __init__(self, capacity_blocks: int | None) -> None:
         super().__init__(capacity_blocks)

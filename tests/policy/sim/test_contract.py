@@ -1,4 +1,5 @@
-"""The contract every cache policy keeps, run against each one (and an admission wrapper)."""
+"""The contract every tier keeps (the one tier protocol), run against each policy, an admission
+wrapper, learned retention and vLLM's request-scoped CPU cores."""
 
 import random
 
@@ -13,13 +14,24 @@ from policy.sim.policies import (
 )
 
 
+from policy.learn.retention import LearnedRetention
+from policy.sim.vllm_policies import VllmARC, VllmLRU
+
+EXTRA = {
+    "admitted-lru": lambda c: Admitted(make_policy("lru", c), OfferCountAdmitter(min_offers=0)),
+    "learned-retention": lambda c: LearnedRetention(c, {}, tau_s=100.0),
+    "vllm-lru": VllmLRU,
+    "vllm-arc": VllmARC,
+}
+
+
 def build(name, capacity):
-    if name == "admitted-lru":
-        return Admitted(make_policy("lru", capacity), OfferCountAdmitter(min_offers=0))
+    if name in EXTRA:
+        return EXTRA[name](capacity)
     return make_policy(name, capacity)
 
 
-NAMES = [*POLICIES, "admitted-lru"]
+NAMES = [*POLICIES, *EXTRA]
 
 
 def info_for(key, rng):
@@ -102,3 +114,82 @@ def test_bad_capacity_is_rejected_naming_the_value(bad):
 def test_unknown_policy_names_the_allowed_ones():
     with pytest.raises(ValueError, match="unknown eviction policy 'fifo'; allowed: lru, arc, s3fifo"):
         make_policy("fifo", 3)
+
+
+class Refuses:
+    """An admitter that says no to every block."""
+
+    name = "refuses"
+    reads_info = False
+
+    def admit(self, key, info):
+        return False
+
+
+@pytest.mark.parametrize("capacity", [1, 3, None])
+def test_a_refusing_admitter_stores_nothing_and_evicts_nothing(capacity):
+    cache = Admitted(make_policy("lru", capacity), Refuses())
+    rng = random.Random(7)
+    for _ in range(200):
+        assert cache.insert(rng.randrange(20), info_for(0, rng)) == []
+    assert len(cache) == 0 and set(cache) == set()
+    with pytest.raises(KeyError):
+        cache.pop_victim()
+
+
+@pytest.mark.parametrize("core", [VllmLRU, VllmARC])
+@pytest.mark.parametrize("capacity", [1, 4, 9])
+def test_request_scoped_eviction_is_atomic_and_skips_protected_blocks(core, capacity):
+    """``evict(n, protected)`` returns n victims outside ``protected`` that were resident, or
+    None and changes nothing; across requests (begin/finish) residency stays a set model."""
+    rng = random.Random(capacity)
+    cache, model = core(capacity), set()
+    for step in range(2000):
+        if step % 7 == 0:
+            cache.finish()
+            cache.begin()
+        key, op = rng.randrange(30), rng.random()
+        info = BlockInfo(position=rng.randrange(12))
+        if op < 0.3:
+            n = rng.randrange(1, capacity + 2)
+            protected = set(rng.sample(range(30), rng.randrange(6)))
+            before = set(cache)
+            victims = cache.evict(n, protected)
+            if victims is None:
+                assert set(cache) == before
+                assert len(before - protected) < n
+            else:
+                assert len(victims) == len(set(victims)) == n
+                assert set(victims) <= before - protected
+                model -= set(victims)
+        elif op < 0.4 and model:
+            victim = rng.choice(sorted(model))
+            cache.remove(victim)
+            model.discard(victim)
+        elif key in model:
+            cache.touch(key, info)
+        else:
+            victims = cache.insert(key, info)
+            assert set(victims) <= model
+            model -= set(victims)
+            model.add(key)
+        assert set(cache) == model and len(cache) == len(model) <= capacity
+
+
+@pytest.mark.parametrize("name", [*POLICIES, "admitted-lru"])
+def test_per_access_policies_evict_n_in_their_order_or_nothing(name):
+    cache = build(name, 5)
+    for key in range(5):
+        cache.insert(key, BlockInfo(next_use=key))
+    assert cache.evict(6) is None and len(cache) == 5
+    victims = cache.evict(2)
+    assert len(victims) == 2 and not set(victims) & set(cache) and len(cache) == 3
+    with pytest.raises(ValueError, match="cannot evict around protected blocks"):
+        cache.evict(1, {0})
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_capabilities_are_declared(name):
+    cache = build(name, 3)
+    assert isinstance(cache.reads_info, bool) and isinstance(cache.uses_future, bool)
+    assert cache.request_scoped == name.startswith("vllm")

@@ -128,3 +128,21 @@ def test_score_admitter_refuses_below_threshold_without_evicting():
     cache.insert("keep", BlockInfo(position=2))
     assert cache.insert("cheap", BlockInfo(position=0)) == []
     assert set(cache) == {"keep"}
+
+
+def test_store_threshold_keeps_counting_a_stored_block():
+    """vLLM's rule: a stored block stays counted, so offered again after it was evicted it is
+    stored at once (while the tracker remembers it)."""
+    cache = Admitted(LRU(1), OfferCountAdmitter(min_offers=2))
+    cache.insert("a"), cache.insert("a")   # stored on its second offer
+    cache.insert("b"), cache.insert("b")   # b's second offer evicts a
+    assert "a" not in cache
+    cache.insert("a")
+    assert "a" in cache
+
+
+def test_store_threshold_counts_a_batch_as_one_offer_and_keeps_it_tracked():
+    gate = OfferCountAdmitter(min_offers=2, max_tracked=2)
+    gate.offer(["a", "b"])
+    gate.offer(["a", "b", "c"])   # the tracker is full: c is not counted, a and b stay
+    assert gate.passes("a") and gate.passes("b") and not gate.passes("c")
