@@ -26,7 +26,7 @@ ALLOWED = {
     "kvtier": set(PACKAGES),
 }
 # what dashboard/ may take from policy/: the recommendation's typed values, nothing that computes
-DASHBOARD_FROM_POLICY = ("policy.recommend.evidence", "policy.recommend.recommendation")
+DASHBOARD_FROM_POLICY = ("policy.recommend.values", "policy.recommend.recommendation")
 MAX_LINES = 400
 
 

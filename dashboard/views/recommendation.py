@@ -42,7 +42,8 @@ def _verdict(reco: Recommendation) -> None:
     if verdict is None:  # not kvtier recommend's format: show what there is
         st.code(json.dumps(reco.doc, indent=2), language="json")
         return
-    reasons = "\n".join(f"- {r}" for r in reco.evidence.get("reasons", []))
+    reasons = "\n".join(f"- {r['reason']}: {r['evidence']}" if isinstance(r, dict) else f"- {r}"
+                        for r in reco.evidence.get("reasons", []))
     text = f"**Verdict: {str(verdict).replace('_', ' ')}**\n\n{reasons}"
     if verdict == "offload":
         st.success(text)

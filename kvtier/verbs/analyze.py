@@ -17,6 +17,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--store", help="a kvtier DuckDB store to analyse instead of a trace")
     parser.add_argument("--gpu-tokens", help="deployed GPU KV capacity, to test 'GPU memory is not the limit'")
     parser.add_argument("--ttft-slo-s", type=float, help="p99 TTFT budget in seconds")
+    parser.add_argument("--headroom-json", help="the output of `kvtier probe headroom --json`, "
+                                                "to test 'host DRAM is contested'")
     parser.add_argument("--top", type=int, default=10, help="shared prefixes to list (default 10)")
     parser.add_argument("--drop-below", type=float,
                         help="reuse probability under which blocks are dropped at once (default 0.05)")
@@ -62,8 +64,16 @@ def _report(records, block_tokens: int, model, gpu_blocks, args) -> dict:
     gpu_ratio = None
     if args.gpu_tokens is not None:  # the GPU-only LRU ratio, from the one-pass curve
         gpu_ratio = lru_curve_of(trace).token_hit_ratio(gpu_blocks)
+    host_cap = None
+    if args.headroom_json:
+        from policy.recommend.headroom import from_probe_json
+
+        try:
+            host_cap = from_probe_json(args.headroom_json).cap_bytes
+        except ValueError as error:
+            raise KvtierError(f"--headroom-json: {error}") from None
     return report_from_stats(stats, CostParams(model=model), gpu_token_hit_ratio=gpu_ratio,
-                             ttft_slo_s=args.ttft_slo_s, top=args.top,
+                             ttft_slo_s=args.ttft_slo_s, host_cap_bytes=host_cap, top=args.top,
                              drop_below=args.drop_below if args.drop_below is not None else 0.05)
 
 

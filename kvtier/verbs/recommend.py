@@ -98,7 +98,9 @@ def run(args) -> int:
         rec = recommend(records, inputs, params, step=lambda name: advance())
     engines = ENGINES if args.engine == "all" else (args.engine,)
     written = report.write(rec, Path(args.out), engines)
-    print(f"verdict: {rec.verdict.replace('_', ' ')}")
+    print(f"verdict: {rec.verdict.words}")
+    if rec.verdict.note:
+        print(f"  ({rec.verdict.note})")
     for knob in rec.knobs:
         print(f"  {knob.name} = {knob.value}")
     print(f"wrote {len(written)} files to {args.out} (report.md, recommendation.json, configs)")

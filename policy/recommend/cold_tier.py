@@ -11,63 +11,26 @@ probe's measurements, ``kvtier probe fs --json``) or from a store's own measured
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 from policy.cost import CostParams
+from policy.recommend.values import ColdCost, ColdTierDecision
 
 MIN_COLD_GAIN = 0.02  # the rollout plan's default bar
 
 
-@dataclass(frozen=True)
-class ColdCost:
-    """Seconds to promote one ``block_tokens`` block from the file tier, and to recompute
-    it instead; ``source`` says where the figures came from, ``measured`` whether the
-    promotion cost was measured (a probe or the store) rather than a default."""
-
-    block_tokens: int
-    promotion_s: float
-    recompute_s: float
-    source: str
-    measured: bool = False
-
-    def __post_init__(self) -> None:
-        if self.block_tokens < 1 or self.promotion_s < 0 or not self.recompute_s > 0:
-            raise ValueError(f"need block_tokens >= 1, promotion_s >= 0, recompute_s > 0; got "
-                             f"{self.block_tokens}, {self.promotion_s}, {self.recompute_s}")
-
-    @property
-    def text(self) -> str:
-        return (f"a cold promotion of a {self.block_tokens}-token block costs "
-                f"{self.promotion_s * 1e3:.3g} ms, recomputing it {self.recompute_s * 1e3:.3g} ms "
-                f"({self.source})")
-
-
-@dataclass(frozen=True)
-class FileTierDecision:
-    add: bool
-    reason: str
-    gain: float  # share of prompt tokens the file tier adds to what is served from cache
-    min_gain: float
-    cost: ColdCost
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "cost": asdict(self.cost)}
-
-
-def decide(gain: float, min_gain: float, cost: ColdCost) -> FileTierDecision:
-    """Add the file tier only if a cold promotion is cheaper than recomputing and the
-    simulated gain reaches ``min_gain``; the reason carries the figures."""
+def decide(gain: float, min_gain: float, cost: ColdCost, cold_blocks: int = 0) -> ColdTierDecision:
+    """Add the file tier (of ``cold_blocks``) only if a cold promotion is cheaper than
+    recomputing and the simulated gain reaches ``min_gain``; the reason carries the figures."""
     if cost.promotion_s >= cost.recompute_s:
         reason = (f"do not add a file tier: {cost.text}, so a file-tier hit saves nothing "
                   f"(simulated gain {gain:.1%} of prompt tokens)")
-        return FileTierDecision(False, reason, gain, min_gain, cost)
+        return ColdTierDecision(False, reason, gain, min_gain, cost, cold_blocks)
     if gain < min_gain:
         reason = (f"retention value too low: the file tier would serve {gain:.1%} more prompt "
                   f"tokens (bar: {min_gain:.0%}); {cost.text}")
-        return FileTierDecision(False, reason, gain, min_gain, cost)
+        return ColdTierDecision(False, reason, gain, min_gain, cost, cold_blocks)
     reason = (f"add a file tier: it would serve {gain:.1%} more prompt tokens "
               f"(bar: {min_gain:.0%}), and {cost.text}")
-    return FileTierDecision(True, reason, gain, min_gain, cost)
+    return ColdTierDecision(True, reason, gain, min_gain, cost, cold_blocks)
 
 
 def cost_from_params(params: CostParams, block_tokens: int) -> ColdCost:

@@ -7,8 +7,19 @@ SGLang cannot gate by a per-block priority, so they get the CPU size and their n
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from policy.recommend.values import ColdTierDecision
 from policy.writers import ENGINES, writer
 from policy.writers.settings import EngineSettings
+from policy.writers.trtllm_retention import RetentionClass
+
+
+@dataclass(frozen=True)
+class _VllmFile:
+    decision: ColdTierDecision | None
+    cold_bytes: int
+    cold_path: str | None
 
 
 def neutral(cpu_bytes: int, min_priority: int | None, classes) -> EngineSettings:
@@ -16,16 +27,17 @@ def neutral(cpu_bytes: int, min_priority: int | None, classes) -> EngineSettings
                           retention_priorities=tuple(classes), kv_events=True)
 
 
-def settings(cpu_bytes: int, min_priority: int, classes, admission_helps: bool,
-             ranges: tuple = ((), None), vllm_cpu: tuple[str, int] = ("lru", 0),
-             vllm_file: tuple = (None, 0, None)):
+def settings(cpu_bytes: int, min_priority: int, classes, admission_helps: bool, *,
+             ranges: tuple[RetentionClass, ...] = (), range_min_priority: int | None = None,
+             vllm_cpu: tuple[str, int] = ("lru", 0), cold: ColdTierDecision | None = None,
+             cold_bytes: int = 0, cold_path: str | None = None):
     """``((engine, EngineSettings), ...)`` and ``((engine, note), ...)``. ``ranges``: the
-    per-request-class token-range retention (:class:`RetentionClass`es) TensorRT-LLM gets,
-    and the offload threshold swept over the priorities those ranges assign (``None``:
-    no ranges; TensorRT-LLM then gets the per-block threshold and classes). ``vllm_cpu``: the
-    replayed best ``(eviction_policy, store_threshold)`` for vLLM. ``vllm_file``:
-    the file-tier decision (``FileTierDecision`` or ``None``), its size in bytes, its path."""
-    ranges, range_min_priority = ranges
+    per-request-class token-range retention TensorRT-LLM gets, and ``range_min_priority`` the
+    offload threshold swept over the priorities those ranges assign (``None``: no ranges;
+    TensorRT-LLM then gets the per-block threshold and classes). ``vllm_cpu``: the replayed
+    best ``(eviction_policy, store_threshold)`` for vLLM. ``cold``: vLLM's file-tier decision
+    (``None``: none was considered), its size ``cold_bytes`` and directory ``cold_path``."""
+    vllm_file = _VllmFile(cold, cold_bytes, cold_path)
     trtllm = (EngineSettings(cpu_tier_bytes=cpu_bytes, offload_min_priority=range_min_priority,
                              retention_ranges=tuple(ranges), kv_events=True)
               if ranges and range_min_priority is not None else
@@ -57,9 +69,9 @@ def settings(cpu_bytes: int, min_priority: int, classes, admission_helps: bool,
     return _checked(candidates, notes)
 
 
-def _vllm(cpu_bytes: int, vllm_cpu: tuple[str, int], vllm_file: tuple) -> EngineSettings:
+def _vllm(cpu_bytes: int, vllm_cpu: tuple[str, int], vllm_file: _VllmFile) -> EngineSettings:
     policy, store_threshold = vllm_cpu
-    decision, cold_bytes, cold_path = vllm_file
+    decision, cold_bytes, cold_path = vllm_file.decision, vllm_file.cold_bytes, vllm_file.cold_path
     if decision is not None and decision.add and cold_path:
         # TieringOffloadingSpec refuses store_threshold >= 2; the gain was replayed at 0
         return EngineSettings(cpu_tier_bytes=cpu_bytes, eviction_policy=policy,
@@ -69,8 +81,8 @@ def _vllm(cpu_bytes: int, vllm_cpu: tuple[str, int], vllm_file: tuple) -> Engine
                           store_threshold=store_threshold, kv_events=True)
 
 
-def _file_notes(vllm_file: tuple) -> list:
-    decision, cold_bytes, cold_path = vllm_file
+def _file_notes(vllm_file: _VllmFile) -> list:
+    decision, cold_bytes, cold_path = vllm_file.decision, vllm_file.cold_bytes, vllm_file.cold_path
     if decision is None:
         return []
     notes = [("vllm", f"candidate file tier of {cold_bytes} bytes: {decision.reason}")]

@@ -10,32 +10,17 @@ with replacement (a paired bootstrap, ``rng`` injected).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from itertools import pairwise
 
 import numpy as np
 
 from policy.cost import CostParams, queue_ttft
 from policy.learn.replay import Replayed
+from policy.recommend.values import Change
 
 TOKEN_METRICS = ("gpu_hit_tokens", "cpu_promotion_tokens", "cold_promotion_tokens",
                  "recompute_tokens")
 TTFT_METRICS = ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s")
-
-
-@dataclass(frozen=True)
-class Change:
-    """``metric``: baseline -> candidate (per window on average), change and its interval."""
-
-    metric: str
-    baseline: float
-    candidate: float
-    change: float
-    low: float
-    high: float
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
 
 
 def expected_changes(baseline: Replayed, candidate: Replayed, params: CostParams,

@@ -15,6 +15,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from policy.recommend.values import HostCheck
+
 SAFETY_MARGIN_FRACTION = 0.10
 SAFETY_MARGIN_MIN_BYTES = 1 << 30
 
@@ -44,16 +46,16 @@ class HostLimit:
             raise ValueError(f"block_bytes must be >= 1, got {block_bytes!r}")
         return self.cap_bytes // block_bytes
 
-    def evidence(self, requested_bytes: int, recommended_bytes: int) -> dict:
-        return {"checked": True, "source": self.source, "headroom_bytes": self.headroom_bytes,
-                "safety_margin_bytes": self.margin_bytes, "cap_bytes": self.cap_bytes,
-                "requested_cpu_bytes": requested_bytes,
-                "recommended_cpu_bytes": recommended_bytes,
-                "capped": recommended_bytes < requested_bytes}
+    def check(self, requested_bytes: int, recommended_bytes: int) -> HostCheck:
+        """The evidence: this cap applied to a CPU tier asked at ``requested_bytes``."""
+        return HostCheck(True, source=self.source, headroom_bytes=self.headroom_bytes,
+                         safety_margin_bytes=self.margin_bytes, cap_bytes=self.cap_bytes,
+                         requested_cpu_bytes=requested_bytes,
+                         recommended_cpu_bytes=recommended_bytes,
+                         capped=recommended_bytes < requested_bytes)
 
 
-NOT_CHECKED = {"checked": False,
-               "why": "no --host-headroom-bytes or --headroom-json was given"}
+NOT_CHECKED = HostCheck(False, why="no --host-headroom-bytes or --headroom-json was given")
 
 
 def from_bytes(headroom_bytes: int) -> HostLimit:

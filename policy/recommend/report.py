@@ -9,6 +9,7 @@ from pathlib import Path
 
 from policy.recommend.plots import bar_chart, line_chart
 from policy.recommend.recommendation import Recommendation, settings_dict
+from policy.recommend.values import HostCheck, PrefillServers
 from policy.writers import writer
 
 CONFIG_FILES = {"vllm": "vllm.json", "trtllm": "trtllm.yaml", "lmcache": "lmcache.yaml",
@@ -42,31 +43,29 @@ def write(rec: Recommendation, out: Path, engines: Sequence[str]) -> list[Path]:
 def markdown(rec: Recommendation, plots: Sequence[str], engines: Sequence[str]) -> str:
     """The human-readable report."""
     ev = rec.evidence
-    lines = ["# kvtier recommendation", "",
-             f"**Verdict: {'offload' if rec.verdict == 'offload' else 'do not offload'}**", ""]
-    lines += [f"- {r}" for r in rec.reasons] + [""]
+    lines = ["# kvtier recommendation", "", f"**Verdict: {rec.verdict.words}**", ""]
+    if rec.verdict.note:
+        lines += [f"_{rec.verdict.note}_", ""]
+    lines += [f"- {r.sentence}" for r in rec.verdict.reasons] + [""]
     lines += ["## Settings", "", "| knob | value | why |", "|---|---|---|"]
-    lines += [f"| `{k.name}` | {k.value} | {k.why} |" for k in rec.knobs]
+    lines += [f"| `{k.name}` | {_value(k.value)} | {k.why} |" for k in rec.knobs]
     if rec.expected:
         lines += ["", "## Expected change on later time (vs. CPU tier LRU admitting all)", "",
                   ("Per window of the evaluation period; interval: 5th-95th percentile of a "
                    "paired bootstrap over windows. TTFT through "
-                   f"{_servers_text(rec.evidence.get('prefill_servers'))}."), "",
+                   f"{_servers_text(ev.prefill_servers)}."), "",
                   "| metric | baseline | recommended | change | interval |", "|---|---|---|---|---|"]
         lines += [f"| {c.metric} | {c.baseline:.4g} | {c.candidate:.4g} | {c.change:+.4g} | "
                   f"[{c.low:+.4g}, {c.high:+.4g}] |" for c in rec.expected]
-    if "host_memory" in ev:
-        lines += host_section(ev["host_memory"], rec.settings.cpu_tier_bytes)
-    ratios = ev.get("token_hit_ratio", {})
-    if ratios:
-        lines += ["", "## Token hit ratio (later time)", ""]
-        lines += [f"- {name}: {value:.4f}" for name, value in ratios.items()]
-    if "model" in ev:
-        held = ev["model"]["held_out"]
+    lines += host_section(ev.host_memory, rec.settings.cpu_tier_bytes)
+    lines += ["", "## Token hit ratio (later time)", ""]
+    lines += [f"- {name}: {value:.4f}" for name, value in _ratios(rec).items()]
+    if ev.model is not None:
+        held = ev.model.held_out
         lines += ["", "## Model", "",
-                  (f"Gradient-boosted classifier, isotonic calibration, seed {ev['seed']}; "
-                   f"held-out (latest training slice) ROC AUC {held['roc_auc']}, Brier "
-                   f"{held['brier']:.4f}, {held['rows']} rows. Re-trained deterministically "
+                  (f"Gradient-boosted classifier, isotonic calibration, seed {ev.seed}; "
+                   f"held-out (latest training slice) ROC AUC {held.roc_auc}, Brier "
+                   f"{held.brier:.4f}, {held.rows} rows. Re-trained deterministically "
                    "from the trace; no model file is loaded.")]
     lines += ["", "## Engines", ""]
     for engine in engines:
@@ -82,23 +81,36 @@ def markdown(rec: Recommendation, plots: Sequence[str], engines: Sequence[str]) 
     return "\n".join(lines) + "\n"
 
 
-def host_section(host: dict, cpu_bytes: int | None) -> list[str]:
+def _value(value) -> str:
+    return str(list(value)) if isinstance(value, tuple) else str(value)
+
+
+def _ratios(rec: Recommendation) -> dict[str, float]:
+    ratios = rec.evidence.token_hit_ratio
+    return {name: value for name, value in (
+        ("gpu_only", ratios.gpu_only), ("cpu_lru_admit_all", ratios.cpu_lru_admit_all),
+        ("cpu_learned_priority", ratios.cpu_learned_priority)) if value is not None}
+
+
+def host_section(host: HostCheck, cpu_bytes: int | None) -> list[str]:
     """Whether the CPU size was checked against host memory, and what a cap cost."""
     lines = ["", "## Host memory", ""]
-    if not host["checked"]:
+    if not host.checked:
         return lines + [(f"The CPU tier size ({_gib(cpu_bytes or 0)}) was **not checked against "
                          "host memory**: give `--headroom-json` (from `kvtier probe headroom "
                          "--json`) or `--host-headroom-bytes`.")]
-    lines.append(f"Host headroom {_gib(host['headroom_bytes'])} ({host['source']}); safety "
-                 f"margin {_gib(host['safety_margin_bytes'])}; cap {_gib(host['cap_bytes'])}.")
-    if not host["capped"]:
-        return lines + ["", f"The requested CPU tier ({_gib(host['requested_cpu_bytes'])}) fits."]
-    return lines + ["", (
-        f"**The requested CPU tier ({_gib(host['requested_cpu_bytes'])}) was capped to "
-        f"{_gib(host['recommended_cpu_bytes'])}**; every figure in this report is measured at "
-        f"the capped size. LRU token hit ratio on later time: "
-        f"{host['token_hit_ratio_lru_at_requested']:.4f} at the requested size, "
-        f"{host['token_hit_ratio_lru_at_cap']:.4f} at the cap.")]
+    lines.append(f"Host headroom {_gib(host.headroom_bytes)} ({host.source}); safety "
+                 f"margin {_gib(host.safety_margin_bytes)}; cap {_gib(host.cap_bytes)}.")
+    if not host.capped:
+        return lines + ["", f"The requested CPU tier ({_gib(host.requested_cpu_bytes)}) fits."]
+    text = (f"**The requested CPU tier ({_gib(host.requested_cpu_bytes)}) was capped to "
+            f"{_gib(host.recommended_cpu_bytes)}**; every figure in this report is measured at "
+            "the capped size.")
+    if host.token_hit_ratio_lru_at_requested is not None:
+        text += (f" LRU token hit ratio on later time: "
+                 f"{host.token_hit_ratio_lru_at_requested:.4f} at the requested size, "
+                 f"{host.token_hit_ratio_lru_at_cap:.4f} at the cap.")
+    return lines + ["", text]
 
 
 def _gib(size_bytes: int) -> str:
@@ -127,20 +139,18 @@ def _plots(rec: Recommendation, out: Path) -> list[Path]:
     except ImportError:
         return []
     paths = []
-    sweep = rec.evidence.get("sweep")
+    sweep = rec.evidence.sweep
     if sweep:
-        series = {f"priority {c} threshold": [(p["min_priority"], p["token_hit_ratio"])
-                                               for p in sweep if p["comparison"] == c]
+        series = {f"priority {c} threshold": [(p.min_priority, p.token_hit_ratio)
+                                               for p in sweep if p.comparison == c]
                   for c in ("ge", "gt")}
         paths.append(line_chart(out / "threshold_sweep.png",
                                 {k.replace("ge", ">=").replace("gt", ">"): v
                                  for k, v in series.items()},
                                 "offload threshold sweep (validation slice)",
                                 "offload_min_priority", "token hit ratio"))
-    ratios = rec.evidence.get("token_hit_ratio")
-    if ratios:
-        paths.append(bar_chart(out / "hit_ratio.png", ratios,
-                               "token hit ratio on later time", "token hit ratio"))
+    paths.append(bar_chart(out / "hit_ratio.png", _ratios(rec),
+                           "token hit ratio on later time", "token hit ratio"))
     return paths
 
 
@@ -155,7 +165,7 @@ def _default(value):
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-def _servers_text(servers: dict | None) -> str:
-    if not servers:
+def _servers_text(servers: PrefillServers | None) -> str:
+    if servers is None:
         return "one prefill server"
-    return f"{servers['servers']} prefill server(s) ({servers['source']})"
+    return f"{servers.servers} prefill server(s) ({servers.source})"

@@ -10,23 +10,13 @@ TRT-LLM writer places it where both rules agree.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from collector.events import RequestRecord
 from policy.learn.replay import IndexedAdmitter, Tiers, replay
+from policy.recommend.values import SweepPoint
 from policy.sim.policies.admission import COMPARISONS
 
 THRESHOLDS = (0, 10, 20, 30, 40, 50, 60, 70)
-
-
-@dataclass(frozen=True)
-class SweepPoint:
-    min_priority: int
-    comparison: str
-    token_hit_ratio: float
-    recompute_tokens: int
-    cpu_stores_total: int
-    note: str = ""
 
 
 def priority_scores(priority_by_offer: dict, comparison: str) -> dict:

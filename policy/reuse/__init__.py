@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 from collector.events import RequestRecord
 from policy.cost import CostParams
+from policy.recommend.values import encode
 from policy.reuse.collect import collect
 from policy.reuse.questions import (
     block_sizing,
@@ -26,16 +27,19 @@ __all__ = ["ReuseStats", "analyze", "collect", "render", "report_from_stats"]
 
 def analyze(records: Iterable[RequestRecord], params: CostParams = CostParams(), *,
             gpu_token_hit_ratio: float | None = None, ttft_slo_s: float | None = None,
-            top: int = 10, drop_below: float = 0.05) -> dict:
+            host_cap_bytes: int | None = None, top: int = 10, drop_below: float = 0.05) -> dict:
     """The reuse report of a trace (see :func:`report_from_stats`)."""
     return report_from_stats(collect(records), params, gpu_token_hit_ratio=gpu_token_hit_ratio,
-                             ttft_slo_s=ttft_slo_s, top=top, drop_below=drop_below)
+                             ttft_slo_s=ttft_slo_s, host_cap_bytes=host_cap_bytes, top=top,
+                             drop_below=drop_below)
 
 
 def report_from_stats(stats: ReuseStats, params: CostParams = CostParams(), *,
                       gpu_token_hit_ratio: float | None = None, ttft_slo_s: float | None = None,
-                      top: int = 10, drop_below: float = 0.05) -> dict:
-    """A JSON-ready dict: trace totals, the four answers, and the verdict."""
+                      host_cap_bytes: int | None = None, top: int = 10,
+                      drop_below: float = 0.05) -> dict:
+    """A JSON-ready dict: trace totals, the four answers, and the verdict (its JSON form,
+    :func:`policy.recommend.values.encode` of :func:`policy.reuse.verdict.verdict`)."""
     return {
         "trace": {"requests": stats.requests, "prompt_tokens": stats.prompt_tokens,
                   "block_refs": stats.block_refs, "duration_s": stats.duration_s,
@@ -44,6 +48,6 @@ def report_from_stats(stats: ReuseStats, params: CostParams = CostParams(), *,
         "reuse_timing": reuse_timing(stats),
         "block_sizing": block_sizing(stats, params),
         "drop": drop_candidates(stats, drop_below),
-        "offloading": verdict(stats, params, gpu_token_hit_ratio=gpu_token_hit_ratio,
-                              ttft_slo_s=ttft_slo_s),
+        "offloading": encode(verdict(stats, params, gpu_token_hit_ratio=gpu_token_hit_ratio,
+                                     ttft_slo_s=ttft_slo_s, host_cap_bytes=host_cap_bytes)),
     }

@@ -90,7 +90,7 @@ def test_analyze_json_and_report_files(tiny_trace, tmp_path, capsys):
     assert set(out) == {"trace", "shared_prefixes", "reuse_timing", "block_sizing", "drop",
                         "offloading"}
     # an unlimited GPU captures all the reuse: offloading cannot add anything
-    assert out["offloading"]["verdict"] == "wrong_optimisation"
+    assert out["offloading"]["verdict"] == "do_not_offload"
     assert (tmp_path / "report" / "reuse_report.json").exists()
     assert "Offloading verdict" in (tmp_path / "report" / "reuse_report.txt").read_text()
 

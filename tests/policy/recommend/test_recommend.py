@@ -69,16 +69,16 @@ def test_same_input_and_seed_give_the_same_recommendation(reco_dir):
 def test_unique_prompts_get_the_do_not_offload_verdict():
     records = [record(i, [1000 * i + j for j in range(4)]) for i in range(200)]
     rec = recommend(records, Inputs(gpu_blocks=50, cpu_blocks=200))
-    assert rec.verdict == "do_not_offload"
-    assert any("prompts are unique" in r for r in rec.reasons)
+    assert rec.verdict.outcome == "do_not_offload"
+    assert any("prompts are unique" in r.name for r in rec.verdict.reasons if r.holds)
     assert rec.settings.cpu_tier_bytes == 0
 
 
 def test_a_gpu_that_holds_the_working_set_is_not_the_limit():
     records = [record(i, [1, 2, 3, 10 + i % 5]) for i in range(200)]
     rec = recommend(records, Inputs(gpu_blocks=1000, cpu_blocks=200))
-    assert rec.verdict == "do_not_offload"
-    assert any("GPU memory is not the limit" in r for r in rec.reasons)
+    assert rec.verdict.outcome == "do_not_offload"
+    assert any("GPU memory is not the limit" in r.name for r in rec.verdict.reasons if r.holds)
 
 
 def test_verb_refuses_both_or_neither_source():

@@ -60,7 +60,7 @@ def test_block_sizing_break_even():
 def test_unique_prompts_mean_offloading_is_the_wrong_optimisation():
     records = [request([i, 1000 + i], t=float(i)) for i in range(50)]
     offload = analyze(records)["offloading"]
-    assert offload["verdict"] == "wrong_optimisation"
+    assert offload["verdict"] == "do_not_offload"
     assert offload["reasons"][0]["holds"] is True
 
 
@@ -69,12 +69,12 @@ def test_gpu_that_already_captures_the_reuse_means_no_offload():
     gpu_reason = report["offloading"]["reasons"][1]
     assert report["shared_prefixes"]["ideal_token_hit_ratio"] == pytest.approx(20 / 36)
     assert gpu_reason["holds"] is False
-    assert analyze(small_trace(), gpu_token_hit_ratio=0.55)["offloading"]["verdict"] == "wrong_optimisation"
+    assert analyze(small_trace(), gpu_token_hit_ratio=0.55)["offloading"]["verdict"] == "do_not_offload"
 
 
 def test_worth_trying_when_reuse_outgrows_the_gpu_and_promotions_fit_the_slo():
     report = analyze(small_trace(), gpu_token_hit_ratio=0.1, ttft_slo_s=1.0)
-    assert report["offloading"]["verdict"] == "worth_trying"
+    assert report["offloading"]["verdict"] == "offload"
 
 
 def test_report_is_json_and_renders(mooncake_path):
