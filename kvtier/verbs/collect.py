@@ -159,7 +159,7 @@ def _serve(args) -> int:
             if host is not None:
                 warn_if_exposed("collect", "--vllm-events", host, endpoint.rsplit(":", 1)[-1])
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # each stops it cleanly
         signal.signal(sig, lambda *_: stop.set())
     print(f"kvtier collect: storing into {config.store_path}", flush=True)
     if service.metrics is not None:

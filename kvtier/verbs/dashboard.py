@@ -48,14 +48,42 @@ def streamlit_command(args) -> list[str]:
     return command
 
 
+STOP_TIMEOUT_S = 10.0
+
+
 def run(args) -> int:
+    from kvtier.signals import stop_on_signals
+
     command = streamlit_command(args)
     print(f"kvtier dashboard: http://{args.host}:{args.port}/ (segments {Path(args.segments).resolve()}); "
-          "Ctrl-C stops it", flush=True)
-    child = subprocess.Popen(command)
-    try:
-        return child.wait()
-    except KeyboardInterrupt:
-        child.terminate()
-        child.wait(timeout=10)
-        raise
+          "Ctrl-C (or SIGTERM, SIGHUP) stops it", flush=True)
+    with stop_on_signals():
+        # its own process group: stopping the group stops whatever Streamlit started too
+        child = subprocess.Popen(command, start_new_session=True)
+        try:
+            return child.wait()
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP: a service's normal end
+            print("kvtier dashboard: stopped", flush=True)
+            return 0
+        finally:
+            stop_group(child)
+
+
+def stop_group(child: subprocess.Popen, timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """SIGTERM to the child's process group, SIGKILL if it is still there after ``timeout_s``."""
+    import os
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(child.pid, sig)
+        except ProcessLookupError:  # the group is gone
+            break
+        try:
+            child.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            continue
+        try:  # the leader is gone; wait for the rest of its group
+            os.killpg(child.pid, 0)
+        except ProcessLookupError:
+            break

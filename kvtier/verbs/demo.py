@@ -16,9 +16,12 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from kvtier.demo.run import DemoConfig, run_demo
     from kvtier.demo.live import DemoSlice
+    from kvtier.demo.run import DemoConfig, run_demo
+    from kvtier.signals import stop_on_signals
 
-    run_demo(DemoConfig(Path(args.out), Path(args.trace) if args.trace else None, DemoSlice(requests=args.requests),
-                        recommend=not args.no_recommendation))
+    # SIGTERM/SIGHUP as Ctrl-C: the engine stops, the store keeps what was flushed
+    with stop_on_signals():
+        run_demo(DemoConfig(Path(args.out), Path(args.trace) if args.trace else None,
+                            DemoSlice(requests=args.requests), recommend=not args.no_recommendation))
     return 0

@@ -60,15 +60,11 @@ def _default_id(args) -> str:
     return "-".join(parts)
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 def run(args) -> int:
-    import signal
     import threading
 
     from kvtier.errors import KvtierError
+    from kvtier.signals import stop_on_signals
     from refengine.server import EngineServer, ServerSettings
 
     config = config_from_args(args)
@@ -79,17 +75,18 @@ def run(args) -> int:
     torch.set_num_threads(args.torch_threads)  # process-wide: this is the process's entry point
     settings = ServerSettings(host=args.host, port=args.port, kv_events_endpoint=args.kv_events,
                               kv_events_replay_endpoint=args.kv_events_replay, store_path=args.store)
-    server = EngineServer(config, settings).start()
-    signal.signal(signal.SIGTERM, _interrupt)  # stop cleanly: flush the store, close sockets
-    try:
-        print(f"reference engine on {server.url} (model kvtier-reference, tiers {config.tiers.config_id})")
-        if server.publisher is not None:
-            print(f"KV events on {server.publisher.endpoint}"
-                  + (f", replay {server.publisher.replay_endpoint}" if server.publisher.replay_endpoint else ""))
-        print("Ctrl-C stops it.", flush=True)
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
+    # Ctrl-C, SIGTERM and SIGHUP stop it cleanly: flush the store, close sockets
+    with stop_on_signals():
+        server = EngineServer(config, settings).start()
+        try:
+            print(f"reference engine on {server.url} (model kvtier-reference, tiers {config.tiers.config_id})")
+            if server.publisher is not None:
+                print(f"KV events on {server.publisher.endpoint}"
+                      + (f", replay {server.publisher.replay_endpoint}" if server.publisher.replay_endpoint else ""))
+            print("Ctrl-C stops it.", flush=True)
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.stop()
     return 0

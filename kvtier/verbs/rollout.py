@@ -38,8 +38,10 @@ def run(args) -> int:
     import sys
 
     from kvtier.rollout.from_args import run_from_args
+    from kvtier.signals import stop_on_signals
 
-    report = run_from_args(args, progress=lambda line: print(line, file=sys.stderr))
+    with stop_on_signals():  # SIGTERM/SIGHUP stop it as Ctrl-C does: rows stored so far stay
+        report = run_from_args(args, progress=lambda line: print(line, file=sys.stderr))
     if args.json:
         print(json.dumps(report.to_dict()))
     else:
