@@ -13,7 +13,7 @@ STAMP := $(VENV)/.kvtier-installed
 # managers, config classes): the official wheel without CUDA deps, beside the main venv.
 VLLM_SIDE := $(VENV)-vllm
 
-.PHONY: demo test bench install clean
+.PHONY: demo test bench install ext clean
 
 install: $(STAMP)
 
@@ -22,6 +22,10 @@ $(STAMP): pyproject.toml
 	$(PIP) install --quiet "$(TORCH_SPEC)"
 	$(PIP) install --quiet -e ".[test]"
 	touch $(STAMP)
+
+# the compiled extensions, in place (a checkout run with PYTHONPATH=. needs them)
+ext: $(STAMP)
+	$(VENV)/bin/python setup.py build_ext --inplace
 
 demo: $(STAMP)
 	$(VENV)/bin/kvtier demo

@@ -1,16 +1,22 @@
 """vLLM probe benchmark: KV events from a ZMQ stream into the store, and the spec wrapper's cost.
 
-Run: ``python benchmarks/vllm_events.py --json`` (prints one JSON object). Small by default
-(a few seconds); ``--batches``/``--events-per-batch`` scale it.
+Run: ``python benchmarks/vllm_events.py --json`` (prints one JSON object; about a minute;
+``--frames``/``--events-per-frame``/``--repeat`` scale it).
 
-* ``events_per_s``: block events decoded and committed per second, end to end: a PUB socket
-  on 127.0.0.1 sends vLLM-format frames (``[topic, seq, msgpack [ts, events, dp]]``, map
-  events, uint64 hashes), the :class:`probes.vllm.tap.VllmEventTap` decodes them and a
-  :class:`collector.store.TraceStore` (in memory) ingests every batch. Sender and tap share
-  one thread, as the frames are queued before the tap drains them. The tap coalesces the
-  frames it drains in one poll into one store batch (``coalesce_frames``, what the
-  collector should run); ``events_per_s_uncoalesced`` is one store batch per vLLM batch,
-  measured on a tenth of the frames (the store's fixed cost per batch dominates it).
+* ``events_per_s``: block events decoded and committed per second, end to end. A publisher
+  process (as an engine is) sends ``--frames`` vLLM-format frames (``[topic, seq, msgpack
+  [ts, events, dp]]``, map events, uint64 hashes) on 127.0.0.1; once all are queued at the
+  tap's socket, the :class:`probes.vllm.tap.VllmEventTap` drains them as the collector runs it
+  (coalescing the frames of each poll, up to ``max_rows_per_batch`` rows per store batch) into
+  a file-backed :class:`collector.store.TraceStore`; the clock runs from the first poll to the
+  last commit. Best of ``--repeat`` runs. Two shapes: ``stored`` (one ``BlockStored`` of
+  ``--events-per-frame`` hashes per frame, alternately GPU and CPU) and ``mixed`` (what a vLLM
+  step sends: ``BlockStored`` events of 4 hashes with their 64 token ids, group index and spec
+  kind, and single-hash GPU ``BlockRemoved`` events, 4 of every 5 block events stored).
+* ``..._general_decoder``: the same with ``fast_decode=False`` (every frame decoded by the
+  general msgpack decoder, the pre-compiled path), measured in the same run: the baseline.
+* ``events_per_s_uncoalesced``: one store batch per vLLM frame, on a tenth of the frames (the
+  store's fixed cost per batch dominates it).
 * ``spec_overhead_ratio``: time of a fixed sequence of manager calls (prepare_store /
   complete_store with evictions, lookup, prepare_load / complete_load) through kvtier's
   ``RecordingOffloadingManager`` divided by the same calls on vLLM's bare
@@ -28,9 +34,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -38,44 +46,94 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def events_per_s(batches: int, per_batch: int, coalesce: bool = True) -> float:
+def frame_payloads(frames: int, per_frame: int, shape: str) -> list[bytes]:
     import msgpack
+
+    out = []
+    for i in range(frames):
+        base = 2**63 + i * per_frame
+        if shape == "stored":
+            events = [{"type": "BlockStored", "block_hashes": [base + j for j in range(per_frame)],
+                       "parent_block_hash": None, "token_ids": [], "block_size": 16,
+                       "lora_id": None, "medium": "GPU" if i % 2 else "CPU", "lora_name": None}]
+        else:
+            events = []
+            for j in range(0, per_frame, 5):
+                events.append({"type": "BlockStored", "block_hashes": [base + j + k for k in range(4)],
+                               "parent_block_hash": base + j - 1, "token_ids": list(range(64)),
+                               "block_size": 16, "lora_id": None, "medium": "GPU",
+                               "lora_name": None, "group_idx": 0,
+                               "kv_cache_spec_kind": "full_attention"})
+                events.append({"type": "BlockRemoved", "block_hashes": [base + j + 4],
+                               "medium": "GPU", "group_idx": 0})
+        out.append(msgpack.packb([1.7e9 + i * 1e-3, events, 0]))
+    return out
+
+
+def _publish(endpoint: str, frames: int, per_frame: int, shape: str, attached, go, sent) -> None:
     import zmq
 
+    payloads = frame_payloads(frames, per_frame, shape)
+    ctx = zmq.Context()
+    pub = ctx.socket(zmq.XPUB)
+    pub.setsockopt(zmq.SNDHWM, 0)
+    pub.connect(endpoint)
+    pub.recv()  # the tap's subscription: nothing sent from here on is lost
+    attached.set()
+    go.wait()
+    for seq, body in enumerate(payloads):
+        pub.send_multipart([b"", seq.to_bytes(8, "big"), body])
+    pub.close(linger=-1)
+    ctx.term()  # returns once every frame has left
+    sent.set()
+
+
+def events_per_s(frames: int, per_frame: int, shape: str, *, fast: bool = True,
+                 coalesce: bool = True, folder: str) -> float:
+    """One run: frames queued at the tap by a publisher process, then drained into a file."""
     from collector.store import TraceStore
     from probes.vllm.tap import VllmEventTap, VllmTapConfig
 
-    store = TraceStore(":memory:")
+    store = TraceStore(Path(tempfile.mkdtemp(dir=folder)) / "bench.duckdb")
     stored = [0]
     tap = VllmEventTap(VllmTapConfig(endpoints=("tcp://127.0.0.1:0",), bind=True,
-                                     coalesce_frames=coalesce),
+                                     coalesce_frames=coalesce, fast_decode=fast,
+                                     receive_hwm=frames + 10),
                        lambda b: stored.__setitem__(0, stored[0] + store.ingest(b).block_events))
     (endpoint,) = tap.open()
-    pub = zmq.Context.instance().socket(zmq.XPUB)
-    pub.setsockopt(zmq.SNDHWM, 0)
-    pub.connect(endpoint)
-    for _ in range(200):  # wait for the subscription (the bound SUB attaches when polled)
+    spawn = multiprocessing.get_context("spawn")
+    attached, go, sent = spawn.Event(), spawn.Event(), spawn.Event()
+    publisher = spawn.Process(target=_publish,
+                              args=(endpoint, frames, per_frame, shape, attached, go, sent))
+    publisher.start()
+    while not attached.is_set():  # a bound SUB attaches its peers when it is used
         tap.poll(0.01)
-        if pub.poll(10):
-            pub.recv()
-            break
-    payloads = [msgpack.packb([1.7e9 + i, [
-        {"type": "BlockStored", "block_hashes": [2**63 + i * per_batch + j for j in range(per_batch)],
-         "parent_block_hash": None, "token_ids": [], "block_size": 16, "lora_id": None,
-         "medium": "GPU" if i % 2 else "CPU", "lora_name": None}], 0]) for i in range(batches)]
+    go.set()
+    sent.wait(300)  # all frames now wait in the tap's queue
+    want = frames * per_frame
     started = time.perf_counter()
-    for seq, body in enumerate(payloads):
-        pub.send_multipart([b"", seq.to_bytes(8, "big"), body])
-        if seq % 64 == 63:
-            tap.poll(0)
-    while stored[0] < batches * per_batch:
-        if not tap.poll(1.0) and stored[0] < batches * per_batch:
-            if time.perf_counter() - started > 60:
-                raise RuntimeError(f"stalled at {stored[0]} events")
+    while stored[0] < want:
+        if not tap.poll(0.5) and time.perf_counter() - started > 300:
+            raise RuntimeError(f"stalled at {stored[0]} of {want} events")
     elapsed = time.perf_counter() - started
+    publisher.join()
     tap.close()
-    pub.close(linger=0)
+    store.close()
     return stored[0] / elapsed
+
+
+def stream_figures(frames: int, per_frame: int, repeat: int) -> dict:
+    with tempfile.TemporaryDirectory() as folder:
+        events_per_s(50, per_frame, "mixed", folder=folder)  # warm-up: imports, first Arrow call
+        out = {}
+        for shape, prefix in (("stored", "events_per_s"), ("mixed", "events_per_s_mixed")):
+            for fast, suffix in ((True, ""), (False, "_general_decoder")):
+                out[prefix + suffix] = round(max(
+                    events_per_s(frames, per_frame, shape, fast=fast, folder=folder)
+                    for _ in range(repeat)))
+        out["events_per_s_uncoalesced"] = round(events_per_s(
+            max(1, frames // 10), per_frame, "stored", coalesce=False, folder=folder))
+    return out
 
 
 def spec_overhead(rounds: int = 3000, repeats: int = 7) -> dict:
@@ -142,19 +200,21 @@ def spec_overhead_anywhere() -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--batches", type=int, default=2000)
-    parser.add_argument("--events-per-batch", type=int, default=50)
+    parser.add_argument("--frames", type=int, default=20_000, help="vLLM frames per run")
+    parser.add_argument("--events-per-frame", type=int, default=50,
+                        help="block events per frame (a multiple of 5)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per figure (best is kept)")
     parser.add_argument("--spec-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.spec_only:
         print(json.dumps(spec_overhead()))
         return 0
-    result = {"events_per_s": round(events_per_s(args.batches, args.events_per_batch)),
-              "events_per_s_uncoalesced": round(events_per_s(
-                  max(1, args.batches // 10), args.events_per_batch, coalesce=False)),
+    if args.events_per_frame < 5 or args.events_per_frame % 5:
+        parser.error(f"--events-per-frame must be a positive multiple of 5, got {args.events_per_frame}")
+    result = {**stream_figures(args.frames, args.events_per_frame, args.repeat),
               **{name: None if value is None else round(value, 3)
                  for name, value in spec_overhead_anywhere().items()},
-              "batches": args.batches, "events_per_batch": args.events_per_batch}
+              "frames": args.frames, "events_per_frame": args.events_per_frame}
     print(json.dumps(result) if args.json else "\n".join(f"{k}: {v}" for k, v in result.items()))
     return 0
 

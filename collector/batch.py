@@ -11,7 +11,7 @@ from typing import Iterable
 
 import pyarrow as pa
 
-from collector.columns import Rejections, empty_table, rows_to_table
+from collector.columns import Rejections, columns_table, empty_table, rows_to_table
 from collector.events import BlockEvent, Origin, RequestRecord
 
 
@@ -49,6 +49,17 @@ class EventBatch:
         reqs, more = rows_to_table(RequestRecord, requests)
         rejected.update(more)
         return cls(origin, sequence, events, reqs, rejected)
+
+    @classmethod
+    def from_columns(cls, origin: Origin, sequence: int, block_events: dict,
+                     nulls: dict | None = None, rejected: Rejections | None = None) -> "EventBatch":
+        """Build a batch of block events from whole numpy columns (no Python object per row;
+        see :func:`collector.columns.columns_table`). ``rejected`` counts rows the producer
+        already left out; rows the schema refuses here are added to it."""
+        events, more = columns_table(BlockEvent, block_events, nulls)
+        counted = Rejections(rejected or {})
+        counted.update(more)
+        return cls(origin, sequence, events, empty_table(RequestRecord), counted)
 
     @classmethod
     def empty(cls, origin: Origin, sequence: int) -> "EventBatch":

@@ -223,6 +223,58 @@ def unknown_codes(column: Column, codes: np.ndarray, mask: np.ndarray | None = N
     return bad & ~mask if mask is not None else bad
 
 
+# ---------------------------------------------------------------- arrays -> Arrow
+
+def columns_table(record_type: type, values: dict[str, np.ndarray],
+                  nulls: dict[str, np.ndarray] | None = None) -> tuple[pa.Table, Rejections]:
+    """Build a validated table from whole columns, with no Python object per row.
+
+    ``values`` maps column names to numpy arrays of one length (enum columns as their int
+    codes); ``nulls`` maps names to boolean masks (True = null). Columns not given are all
+    null; leaving out a required column is a ``ValueError``. Rows with an unknown enum code or
+    a value outside the schema's range are dropped and counted, as in :func:`rows_to_table`.
+    """
+    nulls = nulls or {}
+    unknown = set(values) - {c.name for c in _COLUMNS[record_type]}
+    if unknown:
+        raise ValueError(f"unknown columns {sorted(unknown)}; the schema has "
+                         f"{[c.name for c in _COLUMNS[record_type]]}")
+    lengths = {len(v) for v in values.values()}
+    if len(lengths) > 1:
+        raise ValueError(f"columns differ in length: {sorted(lengths)}")
+    n = lengths.pop() if lengths else 0
+    rejections = Rejections()
+    arrays, bad = {}, None
+    for column in _COLUMNS[record_type]:
+        if column.name not in values:
+            if not column.nullable:
+                raise ValueError(f"required column {column.name!r} is missing")
+            arrays[column.name] = pa.nulls(n, column.arrow_type)
+            continue
+        mask = nulls.get(column.name)
+        if mask is not None and not mask.any():
+            mask = None
+        if mask is not None and not column.nullable:
+            raise ValueError(f"column {column.name!r} cannot hold nulls")
+        if column.enum_type is None:
+            arrays[column.name] = pa.array(values[column.name], type=column.arrow_type, mask=mask)
+            continue
+        codes = values[column.name]
+        wrong = unknown_codes(column, codes, mask)
+        if wrong.any():
+            rejections.add(f"unknown {ENUM_SQL_NAMES[column.enum_type]}", int(wrong.sum()),
+                           int(codes[wrong][0]))
+            bad = wrong if bad is None else bad | wrong
+            codes = np.where(wrong, 0, codes)
+        arrays[column.name] = enum_array(column, codes.astype(np.int8, copy=False), mask)
+    table = pa.table(arrays)
+    if bad is not None:
+        table = table.filter(pa.array(~bad))
+    table, more = validate_table(record_type, table)
+    rejections.update(more)
+    return table, rejections
+
+
 # ---------------------------------------------------------------- vectorised checks
 
 def validate_table(record_type: type, table: pa.Table) -> tuple[pa.Table, Rejections]:

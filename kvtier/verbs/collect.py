@@ -189,8 +189,10 @@ def _taps(args, instance: str) -> tuple[list, dict[str, str]]:
         from probes.vllm.tap import VllmEventTap, VllmTapConfig
 
         try:  # the user typed the address: a non-loopback bind is warned about, not refused
+            # one store batch per stream per poll: the store's cost is per batch
             config = VllmTapConfig(endpoints=tuple(args.vllm_events), bind=not args.vllm_connect,
-                                   instance=instance, allow_all_interfaces=True)
+                                   instance=instance, allow_all_interfaces=True,
+                                   coalesce_frames=True)
         except ValueError as error:
             raise KvtierError(f"--vllm-events: {error}") from None
         taps.append(functools.partial(VllmEventTap, config))

@@ -22,26 +22,47 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from collector.batch import EventBatch
+from collector.columns import Rejections
 from collector.events import Origin
-from probes.vllm.wire import DecodedBatch, Frame, FrameError, decode_payload, split_frame
+from probes.vllm.streams import StreamState
 from probes.vllm.tap_config import TapStats, VllmTapConfig
-from probes.vllm.streams import StreamState, apply_residency
+from probes.vllm.wire import Frame, FrameError, decode_payload, decoded_columns, split_frame
 
 log = logging.getLogger(__name__)
 
 __all__ = ["TapStats", "VllmEventTap", "VllmTapConfig"]
 
 
+def _wire_columns():
+    try:
+        from probes.vllm import wire_columns
+    except ImportError as error:  # a checkout whose extensions were never built
+        raise ImportError(f"{error}; build kvtier's compiled extensions: `make ext` in a "
+                          "checkout (pip install builds them)") from None
+    return wire_columns
+
+
 @dataclass
 class _Stream:
+    """One publisher's progress, and its rows (GPU residency applied) since the last flush."""
+
     state: StreamState
     source: str
-    resident_gpu: set = field(default_factory=set)
-    pending_rows: list = field(default_factory=list)
+    rows: object  # wire_columns.StreamColumns
     pending_seq: int | None = None
+    rejected: Rejections = field(default_factory=Rejections)
+
+
+class _Decoded(NamedTuple):
+    """A frame whose rows wait in the tap's frame buffer."""
+
+    frame: Frame
+    dp_rank: int | None
+    bad_events: int = 0
+    rejected: Rejections | None = None
 
 
 class VllmEventTap:
@@ -56,6 +77,8 @@ class VllmEventTap:
         self.config = config
         self._on_batch = on_batch
         self._clock = clock
+        self._columns = _wire_columns()
+        self._frame_rows = self._columns.FrameColumns()
         self.stats = TapStats()
         self._streams: dict[tuple[bytes, int], _Stream] = {}
         self._ctx = self._sub = self._poller = None
@@ -84,6 +107,7 @@ class VllmEventTap:
         self._sub = self._ctx.socket(zmq.SUB)
         self._sub.setsockopt(zmq.MAXMSGSIZE, self.config.max_message_bytes)
         self._sub.setsockopt(zmq.LINGER, 0)
+        self._sub.setsockopt(zmq.RCVHWM, self.config.receive_hwm)
         self._sub.setsockopt(zmq.SUBSCRIBE, self.config.topic.encode())
         self._bound = []
         for endpoint in self.config.endpoints:
@@ -145,16 +169,16 @@ class VllmEventTap:
         decoded = self._decode(parts)
         if decoded is None:
             return 0
-        frame, batch = decoded
-        key = (frame.topic, batch.dp_rank or 0)
+        key = (decoded.frame.topic, decoded.dp_rank or 0)
         stream = self._stream(key)
-        verdict = stream.state.accept_live(frame.seq, heal_from_zero=self.config.heal_from_zero)
+        verdict = stream.state.accept_live(decoded.frame.seq,
+                                           heal_from_zero=self.config.heal_from_zero)
         if verdict == "restart":
             self._new_incarnation(key, stream)
         elif verdict == "gap":
             self.stats.gaps += 1
         self._ask_replay(key)
-        return self._deliver(stream, frame.seq, batch)
+        return self._deliver(stream, decoded)
 
     def _on_replay(self, rank: int, parts: list[bytes]) -> int:
         if parts and parts[0] == b"":
@@ -165,20 +189,33 @@ class VllmEventTap:
         decoded = self._decode(parts)
         if decoded is None:
             return 0
-        frame, batch = decoded
-        stream = self._streams.get((frame.topic, batch.dp_rank or 0))
-        if stream is None or not stream.state.accept_replayed(frame.seq):
+        stream = self._streams.get((decoded.frame.topic, decoded.dp_rank or 0))
+        if stream is None or not stream.state.accept_replayed(decoded.frame.seq):
             self.stats.replay_duplicates += 1
+            self._frame_rows.clear()
             return 0
         self.stats.replayed_batches += 1
-        return self._deliver(stream, frame.seq, batch)
+        return self._deliver(stream, decoded)
 
-    def _decode(self, parts: list[bytes]) -> tuple[Frame, DecodedBatch] | None:
+    def _decode(self, parts: list[bytes]) -> _Decoded | None:
+        """Split and decode a frame into the frame buffer: the compiled walker, or for a frame
+        it leaves alone (or with ``fast_decode`` off) the general decoder."""
+        rows = self._frame_rows
+        rows.clear()
         try:
             frame = split_frame(parts)
             if frame.seq < 0:
                 raise FrameError(f"negative sequence {frame.seq} outside a replay")
-            return frame, decode_payload(frame.payload, max_bytes=self.config.max_message_bytes)
+            if len(frame.payload) > self.config.max_message_bytes:
+                raise FrameError(f"payload of {len(frame.payload)} bytes exceeds "
+                                 f"max_bytes={self.config.max_message_bytes}")
+            if self.config.fast_decode and rows.add_payload(frame.payload) == self._columns.DECODED:
+                return _Decoded(frame, None if rows.dp_rank < 0 else rows.dp_rank)
+            batch = decode_payload(frame.payload, max_bytes=self.config.max_message_bytes)
+            values, clears, rejected = decoded_columns(batch)
+            rows.add_rows(batch.ts_s, *values.values(), clears=clears)
+            self.stats.fallback_frames += 1
+            return _Decoded(frame, batch.dp_rank, batch.bad_events, rejected)
         except FrameError as exc:
             self.stats.bad_frames += 1
             level = logging.WARNING if self.stats.bad_frames <= 10 else logging.DEBUG
@@ -191,7 +228,7 @@ class VllmEventTap:
     def _stream(self, key: tuple[bytes, int]) -> _Stream:
         stream = self._streams.get(key)
         if stream is None:
-            stream = _Stream(StreamState(), self._source_name(key, 0))
+            stream = _Stream(StreamState(), self._source_name(key, 0), self._columns.StreamColumns())
             self._streams[key] = stream
         return stream
 
@@ -205,11 +242,13 @@ class VllmEventTap:
         self._flush(stream)  # queued rows belong to the old incarnation's source
         self.stats.restarts += 1
         stream.source = self._source_name(key, stream.state.epoch)
-        stream.resident_gpu.clear()  # a restarted engine starts with an empty GPU cache
+        stream.rows.forget_residency()  # a restarted engine starts with an empty GPU cache
         log.info("vLLM KV-event tap: publisher %s restarted (sequence went back)", key)
 
     def _ask_replay(self, key: tuple[bytes, int]) -> None:
         stream = self._streams[key]
+        if not stream.state.gaps:
+            return
         rank = key[1]
         endpoints = dict(self.config.replay_endpoints)
         if rank not in endpoints:
@@ -260,19 +299,22 @@ class VllmEventTap:
 
     # ------------------------------------------------------------------ delivery
 
-    def _deliver(self, stream: _Stream, seq: int, decoded: DecodedBatch) -> int:
-        """Queue one frame's rows; without coalescing, hand them over at once.
+    def _deliver(self, stream: _Stream, decoded: _Decoded) -> int:
+        """Move one frame's rows to its stream; without coalescing, hand them over at once.
 
         Coalescing is safe for idempotency: a stream delivers each publisher sequence at
         most once (replays fill only missing ones), so the largest sequence in a coalesced
         batch names it uniquely within its source.
         """
-        stream.pending_rows.extend(self._with_residency(stream, decoded))
+        stream.rows.absorb(self._frame_rows, self.config.max_tracked_blocks)
+        seq = decoded.frame.seq
         stream.pending_seq = seq if stream.pending_seq is None else max(stream.pending_seq, seq)
+        if decoded.rejected:
+            stream.rejected.update(decoded.rejected)
         self.stats.batches += 1
         self.stats.bad_events += decoded.bad_events
         if (not self.config.coalesce_frames
-                or len(stream.pending_rows) >= self.config.max_rows_per_batch):
+                or len(stream.rows) >= self.config.max_rows_per_batch):
             self._flush(stream)
         return 1
 
@@ -280,8 +322,13 @@ class VllmEventTap:
         if stream.pending_seq is None:
             return
         origin = Origin(self.config.engine, self.config.instance, stream.source)
-        batch = EventBatch.from_rows(origin, stream.pending_seq, block_events=stream.pending_rows)
-        stream.pending_rows, stream.pending_seq = [], None
+        columns = stream.rows.take()
+        del columns["clears"]  # already expanded into evicts
+        nulls = {"parent_hash": columns.pop("parent_null"), "tokens": columns["tokens"] < 0,
+                 "tier_from": columns["tier_from"] < 0, "tier_to": columns["tier_to"] < 0}
+        batch = EventBatch.from_columns(origin, stream.pending_seq, columns, nulls,
+                                        rejected=stream.rejected)
+        stream.pending_seq, stream.rejected = None, Rejections()
         self.stats.ingest_batches += 1
         self.stats.block_events += batch.block_events.num_rows
         self.stats.bad_events += sum(batch.rejected.values())
@@ -296,9 +343,6 @@ class VllmEventTap:
         """Hand over every coalesced batch now (``poll`` does this before it returns)."""
         for stream in self._streams.values():
             self._flush(stream)
-
-    def _with_residency(self, stream: _Stream, decoded: DecodedBatch) -> list[dict]:
-        return apply_residency(stream.resident_gpu, decoded, self.config.max_tracked_blocks)
 
     def snapshot(self) -> dict:
         """Per-stream progress, for logs and the collector's health output."""

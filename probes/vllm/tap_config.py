@@ -15,7 +15,12 @@ class VllmTapConfig:
     needs ``allow_all_interfaces``. ``heal_from_zero`` asks the replay socket for the
     sequences before the first one seen (a tap that joins late, or ZMQ's slow-joiner loss).
     ``coalesce_frames`` hands over one batch per stream per :meth:`poll` instead of one per
-    vLLM batch (the store pays a fixed cost per batch; up to ``max_rows_per_batch`` rows).
+    vLLM batch (the store pays a fixed cost per batch, and DuckDB writes batches of at least a
+    row group, 122,880 rows, straight to the file; up to ``max_rows_per_batch`` rows).
+    ``receive_hwm`` is the SUB socket's queue in frames: ZMQ drops frames silently once it is
+    full, so it absorbs the frames that arrive while a batch is committed.
+    ``fast_decode`` decodes payloads with the compiled walker and leaves only frames it is not
+    sure of to the general decoder; off, every frame takes the general decoder (a baseline).
     ``engine`` names the producer in the records: SGLang's ``--kv-events-config`` publishes
     the same wire format (without ``medium``, so every block reads as GPU).
     """
@@ -27,7 +32,9 @@ class VllmTapConfig:
     instance: str = "vllm"
     engine: str = "vllm"
     coalesce_frames: bool = False
-    max_rows_per_batch: int = 50_000
+    max_rows_per_batch: int = 250_000
+    receive_hwm: int = 10_000
+    fast_decode: bool = True
     heal_from_zero: bool = False
     replay_timeout_s: float = 2.0
     max_message_bytes: int = 64 << 20
@@ -51,7 +58,7 @@ class VllmTapConfig:
         if len(set(ranks)) != len(ranks) or any(not isinstance(r, int) or r < 0 for r in ranks):
             raise ValueError(f"replay_endpoints need distinct dp ranks >= 0, got {ranks}")
         for name in ("replay_timeout_s", "max_message_bytes", "max_tracked_blocks",
-                     "max_rows_per_batch"):
+                     "max_rows_per_batch", "receive_hwm"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
         for name in ("instance", "engine"):
@@ -93,7 +100,8 @@ class TapStats:
     """Counters since the tap started. ``batches`` counts vLLM batches (frames) decoded,
     ``ingest_batches`` the ``EventBatch``es handed over; ``lost_batches`` were missing and
     not replayable; ``bad_events`` were skipped inside good frames (by the decoder or the
-    schema's checks)."""
+    schema's checks); ``fallback_frames`` were decoded by the general decoder because the
+    compiled walker was not sure of them (or ``fast_decode`` was off)."""
 
     batches: int = 0
     ingest_batches: int = 0
@@ -108,3 +116,4 @@ class TapStats:
     lost_batches: int = 0
     restarts: int = 0
     callback_errors: int = 0
+    fallback_frames: int = 0

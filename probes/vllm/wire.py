@@ -28,6 +28,7 @@ Anything malformed raises :class:`FrameError`; the caller counts it and moves on
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from collector.events import UINT64_MAX, Outcome, Tier, block_hash_from_bytes
 
@@ -53,8 +54,7 @@ class FrameError(ValueError):
     """A frame or payload that does not follow the wire format."""
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
+class Frame(NamedTuple):  # a tuple, not a frozen dataclass: one is built per frame
     """One live or replayed message: topic, publisher sequence number, raw payload."""
 
     topic: bytes
@@ -88,7 +88,7 @@ def split_frame(parts: list[bytes]) -> Frame:
         parts = [b"", *parts]
     if len(parts) != 3:
         raise FrameError(f"expected 3 frames [topic, seq, payload], got {len(parts)}")
-    topic, seq_bytes, payload = (bytes(p) for p in parts)
+    topic, seq_bytes, payload = (p if type(p) is bytes else bytes(p) for p in parts)
     if len(seq_bytes) != SEQ_BYTES:
         raise FrameError(f"sequence frame must be {SEQ_BYTES} bytes, got {len(seq_bytes)}")
     return Frame(topic, int.from_bytes(seq_bytes, "big", signed=True), payload)
@@ -202,3 +202,39 @@ def medium_to_tier(medium) -> Tier:
     if name in ("STORAGE", "DISK"):
         return Tier.COLD
     raise FrameError(f"unknown medium {medium!r}; known: GPU, CPU, STORAGE")
+
+
+def decoded_columns(decoded: DecodedBatch):
+    """The general decoder's rows as the columns :class:`FrameColumns.add_rows` takes
+    (``probes/vllm/wire_columns.pyx``), with the clear positions and the rows the schema
+    would refuse (a ``block_size`` that is a bool or beyond INTEGER) left out and counted."""
+    import numpy as np
+
+    from collector.columns import Rejections
+
+    rejected = Rejections()
+    kept, clears, at = [], [], dict(decoded.cleared)
+    for i, row in enumerate(decoded.events + (None,)):
+        if i in at:
+            clears.append(len(kept))
+        if row is None:
+            break
+        tokens = row.get("tokens")
+        if tokens is not None and (isinstance(tokens, bool) or not tokens < 2**31):
+            rejected.add("wrong type for tokens", example=tokens)
+            continue
+        kept.append(row)
+
+    def column(name, dtype, absent):
+        values = [row.get(name) for row in kept]
+        return np.array([absent if v is None else int(v) if dtype != np.float64 else v
+                         for v in values], dtype)
+
+    parents = [row.get("parent_hash") for row in kept]
+    values = {"time_s": column("time_s", np.float64, 0.0), "kind": column("kind", np.int8, 0),
+              "block_hash": column("block_hash", np.uint64, 0),
+              "parent_hash": np.array([p or 0 for p in parents], np.uint64),
+              "parent_null": np.array([p is None for p in parents], np.uint8),
+              "tokens": column("tokens", np.int32, -1),
+              "tier_from": column("tier_from", np.int8, -1), "tier_to": column("tier_to", np.int8, -1)}
+    return values, clears, rejected

@@ -117,6 +117,7 @@ def test_real_vllm_publisher_gap_replay_and_restart(side):
         assert tap.stats.gaps + (batches[0].sequence > 0) >= 1
         assert tap.stats.replayed_batches >= 1
         assert tap.stats.bad_frames == 0 and tap.stats.lost_batches == 0
+        assert tap.stats.fallback_frames == 0  # vLLM's own encoding takes the compiled walker
         rows = [r for b in batches if b.sequence == 3 for r in b.block_events.to_pylist()]
         assert [(r["kind"], r["block_hash"], r["tier_to"]) for r in rows] == [
             ("store", 103, "gpu"), ("store", 203, "gpu"), ("store", 103, "cpu"),

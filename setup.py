@@ -1,0 +1,12 @@
+"""The compiled extensions (Cython, built ahead of time at install); everything else about the
+package is in pyproject.toml. Build them in place in a checkout with ``make ext``."""
+
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+EXTENSIONS = [
+    # vLLM KV-event payloads -> block-event columns (the collector's vLLM tap)
+    Extension("probes.vllm.wire_columns", ["probes/vllm/wire_columns.pyx"], language="c++"),
+]
+
+setup(ext_modules=cythonize(EXTENSIONS, language_level=3))
