@@ -42,6 +42,9 @@ GEOMETRIES: dict[str, KVGeometry] = {
         KVGeometry("llama-3.1-70b", layers=80, kv_heads=8, head_dim=128),
         KVGeometry("qwen2.5-7b", layers=28, kv_heads=4, head_dim=128),
         KVGeometry("qwen2.5-72b", layers=80, kv_heads=8, head_dim=128),
+        # kvtier's reference engine with its defaults (refengine/config.py EngineConfig:
+        # 2 layers, 2 heads, head_dim 16, float32): what `kvtier demo` measures
+        KVGeometry("kvtier-reference", layers=2, kv_heads=2, head_dim=16, dtype_bytes=4),
     )
 }
 DEFAULT_GEOMETRY = "llama-3.1-8b"

@@ -21,8 +21,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", default="kvtier-out/recommendation", help="output folder")
     parser.add_argument("--gpu-tokens", default="1M",
                         help="the deployed GPU prefix-cache capacity (default 1M tokens)")
-    parser.add_argument("--cpu-tokens", default="2.5M",
-                        help="the candidate CPU tier capacity (default 2.5M tokens)")
+    parser.add_argument("--cpu-tokens", default="auto",
+                        help="the CPU tier: auto (default: the knee of the LRU curve, where the "
+                             "next GiB frees less than --min-gain-per-gib of a prefill server, "
+                             "capped at the host headroom) or a capacity that fixes it")
     parser.add_argument("--train-fraction", type=float, default=0.5,
                         help="train on this earliest share of time, measure on the rest")
     parser.add_argument("--seed", type=int, default=0, help="model and bootstrap seed")
@@ -37,9 +39,15 @@ def add_arguments(parser) -> None:
     host.add_argument("--headroom-json",
                       help="the output of `kvtier probe headroom --json`: cap CPU sizes at its "
                            "safe_bytes (available less the probe's margin and reserve)")
-    parser.add_argument("--cold-tokens", default="10M",
-                        help="vLLM: the candidate file (cold) tier capacity (default 10M tokens; "
-                             "0: do not consider one)")
+    parser.add_argument("--cold-tokens", default="auto",
+                        help="vLLM: the file (cold) tier: auto (default: the knee of the curve "
+                             "above GPU + CPU at the cold promotion's cost, capped at the free "
+                             "space of --cold-path, never sized to it), 0 for none, or a capacity")
+    parser.add_argument("--min-gain-per-gib", type=float, default=0.001,
+                        help="the knee: the share of one prefill server's time the next GiB of "
+                             "a tier must free (default 0.001, i.e. 0.1%%)")
+    parser.add_argument("--ttft-slo-s", type=float,
+                        help="p99 TTFT budget in seconds (the verdict checks promotions fit it)")
     parser.add_argument("--cold-path", help="vLLM: the file tier's absolute directory (without "
                                             "it the file tier is decided but not written)")
     parser.add_argument("--fs-json",
@@ -63,6 +71,7 @@ def run(args) -> int:
     from policy.recommend.build import Inputs, recommend
     from policy.writers import ENGINES
     from policy.cost import measured_cost_params
+    from policy.recommend.measured import store_costs
 
     if bool(args.trace) == bool(args.store):
         raise KvtierError("give exactly one of --trace PATH or --store DB")
@@ -77,21 +86,24 @@ def run(args) -> int:
     model = model_geometry(args.model)
     block_tokens = records[0].block_size_tokens or 16
     gpu = capacity_blocks(args.gpu_tokens, block_tokens, model, "--gpu-tokens")
-    cpu = capacity_blocks(args.cpu_tokens, block_tokens, model, "--cpu-tokens")
-    if not gpu or not cpu:
+    cpu = _size_flag(args.cpu_tokens, block_tokens, model, "--cpu-tokens")
+    if not gpu or cpu == 0:
         raise KvtierError("--gpu-tokens and --cpu-tokens must be finite and hold at least "
-                          f"one {block_tokens}-token block")
-    cold = capacity_blocks(args.cold_tokens, block_tokens, model, "--cold-tokens")
-    if cold is None:
-        raise KvtierError("--cold-tokens must be finite (0: do not consider a file tier)")
+                          f"one {block_tokens}-token block (or --cpu-tokens auto)")
+    cold = _size_flag(args.cold_tokens, block_tokens, model, "--cold-tokens")
     try:
         params = CostParams(model=model)
         if args.fs_json:
             params = measured_cost_params(args.fs_json, base=params)
+        cold_cost = None
+        store = getattr(reader, "store", None)
+        if store is not None:  # what the engine measured beats the defaults and the probe
+            params, cold_cost = store_costs(store, params, block_tokens)
         inputs = Inputs(gpu, cpu, args.train_fraction, args.seed,
                         parse_servers(args.prefill_servers),
                         host=_host_limit(args), cold_blocks=cold, cold_path=args.cold_path,
-                        cold_cost=_store_cold_cost(reader, block_tokens, params))
+                        cold_cost=cold_cost, min_gain_per_gib=args.min_gain_per_gib,
+                        ttft_slo_s=args.ttft_slo_s)
     except (OSError, ValueError) as error:
         raise KvtierError(str(error)) from None
     with task("recommending", total=PHASES) as advance:
@@ -117,21 +129,13 @@ def _host_limit(args) -> HostLimit | None:
     return None
 
 
-def _store_cold_cost(reader, block_tokens: int, params: CostParams) -> ColdCost | None:
-    """Cold promotions and recomputes as the engine measured them, from a store's block
-    events (median seconds per token); ``None`` for traces, or a store without them."""
-    from policy.recommend.cold_tier import cost_from_latencies
+def _size_flag(text: str, block_tokens: int, model, flag: str) -> int | None:
+    """Blocks for a tier-size flag; ``None`` for auto (from the curve)."""
+    from kvtier.verbs.common import capacity_blocks
 
-    store = getattr(reader, "store", None)
-    if store is None:
+    if str(text).strip().lower() == "auto":
         return None
-    rows = store.query("""
-        SELECT CAST(kind AS VARCHAR) AS kind, median(latency_s / tokens) AS s_per_token
-        FROM block_events
-        WHERE latency_s IS NOT NULL AND tokens > 0
-          AND CAST(kind AS VARCHAR) IN ('cold_promotion', 'recompute_miss')
-        GROUP BY ALL""").to_pylist()
-    measured = {row["kind"]: row["s_per_token"] for row in rows}
-    return cost_from_latencies(block_tokens, measured.get("cold_promotion"),
-                               measured.get("recompute_miss"), params,
-                               f"the store {store.path}")
+    blocks = capacity_blocks(text, block_tokens, model, flag)
+    if blocks is None:
+        raise KvtierError(f"{flag} must be auto or a finite capacity, got {text!r}")
+    return blocks

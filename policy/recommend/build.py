@@ -1,15 +1,16 @@
-"""Build a :class:`Recommendation` from request records: verdict, model, sweep, settings.
+"""Build a :class:`Recommendation` from request records: verdict, sizes, gate, settings.
 
-Steps: split by time; cap the candidate CPU tier at the host headroom when one is given;
-replay the GPU tier alone (is the GPU the limit?) and ask the reuse analysis for the
-verdict; if offloading is worth trying, train the admission model at the (capped) CPU
-capacity, turn scores into values and 0-100 priorities, sweep the offload threshold on the
-training period's latest slice (both TRT-LLM comparisons), summarise the priorities as
-per-request-class token ranges for TRT-LLM (and sweep its threshold over those), and
-measure the chosen setting against the default (LRU, admit all) on the later, held-out time
-with bootstrap intervals. vLLM gets its ``eviction_policy`` and ``store_threshold`` and the
-file-tier decision (:func:`policy.recommend.cold_tier.decide`) from replays under its own
-semantics. Every step returns a typed value (:mod:`policy.recommend.values`).
+Steps: split by time; replay the GPU tier alone; size the CPU tier from the training
+period's one-pass LRU curve and the cost model, capped at the host headroom when one is
+given (:mod:`policy.recommend.sizing`); ask the reuse analysis for its verdict on the same
+inputs ``kvtier analyze`` takes, refined by that size (:mod:`policy.recommend.decision`);
+if offloading pays, train and sweep the learned offload gate at that size and measure it on
+the later, held-out time against the default (LRU, admit all) and against the GPU tier alone,
+with bootstrap intervals (:mod:`policy.recommend.gate`, :mod:`policy.recommend.expected`).
+The cold tier is sized from the same curve above GPU + CPU at its (measured) cost; vLLM gets
+its ``eviction_policy`` and ``store_threshold`` and the file-tier decision
+(:func:`policy.recommend.cold_tier.decide`) from replays under its own semantics. Every step
+returns a typed value (:mod:`policy.recommend.values`).
 """
 
 from __future__ import annotations
@@ -22,32 +23,29 @@ import numpy as np
 
 from collector.events import RequestRecord
 from policy.cost import CostParams, servers_for
-from policy.learn.admission_model import ModelConfig
+from policy.curves import HitRatioCurve, lru_curve
 from policy.learn.compare import Split
-from policy.learn.pipeline import fit
-from policy.learn.replay import IndexedAdmitter, Replayed, Tiers, replay
+from policy.learn.replay import Replayed, Tiers, replay
 from policy.recommend import engines
 from policy.recommend.cold_tier import MIN_COLD_GAIN, ColdCost, cost_from_params
 from policy.recommend.cold_tier import decide as decide_cold_tier
+from policy.recommend.decision import decide
 from policy.recommend.expected import expected_changes
+from policy.recommend.gate import Learned, Measured, learn, measure
 from policy.recommend.headroom import NOT_CHECKED, HostLimit
 from policy.recommend.knobs import cpu_knobs, file_knob, guardrails
 from policy.recommend.recommendation import Recommendation
-from policy.recommend.sweep import THRESHOLDS, best, priority_scores, sweep
-from policy.recommend.token_ranges import band_priorities, range_priorities, retention_classes
-from policy.recommend.value import full_block_value, priorities, value_per_byte
+from policy.recommend.sizing import DEFAULT_MIN_GAIN_PER_GIB, cold_free_cap, tier_size
+from policy.recommend.sweep import THRESHOLDS
 from policy.recommend.values import (
     ColdTierDecision,
     Evidence,
-    HeldOut,
     HitRatios,
     HostCheck,
     Knob,
-    ModelCard,
     PrefillServers,
-    Reason,
-    SweepPoint,
     TierBlocks,
+    TierSize,
     Verdict,
 )
 from policy.recommend.vllm_sweep import best_cpu_setting, cold_tier_gain
@@ -58,55 +56,36 @@ DEFAULT_COSTS = CostParams()
 
 @dataclass(frozen=True)
 class Inputs:
-    """What to recommend for: tier sizes in blocks of the trace, and how to evaluate."""
+    """What to recommend for: the GPU tier in blocks of the trace; the CPU and cold tiers
+    (``None``: sized from the curve; a number fixes the size, still capped; ``cold_blocks``
+    0: no cold tier considered); and how to evaluate."""
 
     gpu_blocks: int
-    cpu_blocks: int
+    cpu_blocks: int | None = None
     train_fraction: float = 0.5
     seed: int = 0
     prefill_servers: int | None = None  # None: size with policy.cost.servers_for
     windows: int = 10
     thresholds: tuple[int, ...] = THRESHOLDS
     host: HostLimit | None = None  # None: the CPU size is not checked against host memory
-    cold_blocks: int = 0  # a candidate vLLM file tier (0: not considered)
+    cold_blocks: int | None = 0
     cold_path: str | None = None  # where it would live (None: decided, not written)
     cold_cost: ColdCost | None = None  # measured cold promotion (None: the cost model's)
+    min_gain_per_gib: float = DEFAULT_MIN_GAIN_PER_GIB  # the knee's threshold
+    ttft_slo_s: float | None = None  # the p99 TTFT budget the reuse verdict checks
 
     def __post_init__(self) -> None:
-        for name in ("gpu_blocks", "cpu_blocks"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        if self.gpu_blocks < 1:
+            raise ValueError(f"gpu_blocks must be >= 1, got {self.gpu_blocks!r}")
+        for name, least in (("cpu_blocks", 1), ("cold_blocks", 0)):
+            value = getattr(self, name)
+            if value is not None and value < least:
+                raise ValueError(f"{name} must be None (from the curve) or >= {least}, "
+                                 f"got {value!r}")
         if self.prefill_servers is not None and self.prefill_servers < 1:
             raise ValueError(f"prefill_servers must be >= 1, got {self.prefill_servers!r}")
-        if self.cold_blocks < 0:
-            raise ValueError(f"cold_blocks must be >= 0, got {self.cold_blocks!r}")
-
-
-@dataclass(frozen=True)
-class _Learned:
-    """The admission model's outcome on the training period."""
-
-    card: ModelCard
-    priority_by_offer: dict
-    classes: tuple[int, ...]
-    bands: tuple[tuple[str, int], ...]
-    ranges: tuple
-    points: tuple[SweepPoint, ...]
-    chosen: SweepPoint
-    chosen_gt: SweepPoint
-    range_points: tuple[SweepPoint, ...]
-    range_gate: SweepPoint
-
-
-@dataclass(frozen=True)
-class _Measured:
-    """The chosen gate against the default on later time."""
-
-    baseline: Replayed
-    candidate: Replayed
-    chosen: SweepPoint
-    learned_ratio: float
-    admitter_misses: int
+        if not self.min_gain_per_gib > 0:
+            raise ValueError(f"min_gain_per_gib must be > 0, got {self.min_gain_per_gib!r}")
 
 
 def recommend(records: Sequence[RequestRecord], inputs: Inputs,
@@ -115,40 +94,63 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
     """The recommendation for ``records``; ``step`` is called as each phase starts."""
     split = Split.by_time(records, inputs.train_fraction)
     block_tokens = records[0].block_size_tokens or 16
-    block_bytes = block_tokens * params.model.bytes_per_token
-    cpu_blocks, host = _host_cap(inputs, block_bytes)
     step("replaying the GPU tier alone")
     gpu_only = replay(split.records, Tiers(inputs.gpu_blocks, 0), "lru")
-    reuse = _verdict(split.records, gpu_only.result.token_hit_ratio, params)
-    if reuse.outcome == "do_not_offload" or cpu_blocks == 0:
-        return _do_not_offload(reuse, gpu_only, host, block_bytes)
-    tiers = Tiers(inputs.gpu_blocks, cpu_blocks)
+    curve = lru_curve(split.train, block_tokens)
+    cpu = _cpu_size(curve, split, inputs, params, block_tokens)
+    host = NOT_CHECKED if inputs.host is None else inputs.host.check(cpu.wanted_bytes,
+                                                                      cpu.chosen_bytes)
+    reuse = _reuse_verdict(split.records, gpu_only.result.token_hit_ratio, params, inputs)
+    verdict = decide(reuse, cpu)
+    if verdict.outcome == "do_not_offload":
+        return _do_not_offload(verdict, reuse, gpu_only, host, cpu)
+    tiers = Tiers(inputs.gpu_blocks, cpu.chosen_blocks)
     validate_from = int(len(split.train) * (1 - VALIDATION_FRACTION))
-    learned = _learn(split, tiers, inputs, params, block_tokens, validate_from, step)
+    learned = learn(split, tiers, params, block_tokens, validate_from, seed=inputs.seed,
+                    thresholds=inputs.thresholds, step=step)
     step("measuring on later time")
-    measured = _measure(split, tiers, learned)
+    measured = measure(split, tiers, learned)
     servers = inputs.prefill_servers or servers_for(split.records[split.count_from:], params)
-    changes = expected_changes(measured.baseline, measured.candidate, params,
-                               np.random.default_rng(inputs.seed), windows=inputs.windows,
-                               servers=servers)
-    if host.capped:  # what the cap costs: plain LRU at the requested size, later time
+    gpu_later = replay(split.records, Tiers(inputs.gpu_blocks, 0), "lru",
+                       count_from=split.count_from)
+    changes, vs_gpu = (expected_changes(base, measured.candidate, params,
+                                        np.random.default_rng(inputs.seed),
+                                        windows=inputs.windows, servers=servers)
+                       for base in (measured.baseline, gpu_later))
+    if host.capped:  # what the cap costs: plain LRU at the size asked for, later time
         host = dataclasses.replace(
             host, token_hit_ratio_lru_at_requested=replay(
-                split.records, Tiers(inputs.gpu_blocks, inputs.cpu_blocks), "lru",
-                count_from=split.count_from).result.token_hit_ratio,
+                split.records, Tiers(inputs.gpu_blocks, cpu.wanted_bytes // cpu.block_bytes),
+                "lru", count_from=split.count_from).result.token_hit_ratio,
             token_hit_ratio_lru_at_cap=measured.baseline.result.token_hit_ratio)
-    cpu_bytes = cpu_blocks * block_bytes
-    helps = measured.candidate.result.token_hit_ratio > measured.baseline.result.token_hit_ratio
-    vllm_cpu, by_setting = best_cpu_setting(split.train, inputs.gpu_blocks, cpu_blocks,
+    vllm_cpu, by_setting = best_cpu_setting(split.train, inputs.gpu_blocks, cpu.chosen_blocks,
                                             validate_from)
-    cold = _cold_tier(split.train, inputs, cpu_blocks, validate_from, by_setting[vllm_cpu],
-                      params, block_tokens, vllm_cpu[0])
-    cold_bytes = inputs.cold_blocks * block_bytes
+    cold_size = _cold_size(curve, split, inputs, params, block_tokens, cpu.chosen_blocks)
+    cold = _cold_tier(split.train, inputs, cold_size, cpu.chosen_blocks, validate_from,
+                      by_setting[vllm_cpu], params, block_tokens, vllm_cpu[0])
+    cold_bytes = 0 if cold_size is None else cold_size.chosen_bytes
     per_engine, notes = engines.settings(
-        cpu_bytes, measured.chosen.min_priority, learned.classes, helps, ranges=learned.ranges,
-        range_min_priority=learned.range_gate.min_priority, vllm_cpu=vllm_cpu, cold=cold,
-        cold_bytes=cold_bytes, cold_path=inputs.cold_path)
-    evidence = Evidence(
+        cpu.chosen_bytes, measured.chosen.min_priority, learned.classes,
+        measured.candidate.result.token_hit_ratio > measured.baseline.result.token_hit_ratio,
+        ranges=learned.ranges, range_min_priority=learned.range_gate.min_priority,
+        vllm_cpu=vllm_cpu, cold=cold, cold_bytes=cold_bytes, cold_path=inputs.cold_path)
+    evidence = _evidence(split, inputs, reuse, host, gpu_only, learned, measured, servers,
+                         cpu, cold_size, cold, by_setting, vs_gpu, block_tokens)
+    return Recommendation(
+        verdict=verdict,
+        settings=engines.neutral(cpu.chosen_bytes, measured.chosen.min_priority, learned.classes),
+        evidence=evidence, engine_settings=per_engine, engine_notes=notes,
+        guardrails=guardrails(inputs.host),
+        knobs=cpu_knobs(cpu, measured.chosen, learned.chosen_gt, learned.classes)
+        + file_knob(cold, cold_bytes),
+        expected=changes)
+
+
+def _evidence(split: Split, inputs: Inputs, reuse: Verdict, host: HostCheck,
+              gpu_only: Replayed, learned: Learned, measured: Measured, servers: int,
+              cpu: TierSize, cold_size: TierSize | None, cold: ColdTierDecision | None,
+              by_setting: dict, vs_gpu: tuple, block_tokens: int) -> Evidence:
+    return Evidence(
         reuse_verdict=reuse, host_memory=host,
         token_hit_ratio=HitRatios(_window_ratio(gpu_only, split.count_from),
                                   measured.baseline.result.token_hit_ratio,
@@ -157,7 +159,7 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
         prefill_servers=PrefillServers(servers, (
             "given" if inputs.prefill_servers else
             "auto: the fewest keeping 80% utilisation with every prompt recomputed")),
-        tiers_blocks=TierBlocks(inputs.gpu_blocks, cpu_blocks), vllm_file_tier=cold,
+        tiers_blocks=TierBlocks(inputs.gpu_blocks, cpu.chosen_blocks), vllm_file_tier=cold,
         train_requests=len(split.train),
         evaluated_requests=len(split.records) - split.count_from,
         sweep=learned.points, token_range_priorities=learned.bands,
@@ -165,134 +167,83 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
         vllm_cpu_setting_recomputed_tokens=tuple(
             (f"{policy}/store_threshold={threshold}", tokens)
             for (policy, threshold), tokens in by_setting.items()),
-        admitter_misses=measured.admitter_misses)
-    return Recommendation(
-        verdict=_offload_verdict(reuse),
-        settings=engines.neutral(cpu_bytes, measured.chosen.min_priority, learned.classes),
-        evidence=evidence, engine_settings=per_engine, engine_notes=notes,
-        guardrails=guardrails(inputs.host),
-        knobs=cpu_knobs(cpu_bytes, measured.chosen, learned.chosen_gt, learned.classes, host)
-        + file_knob(cold, cold_bytes),
-        expected=changes)
+        admitter_misses=measured.admitter_misses,
+        sizes=(cpu,) if cold_size is None else (cpu, cold_size), expected_vs_gpu_only=vs_gpu)
 
 
-def _learn(split: Split, tiers: Tiers, inputs: Inputs, params: CostParams, block_tokens: int,
-           validate_from: int, step: Callable[[str], None]) -> _Learned:
-    """Train the admission model, turn its scores into priorities, sweep the thresholds."""
-    step("training the admission model")
-    fitted = fit(split.train, split.records, tiers, ModelConfig(seed=inputs.seed), thresholds=())
-    top = full_block_value(block_tokens, params)
-    keys = list(fitted.scores)
-    p = np.asarray([fitted.scores[k] for k in keys])
-    prio = priorities(value_per_byte(p, np.full(len(p), block_tokens), params), top)
-    priority_by_offer = dict(zip(keys, prio.tolist()))
-    step("sweeping the offload threshold")
-    points = tuple(sweep(split.train, tiers, priority_by_offer, validate_from, inputs.thresholds))
-    ranges = retention_classes(split.records, priority_by_offer, block_tokens)
-    range_points = tuple(_range_sweep(split, tiers, priority_by_offer, ranges, block_tokens,
-                                      validate_from))
-    return _Learned(
-        card=_card(fitted.model.card()), priority_by_offer=priority_by_offer,
-        classes=tuple(sorted(set(prio.tolist()))),
-        bands=tuple(band_priorities(split.records, priority_by_offer, block_tokens).items()),
-        ranges=ranges, points=points, chosen=best(points, "ge"), chosen_gt=best(points, "gt"),
-        range_points=range_points, range_gate=best(range_points, "ge"))
+def _cpu_size(curve: HitRatioCurve, split: Split, inputs: Inputs, params: CostParams,
+              block_tokens: int) -> TierSize:
+    """The CPU tier above the GPU, from the training period's curve, capped at the host."""
+    saved = (params.recompute_s(block_tokens)
+             - params.promotion_s(block_tokens, "cpu")) / block_tokens
+    host = inputs.host
+    return tier_size(curve, tier="cpu", offset_blocks=inputs.gpu_blocks,
+                     block_bytes=block_tokens * params.model.bytes_per_token,
+                     saved_s_per_token=saved, span_s=_span(split.train),
+                     threshold_per_gib=inputs.min_gain_per_gib,
+                     cap_bytes=None if host is None else host.cap_bytes,
+                     cap_source=("not checked against host memory: give --headroom-json"
+                                 if host is None else f"host headroom: {host.source}"),
+                     given_blocks=inputs.cpu_blocks)
 
 
-def _measure(split: Split, tiers: Tiers, learned: _Learned) -> _Measured:
-    """The chosen gate and the default (LRU, admit all) replayed; later time counted."""
-    baseline = replay(split.records, tiers, "lru", count_from=split.count_from)
-    admitter = IndexedAdmitter(priority_scores(learned.priority_by_offer, "ge"),
-                               learned.chosen.min_priority - 1e-9)
-    candidate = replay(split.records, tiers, "lru", admitter=admitter,
-                       count_from=split.count_from)
-    learned_ratio, chosen = candidate.result.token_hit_ratio, learned.chosen
-    if candidate.result.recompute_tokens > baseline.result.recompute_tokens:
-        # a guard, not a selection: never recommend a gate that lost to the default on the
-        # held-out time; fall back to offloading every block (threshold 0)
-        chosen, candidate = _admit_all(chosen), baseline
-    return _Measured(baseline, candidate, chosen, learned_ratio, admitter.misses)
-
-
-def _card(card: dict) -> ModelCard:
-    held = card["held_out"]
-    return ModelCard(HeldOut(held["rows"], held["positive_rate"], held["brier"],
-                             held.get("roc_auc")),
-                     tuple(card["features"]), tuple(sorted(card["config"].items())))
-
-
-def _host_cap(inputs: Inputs, block_bytes: int) -> tuple[int, HostCheck]:
-    """The CPU tier in blocks under the host cap (if any), and the evidence saying so."""
-    if inputs.host is None:
-        return inputs.cpu_blocks, NOT_CHECKED
-    blocks = min(inputs.cpu_blocks, inputs.host.cap_blocks(block_bytes))
-    return blocks, inputs.host.check(inputs.cpu_blocks * block_bytes, blocks * block_bytes)
-
-
-def _range_sweep(split: Split, tiers: Tiers, priority_by_offer: dict, ranges, block_tokens: int,
-                 validate_from: int) -> list[SweepPoint]:
-    """TensorRT-LLM sees the token ranges' priorities, not the per-block ones: sweep its
-    threshold over those. Only the priorities in use are distinct thresholds (the lowest
-    offloads every block)."""
-    by_range = range_priorities(split.records, priority_by_offer, ranges, block_tokens)
-    in_use = sorted({r.priority for c in ranges for r in c.token_ranges})
-    return sweep(split.train, tiers, by_range, validate_from, in_use, ("ge",))
-
-
-def _cold_tier(train: Sequence[RequestRecord], inputs: Inputs, cpu_blocks: int,
-               validate_from: int, recomputed_without: int, params: CostParams,
-               block_tokens: int, policy: str) -> ColdTierDecision | None:
-    """vLLM's file tier, when one is a candidate: measured cost first, then simulated gain."""
-    if not inputs.cold_blocks:
+def _cold_size(curve: HitRatioCurve, split: Split, inputs: Inputs, params: CostParams,
+               block_tokens: int, cpu_blocks: int) -> TierSize | None:
+    """The cold tier above GPU + CPU, at its measured (or modelled) cost; ``None`` when no
+    cold tier is considered. Capped at the cold path's free space, never sized to it."""
+    if inputs.cold_blocks == 0:
         return None
-    gain = cold_tier_gain(train, inputs.gpu_blocks, cpu_blocks, inputs.cold_blocks,
+    cost = inputs.cold_cost or cost_from_params(params, block_tokens)
+    cap, source = (cold_free_cap(inputs.cold_path) if inputs.cold_path else
+                   (None, "free space not checked: no --cold-path"))
+    return tier_size(curve, tier="cold", offset_blocks=inputs.gpu_blocks + cpu_blocks,
+                     block_bytes=block_tokens * params.model.bytes_per_token,
+                     saved_s_per_token=(cost.recompute_s - cost.promotion_s) / block_tokens,
+                     span_s=_span(split.train), threshold_per_gib=inputs.min_gain_per_gib,
+                     cap_bytes=cap, cap_source=source, given_blocks=inputs.cold_blocks)
+
+
+def _cold_tier(train: Sequence[RequestRecord], inputs: Inputs, size: TierSize | None,
+               cpu_blocks: int, validate_from: int, recomputed_without: int,
+               params: CostParams, block_tokens: int, policy: str) -> ColdTierDecision | None:
+    """vLLM's file tier, when one is a candidate: its size from the curve at its cost, then
+    the gain replayed under vLLM's semantics at that size."""
+    if size is None:
+        return None
+    cost = inputs.cold_cost or cost_from_params(params, block_tokens)
+    if not size.chosen_blocks:
+        return ColdTierDecision(False, f"do not add a file tier: {size.reason}; {cost.text}",
+                                0.0, MIN_COLD_GAIN, cost, 0)
+    gain = cold_tier_gain(train, inputs.gpu_blocks, cpu_blocks, size.chosen_blocks,
                           validate_from, recomputed_without, policy)
-    return decide_cold_tier(gain, MIN_COLD_GAIN,
-                            inputs.cold_cost or cost_from_params(params, block_tokens),
-                            inputs.cold_blocks)
+    return decide_cold_tier(gain, MIN_COLD_GAIN, cost, size.chosen_blocks)
 
 
-def _verdict(records: Sequence[RequestRecord], gpu_ratio: float, params: CostParams) -> Verdict:
+def _reuse_verdict(records: Sequence[RequestRecord], gpu_ratio: float, params: CostParams,
+                   inputs: Inputs) -> Verdict:
+    """The reuse analysis's verdict on the same inputs ``kvtier analyze`` takes."""
     from policy.reuse.collect import collect
     from policy.reuse.verdict import verdict
 
     block_tokens = next((r.block_size_tokens for r in records if r.block_size_tokens), 16)
-    return verdict(collect(records, block_tokens), params, gpu_token_hit_ratio=gpu_ratio)
+    return verdict(collect(records, block_tokens), params, gpu_token_hit_ratio=gpu_ratio,
+                   ttft_slo_s=inputs.ttft_slo_s,
+                   host_cap_bytes=None if inputs.host is None else inputs.host.cap_bytes)
 
 
-def _offload_verdict(reuse: Verdict) -> Verdict:
-    """Offload; when the reuse analysis alone could not tell, say what decided it."""
-    note = None
-    if reuse.outcome == "inconclusive":
-        unknown = ", ".join(r.name for r in reuse.reasons if r.holds is None)
-        note = (f"the reuse analysis alone is inconclusive (cannot tell: {unknown}); no reason "
-                "not to offload holds, and the CPU tier's gain was measured by replay")
-    return Verdict("offload", reuse.reasons, note)
-
-
-def _do_not_offload(reuse: Verdict, gpu_only: Replayed, host: HostCheck,
-                    block_bytes: int) -> Recommendation:
-    reasons = reuse.reasons
-    note = None
-    if not reuse.held():  # the reuse verdict allowed offloading, but the host has no room
-        reasons += (Reason("contested host DRAM: the host headroom holds no KV block",
-                           True, f"cap {host.cap_bytes} bytes ({host.source}) < one block of "
-                                 f"{block_bytes} bytes"),)
-        note = "the host headroom holds no KV block"
-    held = "; ".join(r.name for r in reasons if r.holds)
+def _do_not_offload(verdict: Verdict, reuse: Verdict, gpu_only: Replayed, host: HostCheck,
+                    cpu: TierSize) -> Recommendation:
+    held = "; ".join(r.name for r in verdict.reasons if r.holds)
     return Recommendation(
-        verdict=Verdict("do_not_offload", reasons, note),
-        settings=engines.neutral(0, None, ()),
+        verdict=verdict, settings=engines.neutral(0, None, ()),
         evidence=Evidence(reuse_verdict=reuse, host_memory=host,
-                          token_hit_ratio=HitRatios(gpu_only.result.token_hit_ratio)),
-        engine_settings=engines.off(),
-        knobs=(Knob("cpu_tier_bytes", 0, held),))
+                          token_hit_ratio=HitRatios(gpu_only.result.token_hit_ratio),
+                          sizes=(cpu,)),
+        engine_settings=engines.off(), knobs=(Knob("cpu_tier_bytes", 0, held),))
 
 
-def _admit_all(chosen: SweepPoint) -> SweepPoint:
-    return SweepPoint(0, "ge", chosen.token_hit_ratio, chosen.recompute_tokens,
-                      chosen.cpu_stores_total, note="the learned gate recomputed more than "
-                      "admitting every block on later time, so every block is offloaded")
+def _span(records: Sequence[RequestRecord]) -> float:
+    return records[-1].arrival_s - records[0].arrival_s if records else 0.0
 
 
 def _window_ratio(replayed: Replayed, count_from: int) -> float:

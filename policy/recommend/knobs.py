@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from policy.recommend.headroom import HostLimit
-from policy.recommend.values import ColdTierDecision, HostCheck, Knob, SweepPoint
+from policy.recommend.values import ColdTierDecision, Knob, SweepPoint, TierSize
 from policy.writers.settings import Guardrails
 
 
@@ -12,21 +12,11 @@ def guardrails(host: HostLimit | None) -> Guardrails:
     return Guardrails(host_headroom_bytes=None if host is None else host.cap_bytes)
 
 
-def host_words(host: HostCheck) -> str:
-    """How the CPU size relates to host memory, in a clause."""
-    if not host.checked:
-        return "not checked against host memory"
-    if host.capped:
-        return (f"capped from {host.requested_cpu_bytes} bytes at the host headroom less its "
-                f"safety margin ({host.cap_bytes} bytes)")
-    return f"within the host headroom less its safety margin ({host.cap_bytes} bytes)"
-
-
-def cpu_knobs(cpu_bytes: int, chosen: SweepPoint, chosen_gt: SweepPoint,
-              classes: tuple[int, ...], host: HostCheck) -> tuple[Knob, ...]:
+def cpu_knobs(cpu: TierSize, chosen: SweepPoint, chosen_gt: SweepPoint,
+              classes: tuple[int, ...]) -> tuple[Knob, ...]:
     return (
-        Knob("cpu_tier_bytes", cpu_bytes,
-             f"the CPU capacity the model was trained and measured at; {host_words(host)}"),
+        Knob("cpu_tier_bytes", cpu.chosen_bytes,
+             f"{cpu.reason}; the gate below was trained and measured at this size"),
         Knob("offload_min_priority", chosen.min_priority,
              chosen.note or
              f"fewest recomputed tokens on the validation slice ({chosen.token_hit_ratio:.4f} "

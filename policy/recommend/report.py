@@ -9,7 +9,8 @@ from pathlib import Path
 
 from policy.recommend.plots import bar_chart, line_chart
 from policy.recommend.recommendation import Recommendation, settings_dict
-from policy.recommend.values import HostCheck, PrefillServers
+from policy.recommend.sizing import human_bytes
+from policy.recommend.values import HostCheck, PrefillServers, TierSize
 from policy.writers import writer
 
 CONFIG_FILES = {"vllm": "vllm.json", "trtllm": "trtllm.yaml", "lmcache": "lmcache.yaml",
@@ -49,6 +50,8 @@ def markdown(rec: Recommendation, plots: Sequence[str], engines: Sequence[str]) 
     lines += [f"- {r.sentence}" for r in rec.verdict.reasons] + [""]
     lines += ["## Settings", "", "| knob | value | why |", "|---|---|---|"]
     lines += [f"| `{k.name}` | {_value(k.value)} | {k.why} |" for k in rec.knobs]
+    lines += vs_gpu_section(rec)
+    lines += sizes_section(rec)
     if rec.expected:
         lines += ["", "## Expected change on later time (vs. CPU tier LRU admitting all)", "",
                   ("Per window of the evaluation period; interval: 5th-95th percentile of a "
@@ -79,6 +82,47 @@ def markdown(rec: Recommendation, plots: Sequence[str], engines: Sequence[str]) 
         lines += retention_section(trtllm)
     lines += [""] + [f"![{p}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
+
+
+def vs_gpu_section(rec: Recommendation) -> list[str]:
+    """The recommended setting against the GPU tier alone: what turning it on changes."""
+    changes = rec.evidence.expected_vs_gpu_only
+    if not changes:
+        return []
+    lines = ["", "## Expected change against the GPU tier alone (later time)", "",
+             "Per window of the evaluation period, mean and 5th-95th percentile interval of a "
+             "paired bootstrap over windows.", "",
+             "| metric | GPU only | recommended | change | interval |", "|---|---|---|---|---|"]
+    for c in changes:
+        if c.metric.endswith("_s"):
+            lines.append(f"| {c.metric.removesuffix('_s')} | {c.baseline * 1e3:.1f} ms | "
+                         f"{c.candidate * 1e3:.1f} ms | {c.change * 1e3:+.1f} ms | "
+                         f"[{c.low * 1e3:+.1f}, {c.high * 1e3:+.1f}] ms |")
+        else:
+            lines.append(f"| {c.metric} | {c.baseline:,.0f} | {c.candidate:,.0f} | "
+                         f"{c.change:+,.0f} | [{c.low:+,.0f}, {c.high:+,.0f}] |")
+    return lines
+
+
+def sizes_section(rec: Recommendation) -> list[str]:
+    """Each tier's size from the curve: knee, cap, chosen, and the next GiB's gain there."""
+    sizes = rec.evidence.sizes
+    if not sizes:
+        return []
+    lines = ["", "## Tier sizes from the curve", "",
+             ("The knee is where the next GiB of a tier frees less than the threshold share of "
+              "one prefill server's time (LRU curve of the training period, cost model); the "
+              "size is the knee capped by what was measured."), "",
+             "| tier | knee | cap | size | hit ratio without / at size | next GiB frees | threshold |",
+             "|---|---|---|---|---|---|---|"]
+    for t in sizes:
+        cap = "not checked" if t.cap_bytes is None else human_bytes(t.cap_bytes)
+        lines.append(f"| {t.tier} | {human_bytes(t.knee_bytes)} | {cap} | "
+                     f"**{human_bytes(t.chosen_bytes)}** | {t.token_hit_ratio_without:.1%} / "
+                     f"{t.token_hit_ratio_at_chosen:.1%} | {t.gain_per_gib_at_chosen:.3%} | "
+                     f"{t.threshold_per_gib:.2%} |")
+    lines += [""] + [f"- {t.tier}: {t.reason}; cap: {t.cap_source}" for t in sizes]
+    return lines
 
 
 def _value(value) -> str:
@@ -151,7 +195,21 @@ def _plots(rec: Recommendation, out: Path) -> list[Path]:
                                 "offload_min_priority", "token hit ratio"))
     paths.append(bar_chart(out / "hit_ratio.png", _ratios(rec),
                            "token hit ratio on later time", "token hit ratio"))
+    for size in rec.evidence.sizes:
+        paths.append(_size_chart(out / f"{size.tier}_tier_curve.png", size))
     return paths
+
+
+def _size_chart(path: Path, size: TierSize) -> Path:
+    """Hit ratio against the tier's size (MiB), the chosen size as a vertical line."""
+    mib = 1 << 20
+    points = [(p.capacity_bytes / mib, p.token_hit_ratio) for p in size.curve]
+    top = max([y for _, y in points] + [size.token_hit_ratio_at_chosen])
+    series = {"token hit ratio (LRU curve)": points,
+              f"chosen: {human_bytes(size.chosen_bytes)}": [(size.chosen_bytes / mib, 0.0),
+                                                           (size.chosen_bytes / mib, top)]}
+    return line_chart(path, series, f"{size.tier} tier: hit ratio against its size",
+                      f"{size.tier} tier size (MiB)", "token hit ratio")
 
 
 def _json(path: Path, data: dict) -> Path:

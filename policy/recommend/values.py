@@ -150,6 +150,51 @@ class HostCheck:
 
 
 @dataclass(frozen=True)
+class CurvePoint:
+    """A tier at ``capacity_bytes``: the whole hierarchy's token hit ratio, and the share of
+    one prefill server's time the next GiB of the tier would free (``gain_per_gib``)."""
+
+    capacity_bytes: int
+    token_hit_ratio: float
+    gain_per_gib: float
+
+
+@dataclass(frozen=True)
+class TierSize:
+    """A tier's size from the one-pass LRU curve and the cost model.
+
+    ``knee_bytes``: the smallest size beyond which no further GiB frees at least
+    ``threshold_per_gib`` of a prefill server's time (``saved_s_per_token`` per token the tier
+    serves instead of recomputing it). ``cap_bytes``: the measured capacity it is capped by
+    (host headroom for the CPU tier, the cold path's free space), ``None`` when not measured
+    (``cap_source`` says why). ``wanted_bytes`` is the knee, or the size the operator gave;
+    ``chosen_bytes = min(wanted, cap)`` in whole blocks."""
+
+    tier: str
+    block_bytes: int
+    knee_bytes: int
+    wanted_bytes: int
+    chosen_bytes: int
+    cap_source: str
+    threshold_per_gib: float
+    gain_per_gib_at_chosen: float
+    saved_s_per_token: float
+    token_hit_ratio_without: float
+    token_hit_ratio_at_chosen: float
+    reason: str
+    cap_bytes: int | None = None
+    curve: tuple[CurvePoint, ...] = ()
+
+    @property
+    def chosen_blocks(self) -> int:
+        return self.chosen_bytes // self.block_bytes
+
+    @property
+    def capped(self) -> bool:
+        return self.chosen_bytes < self.wanted_bytes
+
+
+@dataclass(frozen=True)
 class SweepPoint:
     """One offload threshold replayed on the validation slice."""
 
@@ -225,6 +270,11 @@ class Evidence:
     token_range_sweep: tuple[SweepPoint, ...] = ()
     vllm_cpu_setting_recomputed_tokens: tuple[tuple[str, int], ...] = pairs()
     admitter_misses: int | None = None
+    sizes: tuple[TierSize, ...] = ()
+    expected_vs_gpu_only: tuple[Change, ...] = ()
+
+    def size(self, tier: str) -> TierSize | None:
+        return next((s for s in self.sizes if s.tier == tier), None)
 
 
 def encode(value):

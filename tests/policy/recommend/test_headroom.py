@@ -107,4 +107,4 @@ def test_a_headroom_below_one_block_means_do_not_offload():
     records = conversations(400, seed=8, block_tokens=BLOCK_TOKENS)
     rec = recommend(records, Inputs(30, 200, host=HostLimit(BLOCK_BYTES - 1, 0, "test")))
     assert rec.verdict.outcome == "do_not_offload" and rec.settings.cpu_tier_bytes == 0
-    assert any("contested host DRAM" in r.name for r in rec.verdict.reasons if r.holds)
+    assert any("host DRAM is contested" in r.name for r in rec.verdict.reasons if r.holds)
