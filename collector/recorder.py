@@ -2,9 +2,11 @@
 
 ``record(...)`` packs one block event into a fixed-width binary record appended to a
 ``bytearray`` and returns; it never blocks and never raises into the engine. When the
-buffer is full the event is dropped and counted. ``take_events()`` (called by the flusher,
-off the engine's path) drains whole records and turns them into an ``EventBatch`` with no
-per-event Python work: the bytes are viewed as a numpy structured array, column by column.
+buffer is full the event is dropped and counted. Draining happens off the engine's path:
+``take_packed()`` hands over the packed records as bytes (what the engine-side shipper sends
+to the collector; standard library and numpy only, so it runs inside an engine process), and
+``take_events()`` (an in-process flusher) turns them into an ``EventBatch`` with no per-event
+Python work: the bytes are viewed as a numpy structured array, column by column.
 
 Why bytes and not a list of tuples: transposing a million Python tuples into columns costs
 about a second of GIL time; unpacking packed records costs about a tenth of that.
@@ -16,41 +18,15 @@ appended while draining stays for the next batch.
 
 from __future__ import annotations
 
-import struct
 import threading
 import time
 from typing import Callable
 
 import numpy as np
-import pyarrow as pa
 
-from collector.batch import EventBatch
-from collector.columns import (
-    BLOCK_EVENT_COLUMNS,
-    Rejections,
-    enum_array,
-    rows_to_table,
-    unknown_codes,
-    validate_table,
-)
-from collector.events import BlockEvent, Origin, RequestRecord
-
-# One packed record. ``nulls`` has bit i set when optional field i (below) was None.
-_RECORD = struct.Struct("<dQQdqIiiHbbbh5x")  # 64 bytes
-_DTYPE = np.dtype([
-    ("time_s", "<f8"), ("block_hash", "<u8"), ("parent_hash", "<u8"), ("latency_s", "<f8"),
-    ("size_bytes", "<i8"), ("request_key", "<u4"), ("position", "<i4"), ("tokens", "<i4"),
-    ("nulls", "<u2"), ("kind", "i1"), ("tier_from", "i1"), ("tier_to", "i1"), ("priority", "<i2"),
-    ("_pad", "V5"),
-])
-_OPTIONAL = ("request_id", "parent_hash", "position", "tokens", "size_bytes", "tier_from",
-             "tier_to", "priority", "latency_s")
-_NULL_BIT = {name: 1 << i for i, name in enumerate(_OPTIONAL)}
-RECORD_BYTES = _RECORD.size
-_HASH_AT = 8  # block_hash follows time_s
-# record_run's events never carry a parent, position, tokens or priority
-_RUN_NULLS = (_NULL_BIT["parent_hash"] | _NULL_BIT["position"] | _NULL_BIT["tokens"]
-              | _NULL_BIT["priority"])
+from collector.events import Origin, RequestRecord
+from collector.packed_batch import PackedBatch
+from collector.record_layout import DTYPE, HASH_AT, NULL_BIT, RECORD, RECORD_BYTES, RUN_NULLS
 
 
 class _RequestKeys:
@@ -85,18 +61,20 @@ class _RequestKeys:
                 self._keys[request_id] = key
             return key
 
-    def decode(self, keys: np.ndarray, null: np.ndarray) -> pa.Array:
-        """Request-id strings for packed keys (a dictionary array; nulls where ``null``)."""
+    def local(self, keys: np.ndarray) -> tuple[np.ndarray, tuple[str, ...]]:
+        """Packed keys -> (batch-local indices, the names they index). Rotates the table once
+        it has grown past ``rotate_after`` names (keys of both generations still resolve)."""
         with self._lock:
             current, previous, generation = list(self._names), self._previous, self._generation
             if len(self._names) > self._rotate_after:
                 self._generation += 1
                 self._previous, self._names, self._keys = self._names, [], {}
-        index = (keys & 0x7FFFFFFF).astype(np.int32)
+        index = (keys & 0x7FFFFFFF).astype(np.int64)
         from_previous = (keys >> 31) != (generation & 1)
-        index = np.where(from_previous, index, index + len(previous)).astype(np.int32)
-        dictionary = pa.array(previous + current, type=pa.string())
-        return pa.DictionaryArray.from_arrays(pa.array(index, mask=null), dictionary).cast(pa.string())
+        index = np.where(from_previous, index, index + len(previous))
+        used, local = np.unique(index, return_inverse=True)
+        table = previous + current
+        return local.astype(np.uint32), tuple(table[i] for i in used.tolist())
 
 
 class Recorder:
@@ -119,7 +97,7 @@ class Recorder:
         self._requests: list[RequestRecord] = []
         self._capacity_requests = capacity_requests
         self._keys = _RequestKeys()
-        self._pack = _RECORD.pack
+        self._pack = RECORD.pack
         self._sequence = first_sequence
         self._drain_lock = threading.Lock()
         self.dropped_events = 0
@@ -181,7 +159,7 @@ class Recorder:
             self.dropped_events += n
             return True
         try:
-            nulls = _RUN_NULLS
+            nulls = RUN_NULLS
             if request_id is None:
                 nulls, request_key = nulls | 1, 0
             else:
@@ -196,7 +174,7 @@ class Recorder:
                 nulls, latency_s = nulls | 256, 0.0
             record = self._pack(self._clock() if time_s is None else time_s, 0, 0, latency_s,
                                 size_bytes, request_key, 0, 0, nulls, kind, tier_from, tier_to, 0)
-            head, tail = record[:_HASH_AT], record[_HASH_AT + 8:]
+            head, tail = record[:HASH_AT], record[HASH_AT + 8:]
             run = head + (tail + head).join(hashes_le) + tail
         except Exception:
             return False
@@ -220,57 +198,41 @@ class Recorder:
     def pending_events(self) -> int:
         return len(self._buffer) // RECORD_BYTES
 
-    def take_events(self) -> EventBatch | None:
-        """Drain everything buffered into one batch with the next sequence number.
-
-        Returns ``None`` when nothing (and no rejection) is pending. Call from one drainer
-        at a time (a lock enforces it); appends may continue concurrently.
-        """
+    def take_packed(self) -> PackedBatch | None:
+        """Drain everything buffered, still packed (no Arrow work: an engine process calls
+        this). ``None`` when nothing (and no rejection) is pending. One drainer at a time (a
+        lock enforces it); appends may continue concurrently."""
         with self._drain_lock:
-            size = len(self._buffer)
-            size -= size % RECORD_BYTES
-            data = bytes(self._buffer[:size])
-            del self._buffer[:size]
-            count = len(self._requests)
-            requests = self._requests[:count]
-            del self._requests[:count]
-            rejected_calls, self.rejected_events = self.rejected_events, 0
-            if not data and not requests and not rejected_calls:
+            return self._take_packed_locked()
+
+    def take_events(self):
+        """Drain everything buffered into one ``EventBatch`` with the next sequence number
+        (imports pyarrow: for a drainer in the collector's process), or ``None``."""
+        with self._drain_lock:
+            packed = self._take_packed_locked()
+            if packed is None:
                 return None
-            events, rejections = self._decode(data)
-            rejections.add("wrong type in record() call", rejected_calls)
-            request_table, more = rows_to_table(RequestRecord, requests)
-            rejections.update(more)
-            batch = EventBatch(self.origin, self._sequence, events, request_table, rejections)
+            batch = packed.to_event_batch(self._sequence)
             self._sequence += 1
             return batch
 
-    def _decode(self, data: bytes) -> tuple[pa.Table, Rejections]:
-        packed = np.frombuffer(data, dtype=_DTYPE)
-        nulls = packed["nulls"]
-        rejections = Rejections()
-        keep = np.ones(len(packed), dtype=bool)
-        arrays = {}
-        for column in BLOCK_EVENT_COLUMNS:
-            name = column.name
-            null = (nulls & _NULL_BIT[name]) != 0 if name in _NULL_BIT else None
-            if name == "request_id":
-                arrays[name] = self._keys.decode(packed["request_key"], null)
-                continue
-            values = np.ascontiguousarray(packed[name])
-            if column.enum_type is not None:
-                bad = unknown_codes(column, values, null)
-                if bad.any():
-                    rejections.add(f"unknown {column.sql_type} code in {name}", int(bad.sum()),
-                                   int(values[bad][0]))
-                    keep &= ~bad
-                    values = np.where(bad, 0, values).astype(np.int8)
-                arrays[name] = enum_array(column, values, null)
-            else:
-                arrays[name] = pa.array(values, type=column.arrow_type, mask=null)
-        table = pa.table(arrays)
-        if not keep.all():
-            table = table.filter(pa.array(keep))
-        table, more = validate_table(BlockEvent, table)
-        rejections.update(more)
-        return table, rejections
+    def _take_packed_locked(self) -> PackedBatch | None:
+        size = len(self._buffer)
+        size -= size % RECORD_BYTES
+        data = bytes(self._buffer[:size])
+        del self._buffer[:size]
+        count = len(self._requests)
+        requests = tuple(self._requests[:count])
+        del self._requests[:count]
+        rejected_calls, self.rejected_events = self.rejected_events, 0
+        if not data and not requests and not rejected_calls:
+            return None
+        names: tuple[str, ...] = ()
+        if data:
+            packed = np.frombuffer(data, dtype=DTYPE).copy()
+            named = (packed["nulls"] & NULL_BIT["request_id"]) == 0
+            if named.any():
+                local, names = self._keys.local(packed["request_key"][named])
+                packed["request_key"][named] = local
+            data = packed.tobytes()
+        return PackedBatch(self.origin, data, names, requests, rejected_calls)

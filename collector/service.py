@@ -235,6 +235,9 @@ class CollectorService:
             yield Sample("kvtier_tap_sequence_gaps_total", "Sequence gaps a tap detected", getattr(stats, "gaps", 0), labels)
             yield Sample("kvtier_tap_lost_batches_total", "Missing batches a replay could not recover",
                          getattr(stats, "lost_batches", 0), labels)
+            more = getattr(tap, "samples", None)  # a tap's own counters (an engine's drops)
+            if more is not None:
+                yield from more()
 
     def _service_samples(self):
         yield Sample("kvtier_ingest_errors_total", "Batches the store could not take", self.ingest_errors, {})

@@ -159,6 +159,11 @@ class TraceStore:
             raise ValueError(f"unknown table {table!r}; tables: {sorted([*TABLE_COLUMNS, LEDGER_TABLE])}")
         return self.scalar(f"SELECT count(*) FROM {table}")
 
+    def next_sequence(self, source: str) -> int | None:
+        """One past the highest batch sequence stored from ``source``; ``None`` if none is."""
+        last = self.scalar(f"SELECT max(sequence) FROM {LEDGER_TABLE} WHERE source = ?", [source])
+        return None if last is None else int(last) + 1
+
     def run_locked(self, work: Callable[[duckdb.DuckDBPyConnection], object]):
         """Run ``work(connection)`` with the store's lock held (for exports and readers)."""
         with self._lock:

@@ -1,8 +1,9 @@
 """`kvtier collect`: the collector service, or the monitoring files for an existing stack."""
 
 SUMMARY = "run the collector: event taps, ingest into DuckDB, Prometheus /metrics, OTLP, Parquet segments"
-EXAMPLE = ("kvtier collect --store kvtier-out/kvtier.duckdb --vllm-events tcp://127.0.0.1:5557 "
-           "--metrics-port 9400 --segments kvtier-out/segments")
+EXAMPLE = ("kvtier collect --store kvtier-out/kvtier.duckdb --hooks tcp://127.0.0.1:5570 "
+           "--vllm-events tcp://127.0.0.1:5557 --metrics-port 9400 --segments kvtier-out/segments")
+DEFAULT_HOOKS = "tcp://127.0.0.1:5570"
 
 
 def add_arguments(parser) -> None:
@@ -10,6 +11,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--segments", help="write Parquet segments here (what the dashboard reads)")
     parser.add_argument("--export-every-s", type=float, default=60.0, help="segment export period")
     parser.add_argument("--retention", help="delete records older than this (e.g. 7d, 12h)")
+    parser.add_argument("--hooks", action="append", nargs="?", const=DEFAULT_HOOKS, default=[],
+                        metavar="ENDPOINT",
+                        help="bind this ZMQ endpoint for the batches kvtier's in-engine plug-ins ship "
+                             f"(repeatable; --hooks alone: {DEFAULT_HOOKS}, loopback)")
     parser.add_argument("--vllm-events", action="append", default=[], metavar="ENDPOINT",
                         help="bind this ZMQ endpoint for vLLM's KV-event publisher (repeatable)")
     parser.add_argument("--vllm-connect", action="store_true", help="connect to the endpoints instead of binding")
@@ -140,8 +145,10 @@ def _serve(args) -> int:
     from kvtier.verbs.checks import address_error, warn_if_exposed, zmq_host
 
     config = _config(args)
-    taps, flags = _taps(args, config.instance)
+    services = []  # the hooks tap asks the store where a restarted engine stream left off
+    taps, flags = _taps(args, config.instance, services)
     service = CollectorService(config, taps)
+    services.append(service)
     try:
         service.start()
     except ServiceStartError as error:
@@ -153,6 +160,10 @@ def _serve(args) -> int:
         raise address_error("--metrics-host", config.metrics_host, error.cause) from None
     if service.metrics is not None:
         warn_if_exposed("collect", "/metrics", service.metrics.host, service.metrics.port)
+    for endpoint in args.hooks:
+        host = zmq_host(endpoint)
+        if host is not None:
+            warn_if_exposed("collect", "--hooks", host, endpoint.rsplit(":", 1)[-1])
     if not args.vllm_connect:
         for endpoint in args.vllm_events:
             host = zmq_host(endpoint)
@@ -177,14 +188,27 @@ def _serve(args) -> int:
     return 0
 
 
-def _taps(args, instance: str) -> tuple[list, dict[str, str]]:
+def _taps(args, instance: str, services: list) -> tuple[list, dict[str, str]]:
     """Factories of the taps the flags ask for (each is built with the service's ingest), and
-    each tap's name -> the flag it came from."""
+    each tap's name -> the flag it came from. ``services`` holds the service once built."""
     import functools
 
     from kvtier.errors import KvtierError
 
     taps, flags = [], {}
+    if args.hooks:
+        from collector.hooks_tap import HooksTap, HooksTapConfig
+
+        try:
+            config = HooksTapConfig(endpoints=tuple(dict.fromkeys(args.hooks)))
+        except ValueError as error:
+            raise KvtierError(f"--hooks: {error}") from None
+
+        def resume(source: str) -> int | None:
+            return services[0].store.next_sequence(source)
+
+        taps.append(functools.partial(HooksTap, config, resume=resume))
+        flags[",".join(config.endpoints)] = "--hooks"
     if args.vllm_events:
         from probes.vllm.tap import VllmEventTap, VllmTapConfig
 

@@ -2,7 +2,7 @@
 
 Load it with ``"eviction_policy": "KvtierScoredLRUPolicy", "cache_policy_module_path":
 "probes.vllm.cache_policy"`` in ``kv_connector_extra_config`` (vLLM 0.33.0's out-of-tree
-``CachePolicy`` hook). It is vLLM's own LRU policy, except that chunks whose score is below
+``CachePolicy`` hook; 0.32 too). It is vLLM's own LRU policy, except that chunks whose score is below
 the threshold are evicted first (oldest first), before any chunk that scored well: the
 "drop at once" half of admission. With no scorer configured it is exactly LRU.
 
@@ -53,8 +53,9 @@ def _scored_lru_policy():
             self._low: set = set()
             self.low_score_evictions = 0
 
-        def insert(self, key, chunk, req_context) -> None:
-            super().insert(key, chunk, req_context)
+        def insert(self, key, chunk, *req_context) -> None:
+            # vLLM 0.33 passes the storing request's ReqContext; 0.32 calls insert(key, chunk).
+            super().insert(key, chunk, *req_context)
             scorer = _SCORER["fn"]
             if scorer is None:
                 return

@@ -1,7 +1,9 @@
 """The recorders of one engine process: one :class:`collector.recorder.Recorder` per engine.
 
 vLLM builds kvtier's spec, connector and cache policy by module path inside its own processes,
-with no channel to hand them a recorder; they find their engine's here by ``engine_id``.
+with no channel to hand them a recorder; they find their engine's here by ``engine_id``. A
+recorder is shipped to the collector by this process's shipper (``collector/shipper.py``)
+from the moment it is created, unless the settings say ``in-process``.
 """
 
 from __future__ import annotations
@@ -10,25 +12,38 @@ import threading
 import time
 
 from collector.events import Origin
+from probes.vllm.hook_settings import HookSettings
 
 _RECORDERS: dict[str, object] = {}
 _RECORDERS_LOCK = threading.Lock()
 
 
-def recorder_for(engine_id: str, instance: str | None = None, *, clock=time.time):
-    """The process-wide recorder of one engine (created on first use)."""
+def recorder_for(engine_id: str, settings: HookSettings = HookSettings(), *, clock=time.time):
+    """The process-wide recorder of one engine (created, and shipped, on first use)."""
     from collector.recorder import Recorder
+    from collector.shipper import ship, wake_on_sigterm
 
     with _RECORDERS_LOCK:
         recorder = _RECORDERS.get(engine_id)
         if recorder is None:
-            source = f"vllm-hooks:{instance or engine_id}:{engine_id}:{int(clock() * 1000)}"
-            recorder = Recorder(Origin("vllm", instance or engine_id, source), clock=clock)
+            instance = settings.instance or engine_id
+            source = f"vllm-hooks:{instance}:{engine_id}:{int(clock() * 1000)}"
+            recorder = Recorder(Origin("vllm", instance, source), clock=clock)
             _RECORDERS[engine_id] = recorder
+            if settings.shipper is not None:
+                ship(recorder, settings.shipper)
+                wake_on_sigterm()  # a SIGTERM starts the flush before vLLM tears down
         return recorder
 
 
 def active_recorders() -> dict[str, object]:
-    """engine_id -> recorder, for whatever drains them."""
+    """engine_id -> recorder, for an application that drains them in process."""
     with _RECORDERS_LOCK:
         return dict(_RECORDERS)
+
+
+def flush(timeout_s: float | None = None) -> None:
+    """Ship what this process's recorders hold, bounded (engine shutdown)."""
+    from collector.shipper import flush_all
+
+    flush_all(timeout_s)

@@ -121,7 +121,7 @@ class ManagerRecorder:
         now = self._clock()
         for event in events:
             medium = getattr(event.medium, "value", event.medium)
-            if event.metadata_only:
+            if getattr(event, "metadata_only", False):  # 0.33: failed-store cleanup, unpublished
                 continue
             if medium == "CPU" and event.removed:
                 self._cpu_removals(event.keys, now)

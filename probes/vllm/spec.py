@@ -1,6 +1,6 @@
 """kvtier's vLLM offloading specs (imports vLLM: vLLM loads it by module path).
 
-Load it with (vLLM 0.33.0, ``OffloadingConnector`` with an out-of-tree spec)::
+Load it with (vLLM 0.32 and 0.33, ``OffloadingConnector`` with an out-of-tree spec)::
 
     --kv-transfer-config '{"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
       "kv_connector_extra_config": {"spec_name": "KvtierCPUOffloadingSpec",
@@ -10,18 +10,26 @@ Load it with (vLLM 0.33.0, ``OffloadingConnector`` with an out-of-tree spec)::
 
 ``RecordingOffloadingManager`` delegates every call to vLLM's own manager and reports what
 happened to a :class:`probes.vllm.recording.ManagerRecorder`; the two specs build it around
-the manager their vLLM base class builds.
+the manager their vLLM base class builds. The ``kvtier_*`` keys of the extra config
+(``probes/vllm/hook_settings.py``) say where the records are shipped.
+
+vLLM 0.33 added manager methods 0.32 lacks (``lock``, ``config_info``, ``on_reset_flushed``):
+the wrapper forwards them to the wrapped manager (0.32's scheduler never calls them) and
+gives 0.32 callers of ``lock`` a no-op lock.
 """
 
 from __future__ import annotations
+
+from contextlib import nullcontext
 
 from vllm.v1.kv_offload.base import LookupResult, OffloadingManager
 from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
 from vllm.v1.kv_offload.tiering.spec import TieringOffloadingSpec
 
-from probes.vllm.recorders import recorder_for
+from probes.vllm.recorders import flush, recorder_for
 from probes.vllm.recording import ManagerRecorder
+from probes.vllm.hook_settings import HookSettings
 
 _MISS = LookupResult.MISS
 
@@ -37,9 +45,11 @@ class RecordingOffloadingManager(OffloadingManager):
     cost of every call through the wrapper (0.2 vs 0.4 µs for a lookup).
     """
 
-    def __init__(self, inner: OffloadingManager, observer: ManagerRecorder):
+    def __init__(self, inner: OffloadingManager, observer: ManagerRecorder,
+                 flush_timeout_s: float | None = None):
         self.inner = inner
         self.observer = observer
+        self.flush_timeout_s = flush_timeout_s  # None: records are drained in process
         for name in dir(type(inner)):
             if not name.startswith("_") and not hasattr(RecordingOffloadingManager, name) \
                     and callable(getattr(type(inner), name)):
@@ -54,7 +64,8 @@ class RecordingOffloadingManager(OffloadingManager):
 
     @property
     def lock(self):
-        return self.inner.lock
+        # 0.33: callers hold the manager's lock; 0.32 managers have none (and no caller asks).
+        return getattr(self.inner, "lock", None) or nullcontext()
 
     def lookup(self, key, req_context):
         result = self._lookup(key, req_context)
@@ -120,26 +131,33 @@ class RecordingOffloadingManager(OffloadingManager):
     def reset_cache(self):
         return self.inner.reset_cache()
 
-    def on_reset_flushed(self):
+    def on_reset_flushed(self):  # 0.33 only
         return self.inner.on_reset_flushed()
 
     def get_stats(self):
         return self.inner.get_stats()
 
-    def config_info(self):
+    def config_info(self):  # 0.33 only
         return self.inner.config_info()
 
     def shutdown(self):
-        return self.inner.shutdown()
+        try:
+            return self.inner.shutdown()
+        finally:
+            if self.flush_timeout_s is not None:
+                flush(self.flush_timeout_s)
 
 
 def _wrap(spec, manager: OffloadingManager) -> OffloadingManager:
     if isinstance(manager, RecordingOffloadingManager):
         return manager
-    recorder = recorder_for(spec.config.engine_id, spec.extra_config.get("kvtier_instance"))
+    settings = HookSettings.from_extra_config(spec.extra_config)
+    recorder = recorder_for(spec.config.engine_id, settings)
     chunk_bytes = getattr(spec, "kv_bytes_per_chunk", None) or getattr(
         spec, "aligned_kv_bytes_per_chunk", None)
-    return RecordingOffloadingManager(manager, ManagerRecorder(recorder, chunk_bytes=chunk_bytes))
+    flush_timeout_s = settings.shipper.flush_timeout_s if settings.shipper is not None else None
+    return RecordingOffloadingManager(manager, ManagerRecorder(recorder, chunk_bytes=chunk_bytes),
+                                      flush_timeout_s)
 
 
 class KvtierCPUOffloadingSpec(CPUOffloadingSpec):

@@ -89,3 +89,51 @@ def test_emit_monitoring_writes_both_files(tmp_path):
     assert result.returncode == 0, result.stderr
     assert '"value": 1.5' in (tmp_path / "grafana-dashboard.json").read_text()
     assert "> 1.5" in (tmp_path / "kvtier-alerts.yml").read_text()
+
+
+def test_collect_hooks_stores_shipped_batches_and_exports_the_engines_drops(tmp_path):
+    """`kvtier collect --hooks`: an engine-side shipper that started before the collector
+    dropped a batch (counted); once the collector is up its batches are stored and the count
+    reaches /metrics as kvtier_recorder_dropped_events_total."""
+    from collector.events import Origin, Outcome, RequestRecord
+    from collector.recorder import Recorder
+    from collector.shipper import Shipper, ShipperConfig
+
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    store = tmp_path / "kvtier.duckdb"
+    recorder = Recorder(Origin("vllm", "node-3", "vllm-hooks:node-3:e1:1"))
+    shipper = Shipper(ShipperConfig(endpoint, interval_s=0.05))
+    shipper.add(recorder)
+    for i in range(3):  # no collector yet: dropped and counted
+        recorder.record(int(Outcome.GPU_HIT), i, request_id="early")
+    while shipper.batches_dropped == 0:
+        time.sleep(0.02)
+    service = subprocess.Popen(
+        [sys.executable, "-m", "kvtier", "collect", "--store", str(store), "--metrics-port", "0",
+         "--hooks", endpoint], stdout=subprocess.PIPE, text=True)
+    try:
+        url = None
+        for line in service.stdout:
+            if "metrics at" in line:
+                url = line.split("metrics at ", 1)[1].strip()
+            if "tap HooksTap started" in line:
+                assert endpoint in line
+                break
+        key = ("kvtier_recorder_dropped_events_total", (("engine", "vllm"), ("engine_instance", "node-3")))
+        deadline, seen = time.monotonic() + 30, {}
+        while time.monotonic() < deadline and seen.get(key) != 3:
+            recorder.record_request(RequestRecord("late", time.time(), 10))
+            time.sleep(0.2)
+            seen = scrape(url)
+        assert seen.get(key) == 3
+    finally:
+        shipper.close(1.0)
+        service.send_signal(signal.SIGTERM)
+        out, _ = service.communicate(timeout=30)
+    assert service.returncode == 0
+    import duckdb
+
+    con = duckdb.connect(str(store), read_only=True)
+    assert con.execute("SELECT count(*) FROM requests WHERE request_id = 'late'").fetchone()[0] >= 1
+    assert con.execute("SELECT count(*) FROM block_events WHERE request_id = 'early'").fetchone()[0] == 0
+    con.close()

@@ -1,8 +1,12 @@
-"""Runs in the vLLM side environment: drives vLLM's real CPUOffloadingManager and
-TieringOffloadingManager (fs tier in a temporary folder) through kvtier's spec wrappers,
-and prints, as JSON, what the managers did next to what kvtier recorded.
+"""Runs in a vLLM environment (the official 0.33 wheel's side environment, or the 0.32 CPU
+build): drives vLLM's real CPUOffloadingManager and TieringOffloadingManager (fs tier in a
+temporary folder) through kvtier's spec wrappers, its cache policy and its connector, and
+prints, as JSON, what vLLM did next to what kvtier recorded.
 
-Usage: python vllm_side_hooks.py FS_ROOT  (runs the cpu, then the tiering scenario)
+Like kvtier's plug-ins inside an engine, it needs no pyarrow: the recorders are drained with
+``take_packed`` and the packed records read with numpy here.
+
+Usage: python side_hooks.py FS_ROOT
 Not a test module: tests/probes/vllm/test_spec_real.py spawns it.
 """
 
@@ -10,8 +14,46 @@ import json
 import os
 import sys
 import time
+from contextlib import nullcontext
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+IN_PROCESS = {"kvtier_collector": "in-process"}  # this script drains the recorders itself
+
+
+def locked(manager):
+    return getattr(manager, "lock", None) or nullcontext()  # vLLM 0.32 managers have no lock
+
+
+def drained(recorder):
+    """The recorder's batch as row dicts (labels for enums, None for nulls), without pyarrow."""
+    import numpy as np
+
+    from collector.events import Outcome, Tier
+    from collector.record_layout import DTYPE, NULL_BIT
+
+    packed = recorder.take_packed()
+    if packed is None:
+        return {"rows": [], "requests": [], "origin": None, "rejected": 0}
+    rows = []
+    for rec in np.frombuffer(packed.records, dtype=DTYPE):
+        nulls = int(rec["nulls"])
+
+        def value(name, convert):
+            return None if nulls & NULL_BIT[name] else convert(
+                rec["request_key" if name == "request_id" else name])
+
+        rows.append({
+            "time_s": float(rec["time_s"]), "kind": Outcome(int(rec["kind"])).label,
+            "block_hash": int(rec["block_hash"]),
+            "request_id": value("request_id", lambda k: packed.request_names[int(k)]),
+            "parent_hash": value("parent_hash", int), "position": value("position", int),
+            "tokens": value("tokens", int), "size_bytes": value("size_bytes", int),
+            "tier_from": value("tier_from", lambda c: Tier(int(c)).label),
+            "tier_to": value("tier_to", lambda c: Tier(int(c)).label),
+            "priority": value("priority", int), "latency_s": value("latency_s", float)})
+    requests = [{f: getattr(r, f) for f in r.__dataclass_fields__} for r in packed.requests]
+    return {"rows": rows, "requests": requests, "origin": packed.origin.source,
+            "rejected": packed.rejected_calls}
 
 
 def offload_config(extra, mode):
@@ -20,10 +62,16 @@ def offload_config(extra, mode):
         OffloadingParallelConfig,
     )
 
+    import dataclasses
+
+    # 0.33 added max_model_len (0.32: name and dtype only)
+    model_extra = ({"max_model_len": 4096} if "max_model_len" in
+                   {f.name for f in dataclasses.fields(OffloadingModelConfig)} else {})
     return OffloadingConfig(
         groups=(OffloadingGroupConfig(16, ("layer.0",), 0),), worker_kv_bytes_per_block=4096,
         enable_kv_cache_events=True, extra_config=extra, engine_id=f"kvtier-test-{mode}-{os.getpid()}",
-        model=OffloadingModelConfig("kvtier/check", "float16", 4096),
+        model=OffloadingModelConfig("kvtier/check", "float16",
+                                    **model_extra),
         cache=OffloadingCacheConfig(16, 1),
         parallel=OffloadingParallelConfig(0, 1, 1, 1, 1, 1, 0, 1, None, True))
 
@@ -35,7 +83,7 @@ def key(i):
 
 
 def store(manager, keys, ctx, did):
-    with manager.lock:
+    with locked(manager):
         out = manager.prepare_store(keys, ctx)
         did["evicted"] += [int.from_bytes(k[:-4], "big") for k in out.evicted_keys]
         manager.complete_store(out.keys_to_store, ctx)
@@ -43,7 +91,7 @@ def store(manager, keys, ctx, did):
 
 
 def load(manager, keys, ctx, did):
-    with manager.lock:
+    with locked(manager):
         manager.prepare_load(keys, ctx)
         manager.complete_load(keys, ctx)
     did["loaded"] += [int.from_bytes(k[:-4], "big") for k in keys]
@@ -53,13 +101,27 @@ def wait_lookup(manager, k, ctx, want, rounds=400):
     from vllm.v1.kv_offload.base import ScheduleEndContext
 
     for _ in range(rounds):
-        with manager.lock:
+        with locked(manager):
             result = manager.lookup(k, ctx)
             manager.on_schedule_end(ScheduleEndContext(set(), set()))
         if result.name == want:
             return result.name
         time.sleep(0.01)
     return result.name
+
+
+def settle(manager, rounds=400):
+    """Step until no transfer is in flight: the scheduler's per-step calls (both poll finished
+    jobs; 0.32 polls only at the step end; take_events reports the tier's stores)."""
+    from vllm.v1.kv_offload.base import ScheduleEndContext
+
+    for _ in range(rounds):
+        with locked(manager):
+            manager.on_schedule_end(ScheduleEndContext(set(), set()))
+            manager.take_events()
+            if not manager.has_pending_work():
+                return
+        time.sleep(0.01)
 
 
 def run(mode, fs_root):
@@ -69,7 +131,7 @@ def run(mode, fs_root):
     from probes.vllm.recorders import active_recorders
 
     extra = {"spec_module_path": "probes.vllm.spec", "cpu_bytes_to_use": 4 * 4096,
-             "eviction_policy": "lru", "kvtier_instance": "side-test"}
+             "eviction_policy": "lru", "kvtier_instance": "side-test", **IN_PROCESS}
     if mode == "cpu":
         extra["spec_name"] = "KvtierCPUOffloadingSpec"
     else:
@@ -80,17 +142,11 @@ def run(mode, fs_root):
     manager = spec.get_manager()
     did = {"stored": [], "evicted": [], "loaded": [], "lookups": {}, "class": type(manager).__name__}
     ctx = ReqContext("req-1")
-    with manager.lock:
+    with locked(manager):
         manager.on_new_request(ctx)
     store(manager, [key(i) for i in range(4)], ctx, did)            # fills the 4 chunks
     if mode == "tiering":  # let the cascade to the fs tier finish before evicting
-        for _ in range(400):
-            with manager.lock:
-                manager.take_events()  # polls finished jobs, reports STORAGE stores
-                busy = manager.has_pending_work()
-            if not busy:
-                break
-            time.sleep(0.01)
+        settle(manager)
     store(manager, [key(4), key(5)], ctx, did)                       # evicts the 2 LRU chunks
     did["lookups"]["k5"] = wait_lookup(manager, key(5), ctx, "HIT")
     load(manager, [key(5)], ctx, did)                                # CPU -> GPU
@@ -99,14 +155,12 @@ def run(mode, fs_root):
     else:  # key 0 was evicted from CPU but lives in the fs tier: a cold promotion
         did["lookups"]["k0"] = wait_lookup(manager, key(0), ctx, "HIT")
         load(manager, [key(0)], ctx, did)
-    with manager.lock:
-        manager.take_events()
+    settle(manager)
+    with locked(manager):
         manager.on_request_finished(ctx)
     manager.shutdown()
-    recorder = active_recorders()[spec.config.engine_id]
-    batch = recorder.take_events()
-    rows = batch.block_events.to_pylist() if batch is not None else []
-    return {"did": did, "rows": rows, "origin": batch.origin.source}
+    out = drained(active_recorders()[spec.config.engine_id])
+    return {"did": did, "rows": out["rows"], "origin": out["origin"]}
 
 
 def main():
@@ -114,6 +168,9 @@ def main():
     results["policy"] = run_policy()
     results["connector"] = run_connector()
     results["exact"] = run_exact()
+    import vllm
+
+    results["vllm_version"] = vllm.__version__
     print("RESULT " + json.dumps(results))
 
 
@@ -140,7 +197,9 @@ def run_policy():
 
 def run_connector():
     """vLLM's connector factory resolves kvtier's connector; its scheduler-side overrides
-    record the token split (the scheduler itself is a stub: building it needs a model)."""
+    record the token split, the finish, the latencies and the client's tags (the scheduler
+    below the connector is a stub: building vLLM's needs a model). One request is looked up
+    twice (the first allocation failed), admitted, emits a token per step, and finishes."""
     from types import SimpleNamespace
 
     from vllm.config.kv_transfer import KVTransferConfig
@@ -152,7 +211,8 @@ def run_connector():
 
     from collector.events import Origin
     from collector.recorder import Recorder
-    from probes.vllm.connector import RequestTokenAccounting
+    from probes.vllm.accounting import RequestTokenAccounting
+    from probes.vllm.hook_settings import HookSettings
 
     cls = KVConnectorFactory.get_connector_class(KVTransferConfig(
         kv_connector="KvtierOffloadingConnector", kv_connector_module_path="probes.vllm.connector",
@@ -163,17 +223,31 @@ def run_connector():
         get_num_new_matched_tokens=lambda request, n, max_num_new_tokens=None: (32, True),
         get_external_cache_hit_sources=lambda request, n: {CacheHitSource.HOST: 16,
                                                            CacheHitSource.DISK: 16},
-        request_finished=lambda request: (False, None))
-    recorder = Recorder(Origin("vllm", "conn", "conn-1"))
-    connector._kvtier = RequestTokenAccounting(recorder, 16)
-    request = SimpleNamespace(request_id="req-c", arrival_time=time.time() - 1,
-                              num_prompt_tokens=100, num_output_tokens=7,
-                              block_hashes=[(7000 + i).to_bytes(32, "big") for i in range(6)])
-    answer = connector.get_num_new_matched_tokens(request, 32)
-    connector.request_finished(request, [])
-    batch = recorder.take_events()
+        update_state_after_alloc=lambda request, blocks, n: None,
+        take_events=lambda: (), request_finished=lambda request: (False, None))
+    now = [1000.0]
+    recorder = Recorder(Origin("vllm", "conn", "conn-1"), clock=lambda: now[0])
+    connector._kvtier = RequestTokenAccounting(recorder, 16, model="tiny", clock=lambda: now[0])
+    connector._kvtier_settings = HookSettings.from_extra_config(IN_PROCESS)
+    request = SimpleNamespace(
+        request_id="req-c", arrival_time=999.5, num_prompt_tokens=100, num_output_tokens=0,
+        block_hashes=[(7000 + i).to_bytes(32, "big") for i in range(6)],
+        status=SimpleNamespace(name="FINISHED_STOPPED"), stop_reason=2, session_id=None,
+        kv_transfer_params={"kvtier": {"session_id": "chat-7", "turn": 3, "request_type": 5}})
+    answer = connector.get_num_new_matched_tokens(request, 32)  # allocation fails: asked again
+    now[0] = 1000.1
+    connector.get_num_new_matched_tokens(request, 32)
+    connector.update_state_after_alloc(request, None, 32)
+    for tokens, t in ((0, 1000.2), (1, 1000.25), (2, 1000.3), (3, 1000.35)):
+        now[0] = t
+        request.num_output_tokens = tokens
+        connector.take_events()
+    now[0] = 1000.45
+    request.num_output_tokens = 4
+    connector.request_finished_all_groups(request, ([],))
+    out = drained(recorder)
     return {"subclass": issubclass(cls, OffloadingConnector), "answer": list(answer),
-            "rows": batch.block_events.to_pylist(), "requests": batch.requests.to_pylist()}
+            "rows": out["rows"], "requests": out["requests"]}
 
 
 def run_exact():
@@ -218,16 +292,15 @@ def run_exact():
     at(104.5, manager.take_events)                              # CPU removals already seen
     at(105.0, manager.on_request_finished, r1)
     at(105.0, manager.lookup, key(9), r1)                       # a new admission: again
-    batch = recorder.take_events()
+    batch = drained(recorder)
     # Without events (vLLM's default), nothing would ever clear a remembered eviction.
     quiet = RecordingOffloadingManager(CPUOffloadingManager(num_chunks=1),
                                        ManagerRecorder(recorder, chunk_bytes=4096, clock=clock))
     for i in range(3):
         quiet.complete_store(quiet.prepare_store([key(i)], r1).keys_to_store, r1)
-    evicted = [r["block_hash"] for r in recorder.take_events().block_events.to_pylist()
-               if r["kind"] == "evict"]
-    return {"rows": batch.block_events.to_pylist(), "dropped": recorder.dropped_events,
-            "rejections": dict(batch.rejected), "quiet_evicted": evicted,
+    evicted = [r["block_hash"] for r in drained(recorder)["rows"] if r["kind"] == "evict"]
+    return {"rows": batch["rows"], "dropped": recorder.dropped_events,
+            "rejections": batch["rejected"], "quiet_evicted": evicted,
             "quiet_remembered": len(quiet.observer._evictions_seen)}
 
 

@@ -100,25 +100,6 @@ def test_policy_module_imports_and_configures_without_vllm():
         cache_policy.configure(42)
 
 
-def test_request_token_accounting(rec):
-    from probes.vllm.connector import RequestTokenAccounting
-
-    _, recorder, clock = rec
-    accounting = RequestTokenAccounting(recorder, 16, clock=clock)
-    accounting.matched("r1", arrival_s=99.0, prompt_tokens=80, block_hashes=[1, 2, 3, 4, 5],
-                       gpu_tokens=32, external_tokens=16, sources={"host": 16})
-    accounting.finished("r1", output_tokens=3)
-    accounting.finished("never-matched")
-    batch = recorder.take_events()
-    assert [(r["kind"], r["block_hash"], r["parent_hash"]) for r in batch.block_events.to_pylist()] == [
-        ("gpu_hit", 1, None), ("gpu_hit", 2, 1)]
-    (req,) = batch.requests.to_pylist()
-    assert (req["gpu_hit_tokens"], req["cpu_promotion_tokens"], req["cold_promotion_tokens"],
-            req["recomputed_tokens"], req["e2e_latency_s"]) == (32, 16, 0, 32, 1.0)
-    with pytest.raises(ValueError, match="block_size_tokens"):
-        RequestTokenAccounting(recorder, 0)
-
-
 def test_a_waiting_request_reports_each_miss_once(rec):
     observer, recorder, _ = rec
     for _ in range(3):  # looked up again on every scheduler step while it waits

@@ -1,0 +1,223 @@
+"""The collector's end of the engine-side shipper: a ZMQ PULL socket (``kvtier collect
+--hooks``) that turns shipped batches (``collector/shipment.py``) into ``EventBatch``es.
+
+Engines' shippers connect to it; it binds (loopback by default; one socket may bind several
+endpoints). Each message is validated and converted with the same rules as every other
+source, then handed to ``on_batch`` (the collector service's ingest: the store's ledger
+keeps each ``(source, sequence)`` once, so nothing is stored twice).
+
+Per source it keeps what the engine reported and what it saw: the engine's cumulative drops
+(``dropped_events_total``: recorder buffer full or a batch the engine could not send; the
+largest value seen wins, since counters only grow) and what went missing on the way (a
+``sequence`` gap counts the lost batches, a ``first_event`` jump the lost events). ``resume(source)``, when given, says where the
+store's ledger left a source (the next sequence it expects), so a restarted collector counts
+batches lost while it was down too.
+:meth:`HooksTap.samples` exports them as ``kvtier_recorder_dropped_events_total`` etc. A
+batch the store already has (a restarted collector, a replay) is not counted as a gap.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+from collector.shipment import ShipmentError, decode
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HOOKS_ENDPOINT = "tcp://127.0.0.1:5570"
+
+
+@dataclass(frozen=True)
+class HooksTapConfig:
+    """Endpoints to bind (``tcp://HOST:PORT`` or ``ipc://PATH``) and the receive queue."""
+
+    endpoints: tuple[str, ...] = (DEFAULT_HOOKS_ENDPOINT,)
+    queue_batches: int = 1000
+    max_message_bytes: int = 256 << 20
+
+    def __post_init__(self) -> None:
+        if not self.endpoints:
+            raise ValueError("at least one hooks endpoint is needed, e.g. " + DEFAULT_HOOKS_ENDPOINT)
+        for endpoint in self.endpoints:
+            if not isinstance(endpoint, str) or not endpoint.startswith(("tcp://", "ipc://")):
+                raise ValueError(f"hooks endpoint must be tcp://HOST:PORT or ipc://PATH, got {endpoint!r}")
+        if self.queue_batches < 1 or self.max_message_bytes < 1:
+            raise ValueError(f"queue_batches and max_message_bytes must be >= 1, got "
+                             f"{self.queue_batches}, {self.max_message_bytes}")
+
+
+@dataclass
+class SourceCounters:
+    """One engine stream as the tap sees it."""
+
+    engine: str
+    instance: str
+    next_sequence: int = 0
+    next_event: int = 0
+    dropped_events_total: int = 0
+    dropped_requests_total: int = 0
+    lost_batches: int = 0
+    lost_events: int = 0
+
+
+@dataclass
+class HooksTapStats:
+    """Counters since the tap started; ``sources`` by source name."""
+
+    batches: int = 0
+    block_events: int = 0
+    requests: int = 0
+    bad_frames: int = 0
+    callback_errors: int = 0
+    sources: dict[str, SourceCounters] = field(default_factory=dict)
+
+    @property
+    def gaps(self) -> int:
+        return sum(s.lost_batches > 0 for s in self.sources.values())
+
+    @property
+    def lost_batches(self) -> int:
+        return sum(s.lost_batches for s in self.sources.values())
+
+
+class HooksTap:
+    """PULL shipped batches; hand each to ``on_batch`` (see module doc). A
+    :class:`collector.taps.Tap`: the service's runner opens it, polls it from one thread and
+    closes it."""
+
+    poll_every_s = 0.0  # poll() itself waits
+
+    def __init__(self, config: HooksTapConfig, on_batch: Callable[[object], object], *,
+                 resume: Callable[[str], int | None] | None = None):
+        self.config = config
+        self._on_batch = on_batch
+        self._resume = resume
+        self.stats = HooksTapStats()
+        self._lock = threading.Lock()  # stats: read by /metrics while the thread writes
+        self._context = self._socket = None
+        self._bound: list[str] = []
+        self.name = ",".join(config.endpoints)
+
+    def open(self) -> list[str]:
+        """Bind the endpoints (idempotent); ``OSError`` if one cannot be bound. Returns the
+        endpoints bound (with the port chosen for ``:0``)."""
+        if self._socket is not None:
+            return self._bound
+        import zmq
+
+        self._context = zmq.Context()
+        socket = self._context.socket(zmq.PULL)
+        socket.setsockopt(zmq.RCVHWM, self.config.queue_batches)
+        socket.setsockopt(zmq.MAXMSGSIZE, self.config.max_message_bytes)
+        socket.setsockopt(zmq.LINGER, 0)
+        try:
+            for endpoint in self.config.endpoints:
+                socket.bind(endpoint)
+                self._bound.append(socket.getsockopt_string(zmq.LAST_ENDPOINT))
+        except zmq.ZMQError as error:
+            socket.close()
+            self._context.term()
+            self._context, self._bound = None, []
+            raise OSError(f"cannot bind hooks endpoint {endpoint}: {error}") from None
+        self._socket = socket
+        return self._bound
+
+    @property
+    def bound(self) -> list[str]:
+        """The endpoints bound (empty before :meth:`open`)."""
+        return list(self._bound)
+
+    def close(self) -> None:
+        if self._socket is not None:
+            self._socket.close(linger=0)
+            self._context.term()
+        self._socket = self._context = None
+
+    def poll(self, timeout_s: float = 0.0, max_messages: int = 1000) -> int:
+        """Wait up to ``timeout_s`` for a message, deliver what is there; returns batches."""
+        import zmq
+
+        self.open()
+        delivered = 0
+        try:
+            if not self._socket.poll(int(timeout_s * 1000)):
+                return 0
+            while delivered < max_messages:
+                try:
+                    frames = self._socket.recv_multipart(zmq.NOBLOCK, copy=True)
+                except zmq.Again:
+                    break
+                delivered += self._on_frames(frames)
+        except zmq.ZMQError as error:  # a broken socket: the runner reopens it
+            raise OSError(f"hooks endpoint {self.name}: {error}") from None
+        return delivered
+
+    def _on_frames(self, frames) -> int:
+        try:
+            shipment = decode(frames)
+            batch = shipment.packed.to_event_batch(shipment.sequence)
+        except ShipmentError as error:
+            with self._lock:
+                self.stats.bad_frames += 1
+                count = self.stats.bad_frames
+            log.log(logging.WARNING if count <= 10 else logging.DEBUG,
+                    "hooks tap: bad message skipped (%s); %d so far", error, count)
+            return 0
+        try:
+            result = self._on_batch(batch)
+        except Exception:
+            with self._lock:
+                self.stats.callback_errors += 1
+            log.exception("hooks tap: ingest of %s/%d failed", batch.origin.source, batch.sequence)
+            return 0
+        self._count(shipment, batch, duplicate=getattr(result, "duplicate", False))
+        return 1
+
+    def _count(self, shipment, batch, duplicate: bool) -> None:
+        origin = batch.origin
+        with self._lock:
+            stats = self.stats
+            source = stats.sources.get(origin.source)
+            if source is None:
+                resumed = self._resume(origin.source) if self._resume is not None else None
+                start = shipment.sequence if resumed is None else min(resumed, shipment.sequence)
+                source = stats.sources[origin.source] = SourceCounters(
+                    origin.engine, origin.instance, start, shipment.first_event)
+            if not duplicate and shipment.sequence >= source.next_sequence:
+                source.lost_batches += shipment.sequence - source.next_sequence
+                source.lost_events += max(0, shipment.first_event - source.next_event)
+                source.next_sequence = shipment.sequence + 1
+                source.next_event = shipment.first_event + shipment.packed.num_events
+            source.dropped_events_total = max(source.dropped_events_total,
+                                              shipment.dropped_events_total)
+            source.dropped_requests_total = max(source.dropped_requests_total,
+                                                shipment.dropped_requests_total)
+            stats.batches += 1
+            stats.block_events += batch.block_events.num_rows
+            stats.requests += batch.requests.num_rows
+
+    def samples(self):
+        """Drop and loss counters per engine and instance (summed over its streams), as
+        ``collector.exports.prometheus.Sample`` values."""
+        from collector.exports.prometheus import Sample
+
+        totals: dict[tuple[str, str], list[int]] = {}
+        with self._lock:
+            for s in self.stats.sources.values():
+                acc = totals.setdefault((s.engine, s.instance), [0, 0, 0, 0])
+                for i, value in enumerate((s.dropped_events_total, s.dropped_requests_total,
+                                           s.lost_batches, s.lost_events)):
+                    acc[i] += value
+        for (engine, instance), (events, requests, batches, lost) in sorted(totals.items()):
+            labels = {"engine": engine, "engine_instance": instance}
+            yield Sample("kvtier_recorder_dropped_events_total", "Block events an engine's "
+                         "recorder or shipper dropped (buffer full, no collector)", events, labels)
+            yield Sample("kvtier_recorder_dropped_requests_total", "Request records an engine's "
+                         "recorder or shipper dropped", requests, labels)
+            yield Sample("kvtier_hooks_lost_batches_total", "Shipped batches that never arrived "
+                         "(sequence gaps)", batches, labels)
+            yield Sample("kvtier_hooks_lost_events_total", "Block events in shipped batches that "
+                         "never arrived", lost, labels)

@@ -1,0 +1,59 @@
+"""The ``kvtier_*`` keys kvtier's vLLM plug-ins read from ``kv_connector_extra_config``.
+
+vLLM hands its extra config to every connector and offloading spec and ignores keys it does
+not know, so this is the one channel for configuring kvtier inside the engine:
+
+=========================  =================================================================
+``kvtier_instance``        the serving instance's name in kvtier's records (default: the
+                           engine id)
+``kvtier_collector``       where to ship records: a ZMQ endpoint of ``kvtier collect --hooks``
+                           (default: ``$KVTIER_COLLECTOR``, else ``tcp://127.0.0.1:5570``), or
+                           ``in-process`` for an application that drains
+                           ``probes.vllm.recorders.active_recorders()`` itself
+``kvtier_ship_interval_s`` how often the shipper drains the recorders (default 0.25)
+``kvtier_flush_timeout_s`` how long a shutdown flush may wait for a collector (default 2.0)
+=========================  =================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from collector.shipper import ShipperConfig, endpoint_from
+
+IN_PROCESS = "in-process"
+
+
+@dataclass(frozen=True)
+class HookSettings:
+    """Validated ``kvtier_*`` settings; ``shipper`` is ``None`` for ``in-process``."""
+
+    instance: str | None = None
+    shipper: ShipperConfig | None = ShipperConfig()
+
+    @classmethod
+    def from_extra_config(cls, extra: Mapping | None) -> "HookSettings":
+        """Read the keys above; ``ValueError`` naming the key for a bad value."""
+        extra = extra or {}
+        instance = extra.get("kvtier_instance")
+        if instance is not None and (not isinstance(instance, str) or not instance):
+            raise ValueError(f"kvtier_instance must be a non-empty string, got {instance!r}")
+        collector = extra.get("kvtier_collector")
+        if collector == IN_PROCESS:
+            return cls(instance, None)
+        try:
+            shipper = ShipperConfig(
+                endpoint=endpoint_from(collector),
+                interval_s=_seconds(extra, "kvtier_ship_interval_s", 0.25),
+                flush_timeout_s=_seconds(extra, "kvtier_flush_timeout_s", 2.0))
+        except ValueError as error:
+            raise ValueError(f"kv_connector_extra_config: {error}") from None
+        return cls(instance, shipper)
+
+
+def _seconds(extra: Mapping, key: str, default: float) -> float:
+    value = extra.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{key} must be a number of seconds > 0, got {value!r}")
+    return float(value)

@@ -1,0 +1,216 @@
+"""The engine-side shipper against the collector's hooks tap, over real loopback ZMQ sockets:
+batches reach the store once, an absent collector costs counted drops and never a wait, and
+a shutdown flushes what is buffered within its bound."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from collector.events import Origin, Outcome, RequestRecord, Tier
+from collector.hooks_tap import HooksTap, HooksTapConfig
+from collector.recorder import Recorder
+from collector.shipper import Shipper, ShipperConfig, endpoint_from
+from collector.taps import TapRunner
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def endpoint() -> str:
+    return f"tcp://127.0.0.1:{free_port()}"
+
+
+def recorder(name: str = "engine-a", **kwargs) -> Recorder:
+    return Recorder(Origin("vllm", name, f"vllm-hooks:{name}:1"), **kwargs)
+
+
+def record_requests(rec: Recorder, n: int, start: int = 0) -> None:
+    for i in range(start, start + n):
+        rid = f"req-{i}"
+        rec.record(int(Outcome.GPU_HIT), 1000 + i, request_id=rid, position=0, tokens=32,
+                   tier_to=int(Tier.GPU), time_s=10.0 + i)
+        rec.record_run(int(Outcome.STORE), [(2000 + i).to_bytes(8, "little")], rid, 4096,
+                       int(Tier.GPU), int(Tier.CPU), 0.001, 10.5 + i)
+        rec.record_request(RequestRecord(rid, 10.0 + i, 64, output_tokens=4, gpu_hit_tokens=32,
+                                         recomputed_tokens=32, finish_status="length"))
+
+
+class Collected:
+    """A hooks tap storing into an in-memory store (the service's ingest, minus exports)."""
+
+    def __init__(self, store, where: str):
+        self.store = store
+        self.tap = HooksTap(HooksTapConfig((where,)), store.ingest, resume=store.next_sequence)
+        self.runner = TapRunner(self.tap)  # what the collector service runs it with
+        self.runner.open()
+        self.runner.start()
+
+    def wait_for(self, requests: int, timeout_s: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.store.count("requests") < requests and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def samples(self) -> dict:
+        return {s.name: s.value for s in self.tap.samples()}
+
+
+def test_batches_reach_the_store_with_their_request_ids_and_fields(store):
+    where = endpoint()
+    collected = Collected(store, where)
+    rec = recorder()
+    shipper = Shipper(ShipperConfig(where, interval_s=0.05))
+    shipper.add(rec)
+    try:
+        time.sleep(0.3)  # the PUSH socket connects
+        record_requests(rec, 3)
+        collected.wait_for(3)
+    finally:
+        shipper.close()
+        collected.runner.stop()
+    rows = store.query("SELECT kind, block_hash, request_id, tier_from, tier_to, size_bytes "
+                       "FROM block_events ORDER BY time_s").to_pylist()
+    assert [(r["kind"], r["block_hash"], r["request_id"]) for r in rows] == [
+        (kind, base + i, f"req-{i}") for i in range(3) for kind, base in
+        (("gpu_hit", 1000), ("store", 2000))]
+    assert rows[1]["tier_from"] == "gpu" and rows[1]["size_bytes"] == 4096
+    requests = store.query("SELECT request_id, finish_status FROM requests ORDER BY arrival_s")
+    assert requests.to_pylist() == [{"request_id": f"req-{i}", "finish_status": "length"}
+                                    for i in range(3)]
+    sequences = store.query("SELECT sequence FROM ingested_batches ORDER BY sequence")
+    assert sequences.column(0).to_pylist() == list(range(len(sequences)))  # 0, 1, ... no gap
+    assert collected.samples()["kvtier_recorder_dropped_events_total"] == 0
+
+
+def test_without_a_collector_batches_are_dropped_counted_and_the_count_arrives_later(store):
+    where = endpoint()
+    rec = recorder()
+    shipper = Shipper(ShipperConfig(where, interval_s=0.05))
+    shipper.add(rec)
+    record_requests(rec, 4)
+    started = time.monotonic()
+    while shipper.batches_dropped == 0 and time.monotonic() - started < 5:
+        time.sleep(0.02)
+    assert rec.pending_events == 0 and shipper.batches_dropped >= 1  # drained, not kept
+    collected = Collected(store, where)
+    try:
+        time.sleep(0.3)
+        record_requests(rec, 2, start=4)
+        collected.wait_for(2)
+    finally:
+        shipper.close()
+        collected.runner.stop()
+    assert store.count("requests") == 2
+    counters = collected.samples()
+    assert counters["kvtier_recorder_dropped_events_total"] == 8  # 4 requests x 2 events
+    assert counters["kvtier_recorder_dropped_requests_total"] == 4
+    assert counters["kvtier_hooks_lost_batches_total"] == 0  # refused, not lost in transit
+
+
+def test_close_flushes_what_is_buffered_and_is_bounded_without_a_collector(store):
+    where = endpoint()
+    collected = Collected(store, where)
+    rec = recorder()
+    shipper = Shipper(ShipperConfig(where, interval_s=3600))  # only a flush ships
+    shipper.add(rec)
+    time.sleep(0.3)
+    record_requests(rec, 5)
+    shipper.close()
+    collected.wait_for(5)
+    collected.runner.stop()
+    assert store.count("requests") == 5
+    lonely = recorder("engine-b")
+    alone = Shipper(ShipperConfig(endpoint(), interval_s=3600, flush_timeout_s=0.3))
+    alone.add(lonely)
+    record_requests(lonely, 1)
+    began = time.monotonic()
+    alone.close()
+    assert time.monotonic() - began < 1.5  # waited for a collector at most the bound
+    assert alone.batches_dropped == 1
+
+
+def test_recording_never_waits_for_the_shipper():
+    rec = recorder(capacity_events=1000)
+    shipper = Shipper(ShipperConfig(endpoint(), interval_s=0.01))  # no collector at all
+    shipper.add(rec)
+    began = time.perf_counter()
+    for i in range(20_000):
+        rec.record(int(Outcome.GPU_HIT), i, time_s=1.0)
+    elapsed = time.perf_counter() - began
+    shipper.close(0.1)
+    assert elapsed < 2.0  # ~20k appends; a wait on the socket would take far longer
+    assert rec.dropped_events + shipper.batches_dropped > 0
+
+
+def test_a_batch_lost_in_transit_is_counted_from_the_sequence_gap(store):
+    from collector.shipment import Shipment, encode
+
+    where = endpoint()
+    tap = HooksTap(HooksTapConfig((where,)), store.ingest)
+    tap.open()
+    rec = recorder()
+    import zmq
+
+    push = zmq.Context.instance().socket(zmq.PUSH)
+    push.connect(where)
+    try:
+        first_event = 0
+        for sequence in (0, 2):  # batch 1 never arrives
+            record_requests(rec, 1, start=sequence)
+            packed = rec.take_packed()
+            push.send_multipart(encode(Shipment(packed, sequence, first_event)))
+            first_event += packed.num_events * (2 if sequence == 0 else 1)
+        deadline = time.monotonic() + 5
+        while tap.stats.batches < 2 and time.monotonic() < deadline:
+            tap.poll(0.1)
+    finally:
+        push.close(linger=0)
+        tap.close()
+    counters = {s.name: s.value for s in tap.samples()}
+    assert (counters["kvtier_hooks_lost_batches_total"], counters["kvtier_hooks_lost_events_total"]) == (1, 2)
+    assert store.count("requests") == 2
+
+
+def test_bad_messages_are_counted_and_skipped(store):
+    import zmq
+
+    where = endpoint()
+    tap = HooksTap(HooksTapConfig((where,)), store.ingest)
+    tap.open()
+    push = zmq.Context.instance().socket(zmq.PUSH)
+    push.connect(where)
+    try:
+        for frames in ([b"one frame"], [b"{}", b"", b"[]"], [b"not json", b"", b"[]"],
+                       [b'{"format": "kvtier.hooks/1", "events": 1}', b"x" * 10, b"[]"]):
+            push.send_multipart(frames)
+        deadline = time.monotonic() + 5
+        while tap.stats.bad_frames < 4 and time.monotonic() < deadline:
+            tap.poll(0.1)
+    finally:
+        push.close(linger=0)
+        tap.close()
+    assert tap.stats.bad_frames == 4 and store.count("requests") == 0
+
+
+def test_the_endpoint_comes_from_the_config_then_the_environment_then_loopback(monkeypatch):
+    monkeypatch.delenv("KVTIER_COLLECTOR", raising=False)
+    assert endpoint_from(None) == "tcp://127.0.0.1:5570"
+    monkeypatch.setenv("KVTIER_COLLECTOR", "tcp://10.0.0.5:6000")
+    assert endpoint_from(None) == "tcp://10.0.0.5:6000"
+    assert endpoint_from("ipc:///tmp/kvtier.sock") == "ipc:///tmp/kvtier.sock"
+    with pytest.raises(ValueError, match="endpoint must be a ZMQ endpoint"):
+        ShipperConfig("localhost:5570")
+    with pytest.raises(ValueError, match="interval_s must be > 0"):
+        ShipperConfig(interval_s=0)
+
+
+def test_a_busy_hooks_endpoint_is_an_os_error(store):
+    where = endpoint()
+    first = HooksTap(HooksTapConfig((where,)), store.ingest)
+    first.open()
+    try:
+        with pytest.raises(OSError, match="cannot bind hooks endpoint"):
+            HooksTap(HooksTapConfig((where,)), store.ingest).open()
+    finally:
+        first.close()

@@ -1,0 +1,110 @@
+"""The connector's per-request accounting without vLLM: the scheduler's calls, narrated."""
+
+from __future__ import annotations
+
+import pytest
+
+from collector.events import Origin
+from collector.recorder import Recorder
+from probes.vllm.accounting import RequestTokenAccounting, request_tags
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+class Req:
+    """The attributes of a vLLM ``Request`` the accounting reads."""
+
+    def __init__(self):
+        self.num_output_tokens = 0
+
+
+@pytest.fixture
+def acc():
+    clock = Clock()
+    recorder = Recorder(Origin("vllm", "i", "s"), clock=clock)
+    return RequestTokenAccounting(recorder, 16, model="m", clock=clock), recorder, clock
+
+
+def drained(recorder):
+    batch = recorder.take_events()
+    return batch.block_events.to_pylist(), batch.requests.to_pylist()
+
+
+def test_a_request_looked_up_twice_is_counted_once_at_admission(acc):
+    accounting, recorder, clock = acc
+    accounting.matched("r1", arrival_s=99.0, prompt_tokens=80, gpu_tokens=32, sources={"host": 16})
+    accounting.matched("r1", arrival_s=99.0, prompt_tokens=80, gpu_tokens=32,  # no blocks free
+                       sources={"host": 8, "disk": 8})
+    request = Req()
+    accounting.admitted(request, "r1", 16, [1, 2, 3, 4, 5])
+    clock.now = 100.5
+    request.num_output_tokens = 1
+    accounting.step(lambda r: r.num_output_tokens)
+    clock.now = 101.0
+    accounting.finished("r1", status="FINISHED_LENGTH_CAPPED", output_tokens=3,
+                        tags={"session_id": "s1"})
+    events, (req,) = drained(recorder)
+    assert [(e["kind"], e["block_hash"], e["parent_hash"], e["position"]) for e in events] == [
+        ("gpu_hit", 1, None, 0), ("gpu_hit", 2, 1, 1)]
+    assert {k: req[k] for k in ("gpu_hit_tokens", "cpu_promotion_tokens", "cold_promotion_tokens",
+                                "recomputed_tokens", "finish_status", "session_id", "model")} == {
+        "gpu_hit_tokens": 32, "cpu_promotion_tokens": 8, "cold_promotion_tokens": 8,
+        "recomputed_tokens": 32, "finish_status": "length", "session_id": "s1", "model": "m"}
+    assert (req["ttft_s"], req["itl_s"], req["e2e_latency_s"]) == (1.5, 0.25, 2.0)
+
+
+def test_a_request_never_admitted_leaves_no_record(acc):
+    accounting, recorder, _ = acc
+    accounting.matched("r2", arrival_s=99.0, prompt_tokens=80, gpu_tokens=0, sources={})
+    accounting.finished("r2", status="FINISHED_ABORTED", output_tokens=0)  # aborted while waiting
+    accounting.finished("never-seen", status="FINISHED_STOPPED")
+    assert recorder.take_events() is None
+
+
+@pytest.mark.parametrize("status, stop_reason, expected", [
+    ("FINISHED_STOPPED", None, ("stopped", None)),        # end of sequence
+    ("FINISHED_STOPPED", 13, ("stopped", "13")),           # a stop token id
+    ("FINISHED_ABORTED", None, ("aborted", None)),         # a client abort, or a stop string
+    ("FINISHED_IGNORED", None, ("length", None)),          # prompt too long: the API says length
+    ("FINISHED_ERROR", None, ("error", None)),
+    ("FINISHED_REPETITION", None, ("stopped", "repetition")),
+    ("SOMETHING_NEW", None, (None, None)),                 # a future status: left unknown
+])
+def test_finish_status_and_stop_reason_follow_vllms_request_status(acc, status, stop_reason, expected):
+    accounting, recorder, _ = acc
+    accounting.matched("r", arrival_s=99.0, prompt_tokens=20, gpu_tokens=0, sources={})
+    accounting.admitted(Req(), "r", 0, [])
+    accounting.finished("r", status=status, stop_reason=stop_reason, output_tokens=1)
+    _, (req,) = drained(recorder)
+    assert (req["finish_status"], req["stop_reason"]) == expected
+    assert req["itl_s"] is None and req["ttft_s"] == 1.0  # one token, in the finishing step
+
+
+def test_client_tags_come_from_kv_transfer_params_and_bad_ones_are_ignored():
+    params = {"kvtier": {"session_id": "chat-1", "turn": 2, "request_type": "subagent",
+                         "parent_request_id": 7, "tier_config_id": "", "other": "x"},
+              "max_load_tokens": 64}
+    assert request_tags(params) == {"session_id": "chat-1", "turn": 2, "request_type": "subagent"}
+    assert request_tags(None, session_id="from-vllm") == {"session_id": "from-vllm"}
+    assert request_tags({"kvtier": "not an object"}) == {}
+    assert request_tags({"kvtier": {"turn": True}}) == {}
+
+
+def test_tracking_is_bounded(acc):
+    _, recorder, clock = acc
+    accounting = RequestTokenAccounting(recorder, 16, clock=clock, max_requests=2)
+    for i in range(3):
+        accounting.matched(f"r{i}", arrival_s=99.0, prompt_tokens=20, gpu_tokens=0, sources={})
+        accounting.admitted(Req(), f"r{i}", 0, [])
+    for i in range(3):
+        accounting.finished(f"r{i}", status="FINISHED_STOPPED", output_tokens=1)
+    _, requests = drained(recorder)
+    assert [r["request_id"] for r in requests] == ["r0", "r1"]
+    with pytest.raises(ValueError, match="block_size_tokens"):
+        RequestTokenAccounting(recorder, 0)
