@@ -14,7 +14,7 @@ from typing import Iterator
 import duckdb
 
 from collector.columns import REQUEST_COLUMNS
-from collector.ddl import BLOCK_EVENTS_TABLE, REQUESTS_TABLE, WITH_ORIGIN
+from collector.ddl import BLOCK_EVENTS_TABLE, REQUESTS_TABLE, TABLE_COLUMNS, WITH_ORIGIN
 from collector.events import LOOKUP_OUTCOMES, RequestRecord
 from collector.segments import has_segments, segments_relation
 from collector.store import TraceStore
@@ -71,24 +71,70 @@ class StoreReader:
 class SegmentReader:
     """Request records from Parquet segments (any number of instances and days).
 
-    Opens its own in-memory DuckDB, so it never touches a writer's lock.
+    Opens its own in-memory DuckDB, so it never touches a writer's lock. ``note`` says why
+    these segments are read (e.g. in place of a locked store), for the caller to show.
     """
 
-    def __init__(self, root: str | Path, *, tier_config_id: str | None = None):
+    def __init__(self, root: str | Path, *, tier_config_id: str | None = None,
+                 note: str | None = None):
         self.root = Path(root)
         if not self.root.is_dir():
             raise FileNotFoundError(2, "no segment folder", str(self.root))
         self.tier_config_id = tier_config_id
+        self.note = note
 
     def requests(self) -> Iterator[RequestRecord]:
         if not has_segments(self.root, REQUESTS_TABLE):
             return
         con = duckdb.connect()
         try:
-            events = (segments_relation(self.root, BLOCK_EVENTS_TABLE)
-                      if has_segments(self.root, BLOCK_EVENTS_TABLE) else None)
             where, params = _config_filter(self.tier_config_id)
-            sql = requests_sql(segments_relation(self.root, REQUESTS_TABLE), events, where)
-            yield from _records(con.sql(sql, params=params or None).to_arrow_table())
+            try:
+                events = (_with_all_columns(con, self.root, BLOCK_EVENTS_TABLE)
+                          if has_segments(self.root, BLOCK_EVENTS_TABLE) else None)
+                sql = requests_sql(_with_all_columns(con, self.root, REQUESTS_TABLE), events, where)
+                table = con.sql(sql, params=params or None).to_arrow_table()
+            except duckdb.InvalidInputException as error:  # a damaged or foreign .parquet
+                first = str(error).strip().splitlines()[0]
+                raise ValueError(f"{self.root}: a segment file cannot be read ({first}); "
+                                 "remove it or export the segments again") from None
+            yield from _records(table)
         finally:
             con.close()
+
+
+def _with_all_columns(con, root: Path, table: str) -> str:
+    """The table's segments as a relation with every schema column: segments exported before
+    a nullable column was added to the schema (immutable files) read it as NULL."""
+    relation = segments_relation(root, table)
+    have = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()}
+    missing = [c for c in TABLE_COLUMNS[table] if c.name not in have and c.nullable]
+    if not missing:
+        return relation
+    nulls = ", ".join(f"CAST(NULL AS {'VARCHAR' if c.enum_type else c.sql_type}) AS {c.name}"
+                      for c in missing)
+    return f"(SELECT *, {nulls} FROM {relation})"
+
+
+def open_store(path: str | Path, *, tier_config_id: str | None = None):
+    """A reader for a store file, opened read-only (the file stays byte-identical).
+
+    A store locked by a running collector is read through the Parquet segments that collector
+    exports (``SegmentReader.note`` says so), if they can be found; otherwise
+    :class:`collector.storefile.StoreLockedError` says which folder to pass instead.
+    """
+    from collector.storefile import StoreLockedError, segments_of
+
+    try:
+        return StoreReader(TraceStore(path, read_only=True), tier_config_id=tier_config_id)
+    except StoreLockedError as locked:
+        segments = segments_of(path)
+        if segments is None:
+            raise StoreLockedError(locked.path, locked.pid,
+                                   "pass its Parquet segments instead (--trace DIR, the folder "
+                                   "it exports to with --segments), or stop it") from None
+        holder = f"process {locked.pid}" if locked.pid else "another process"
+        return SegmentReader(segments, tier_config_id=tier_config_id,
+                             note=f"{path} is held by {holder} (a running collector); reading "
+                                  f"its Parquet segments in {segments} instead (up to their last "
+                                  "export)")

@@ -51,19 +51,32 @@ def export_segments(store: TraceStore, root: str | Path) -> ExportResult:
     rows: dict[str, int] = {}
 
     def work(con) -> None:
+        # One transaction: the ledger rows commit only after every file is in place, and a
+        # failure (a full disk, a read-only folder) leaves the store as it was.
         through = con.execute("SELECT coalesce(max(batch_id), 0) FROM ingested_batches").fetchall()[0][0]
-        for table in SEGMENT_TABLES:
-            done = con.execute(
-                f"SELECT coalesce(max(through_batch_id), 0) FROM {EXPORTS_TABLE} "
-                "WHERE segment_root = ? AND table_name = ?", [str(root), table]).fetchall()[0][0]
-            count = con.execute(
-                f"SELECT count(*) FROM {table} WHERE batch_id > ? AND batch_id <= ?", [done, through]
-            ).fetchall()[0][0]
-            rows[table] = count
-            written = _write_table(con, table, done, through, staging / table, root / table) if count else []
-            files.extend(written)
-            con.execute(f"INSERT INTO {EXPORTS_TABLE} VALUES (?, ?, ?, ?, ?, epoch(now()))",
-                        [str(root), table, through, len(written), count])
+        con.execute("BEGIN TRANSACTION")
+        try:
+            staged = []
+            for table in SEGMENT_TABLES:
+                done = con.execute(
+                    f"SELECT coalesce(max(through_batch_id), 0) FROM {EXPORTS_TABLE} "
+                    "WHERE segment_root = ? AND table_name = ?", [str(root), table]).fetchall()[0][0]
+                count = con.execute(
+                    f"SELECT count(*) FROM {table} WHERE batch_id > ? AND batch_id <= ?", [done, through]
+                ).fetchall()[0][0]
+                rows[table] = count
+                if count:
+                    _write_table(con, table, done, through, staging / table)
+                staged.append((table, count))
+            for table, count in staged:
+                written = _move(staging / table, root / table) if count else []
+                files.extend(written)
+                con.execute(f"INSERT INTO {EXPORTS_TABLE} VALUES (?, ?, ?, ?, ?, epoch(now()))",
+                            [str(root), table, through, len(written), count])
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
 
     try:
         store.run_locked(work)
@@ -72,7 +85,7 @@ def export_segments(store: TraceStore, root: str | Path) -> ExportResult:
     return ExportResult(tuple(files), rows)
 
 
-def _write_table(con, table: str, after: int, through: int, staging: Path, final: Path) -> list[Path]:
+def _write_table(con, table: str, after: int, through: int, staging: Path) -> None:
     staging.mkdir(parents=True, exist_ok=True)
     day = f"strftime(make_timestamp(CAST({TIME_COLUMN[table]} * 1e6 AS BIGINT)), '%Y-%m-%d')"
     con.execute(f"""
@@ -82,6 +95,9 @@ def _write_table(con, table: str, after: int, through: int, staging: Path, final
         TO '{_sql_path(staging)}'
         (FORMAT parquet, PARTITION_BY (day, instance), FILENAME_PATTERN 'b{int(through):07d}-{{uuid}}',
          COMPRESSION zstd)""")
+
+
+def _move(staging: Path, final: Path) -> list[Path]:
     moved = []
     for path in sorted(staging.rglob("*.parquet")):
         target = final / path.relative_to(staging)

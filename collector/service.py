@@ -27,6 +27,7 @@ from collector.exports.aggregate import MetricsState
 from collector.exports.prometheus import KvtierCollector, MetricsServer, Sample
 from collector.periodic import Periodic
 from collector.store import IngestResult, TraceStore
+from collector.storefile import clear_note, segments_note
 from collector.taps import Backoff, Tap, TapFactory, TapHealth, TapRunner, describe
 
 log = logging.getLogger(__name__)
@@ -135,6 +136,8 @@ class CollectorService:
         store's error or :class:`ServiceStartError` with everything opened closed again."""
         self.store = TraceStore(self.config.store_path, clock=self.clock)
         try:
+            if self.config.segments_dir is not None:  # readers that find the store locked look here
+                segments_note(self.config.store_path, self.config.segments_dir)
             self._open_parts()
         except BaseException:
             self.stop()
@@ -195,6 +198,8 @@ class CollectorService:
             self.metrics = None
         if self.store is not None:
             self.store.close()
+            clear_note(self.config.store_path)
+            self.store = None
 
     def health(self) -> ServiceHealth:
         return ServiceHealth(tuple(r.health() for r in self._runners), self.ingest_errors)

@@ -6,7 +6,9 @@ transaction together with its ``(source, sequence)`` ledger row, so a batch the 
 acknowledged survives a crash and a replayed batch is skipped.
 
 DuckDB locks the file against every other process, readers included. Other processes read
-the Parquet segments this store exports (``collector/segments.py``), never the file itself.
+the Parquet segments this store exports (``collector/segments.py``); a process that opens the
+file itself to read it does so ``read_only`` (:mod:`collector.storefile`), which never changes
+a byte of it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from collector.ddl import (
     REQUESTS_TABLE,
     TABLE_COLUMNS,
     TIME_COLUMN,
+    create_view,
     schema_statements,
 )
 
@@ -63,26 +66,54 @@ class PruneResult:
 class TraceStore:
     """A DuckDB trace store. Thread-safe: calls are serialised on one connection.
 
-    ``path`` is a file (created with its schema if new) or ``":memory:"``. ``clock`` gives
-    the current Unix time in seconds (injected for tests).
+    ``path`` is a file or ``":memory:"``. A writer creates a new file with its schema, brings
+    an older kvtier store up to date (``migrate``) and refuses any other file; ``read_only``
+    opens an existing store without changing it (see :mod:`collector.storefile` for the
+    errors). ``clock`` gives the current Unix time in seconds (injected for tests).
     """
 
-    def __init__(self, path: str | Path = ":memory:", *, clock: Callable[[], float] = time.time):
+    def __init__(self, path: str | Path = ":memory:", *, clock: Callable[[], float] = time.time,
+                 read_only: bool = False, migrate: bool = True):
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self.read_only = read_only
         self._clock = clock
         self._lock = threading.Lock()
-        self._con = duckdb.connect(self.path)
-        for statement in schema_statements():
-            self._con.execute(statement)
+        from collector.storefile import check_schema, connect
+
+        if self.path == ":memory:":
+            self._con = duckdb.connect(self.path)
+        else:
+            if not read_only:
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            self._con = connect(self.path, read_only=read_only, migrate=migrate)
+        # a current store is opened as it is: a writer that only reads leaves the file as it was
+        if not read_only and not check_schema(self._con).current:
+            for statement in schema_statements():
+                self._con.execute(statement)
+            self._add_missing_columns()
         self.rejected_total: Counter = Counter()
+
+    def _add_missing_columns(self) -> None:
+        """An older store's tables lack columns added to the schema since (all nullable)."""
+        have = {(t, c) for t, c in self._con.execute(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE table_schema = 'main'").fetchall()}
+        added = False
+        for table, columns in TABLE_COLUMNS.items():
+            for column in columns:
+                if (table, column.name) not in have:
+                    self._con.execute(f"ALTER TABLE {table} ADD COLUMN {column.name} {column.sql_type}")
+                    added = True
+        if added:  # the *_with_origin views select t.*: rebuild them over the new columns
+            for table in TABLE_COLUMNS:
+                self._con.execute(create_view(table))
 
     # ------------------------------------------------------------------ writing
 
     def ingest(self, batch: EventBatch) -> IngestResult:
         """Store a batch atomically, once. Returns after the commit (the acknowledgement)."""
         origin = batch.origin
+        self._writable()
         with self._lock:
             con = self._con
             con.execute("BEGIN TRANSACTION")
@@ -133,6 +164,7 @@ class TraceStore:
         """
         if not max_age_s >= 0:
             raise ValueError(f"max_age_s must be >= 0, got {max_age_s!r}")
+        self._writable()
         cutoff = self._clock() - max_age_s
         deleted = {}
         with self._lock:
@@ -141,6 +173,19 @@ class TraceStore:
                     f"DELETE FROM {table} WHERE {TIME_COLUMN[table]} < ?", [cutoff]
                 ).fetchall()[0][0]
         return PruneResult(cutoff, deleted[BLOCK_EVENTS_TABLE], deleted[REQUESTS_TABLE])
+
+    def count_older(self, max_age_s: float) -> PruneResult:
+        """What :meth:`prune` would delete now, without deleting (works read-only)."""
+        if not max_age_s >= 0:
+            raise ValueError(f"max_age_s must be >= 0, got {max_age_s!r}")
+        cutoff = self._clock() - max_age_s
+        counts = [self.scalar(f"SELECT count(*) FROM {table} WHERE {TIME_COLUMN[table]} < ?", [cutoff])
+                  for table in (BLOCK_EVENTS_TABLE, REQUESTS_TABLE)]
+        return PruneResult(cutoff, *counts)
+
+    def _writable(self) -> None:
+        if self.read_only:
+            raise PermissionError(f"the store {self.path} is open read-only")
 
     # ------------------------------------------------------------------ reading
 

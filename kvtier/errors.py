@@ -43,6 +43,8 @@ def explain(error: BaseException, flags: dict[str, str] | None = None) -> tuple[
     ``train_fraction``."""
     if isinstance(error, KvtierError):
         return str(error), error.exit_code
+    if type(error).__module__.split(".")[0] in ("duckdb", "_duckdb"):
+        return _duckdb_error(error)
     if isinstance(error, OSError):
         return _os_error(error)
     if isinstance(error, (ValueError, LookupError)):  # validation names the bad value
@@ -76,6 +78,22 @@ def _os_error(error: OSError) -> tuple[str, int]:
         return f"{path}: {reason}", FAILURE
     code = BAD_INPUT if error.errno in _BAD_INPUT_ERRNOS and error.strerror is None else FAILURE
     return _first_line(error), code
+
+
+def _duckdb_error(error: BaseException) -> tuple[str, int]:
+    """DuckDB's own errors, without importing it: I/O is a runtime failure, the rest a file
+    DuckDB could not take."""
+    text = _first_line(error)
+    if "No space left on device" in text:
+        return "no space left on device (DuckDB could not write); free some or choose another place", FAILURE
+    kind = type(error).__name__
+    text = re.sub(r"^[A-Za-z ]+ Error: ", "", text)
+    if kind == "IOException":
+        return f"DuckDB could not read or write: {text}", FAILURE
+    if kind in ("InvalidInputException", "ConversionException"):
+        return f"DuckDB could not read the input: {text}", BAD_INPUT
+    return (f"unexpected DuckDB {kind}: {text} (run with --verbose for the traceback, and "
+            "report it)", FAILURE)
 
 
 _SNAKE = re.compile(r"(?<![\w.\-/'\"])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?![\w(/'\"])")

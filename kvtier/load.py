@@ -25,9 +25,13 @@ def run_load_from_args(args, concurrency: tuple[int, ...], progress) -> LoadResu
                         max_tokens=args.max_tokens, block_tokens=args.block_tokens,
                         max_blocks=args.max_blocks, vocab_size=args.vocab_size,
                         tier_config_id=args.phase)
-    check_server(args.url)
+    trace = itertools.islice(open_trace(trace_path).requests(), args.offset, None)  # its errors first
+    if args.store:
+        from kvtier.verbs.checks import output_file
+
+        output_file(args.store, "--store")
+    check_server(args.url, "--url")
     send = functools.partial(_send, args.url)
-    trace = itertools.islice(open_trace(trace_path).requests(), args.offset, None)
     result = run_load(trace, send, config, progress=progress)
     if result.errors and not result.records:
         raise KvtierError(f"all {len(result.errors)} requests failed; the first: {result.errors[0]}")
@@ -40,17 +44,23 @@ def _send(url, prompt_ids, max_tokens):
     return stream_completion(url, prompt_ids, max_tokens)
 
 
-def check_server(url: str) -> None:
-    """Raise a one-line ``KvtierError`` unless an OpenAI-compatible server answers at ``url``."""
+def check_server(url: str, flag: str) -> None:
+    """Raise a one-line ``KvtierError`` unless an OpenAI-compatible server answers at ``url``
+    (exit 2 for a URL that cannot be one, 1 when nothing answers there)."""
     import urllib.error
     import urllib.request
 
+    from kvtier.errors import failure
+
+    if not url.startswith(("http://", "https://")):
+        raise KvtierError(f"{flag} {url!r} is not an http(s) URL; give e.g. http://127.0.0.1:8000")
     try:
         with urllib.request.urlopen(url.rstrip("/") + "/v1/models", timeout=10):
             return
-    except (urllib.error.URLError, OSError) as error:
-        raise KvtierError(f"no OpenAI-compatible server at {url} ({error}); start one, e.g. "
-                          "'kvtier engine --port 8000'") from None
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        reason = getattr(error, "reason", None) or error
+        raise failure(f"{flag} {url}: no OpenAI-compatible server answers ({reason}); start one, "
+                      "e.g. 'kvtier engine --port 8000'") from None
 
 
 def store_result(result: LoadResult, path: str, url: str, *, clock=time.time) -> int:

@@ -124,11 +124,27 @@ def _clear_previous_run(store_path: Path, segments: Path, say) -> None:
     """A demo run starts from an empty store so its figures describe this run alone."""
     import shutil
 
+    if store_path.exists():
+        _check_replaceable(store_path)
     if store_path.exists() or segments.exists():
         say(f"  replacing the previous demo run's store and segments in {store_path.parent}")
     for path in (store_path, store_path.with_name(store_path.name + ".wal")):
         path.unlink(missing_ok=True)
     shutil.rmtree(segments, ignore_errors=True)
+
+
+def _check_replaceable(store_path: Path) -> None:
+    """The demo replaces its own previous store, never someone else's file: raise unless
+    ``store_path`` is a kvtier store (of any schema) that no process holds."""
+    from collector.storefile import NotAStoreError, StoreSchemaError, connect
+
+    try:
+        connect(store_path, read_only=True).close()
+    except StoreSchemaError:
+        pass  # an older kvtier's store: still the demo's own kind of file
+    except NotAStoreError:
+        raise ValueError(f"--out {store_path.parent}: {store_path.name} there is not a kvtier "
+                         "store, and the demo would replace it; choose another --out") from None
 
 
 def _store_figures(store) -> dict:

@@ -34,7 +34,7 @@ def run_from_args(args, progress):
                        _cold_cost(getattr(args, "fs_json", None), args.block_tokens))
     load = LoadConfig(concurrency=parse_levels(args.concurrency), requests_per_level=args.requests,
                       max_tokens=args.max_tokens, block_tokens=args.block_tokens, max_blocks=args.max_blocks)
-    check_server(args.endpoint)
+    check_server(args.endpoint, "--endpoint")
     total = args.requests * len(load.concurrency)
     trace = list(itertools.islice(open_trace(Path(args.trace) if args.trace else bundled_trace()).requests(),
                                   args.offset, args.offset + total))

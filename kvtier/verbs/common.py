@@ -24,6 +24,8 @@ def open_records(args) -> tuple[object, Iterator[RequestRecord]]:
         raise KvtierError(f"--weka-start-gap-s must be >= 0, got {args.weka_start_gap_s}")
     reader = open_trace(args.trace, args.format, skip_bad=args.skip_bad,
                         block_tokens=args.block_tokens)
+    if getattr(reader, "note", None):  # e.g. a locked store read through its segments
+        print(f"kvtier {args.verb}: note: {reader.note}", file=sys.stderr, flush=True)
     if isinstance(reader, WekaReader):
         reader.layout = WekaLayout(start_gap_s=args.weka_start_gap_s)
     return reader, track(reader.requests(), f"reading {args.trace}")

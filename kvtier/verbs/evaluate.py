@@ -127,11 +127,9 @@ def _read(args, path: str) -> list:
     from policy.learn.subset import limited
 
     args.trace, original = path, args.trace
-    try:
+    try:  # the readers' errors name the file and line
         _, records = open_records(args)
         return list(limited(records, args.max_requests, args.coarsen))
-    except ValueError as error:
-        raise KvtierError(f"{path}: {error}") from None
     finally:
         args.trace = original
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 
 SUMMARY = "inspect a DuckDB trace store, export Parquet segments, apply retention"
-EXAMPLE = "kvtier store info kvtier-out/kvtier.duckdb  |  kvtier store export STORE --segments DIR  |  kvtier store prune STORE --max-age 7d"
+EXAMPLE = ("kvtier store info kvtier-out/kvtier.duckdb  |  kvtier store export STORE --segments DIR  |  "
+           "kvtier store prune STORE --max-age 7d --dry-run")
 _UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -28,7 +29,8 @@ def _duration_arg(text: str) -> float:
 
 def add_arguments(parser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    info = actions.add_parser("info", help="tables, row counts, batches, rejections, time range")
+    info = actions.add_parser("info", help="tables, row counts, batches, rejections, time range "
+                                           "(read-only: the file is not changed)")
     info.add_argument("store", help="DuckDB store file")
     info.add_argument("--json", action="store_true", help="print one JSON object")
     export = actions.add_parser("export", help="write new rows as immutable hive-partitioned Parquet segments")
@@ -37,22 +39,32 @@ def add_arguments(parser) -> None:
     prune = actions.add_parser("prune", help="delete records older than an age (the batch ledger is kept)")
     prune.add_argument("store", help="DuckDB store file")
     prune.add_argument("--max-age", required=True, type=_duration_arg, help="e.g. 7d, 12h, 3600")
+    prune.add_argument("--dry-run", action="store_true", help="say what would be deleted; delete nothing")
+    prune.add_argument("--yes", action="store_true",
+                       help="delete even when that is every record (refused without it)")
+    migrate = actions.add_parser("migrate", help="bring a store written by an older kvtier up to "
+                                                 "date (adds the columns it lacks; keeps every row)")
+    migrate.add_argument("store", help="DuckDB store file")
 
 
 def run(args) -> int:
     from pathlib import Path
 
+    from collector.store import TraceStore
     from kvtier.errors import KvtierError
 
-    if not Path(args.store).is_file():
-        raise KvtierError(f"no store at {args.store} (create one with 'kvtier demo' or 'kvtier collect')")
-    from collector.store import TraceStore
+    path = Path(args.store)
+    if path.is_dir():
+        raise KvtierError(f"{path} is a folder, not a store file; give the DuckDB file "
+                          "(e.g. kvtier-out/kvtier.duckdb)")
+    if not path.is_file():
+        raise KvtierError(f"no store at {path} (create one with 'kvtier demo' or 'kvtier collect')")
+    read_only = args.action == "info" or (args.action == "prune" and args.dry_run)
+    if args.action == "export":
+        from kvtier.verbs.checks import output_dir
 
-    try:
-        store = TraceStore(args.store)
-    except Exception as error:  # duckdb.IOException on a lock, or not a DuckDB file
-        raise KvtierError(f"cannot open {args.store}: {str(error).splitlines()[0]}") from error
-    with store:
+        output_dir(args.segments, "--segments")
+    with TraceStore(path, read_only=read_only, migrate=args.action == "migrate") as store:
         return _ACTIONS[args.action](store, args)
 
 
@@ -80,10 +92,28 @@ def _export(store, args) -> int:
 
 
 def _prune(store, args) -> int:
+    from kvtier.errors import KvtierError
+
+    would = store.count_older(args.max_age)
+    total = store.count("block_events") + store.count("requests")
+    what = (f"{would.block_events:,} block event(s) and {would.requests:,} request(s) older "
+            f"than {args.max_age:g} s")
+    if args.dry_run:
+        print(f"dry run: would delete {what}, of {total:,} record(s); nothing deleted")
+        return 0
+    if total and would.block_events + would.requests == total and not args.yes:
+        raise KvtierError(f"--max-age {args.max_age:g}s would delete every record in {store.path} "
+                          f"({what}); add --yes to do it, or --dry-run to see counts")
     result = store.prune(args.max_age)
     print(f"deleted {result.block_events:,} block event(s) and {result.requests:,} request(s) "
           f"older than {args.max_age:g} s")
     return 0
 
 
-_ACTIONS = {"info": _info, "export": _export, "prune": _prune}
+def _migrate(store, args) -> int:
+    print(f"{store.path} matches this kvtier's schema "
+          f"({store.count('block_events'):,} block events, {store.count('requests'):,} requests kept)")
+    return 0
+
+
+_ACTIONS = {"info": _info, "export": _export, "prune": _prune, "migrate": _migrate}

@@ -54,14 +54,16 @@ def open_trace(path: str | Path, format: str | None = None, *, skip_bad: bool = 
 
 
 def _store_reader(path: Path):
-    """The store readers: a folder of Parquet segments or a DuckDB store file."""
-    from collector.reader import SegmentReader, StoreReader  # DuckDB: imported on use
+    """The store readers: a folder of Parquet segments or a DuckDB store file (read-only)."""
+    from collector.reader import SegmentReader, open_store  # DuckDB: imported on use
 
     if path.is_dir():
         return SegmentReader(path)
-    from collector.store import TraceStore
-
-    return StoreReader(TraceStore(path))
+    if path.suffix == ".parquet":
+        raise TraceFormatError(path, None, "a single Parquet file; pass the folder of segments "
+                                           "(what kvtier collect --segments or kvtier store "
+                                           "export writes)")
+    return open_store(path)
 
 
 def sniff_format(path: Path) -> str:

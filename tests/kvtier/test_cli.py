@@ -55,7 +55,7 @@ def test_a_file_that_is_not_a_store_is_a_one_line_error(tmp_path):
     bogus.write_text("hello")
     result = kvtier("store", "info", str(bogus))
     assert result.returncode == 2
-    assert len(result.stderr.strip().splitlines()) == 1 and "cannot open" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "is not a DuckDB store" in result.stderr
 
 
 def test_bad_value_is_rejected_with_the_allowed_form(tmp_path):
@@ -74,7 +74,7 @@ def test_unknown_trace_format_is_a_one_line_error(tmp_path):
 
 def test_rollout_without_a_server_is_a_one_line_error():
     result = kvtier("rollout", "--endpoint", "http://127.0.0.1:9")
-    assert result.returncode == 2
+    assert result.returncode == 1  # a runtime failure: nothing answers there
     assert len(result.stderr.strip().splitlines()) == 1 and "no OpenAI-compatible server" in result.stderr
 
 
@@ -112,6 +112,11 @@ def test_store_export_and_prune_from_the_command_line(tmp_path):
     exported = kvtier("store", "export", store, "--segments", str(tmp_path / "seg"))
     assert exported.returncode == 0
     assert list((tmp_path / "seg" / "requests").rglob("*.parquet"))
-    pruned = kvtier("store", "prune", store, "--max-age", "0")
+    dry = kvtier("store", "prune", store, "--max-age", "0", "--dry-run")
+    assert f"would delete {before['block_events']:,} block event(s)" in dry.stdout
+    refused = kvtier("store", "prune", store, "--max-age", "0")
+    assert refused.returncode == 2 and "would delete every record" in refused.stderr
+    assert json.loads(kvtier("store", "info", store, "--json").stdout) == before
+    pruned = kvtier("store", "prune", store, "--max-age", "0", "--yes")
     assert f"and {before['requests']} request(s)" in pruned.stdout
     assert json.loads(kvtier("store", "info", store, "--json").stdout)["block_events"] == 0

@@ -106,8 +106,8 @@ def test_refused_requests_are_counted_as_errors(server):
 def test_unreachable_server_is_a_one_line_error(capsys):
     from kvtier.cli import main
 
-    assert main(["probe", "load", "--url", "http://127.0.0.1:9", "--requests", "1"]) == 2
-    assert "no OpenAI-compatible server" in capsys.readouterr().err
+    assert main(["probe", "load", "--url", "http://127.0.0.1:9", "--requests", "1"]) == 1
+    assert "--url http://127.0.0.1:9: no OpenAI-compatible server" in capsys.readouterr().err
 
 
 @pytest.mark.timeout(120)

@@ -1,0 +1,222 @@
+"""Opening a store file: is it a kvtier store, of this schema, and can it be opened now?
+
+Two ways in, both through :func:`connect`:
+
+* read-only (``store info``, ``analyze``, ``simulate``, ``recommend``, ``evaluate``): DuckDB's
+  ``read_only`` connection, so nothing is created, migrated or checkpointed and the file stays
+  byte-identical; an immutable file opens too.
+* writer (the collector, the reference engine, the demo): a missing or empty DuckDB file gets
+  the schema; a store of an older schema gets its missing nullable columns (said in one log
+  line); anything else is refused, so kvtier never adds its tables to someone else's database.
+
+The errors say what the file is and what to do: :class:`NotAStoreError` and
+:class:`StoreSchemaError` are bad input (``ValueError``); :class:`StoreLockedError` is a
+runtime failure (``OSError``) naming the process that holds DuckDB's lock.
+
+A running collector writes :func:`segments_note` next to its store, so a reader that finds
+the store locked can read the Parquet segments that collector exports instead
+(:func:`segments_of`).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from collector.ddl import (
+    BLOCK_EVENTS_TABLE,
+    EXPORTS_TABLE,
+    LEDGER_TABLE,
+    REQUESTS_TABLE,
+    TABLE_COLUMNS,
+)
+
+log = logging.getLogger(__name__)
+
+KVTIER_TABLES = (BLOCK_EVENTS_TABLE, REQUESTS_TABLE, LEDGER_TABLE, EXPORTS_TABLE)
+
+
+class NotAStoreError(ValueError):
+    """The file is not a kvtier store (not DuckDB, empty, truncated, someone else's database)."""
+
+
+class StoreSchemaError(ValueError):
+    """A kvtier store of another schema version than this kvtier reads."""
+
+
+class StoreLockedError(OSError):
+    """Another process holds DuckDB's lock on the store. ``pid`` when DuckDB names it;
+    ``hint`` (what the caller can do instead) ends the message."""
+
+    def __init__(self, path: Path, pid: int | None, hint: str = "stop it or use another store"):
+        holder = f"process {pid}" if pid else "another process"
+        super().__init__(f"{path} is locked by {holder} (a running kvtier collect or engine?); {hint}")
+        self.errno, self.path, self.pid = errno.EBUSY, Path(path), pid
+
+
+@dataclass(frozen=True)
+class SchemaCheck:
+    """How a DuckDB file's tables compare with the store schema this kvtier writes."""
+
+    tables: tuple[str, ...]
+    missing_tables: tuple[str, ...]
+    missing_columns: tuple[tuple[str, str], ...]  # (table, column)
+    extra_columns: tuple[tuple[str, str], ...]
+
+    @property
+    def is_kvtier(self) -> bool:
+        return any(t in self.tables for t in KVTIER_TABLES)
+
+    @property
+    def current(self) -> bool:
+        return not (self.missing_tables or self.missing_columns or self.extra_columns)
+
+    @property
+    def migratable(self) -> bool:
+        """Only nullable columns (or the export ledger) missing: an older store a writer can
+        bring up to date without touching a row."""
+        nullable = {(t, c.name) for t, cols in TABLE_COLUMNS.items() for c in cols if c.nullable}
+        return (self.is_kvtier and not self.extra_columns
+                and set(self.missing_tables) <= {EXPORTS_TABLE}
+                and all(col in nullable for col in self.missing_columns))
+
+
+def check_schema(con) -> SchemaCheck:
+    """Compare the connection's main-schema tables and columns with the DDL's."""
+    rows = con.execute("SELECT table_name, column_name FROM information_schema.columns "
+                       "WHERE table_schema = 'main' AND table_catalog = current_database()").fetchall()
+    found: dict[str, set[str]] = {}
+    for table, column in rows:
+        found.setdefault(table, set()).add(column)
+    expected = {t: {c.name for c in cols} | {"batch_id"} for t, cols in TABLE_COLUMNS.items()}
+    missing_tables = tuple(t for t in KVTIER_TABLES if t not in found)
+    missing, extra = [], []
+    for table, columns in expected.items():
+        if table in found:
+            missing += [(table, c) for c in sorted(columns - found[table])]
+            extra += [(table, c) for c in sorted(found[table] - columns)]
+    views = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    tables = tuple(sorted(set(found) - views))
+    return SchemaCheck(tables, missing_tables, tuple(missing), tuple(extra))
+
+
+def connect(path: str | Path, *, read_only: bool, migrate: bool = True):
+    """A DuckDB connection to the store at ``path``, checked as the module says. A writer
+    with ``migrate=False`` refuses an older store instead of bringing it up to date."""
+    import duckdb
+
+    path = Path(path)
+    if read_only and not path.exists():
+        raise FileNotFoundError(errno.ENOENT, "no such store", str(path))
+    if path.is_dir():
+        raise NotAStoreError(f"{path} is a folder, not a store file (a folder of Parquet "
+                             "segments is read with --trace)")
+    if path.exists() and path.stat().st_size == 0:
+        raise NotAStoreError(f"{path} is an empty file, not a DuckDB store; remove it or give "
+                             "another path")
+    try:
+        con = duckdb.connect(str(path), read_only=read_only)
+    except duckdb.Error as error:
+        raise _open_error(path, error) from None
+    try:
+        check = check_schema(con)
+        _accept(path, con, check, read_only, migrate)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _accept(path: Path, con, check: SchemaCheck, read_only: bool, migrate: bool) -> None:
+    if check.current:
+        return
+    if not check.is_kvtier:
+        if not check.tables and not read_only:
+            return  # an empty DuckDB file: the writer gives it the schema
+        held = f"it holds {', '.join(check.tables[:5])}" if check.tables else "it holds no tables"
+        raise NotAStoreError(f"{path} is a DuckDB file but not a kvtier store ({held}); give "
+                             "a store written by kvtier collect or kvtier demo")
+    described = _describe(check)
+    if not check.migratable:
+        raise StoreSchemaError(f"{path} is a kvtier store of another schema ({described}); "
+                               "read it with the kvtier version that wrote it")
+    if read_only or not migrate:
+        raise StoreSchemaError(f"{path} was written by an older kvtier ({described}); bring it "
+                               f"up to date once with: kvtier store migrate {path}")
+    log.warning("store %s: adding what this kvtier's schema has and the file lacks (%s)",
+                path, described)
+
+
+def _describe(check: SchemaCheck) -> str:
+    parts = [f"no {t} table" for t in check.missing_tables]
+    by_table: dict[str, list[str]] = {}
+    for table, column in check.missing_columns:
+        by_table.setdefault(table, []).append(column)
+    parts += [f"{t} lacks {', '.join(cols)}" for t, cols in by_table.items()]
+    extra: dict[str, list[str]] = {}
+    for table, column in check.extra_columns:
+        extra.setdefault(table, []).append(column)
+    parts += [f"{t} has unknown {', '.join(cols)}" for t, cols in extra.items()]
+    return "; ".join(parts)
+
+
+_PID = re.compile(r"\(PID (\d+)\)")
+
+
+def _open_error(path: Path, error: Exception) -> Exception:
+    text = str(error)
+    if "Could not set lock" in text or "Conflicting lock" in text:
+        pid = _PID.search(text)
+        return StoreLockedError(path, int(pid.group(1)) if pid else None)
+    if "not a valid DuckDB database" in text or "Could not read enough bytes" in text:
+        return NotAStoreError(f"{path} is not a DuckDB store (not a DuckDB file, or a truncated "
+                              "one); give the store kvtier collect or kvtier demo wrote")
+    if "Operation not permitted" in text or "Permission denied" in text:
+        reason = "Operation not permitted" if "Operation not permitted" in text else "Permission denied"
+        return PermissionError(errno.EPERM, reason, str(path))
+    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    return OSError(errno.EIO, f"cannot open the store {path}: {first}")
+
+
+# ---------------------------------------------------------------------- a running collector's note
+
+def note_path(store_path: str | Path) -> Path:
+    store_path = Path(store_path)
+    return store_path.with_name(store_path.name + ".segments.json")
+
+
+def segments_note(store_path: str | Path, segments_dir: str | Path) -> Path:
+    """Say next to the store where its writer exports segments (removed by :func:`clear_note`)."""
+    path = note_path(store_path)
+    path.write_text(json.dumps({"segments": str(Path(segments_dir).resolve()), "pid": os.getpid()}) + "\n")
+    return path
+
+
+def clear_note(store_path: str | Path) -> None:
+    try:
+        note_path(store_path).unlink()
+    except FileNotFoundError:
+        pass
+
+
+def segments_of(store_path: str | Path) -> Path | None:
+    """The Parquet segment folder the store's writer exports to, if it is known and holds
+    segments: from the writer's note, else a ``segments`` folder beside the store."""
+    from collector.segments import has_segments
+
+    store_path = Path(store_path)
+    candidates = []
+    try:
+        candidates.append(Path(json.loads(note_path(store_path).read_text())["segments"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    candidates.append(store_path.parent / "segments")
+    for folder in candidates:
+        if folder.is_dir() and has_segments(folder, REQUESTS_TABLE):
+            return folder
+    return None
