@@ -13,6 +13,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from collector.events import RequestRecord
 from policy.cost import CostParams, queue_ttft
 from policy.learn.admission_model import ModelConfig
@@ -20,6 +22,7 @@ from policy.learn.pipeline import fit, score_offers
 from policy.learn.replay import IndexedAdmitter, Replayed, Tiers, replay
 from policy.learn.retention import choose_tau
 from policy.learn.retention import factory as retention_factory
+from policy.sim.compiled import core
 
 DEFAULT_COSTS = CostParams()
 BASE_POLICIES = ("lru", "arc", "s3fifo", "belady")
@@ -139,6 +142,14 @@ class ReusedLaterAdmitter(IndexedAdmitter):
 
     def admits(self, key) -> bool:
         return self._last.get(key, -1) > self.request_index
+
+    def compiled_admitter(self, interner):
+        """The compiled form: the last referencing request per block, by the flow's ids."""
+        hashes = np.fromiter(self._last, dtype=np.uint64, count=len(self._last))
+        ids = interner.ids(hashes)
+        last = np.full(len(interner), -1, dtype=np.int64)
+        last[ids] = np.fromiter(self._last.values(), dtype=np.int64, count=len(self._last))
+        return core().ReusedLater(last, self.chained)
 
 
 def row(name: str, replayed: Replayed, params: CostParams, servers: int = 1) -> dict:

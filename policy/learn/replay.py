@@ -4,22 +4,30 @@ The GPU tier is LRU in every replay, so the CPU-tier policies are compared on th
 stream of GPU victims (exclusive tiers: a victim is offered to the CPU tier, a CPU victim to
 the cold tier). ``belady`` runs MIN in the CPU tier (the offline bound, fed each block's next
 use); every other name is a registry policy, optionally behind an admitter.
+
+A replay whose CPU tier and admitter have compiled forms (registry policies, learned
+retention, the learned and oracle admitters) runs on the trace's arrays in one call; a policy
+written in Python is driven record by record (``observe`` before each request).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
+import numpy as np
+
 from collector.events import RequestRecord
 from policy.learn.offers import _block_tokens, _futures
+from policy.sim.compiled import core
 from policy.sim.config import SimConfig
+from policy.sim.flows import runs_compiled
 from policy.sim.policies import Admitted, CachePolicy, make_policy
 from policy.sim.policies.admission import Admitter
 from policy.sim.result import SimResult
-from policy.sim.simulator import RequestOutcome, Simulator
+from policy.sim.simulator import Simulator
+from policy.sim.trace import BlockTrace
 
 
 @dataclass(frozen=True)
@@ -38,12 +46,22 @@ class Tiers:
 
 
 @dataclass(frozen=True)
+class RequestTokens:
+    """A request's prompt tokens by outcome."""
+
+    gpu_hit_tokens: int
+    cpu_promotion_tokens: int
+    cold_promotion_tokens: int
+    recompute_tokens: int
+
+
+@dataclass(frozen=True)
 class Replayed:
-    """Totals over the counted window and each counted request's outcome."""
+    """Totals over the counted window and each counted request's tokens by outcome."""
 
     result: SimResult
     requests: tuple[RequestRecord, ...]
-    outcomes: tuple[RequestOutcome, ...]
+    outcomes: tuple[RequestTokens, ...]
 
 
 class IndexedAdmitter:
@@ -64,9 +82,21 @@ class IndexedAdmitter:
         self.threshold = threshold
         self.chained = chained
         self.request_index = 0
-        self.misses = 0
+        self._misses = 0
+        self._compiled = []
         self.parents: dict = {}
         self.resident = None
+
+    @property
+    def misses(self) -> int:
+        """Offers admitted for want of a score (here and in compiled replays)."""
+        return self._misses + sum(table.misses for table in self._compiled)
+
+    def compiled_admitter(self, interner):
+        """The compiled admitter (scores as sorted arrays), for a compiled flow."""
+        table = core().ScoreTable(*score_arrays(self.scores), self.threshold, self.chained)
+        self._compiled.append(table)
+        return table
 
     def admit(self, key, info) -> bool:
         if self.chained and self.resident is not None:
@@ -79,19 +109,30 @@ class IndexedAdmitter:
         """The decision for a block whose parent is held (or that has none)."""
         score = self.scores.get((self.request_index, key))
         if score is None:
-            self.misses += 1
+            self._misses += 1
             return True
         return score >= self.threshold
+
+
+def score_arrays(scores: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``{(request index, block): score}`` as arrays sorted by (request index, block)."""
+    requests = np.fromiter((k[0] for k in scores), dtype=np.int64, count=len(scores))
+    blocks = np.fromiter((k[1] for k in scores), dtype=np.uint64, count=len(scores))
+    values = np.fromiter(scores.values(), dtype=np.float64, count=len(scores))
+    order = np.lexsort((blocks, requests))
+    return requests[order], blocks[order], values[order]
 
 
 def replay(records: Sequence[RequestRecord], tiers: Tiers,
            cpu_policy: str | Callable[[int], CachePolicy], *,
            admitter: Admitter | None = None, count_from: int = 0,
            count_to: int | None = None,
-           on_request: Callable[[int], None] | None = None) -> Replayed:
+           on_request: Callable[[int], None] | None = None,
+           trace: BlockTrace | None = None) -> Replayed:
     """Replay all ``records``; totals count requests ``count_from`` to ``count_to``.
     ``cpu_policy``: a registry name, or a builder called with the CPU capacity; a policy
-    with an ``observe(index, record)`` method sees each request before it is served."""
+    with an ``observe(index, record)`` method sees each request before it is served.
+    ``trace``: the records' arrays, when the caller has them (built once per trace)."""
     block_tokens = _block_tokens(records)
     config = SimConfig(gpu_blocks=tiers.gpu_blocks, cpu_blocks=tiers.cpu_blocks,
                        cold_blocks=tiers.cold_blocks, policy="lru",
@@ -100,19 +141,26 @@ def replay(records: Sequence[RequestRecord], tiers: Tiers,
     if tiers.cpu_blocks:
         cpu = (make_policy(cpu_policy, tiers.cpu_blocks) if isinstance(cpu_policy, str)
                else cpu_policy(tiers.cpu_blocks))
-        observe = getattr(cpu, "observe", None)
+        if not _compiled(cpu):
+            observe = getattr(cpu, "observe", None)
         if admitter is not None:
             cpu = Admitted(cpu, admitter)
     simulator = Simulator(config, cpu_tier=cpu)
-    if isinstance(admitter, IndexedAdmitter):
+    end = len(records) if count_to is None else count_to
+    if on_request is None and (cpu is None or _compiled(cpu)):
+        trace = trace if trace is not None else BlockTrace.from_records(records, block_tokens)
+        done = simulator.replay_trace(trace, count_from=count_from, count_to=end,
+                                      outcomes=True)
+        return Replayed(done.result, tuple(records[count_from:end]),
+                        tuple(RequestTokens(*map(int, row)) for row in done.outcomes))
+    if isinstance(admitter, IndexedAdmitter) and not _compiled(cpu):
         flow = simulator.flow
         admitter.resident = lambda h: h in flow.gpu or (flow.cpu is not None and h in flow.cpu)
     futures = _futures(records) if simulator.uses_future else None
-    end = len(records) if count_to is None else count_to
     start_totals, counted, outcomes = SimResult(), [], []
     for index, record in enumerate(records):
         if index == count_from:
-            start_totals = dataclasses.replace(simulator.result)
+            start_totals = simulator.result
         if isinstance(admitter, IndexedAdmitter):
             admitter.request_index = index
             _note_parents(admitter.parents, record.block_hashes)
@@ -121,20 +169,21 @@ def replay(records: Sequence[RequestRecord], tiers: Tiers,
         outcome = simulator.serve(record, next(futures) if futures is not None else None)
         if count_from <= index < end:
             counted.append(record)
-            outcomes.append(outcome)
+            outcomes.append(RequestTokens(outcome.gpu_hit_tokens, outcome.cpu_promotion_tokens,
+                                          outcome.cold_promotion_tokens,
+                                          outcome.recompute_tokens))
         if index + 1 == end:
             break
         if on_request is not None:
             on_request(index)
-    return Replayed(_minus(simulator.result, start_totals), tuple(counted), tuple(outcomes))
+    return Replayed(simulator.result.minus(start_totals), tuple(counted), tuple(outcomes))
+
+
+def _compiled(tier) -> bool:
+    """Whether a CPU tier (maybe in its admitter) runs compiled, with nothing to observe."""
+    return runs_compiled(tier)
 
 
 def _note_parents(parents: dict, hashes) -> None:
     for parent, child in pairwise(hashes):
         parents[child] = parent
-
-
-def _minus(total: SimResult, before: SimResult) -> SimResult:
-    values = {f.name: getattr(total, f.name) - getattr(before, f.name)
-              for f in dataclasses.fields(SimResult)}
-    return SimResult(**values)

@@ -8,9 +8,11 @@ that of ``ln p + last_use / tau`` and never changes over time: one lazy min-heap
 it is chosen on the training period's latest slice (:func:`choose_tau`), like a threshold.
 
 Eviction follows prefix chains: a victim with a descendant in the tier gives way to its
-deepest resident descendant, so a chain is evicted from its tail (a head without its tail
-still serves the next turn's prefix; a tail without its head serves nothing). Ties go to
-the block deeper in its prompt. No block is refused: the score only orders eviction.
+deepest resident descendant (at each step its first-seen resident child), so a chain is
+evicted from its tail (a head without its tail still serves the next turn's prefix; a tail
+without its head serves nothing). Ties go to the block deeper in its prompt. No block is
+refused: the score only orders eviction. Replays run the compiled form of this order
+(``compiled_tier``, the core's ``Retention``); this class is its per-key face and reference.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import math
 from collections.abc import Sequence
 
 from collector.events import RequestRecord
-from policy.learn.replay import Tiers, replay
+from policy.learn.replay import Tiers, replay, score_arrays
+from policy.sim.compiled import core
 from policy.sim.policies.base import BlockInfo, CachePolicy, Key
 
 TAUS_S = (10.0, 30.0, 100.0, 300.0, math.inf)
@@ -44,9 +47,18 @@ class LearnedRetention(CachePolicy):
         self.request_index = -1
         self._last_s: dict = {}     # block -> time of its last reference
         self._position: dict = {}   # block -> its position in the prompt
-        self._children: dict = {}   # block -> blocks seen right after it
+        self._children: dict = {}   # block -> blocks seen right after it, first seen first
         self._key: dict = {}        # resident block -> its heap key
         self._heap: list = []
+
+    def compiled_tier(self, interner):
+        """The compiled tier of this order, for a compiled flow (which feeds it each request
+        itself; only a fresh policy can be compiled)."""
+        if self._key or self._last_s:
+            raise ValueError("a learned-retention tier that has seen blocks cannot join a flow")
+        c = core()
+        scores = c.ScoreTable(*score_arrays(self.scores), 0.0, False)
+        return c.Retention(self.capacity_blocks, scores, self.tau_s, c.RetentionTracker())
 
     def observe(self, index: int, record: RequestRecord) -> None:
         """Note a request before it is served: its blocks' last use, positions, children."""
@@ -56,7 +68,7 @@ class LearnedRetention(CachePolicy):
             self._last_s[h] = now
             self._position[h] = i
             if i:
-                self._children.setdefault(hashes[i - 1], set()).add(h)
+                self._children.setdefault(hashes[i - 1], {})[h] = None
 
     def _store(self, key: Key, info: BlockInfo) -> None:
         p = self.scores.get((self.request_index, key), 0.5)

@@ -3,13 +3,14 @@
 Capacities are in blocks of the trace's block size: an int, ``None`` for unlimited, and 0 for
 "no such tier" (CPU and cold). :func:`blocks_from_tokens` converts token budgets.
 
-Semantics (how blocks move between tiers; see ``policy/sim/flows.py``):
+Semantics (how blocks move between tiers; the compiled flows are ``policy/sim/_exclusive.pxi``
+and ``policy/sim/_vllm.pxi``, built by ``policy/sim/flows.py``):
 
 * ``"exclusive"`` — a block lives in one tier: a promotion moves it up to the GPU, a GPU
   victim moves down to CPU (if admitted), a CPU victim to the cold tier, a cold victim is
   dropped. Every tier uses ``policy``. This is the classic victim-cache hierarchy.
 * ``"vllm"`` — vLLM 0.33's OffloadingConnector: the GPU prefix cache is vLLM's block pool
-  (``policy/sim/vllm_gpu.py``: LRU free queue, requests released tail first, the last token
+  (``GpuPool`` in ``policy/sim/_vllm.pxi``: LRU free queue, requests released tail first, the last token
   always computed, partial blocks never cached) and its victims are dropped; every newly computed block is offered to the CPU tier as it fills (write-through,
   gated by ``store_threshold``) and each CPU store cascades to the file (cold) tier, which
   skips existing files; a cold hit is staged through CPU (it takes a CPU slot) before loading

@@ -1,345 +1,186 @@
 """How blocks move between the GPU, CPU and cold tiers (see ``SimConfig`` for the three
-semantics). A flow owns the tier caches; the simulator asks it to look up a request's prefix
-and then to serve the request, and reads movement totals from the shared ``SimResult``.
+semantics): one factory per semantics builds a compiled flow with all its tiers.
 
-One factory per semantics builds a flow with all its tiers (:data:`FLOWS`, :func:`build_flow`);
-a caller that brings its own CPU tier or admitter passes it to the factory. A flow keeps each
-block's latest :class:`BlockInfo` only when one of its tiers or admitters declares
-``reads_info``.
+A caller that brings its own CPU tier (``cpu_tier``: a policy of the tier protocol, in an
+:class:`Admitted` if it has an admitter) or admitter (``cpu_admitter``) passes it to the
+factory; nothing is patched afterwards. Built-in policies and admitters run compiled; a tier
+or admitter written in Python runs through the core's adapters (slower), and one that knows
+its compiled form says so with ``compiled_for(flow)``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator
 
-from collector.events import Outcome, Tier
+from policy.sim.compiled import core
 from policy.sim.config import SimConfig
-from policy.sim.policies import (
-    LRU,
-    Admitted,
-    BlockInfo,
-    OfferCountAdmitter,
-    PriorityAdmitter,
-    PriorityLRU,
-    make_policy,
-)
-from policy.sim.policies.admission import Admitter
-from policy.sim.policies.base import DEFAULT_INFO
-from policy.sim.result import SimResult
-from policy.sim.vllm_cpu import VllmCpuTier
-from policy.sim.vllm_gpu import VllmGpuPool, cacheable_blocks, hit_limit
+from policy.sim.policies import Admitted, BlockInfo, KeyedTier, OfferCountAdmitter, PriorityAdmitter
 
-# emit(kind, block_hash, tier_from, tier_to): movement events, a no-op unless events are wanted
-Emit = Callable[[Outcome, int, Tier | None, Tier | None], None]
+TIERS = (0, 1, 2)  # GPU, CPU, cold, as the core numbers them (collector.events.Tier values)
 
 
-def _no_emit(kind, block_hash, tier_from, tier_to) -> None:
-    return None
+class TierView:
+    """One tier of a compiled flow, by block hash: ``in``, ``len``, ``iter``."""
+
+    def __init__(self, flow, tier: int) -> None:
+        self._flow = flow
+        self._tier = tier
+
+    def __contains__(self, key) -> bool:
+        return isinstance(key, int) and self._flow.contains(self._tier, key)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._flow.members(self._tier))
+
+    def __len__(self) -> int:
+        return len(self._flow.members(self._tier))
 
 
-class Flow:
-    """Common lookup: the tier holding each leading block, stopping at the first miss."""
+class FlowView:
+    """A compiled flow's tiers by hash (``gpu``, ``cpu``, ``cold``; ``None``: no such tier)
+    and the compiled flow itself (``compiled``)."""
 
-    def __init__(self, result: SimResult, emit: Emit = _no_emit) -> None:
-        self.result = result
-        self.emit = emit
-        self.emitting = emit is not _no_emit
-        self.gpu = self.cpu = self.cold = None
-        self.reads_info = False  # whether any tier or admitter reads a block's info
+    def __init__(self, flow, present: tuple[bool, bool, bool]) -> None:
+        self.compiled = flow
+        self.gpu, self.cpu, self.cold = (TierView(flow, t) if on else None
+                                         for t, on in zip(TIERS, present))
 
-    def lookup(self, hashes: Sequence[int], gpu_limit: int | None = None,
-               limit: int | None = None) -> list[Tier]:
-        """Tiers of the prefix-contiguous hits: ``found[i]`` serves block ``i``. At most
-        ``limit`` blocks hit, and the GPU serves only the first ``gpu_limit`` (see
-        :meth:`limits`; ``None``: no bound)."""
-        found = []
-        gpu, lower = self.gpu, self.lower_tier
-        for i, h in enumerate(hashes if limit is None else hashes[:limit]):
-            tier = Tier.GPU if (gpu_limit is None or i < gpu_limit) and h in gpu else lower(h)
-            if tier is None:
-                break
-            found.append(tier)
-        return found
 
-    def lower_tier(self, h: int) -> Tier | None:
-        """The tier below the GPU holding ``h``, if any."""
-        if self.cpu is not None and h in self.cpu:
-            return Tier.CPU
-        if self.cold is not None and h in self.cold:
-            return Tier.COLD
+def _rule(config: SimConfig):
+    rule = config.priorities
+    return core().PriorityRule(rule.default_priority, rule.prefix_blocks, rule.prefix_priority)
+
+
+def _policy(name: str, capacity: int | None):
+    from policy.sim.policies import make_policy
+
+    return make_policy(name, capacity).compiled()
+
+
+def compiled_tier(tier, interner):
+    """The compiled tier and admitter for a caller's CPU tier."""
+    admitter = None
+    if isinstance(tier, Admitted):
+        tier, admitter = tier.policy, tier.admitter
+    if isinstance(tier, KeyedTier):
+        compiled = tier.compiled()
+    elif hasattr(tier, "compiled_tier"):
+        compiled = tier.compiled_tier(interner)
+    else:
+        compiled = core().PyTier(tier, BlockInfo, interner)
+    return compiled, admitter
+
+
+def compiled_admitter(admitter, interner):
+    """The compiled form of an admitter (``None`` stays ``None``)."""
+    if admitter is None:
         return None
-
-    def limits(self, prompt_tokens: int, block_tokens: int, blocks: int) -> tuple[int, int]:
-        """Of a prompt's ``blocks``: how many the GPU may serve, and how many may hit or be
-        cached at all (every one, here; an engine flow may say fewer)."""
-        return blocks, blocks
-
-    def serve(self, hashes: Sequence[int], infos: Sequence[BlockInfo], found: list[Tier],
-              cacheable: int) -> None:
-        raise NotImplementedError
-
-    def pin_gpu_hits(self, hashes: Sequence[int], infos: Sequence[BlockInfo],
-                     found: list[Tier]) -> None:
-        """Touch the GPU hits first, like an engine pinning them before it allocates, so the
-        request's own new blocks cannot evict them."""
-        for h, info, tier in zip(hashes, infos, found):
-            if tier is Tier.GPU:
-                self.gpu.touch(h, info)
+    c = core()
+    if isinstance(admitter, OfferCountAdmitter):
+        return admitter.compiled()
+    if isinstance(admitter, PriorityAdmitter):
+        return c.PriorityGate(admitter.min_priority, admitter.comparison == "gt")
+    if hasattr(admitter, "compiled_admitter"):
+        return admitter.compiled_admitter(interner)
+    return c.PyAdmitter(admitter, BlockInfo, bool(getattr(admitter, "reads_info", True)))
 
 
-    def release_tail_first(self, hashes: Sequence[int], infos: Sequence[BlockInfo]) -> None:
-        """Touch the request's GPU-resident blocks last block first: TensorRT-LLM evicts only
-        leaves of its radix tree (vLLM's pool, :class:`VllmGpuPool`, frees in reverse to the
-        same effect). Under LRU the head of a prompt is then the most recent, so a chain is
-        evicted from its tail and a later request keeps the longest prefix that fits
-        (head-first eviction would strand the whole chain)."""
-        gpu = self.gpu
-        for h, info in zip(reversed(hashes), reversed(infos)):
-            if h in gpu:
-                gpu.touch(h, info)
+def runs_compiled(tier) -> bool:
+    """Whether a tier (maybe an :class:`Admitted`) has a compiled form for every part, so a
+    compiled flow drives it without calling back into Python."""
+    if isinstance(tier, Admitted):
+        admitter = tier.admitter
+        known = (isinstance(admitter, (OfferCountAdmitter, PriorityAdmitter))
+                 or hasattr(admitter, "compiled_admitter"))
+        return known and runs_compiled(tier.policy)
+    return isinstance(tier, KeyedTier) or hasattr(tier, "compiled_tier")
 
 
-class ExclusiveFlow(Flow):
-    """One copy per block: promotions move up, victims move down (TensorRT-LLM, victim caches).
-
-    The CPU tier, if any, gates GPU victims with its admitter (TensorRT-LLM's priority gate,
-    a store threshold, a learned score: see :class:`Admitted`); a refused victim is dropped.
-    ``tail_first``: release a request's GPU blocks tail first (engine flows).
-    """
-
-    def __init__(self, result: SimResult, emit: Emit, gpu, cpu=None, cold=None, *,
-                 tail_first: bool = False) -> None:
-        super().__init__(result, emit)
-        self.gpu, self.cpu, self.cold = gpu, cpu, cold
-        self.tail_first = tail_first
-        # the last reference of each resident block, for tiers that read it when the block
-        # moves down (priority, next use); plain recency policies do not need it
-        self.reads_info = any(getattr(t, "reads_info", True) for t in (gpu, cpu, cold)
-                              if t is not None)
-        self._keep_info = self.reads_info
-        self._info: dict[int, BlockInfo] = {}
-
-    def serve(self, hashes, infos, found, cacheable) -> None:
-        self.pin_gpu_hits(hashes, infos, found)
-        keep_info = self._keep_info
-        for i, (h, info) in enumerate(zip(hashes, infos)):
-            if keep_info:
-                self._info[h] = info
-            if h in self.gpu:
-                if i >= len(found):  # resident past the prefix gap: recomputed, still a use
-                    self.gpu.touch(h, info)
-                continue
-            if self.cpu is not None and h in self.cpu:
-                self.cpu.remove(h)
-            elif self.cold is not None and h in self.cold:
-                self.cold.remove(h)
-            self._into_gpu(h, info)
-        if self.tail_first:
-            self.release_tail_first(hashes, infos)
-
-    def _into_gpu(self, h: int, info: BlockInfo) -> None:
-        victims = self.gpu.insert(h, info)
-        if victims:
-            self.result.gpu_evictions_total += len(victims)
-            for victim in victims:
-                if self.emitting:
-                    self.emit(Outcome.EVICT, victim, Tier.GPU, None)
-                self._demote(victim, Tier.CPU)
-
-    def _demote(self, h: int, tier: Tier | None) -> None:
-        """Store ``h`` in ``tier``, cascading its victims downward; ``None``: off the stack."""
-        cache = self.cpu if tier is Tier.CPU else self.cold if tier is Tier.COLD else None
-        if cache is None:
-            self._drop(h)
-            return
-        victims = cache.insert(h, self._info.get(h, DEFAULT_INFO))
-        if h not in cache:
-            self._drop(h)
-            return
-        result = self.result
-        below = Tier.COLD if tier is Tier.CPU else None
-        if below is Tier.COLD:
-            result.cpu_stores_total += 1
-            result.cpu_evictions_total += len(victims)
-        else:
-            result.cold_stores_total += 1
-            result.cold_evictions_total += len(victims)
-        if self.emitting:
-            self.emit(Outcome.STORE, h, Tier.GPU if below is Tier.COLD else Tier.CPU, tier)
-        for victim in victims:
-            if self.emitting:
-                self.emit(Outcome.EVICT, victim, tier, None)
-            self._demote(victim, below)
-
-    def _drop(self, h: int) -> None:
-        self._info.pop(h, None)
-        self.result.drops_total += 1
-        if self.emitting:
-            self.emit(Outcome.DROP, h, None, None)
+def _chained(admitter) -> bool:
+    return bool(getattr(admitter, "chained", False))
 
 
-class VllmFlow(Flow):
-    """vLLM's OffloadingConnector: write-through to CPU as blocks fill, file tier behind CPU.
-
-    The GPU tier is :class:`VllmGpuPool` (vLLM's block pool: hits pinned, computed blocks
-    written into the free queue's head, a finished request released tail first, at most
-    ``(prompt_tokens - 1) // block_tokens`` hit blocks, partial blocks never cached). The
-    CPU tier is :class:`VllmCpuTier` (vLLM's manager call for call). ``cpu_admitter``, when
-    given, filters the blocks offered to it before vLLM's own store threshold.
-    """
-
-    def __init__(self, config: SimConfig, result: SimResult, emit: Emit = _no_emit,
-                 cpu_admitter: Admitter | None = None) -> None:
-        super().__init__(result, emit)
-        self.gpu = VllmGpuPool(config.gpu_blocks)
-        self.cpu = None
-        if config.cpu_blocks != 0:
-            self.cpu = VllmCpuTier(config.cpu_blocks, config.policy, config.store_threshold)
-        self.cold = LRU(config.cold_blocks) if config.cold_blocks != 0 else None
-        self.admitter = cpu_admitter
-        self.reads_info = getattr(cpu_admitter, "reads_info", True) if cpu_admitter else False
-
-    def limits(self, prompt_tokens: int, block_tokens: int, blocks: int) -> tuple[int, int]:
-        return (hit_limit(prompt_tokens, block_tokens, blocks),
-                cacheable_blocks(prompt_tokens, block_tokens, blocks))
-
-    def lookup(self, hashes: Sequence[int], gpu_limit: int | None = None,
-               limit: int | None = None) -> list[Tier]:
-        """The GPU prefix hit (at most ``gpu_limit`` blocks: vLLM computes the last token),
-        then what the connector finds in the lower tiers after it, up to ``limit`` (it looks
-        in the CPU and file tiers only, so a GPU block past a gap is not a hit; a full prompt
-        found there is loaded whole and only its last token recomputed)."""
-        found: list[Tier] = []
-        gpu = self.gpu
-        hashes = hashes if limit is None else hashes[:limit]
-        for h in hashes if gpu_limit is None else hashes[:gpu_limit]:
-            if h not in gpu:
-                break
-            found.append(Tier.GPU)
-        for h in hashes[len(found):]:
-            tier = self.lower_tier(h)
-            if tier is None:
-                break
-            found.append(tier)
-        return found
-
-    def serve(self, hashes, infos, found, cacheable) -> None:
-        cpu = self.cpu
-        gpu_hits = found.count(Tier.GPU)  # the GPU hits lead (see lookup)
-        loads, computed = [], []
-        for i in range(gpu_hits, cacheable):
-            h, tier = hashes[i], found[i] if i < len(found) else None
-            if tier is Tier.COLD and cpu is not None:
-                self._stage_into_cpu(h, i)
-            if tier is not None and cpu is not None and h in cpu:
-                loads.append((h, i))
-            if tier is None:
-                computed.append((h, i, infos[i]))
-        victims = self.gpu.serve(hashes, gpu_hits, cacheable)
-        self.result.gpu_evictions_total += len(victims)
-        if self.emitting:
-            for victim in victims:
-                self.emit(Outcome.EVICT, victim, Tier.GPU, None)
-        if cpu is not None:
-            if loads:
-                cpu.load(loads)
-            if computed:
-                self._store(computed)
-            cpu.finish()
-
-    def _store(self, computed: list) -> None:
-        admitter = self.admitter
-        offered = [(h, i) for h, i, info in computed if admitter is None or admitter.admit(h, info)]
-        outcome = self.cpu.store(offered)
-        stored, victims = outcome if outcome is not None else ([], [])
-        refused = [h for h, _ in offered if h not in self.cpu and h not in stored]
-        self._count_cpu_writes(stored, victims, refused)
-        if self.cold is not None:
-            for h in stored:
-                if h not in self.cold:  # the file tier skips files that exist
-                    self._cold_store(h)
-
-    def _stage_into_cpu(self, h: int, position: int) -> None:
-        """A cold hit takes a CPU slot (no store threshold) before loading to the GPU."""
-        outcome = self.cpu.store([(h, position)], threshold=False)
-        stored, victims = outcome if outcome is not None else ([], [])
-        self._count_cpu_writes(stored, victims, [] if stored or h in self.cpu else [h])
-
-    def _count_cpu_writes(self, stored: list, victims: list, refused: list) -> None:
-        result = self.result
-        result.cpu_stores_total += len(stored)
-        result.cpu_evictions_total += len(victims)
-        result.drops_total += len(refused)
-        if self.emitting:
-            for h in victims:
-                self.emit(Outcome.EVICT, h, Tier.CPU, None)
-            for h in stored:
-                self.emit(Outcome.STORE, h, Tier.GPU, Tier.CPU)
-            for h in refused:
-                self.emit(Outcome.DROP, h, None, None)
-
-    def _cold_store(self, h: int) -> None:
-        victims = self.cold.insert(h)
-        self.result.cold_stores_total += 1
-        self.result.cold_evictions_total += len(victims)
-        if self.emitting:
-            self.emit(Outcome.STORE, h, Tier.CPU, Tier.COLD)
-            for victim in victims:
-                self.emit(Outcome.EVICT, victim, Tier.COLD, None)
-
-
-def _optional(policy: str, capacity: int | None, admitter: Admitter | None):
-    if capacity == 0:
-        return None
-    cache = make_policy(policy, capacity)
-    return Admitted(cache, admitter) if admitter is not None else cache
-
-
-def exclusive_flow(config: SimConfig, result: SimResult, emit: Emit = _no_emit,
-                   cpu_tier=None, cpu_admitter: Admitter | None = None) -> ExclusiveFlow:
+def exclusive_flow(config: SimConfig, cpu_tier=None, cpu_admitter=None, offers=None
+                   ) -> FlowView:
     """Every tier runs ``config.policy``; GPU victims pass ``cpu_admitter`` (default: the
-    store threshold, when >= 2) into the CPU tier. ``cpu_tier`` replaces the CPU tier whole
-    (a caller's own policy, already wrapped in its admitter)."""
+    store threshold, when >= 2) into the CPU tier. ``cpu_tier`` replaces the CPU tier whole;
+    ``offers`` (the core's ``OfferLog``) records what the CPU tier is offered."""
+    c = core()
+    interner = c.Interner()
     admitter = cpu_admitter
-    if admitter is None and config.store_threshold >= 2:
-        admitter = OfferCountAdmitter(config.store_threshold)
-    if cpu_tier is not None and admitter is not None:
-        raise ValueError("pass the admitter inside cpu_tier (Admitted(policy, admitter))")
-    cpu = cpu_tier if cpu_tier is not None else _optional(config.policy, config.cpu_blocks,
-                                                          admitter)
-    return ExclusiveFlow(result, emit, make_policy(config.policy, config.gpu_blocks), cpu,
-                         _optional(config.policy, config.cold_blocks, None))
+    if cpu_tier is not None:
+        if admitter is not None:
+            raise ValueError("pass the admitter inside cpu_tier (Admitted(policy, admitter))")
+        cpu, admitter = compiled_tier(cpu_tier, interner)
+    else:
+        cpu = _policy(config.policy, config.cpu_blocks) if config.cpu_blocks != 0 else None
+        if admitter is None and config.store_threshold >= 2:
+            admitter = OfferCountAdmitter(config.store_threshold)
+    cold = _policy(config.policy, config.cold_blocks) if config.cold_blocks != 0 else None
+    flow = c.ExclusiveFlow(_policy(config.policy, config.gpu_blocks), cpu, cold,
+                           compiled_admitter(admitter, interner) if cpu is not None else None,
+                           rule=_rule(config), track_parents=_chained(admitter),
+                           offers=offers, interner=interner)
+    _bind(flow, cpu)
+    return FlowView(flow, (True, cpu is not None, cold is not None))
 
 
-def trtllm_flow(config: SimConfig, result: SimResult, emit: Emit = _no_emit,
-                cpu_tier=None, cpu_admitter: Admitter | None = None) -> ExclusiveFlow:
+def trtllm_flow(config: SimConfig, cpu_tier=None, cpu_admitter=None, offers=None
+               ) -> FlowView:
     """TensorRT-LLM: priority LRU in both tiers, GPU victims gated by priority into host;
     only leaves are evicted, so a request's GPU blocks are released tail first."""
-    _no_cpu_tier(config, cpu_tier)
+    _no_cpu_tier(config, cpu_tier, offers)
+    c = core()
+    interner = c.Interner()
+    cpu, gate = None, None
+    if config.cpu_blocks != 0:
+        cpu = c.PriorityLru(config.cpu_blocks)
+        gate = compiled_admitter(cpu_admitter or PriorityAdmitter(
+            config.offload_min_priority, config.offload_comparison), interner)
+    flow = c.ExclusiveFlow(c.PriorityLru(config.gpu_blocks), cpu, None, gate,
+                           rule=_rule(config), tail_first=True,
+                           track_parents=_chained(cpu_admitter), interner=interner)
+    return FlowView(flow, (True, cpu is not None, False))
+
+
+def vllm_flow(config: SimConfig, cpu_tier=None, cpu_admitter=None, offers=None
+             ) -> FlowView:
+    """vLLM's OffloadingConnector: vLLM's GPU block pool, write-through to vLLM's CPU tier
+    (``config.policy``: ``lru`` or ``arc``) gated by ``cpu_admitter`` then store_threshold,
+    every CPU store cascading to the cold (file) tier."""
+    _no_cpu_tier(config, cpu_tier, offers)
+    c = core()
+    interner = c.Interner()
     cpu = None
     if config.cpu_blocks != 0:
-        gate = cpu_admitter or PriorityAdmitter(config.offload_min_priority,
-                                                config.offload_comparison)
-        cpu = Admitted(PriorityLRU(config.cpu_blocks), gate)
-    return ExclusiveFlow(result, emit, PriorityLRU(config.gpu_blocks), cpu, tail_first=True)
+        cpu = (c.VllmLru if config.policy == "lru" else c.VllmArc)(config.cpu_blocks)
+    cold = c.Lru(config.cold_blocks) if config.cold_blocks != 0 else None
+    flow = c.VllmFlow(c.GpuPool(config.gpu_blocks), cpu, cold,
+                      c.StoreThreshold(config.store_threshold),
+                      compiled_admitter(cpu_admitter, interner), rule=_rule(config),
+                      track_parents=_chained(cpu_admitter), interner=interner)
+    return FlowView(flow, (True, cpu is not None, cold is not None))
 
 
-def vllm_flow(config: SimConfig, result: SimResult, emit: Emit = _no_emit,
-              cpu_tier=None, cpu_admitter: Admitter | None = None) -> VllmFlow:
-    _no_cpu_tier(config, cpu_tier)
-    return VllmFlow(config, result, emit, cpu_admitter)
-
-
-def _no_cpu_tier(config: SimConfig, cpu_tier) -> None:
+def _no_cpu_tier(config: SimConfig, cpu_tier, offers=None) -> None:
+    if offers is not None:
+        raise ValueError(f"offer logs work with semantics 'exclusive' only, not "
+                         f"{config.semantics!r}")
     if cpu_tier is not None:
         raise ValueError(f"semantics {config.semantics!r} builds its own CPU tier; "
                          f"cpu_tier works with 'exclusive' only")
 
 
+def _bind(flow, tier) -> None:
+    bind = getattr(tier, "bind", None)
+    if bind is not None:
+        bind(flow)
+
+
 FLOWS = {"exclusive": exclusive_flow, "vllm": vllm_flow, "trtllm": trtllm_flow}
 
 
-def build_flow(config: SimConfig, result: SimResult, emit: Emit = _no_emit, *,
-               cpu_tier=None, cpu_admitter: Admitter | None = None) -> Flow:
-    """The flow for ``config.semantics``, built whole by its factory."""
-    return FLOWS[config.semantics](config, result, emit, cpu_tier, cpu_admitter)
+def build_flow(config: SimConfig, *, cpu_tier=None, cpu_admitter=None, offers=None
+               ) -> FlowView:
+    """The compiled flow for ``config.semantics``, built whole by its factory."""
+    return FLOWS[config.semantics](config, cpu_tier, cpu_admitter, offers)

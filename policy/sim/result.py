@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 
 @dataclass
@@ -44,6 +44,11 @@ class SimResult:
     def block_hit_ratio(self) -> float:
         hits = self.gpu_hit_blocks + self.cpu_promotion_blocks + self.cold_promotion_blocks
         return hits / self.block_refs if self.block_refs else 0.0
+
+    def minus(self, before: SimResult) -> SimResult:
+        """These totals less ``before`` (a window of one replay)."""
+        return SimResult(**{f.name: getattr(self, f.name) - getattr(before, f.name)
+                            for f in fields(SimResult)})
 
     def to_dict(self) -> dict:
         data = asdict(self)

@@ -7,34 +7,52 @@ promotion or a cold promotion, and every later block is a recompute miss. Then t
 serves the request: promoted and recomputed blocks land on the GPU and move between tiers
 per the configured semantics. Requests take zero service time (a cache-content replay; the
 cost model turns outcomes into latency).
+
+The replay runs in the compiled core (``policy/sim/_core.pyx``); records are turned into
+arrays of dense block ids a chunk at a time, and a :class:`policy.sim.trace.BlockTrace` is
+replayed without a Python object per request (:meth:`Simulator.replay_trace`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
+import numpy as np
+
 from collector.events import BlockEvent, Outcome, RequestRecord, Tier
+from policy.sim.compiled import NEVER_ID, core
 from policy.sim.config import SimConfig
 from policy.sim.flows import build_flow
-from policy.sim.policies import NEVER, BlockInfo
+from policy.sim.policies import NEVER
 from policy.sim.policies.admission import Admitter
-from policy.sim.policies.base import DEFAULT_INFO
 from policy.sim.result import SimResult
+from policy.sim.trace import BlockTrace
 
-_OUTCOME_OF_TIER = {Tier.GPU: Outcome.GPU_HIT, Tier.CPU: Outcome.CPU_PROMOTION,
-                    Tier.COLD: Outcome.COLD_PROMOTION}
+_OUTCOME_OF_TIER = (Outcome.GPU_HIT, Outcome.CPU_PROMOTION, Outcome.COLD_PROMOTION)
+_TIER_FROM = {Outcome.CPU_PROMOTION: Tier.CPU, Outcome.COLD_PROMOTION: Tier.COLD}
+CHUNK_REQUESTS = 4096  # records turned into arrays at a time
 
 
 @dataclasses.dataclass(frozen=True)
 class RequestOutcome:
-    """One request's lookup outcome per block, and prompt tokens per outcome."""
+    """One request's lookup outcome per block, and prompt tokens per outcome. ``found`` holds
+    the tier (``Tier`` value) of each leading block a tier served, one byte each; the other
+    blocks of the prompt's ``blocks`` were recomputed."""
 
-    outcomes: tuple[Outcome, ...]
+    found: bytes
+    blocks: int
     gpu_hit_tokens: int
     cpu_promotion_tokens: int
     cold_promotion_tokens: int
     recompute_tokens: int
+
+    @property
+    def outcomes(self) -> tuple[Outcome, ...]:
+        """The :class:`Outcome` of each block of the prompt, in order."""
+        served = tuple(_OUTCOME_OF_TIER[t] for t in self.found)
+        return served + (Outcome.RECOMPUTE_MISS,) * (self.blocks - len(served))
 
     def apply_to(self, record: RequestRecord, tier_config_id: str | None = None) -> RequestRecord:
         """The record with its per-tier token counts filled in, as a live probe would write."""
@@ -46,6 +64,15 @@ class RequestOutcome:
             tier_config_id=tier_config_id or record.tier_config_id)
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class TraceReplay:
+    """Totals over a replay's counted window, and per counted request its GPU hit, CPU
+    promotion, cold promotion and recompute tokens (``None`` unless asked for)."""
+
+    result: SimResult
+    outcomes: np.ndarray | None
+
+
 class Simulator:
     """Replays records against one tier stack. Not thread-safe; one simulator per replay.
 
@@ -53,113 +80,138 @@ class Simulator:
     eviction and drop (the same events live traffic writes); leave it out for speed.
     ``cpu_admitter`` replaces the CPU tier's default admission (a learned model plugs in here);
     ``cpu_tier`` (exclusive semantics) replaces the CPU tier whole: a caller's own policy of
-    the tier protocol, in its admitter if it has one.
+    the tier protocol, in its admitter if it has one. ``offers`` (the core's ``OfferLog``,
+    exclusive semantics) records every block offered to the CPU tier.
     """
 
     def __init__(self, config: SimConfig, *, events: Callable[[BlockEvent], None] | None = None,
-                 cpu_admitter: Admitter | None = None, cpu_tier=None) -> None:
+                 cpu_admitter: Admitter | None = None, cpu_tier=None, offers=None) -> None:
         self.config = config
-        self.result = SimResult()
+        self.flow = build_flow(config, cpu_tier=cpu_tier, cpu_admitter=cpu_admitter,
+                               offers=offers)
+        self._core = self.flow.compiled
         self._events = events
-        self._now_s = 0.0
-        self._request_id: str | None = None
-        emit = self._emit_movement if events is not None else None
-        kwargs = {"emit": emit} if emit is not None else {}
-        self.flow = build_flow(config, self.result, cpu_tier=cpu_tier,
-                               cpu_admitter=cpu_admitter, **kwargs)
-        self._plain_infos = not self.flow.reads_info  # no tier reads a block's info
+        if events is not None:
+            self._core.log_events(True)
 
-    def replay(self, records: Iterable[RequestRecord],
-               on_request: Callable[[RequestRecord, RequestOutcome], None] | None = None
-               ) -> SimResult:
-        """Serve every record in order; returns the totals (also kept in ``self.result``)."""
-        next_uses = None
-        if self.uses_future:
-            records = list(records)
-            next_uses = iter(next_use_indices(records))
-        for record in records:
-            future = None
-            if next_uses is not None:
-                future = [next(next_uses) for _ in record.block_hashes]
-            outcome = self.serve(record, future)
-            if on_request is not None:
-                on_request(record, outcome)
-        return self.result
+    @property
+    def result(self) -> SimResult:
+        """The totals so far (a fresh value each time)."""
+        return SimResult(**self._core.totals())
 
     @property
     def uses_future(self) -> bool:
         """Whether a tier needs each block's next use (Belady), so replays compute it."""
-        return any(getattr(t, "uses_future", False)
-                   for t in (self.flow.gpu, self.flow.cpu, self.flow.cold) if t is not None)
+        return self._core.uses_future()
+
+    def _block_tokens(self, record: RequestRecord) -> int:
+        return record.block_size_tokens or self.config.default_block_tokens
+
+    def _ids(self, hashes) -> np.ndarray:
+        return self._core.ids(np.asarray(hashes, dtype=np.uint64))
 
     def lookup(self, record: RequestRecord) -> list[Tier]:
         """The tier that would serve each leading block of ``record`` now (changes nothing)."""
-        block_tokens = record.block_size_tokens or self.config.default_block_tokens
-        hashes = record.block_hashes
-        gpu_limit, cacheable = self.flow.limits(record.prompt_tokens, block_tokens, len(hashes))
-        return self.flow.lookup(hashes, gpu_limit, cacheable)
+        found = self._core.peek(self._ids(record.block_hashes), record.prompt_tokens,
+                                self._block_tokens(record))
+        return [Tier(t) for t in found.tolist()]
 
     def serve(self, record: RequestRecord, next_uses: Sequence[float] | None = None
               ) -> RequestOutcome:
         """Look up and serve one request; ``next_uses`` feeds offline policies (Belady)."""
-        hashes = record.block_hashes
-        block_tokens = record.block_size_tokens or self.config.default_block_tokens
-        gpu_limit, cacheable = self.flow.limits(record.prompt_tokens, block_tokens, len(hashes))
-        found = self.flow.lookup(hashes, gpu_limit, cacheable)
-        outcome = self._account(record, found, block_tokens)
-        if self._plain_infos and next_uses is None:
-            infos = [DEFAULT_INFO] * len(hashes)  # recency-only policies read nothing in it
-        else:
-            rule = self.config.priorities
-            future = next_uses if next_uses is not None else (NEVER,) * len(hashes)
-            infos = [BlockInfo(rule.priority(i), future[i], i) for i in range(len(hashes))]
-        self._now_s, self._request_id = record.arrival_s, record.request_id
-        self.flow.serve(hashes, infos, found, cacheable)
+        block_tokens = self._block_tokens(record)
+        future = None
+        if next_uses is not None:
+            future = np.array([NEVER_ID if math.isinf(n) else int(n) for n in next_uses],
+                              dtype=np.int64)
+        one = BlockTrace.from_records((record,), self.config.default_block_tokens)
+        self._core.set_requests(one.arrival_s, one.turns, one.subagent, one.sessions)
+        found, tokens = self._core.serve_one(self._ids(record.block_hashes),
+                                             record.prompt_tokens, block_tokens, future)
+        outcome = RequestOutcome(found.tobytes(), len(record.block_hashes), *tokens)
+        if self._events is not None:
+            self._emit(record, outcome, block_tokens)
         return outcome
 
-    def _account(self, record: RequestRecord, found: list[Tier], block_tokens: int
-                 ) -> RequestOutcome:
-        prompt = record.prompt_tokens
-        n_blocks = len(record.block_hashes)
-        tokens = {Tier.GPU: 0, Tier.CPU: 0, Tier.COLD: 0}
-        for i, tier in enumerate(found):
-            tokens[tier] += _block_tokens(i, block_tokens, prompt)
-        recompute = prompt - sum(tokens.values())
-        result = self.result
-        result.requests += 1
-        result.prompt_tokens += prompt
-        result.gpu_hit_tokens += tokens[Tier.GPU]
-        result.cpu_promotion_tokens += tokens[Tier.CPU]
-        result.cold_promotion_tokens += tokens[Tier.COLD]
-        result.recompute_tokens += recompute
-        result.block_refs += n_blocks
-        blocks = {tier: found.count(tier) for tier in tokens}
-        result.gpu_hit_blocks += blocks[Tier.GPU]
-        result.cpu_promotion_blocks += blocks[Tier.CPU]
-        result.cold_promotion_blocks += blocks[Tier.COLD]
-        result.recompute_blocks += n_blocks - len(found)
-        outcomes = tuple(_OUTCOME_OF_TIER[t] for t in found)
-        outcomes += (Outcome.RECOMPUTE_MISS,) * (n_blocks - len(found))
+    def replay(self, records: Iterable[RequestRecord],
+               on_request: Callable[[RequestRecord, RequestOutcome], None] | None = None
+               ) -> SimResult:
+        """Serve every record in order; returns the totals (also in ``self.result``)."""
         if self._events is not None:
-            self._emit_lookups(record, outcomes, block_tokens)
-        return RequestOutcome(outcomes, tokens[Tier.GPU], tokens[Tier.CPU], tokens[Tier.COLD],
-                              recompute)
+            for record in records:
+                outcome = self.serve(record)
+                if on_request is not None:
+                    on_request(record, outcome)
+            return self.result
+        if self.uses_future:
+            records = list(records)
+            self._replay_chunk(records, on_request, future=True)
+            return self.result
+        chunk: list[RequestRecord] = []
+        for record in records:
+            chunk.append(record)
+            if len(chunk) == CHUNK_REQUESTS:
+                self._replay_chunk(chunk, on_request)
+                chunk = []
+        if chunk:
+            self._replay_chunk(chunk, on_request)
+        return self.result
 
-    def _emit_lookups(self, record: RequestRecord, outcomes, block_tokens: int) -> None:
-        tier_from = {Outcome.CPU_PROMOTION: Tier.CPU, Outcome.COLD_PROMOTION: Tier.COLD}
+    def _replay_chunk(self, records: list[RequestRecord], on_request, *, future=False) -> None:
+        trace = BlockTrace.from_records(records, self.config.default_block_tokens)
+        ids = self._core.ids(trace.hashes)
+        nexts = core().next_uses(ids, len(self._core.interner)) if future else None
+        self._core.set_requests(trace.arrival_s, trace.turns, trace.subagent, trace.sessions)
+        rows = np.zeros((len(records), 5), dtype=np.int64)
+        found = np.zeros(len(ids), dtype=np.int8) if on_request is not None else None
+        self._core.replay(ids, trace.offsets, trace.prompt_tokens, trace.block_tokens, nexts,
+                          outcomes=rows, found=found)
+        if on_request is None:
+            return
+        offsets = trace.offsets
+        for i, record in enumerate(records):
+            start = offsets[i]
+            row = rows[i]
+            on_request(record, RequestOutcome(found[start:start + row[4]].tobytes(),
+                                              int(offsets[i + 1] - start), int(row[0]),
+                                              int(row[1]), int(row[2]), int(row[3])))
+
+    def replay_trace(self, trace: BlockTrace, *, count_from: int = 0,
+                     count_to: int | None = None, outcomes: bool = False) -> TraceReplay:
+        """Serve the requests of ``trace`` up to ``count_to`` (all by default), after the ones
+        served before, without a Python object per request. Totals (and, with ``outcomes``,
+        each request's GPU hit, CPU promotion, cold promotion and recompute tokens) count
+        requests ``count_from`` to ``count_to``; earlier ones only warm the tiers."""
+        end = len(trace) if count_to is None else count_to
+        if not 0 <= count_from <= end <= len(trace):
+            raise ValueError(f"need 0 <= count_from <= count_to <= {len(trace)}, got "
+                             f"{count_from} and {end}")
+        ids = self._core.ids(trace.hashes)
+        nexts = core().next_uses(ids, len(self._core.interner)) if self.uses_future else None
+        self._core.set_requests(trace.arrival_s, trace.turns, trace.subagent, trace.sessions)
+        rows = np.zeros((len(trace), 5), dtype=np.int64) if outcomes else None
+        replay = self._core.replay
+        args = (ids, trace.offsets, trace.prompt_tokens, trace.block_tokens, nexts)
+        replay(*args, outcomes=rows, start=0, stop=count_from)
+        before = self.result
+        replay(*args, outcomes=rows, start=count_from, stop=end)
+        return TraceReplay(self.result.minus(before),
+                           rows[count_from:end, :4] if outcomes else None)
+
+    def _emit(self, record: RequestRecord, outcome: RequestOutcome, block_tokens: int) -> None:
+        emit, now, rid = self._events, record.arrival_s, record.request_id
         parent = None
-        for i, (h, kind) in enumerate(zip(record.block_hashes, outcomes)):
-            self._events(BlockEvent(
-                time_s=record.arrival_s, kind=kind, block_hash=h, request_id=record.request_id,
-                parent_hash=parent, position=i,
-                tokens=_block_tokens(i, block_tokens, record.prompt_tokens),
-                tier_from=tier_from.get(kind), tier_to=Tier.GPU))
+        for i, (h, kind) in enumerate(zip(record.block_hashes, outcome.outcomes)):
+            emit(BlockEvent(time_s=now, kind=kind, block_hash=h, request_id=rid,
+                            parent_hash=parent, position=i,
+                            tokens=_block_tokens(i, block_tokens, record.prompt_tokens),
+                            tier_from=_TIER_FROM.get(kind), tier_to=Tier.GPU))
             parent = h
-
-    def _emit_movement(self, kind: Outcome, block_hash: int, tier_from, tier_to) -> None:
-        self._events(BlockEvent(time_s=self._now_s, kind=kind, block_hash=block_hash,
-                                request_id=self._request_id, tier_from=tier_from,
-                                tier_to=tier_to))
+        for kind, h, tier_from, tier_to in zip(*self._core.take_events()):
+            emit(BlockEvent(time_s=now, kind=Outcome(int(kind)), block_hash=int(h),
+                            request_id=rid,
+                            tier_from=Tier(int(tier_from)) if tier_from >= 0 else None,
+                            tier_to=Tier(int(tier_to)) if tier_to >= 0 else None))
 
 
 def _block_tokens(index: int, block_tokens: int, prompt_tokens: int) -> int:
@@ -169,14 +221,10 @@ def _block_tokens(index: int, block_tokens: int, prompt_tokens: int) -> int:
 def next_use_indices(records: Sequence[RequestRecord]) -> list[float]:
     """For each block reference in replay order, the global index of the same block's next
     reference (:data:`NEVER` if none). The future that Belady's MIN reads."""
-    refs = [h for record in records for h in record.block_hashes]
-    result: list[float] = [NEVER] * len(refs)
-    seen: dict[int, int] = {}
-    for index in range(len(refs) - 1, -1, -1):
-        h = refs[index]
-        result[index] = seen.get(h, NEVER)
-        seen[h] = index
-    return result
+    trace = BlockTrace.from_records(records)
+    interner = core().Interner()
+    nexts = core().next_uses(interner.ids(trace.hashes), len(interner))
+    return [NEVER if n == NEVER_ID else n for n in nexts.tolist()]
 
 
 def simulate(records: Iterable[RequestRecord], config: SimConfig) -> SimResult:

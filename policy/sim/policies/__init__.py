@@ -1,6 +1,8 @@
-"""Eviction policies behind one protocol (:class:`CachePolicy`), plus admission wrappers.
+"""Eviction policies behind one tier protocol (:class:`CachePolicy`), plus admission wrappers.
 
-``make_policy(name, capacity_blocks)`` is the registry; names are :data:`POLICIES`.
+The built-in policies are compiled (``keyed.py``: the core's tiers addressed by key);
+:class:`CachePolicy` is the base for policies written in Python. ``make_policy(name,
+capacity_blocks)`` is the registry; names are :data:`POLICIES`.
 """
 
 from __future__ import annotations
@@ -12,14 +14,19 @@ from policy.sim.policies.admission import (
     PriorityAdmitter,
     ScoreAdmitter,
 )
-from policy.sim.policies.arc import ARC
 from policy.sim.policies.base import NEVER, BlockInfo, CachePolicy
-from policy.sim.policies.belady import Belady
-from policy.sim.policies.lru import LRU
-from policy.sim.policies.priority import PriorityLRU
-from policy.sim.policies.s3fifo import S3FIFO
+from policy.sim.policies.keyed import (
+    ARC,
+    LRU,
+    S3FIFO,
+    Belady,
+    KeyedTier,
+    PriorityLRU,
+    VllmARC,
+    VllmLRU,
+)
 
-POLICIES: dict[str, type[CachePolicy]] = {
+POLICIES: dict[str, type[KeyedTier]] = {
     "lru": LRU, "arc": ARC, "s3fifo": S3FIFO, "priority": PriorityLRU, "belady": Belady,
 }
 
@@ -34,10 +41,13 @@ __all__ = [
     "Belady",
     "BlockInfo",
     "CachePolicy",
+    "KeyedTier",
     "OfferCountAdmitter",
     "PriorityAdmitter",
     "PriorityLRU",
     "ScoreAdmitter",
+    "VllmARC",
+    "VllmLRU",
     "make_policy",
 ]
 

@@ -19,7 +19,7 @@ from typing import Protocol
 
 from collector.events import PRIORITY_MAX, PRIORITY_MIN
 from policy.sim.policies.base import DEFAULT_INFO, BlockInfo, CachePolicy, Key
-from policy.sim.policies.lru import LRU
+from policy.sim.compiled import core
 
 
 class Admitter(Protocol):
@@ -87,6 +87,7 @@ class OfferCountAdmitter:
     ``max_tracker_size``, default 64000); a key the tracker forgets starts again, and the keys
     of the offer being counted are never the ones forgotten. An engine offers a request's new
     blocks together (:meth:`offer`); a victim cache offers one block at a time (:meth:`admit`).
+    The counting is the compiled core's ``StoreThreshold``, the one used by every flow.
     """
 
     name = "store_threshold"
@@ -98,40 +99,31 @@ class OfferCountAdmitter:
                              f"{min_offers} and {max_tracked}")
         self.min_offers = min_offers
         self.max_tracked = max_tracked
-        self._order = LRU(None)  # least recently offered first
-        self._counts: dict = {}
+        self._core = core().StoreThreshold(min_offers, max_tracked)
+        self._ids: dict = {}
 
     @property
     def counting(self) -> bool:
         """Whether offers are counted at all (``min_offers`` >= 2)."""
         return self.min_offers >= 2
 
+    def compiled(self):
+        """The compiled counter, for a flow to drive with its own ids (only while unused)."""
+        if self._ids:
+            raise ValueError("a store_threshold admitter that has counted offers cannot join a flow")
+        return self._core
+
+    def _id(self, key: Key) -> int:
+        return self._ids.setdefault(key, len(self._ids))
+
     def offer(self, keys) -> None:
         """One offer of ``keys``: each tracked key counts once more, each new one starts at 1."""
-        if not self.counting:
-            return
-        order, counts = self._order, self._counts
-        counted = set()
-        for key in keys:
-            if key in order:
-                order.touch(key)
-                counts[key] += 1
-                counted.add(key)
-        forgettable = len(order) - len(counted)
-        for key in keys:
-            if key in order:
-                continue
-            if len(order) >= self.max_tracked:
-                if forgettable == 0:
-                    continue
-                del counts[order.pop_victim()]
-                forgettable -= 1
-            order.insert(key)
-            counts[key] = 1
+        if self.counting:
+            self._core.py_count([self._id(k) for k in keys])
 
     def passes(self, key: Key) -> bool:
         """Whether ``key`` has been offered often enough to be stored."""
-        return not self.counting or self._counts.get(key, 0) >= self.min_offers
+        return not self.counting or (key in self._ids and self._core.py_passes(self._ids[key]))
 
     def admit(self, key: Key, info: BlockInfo) -> bool:
         self.offer((key,))

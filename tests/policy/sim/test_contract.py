@@ -15,7 +15,7 @@ from policy.sim.policies import (
 
 
 from policy.learn.retention import LearnedRetention
-from policy.sim.vllm_policies import VllmARC, VllmLRU
+from policy.sim.policies import VllmARC, VllmLRU
 
 EXTRA = {
     "admitted-lru": lambda c: Admitted(make_policy("lru", c), OfferCountAdmitter(min_offers=0)),

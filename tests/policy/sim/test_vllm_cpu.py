@@ -1,6 +1,6 @@
 """vLLM's CPU tier, narrated: tails go before heads, stores are all-or-nothing, ARC learns."""
 
-from policy.sim.vllm_cpu import VllmCpuTier
+from tests.policy.sim.oracle.vllm_cpu import VllmCpuTier
 
 
 def serve(tier, hashes):

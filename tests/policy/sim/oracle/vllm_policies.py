@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Collection, Sequence
 
 from policy.sim.policies.base import DEFAULT_INFO, BlockInfo, CachePolicy, Key
-from policy.sim.policies.lru import LRU
+from tests.policy.sim.oracle.lru import LRU
 
 
 class _RequestScoped(CachePolicy):

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from policy.sim.policies import BlockInfo, OfferCountAdmitter
-from policy.sim.vllm_policies import VllmARC, VllmLRU
+from tests.policy.sim.oracle import BlockInfo, OfferCountAdmitter
+from tests.policy.sim.oracle.vllm_policies import VllmARC, VllmLRU
 
 KeyPos = tuple[int, int]  # (block hash, position in the prompt)
 CORES = {"lru": VllmLRU, "arc": VllmARC}

@@ -1,0 +1,54 @@
+"""The pure-Python reference of the simulator, kept as the oracle the compiled core
+(``policy/sim/_core.pyx``) is compared against: the per-access policies and admitters here, the
+flows (``flows.py``), vLLM's CPU tier and cores (``vllm_cpu.py``, ``vllm_policies.py``), its
+GPU block pool (``vllm_gpu.py``) and the record-at-a-time simulator (``simulator.py``).
+
+``make_policy(name, capacity_blocks)`` is the registry; names are :data:`POLICIES`.
+"""
+
+from __future__ import annotations
+
+from tests.policy.sim.oracle.admission import (
+    Admitted,
+    Admitter,
+    OfferCountAdmitter,
+    PriorityAdmitter,
+    ScoreAdmitter,
+)
+from tests.policy.sim.oracle.arc import ARC
+from policy.sim.policies.base import NEVER, BlockInfo, CachePolicy
+from tests.policy.sim.oracle.belady import Belady
+from tests.policy.sim.oracle.lru import LRU
+from tests.policy.sim.oracle.priority import PriorityLRU
+from tests.policy.sim.oracle.s3fifo import S3FIFO
+
+POLICIES: dict[str, type[CachePolicy]] = {
+    "lru": LRU, "arc": ARC, "s3fifo": S3FIFO, "priority": PriorityLRU, "belady": Belady,
+}
+
+__all__ = [
+    "ARC",
+    "LRU",
+    "NEVER",
+    "POLICIES",
+    "S3FIFO",
+    "Admitted",
+    "Admitter",
+    "Belady",
+    "BlockInfo",
+    "CachePolicy",
+    "OfferCountAdmitter",
+    "PriorityAdmitter",
+    "PriorityLRU",
+    "ScoreAdmitter",
+    "make_policy",
+]
+
+
+def make_policy(name: str, capacity_blocks: int | None) -> CachePolicy:
+    """A fresh policy by registry name; ``ValueError`` naming the allowed names otherwise."""
+    try:
+        cls = POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown eviction policy {name!r}; allowed: {', '.join(POLICIES)}") from None
+    return cls(capacity_blocks)
