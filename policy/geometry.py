@@ -73,6 +73,9 @@ def parse_capacity_tokens(text: str, model: KVGeometry | None = None) -> float:
     if not match:
         raise ValueError(f"bad capacity {text!r}; use a number (4e6), a suffix (10M, 16GiB) or inf")
     value, suffix = float(match.group(1)), match.group(2).lower()
+    if not math.isfinite(value):
+        raise ValueError(f"bad capacity {text!r}: too large; use a number (4e6), a suffix "
+                         "(10M, 16GiB) or inf")
     if suffix in _DECIMAL:
         return math.floor(value * _DECIMAL[suffix])
     if suffix in _BYTES:

@@ -28,16 +28,24 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from kvtier.verbs.common import capacity_blocks, model_geometry, open_records, peek_block_tokens, print_json
+    from kvtier.verbs.common import (capacity_blocks, capacity_model, model_geometry, open_records,
+                                     peek_block_tokens, print_json)
+
+    from kvtier.verbs.checks import output_dir, positive
 
     if args.store and args.trace:
         raise KvtierError("give --trace or --store, not both")
+    if args.out:
+        output_dir(args.out, "--out")
+    if args.top < 0:
+        raise KvtierError(f"--top must be >= 0, got {args.top}")
+    positive(args.ttft_slo_s, "--ttft-slo-s")
     if args.store:
         args.trace, args.format = args.store, "store"
     reader, records = open_records(args)
     block_tokens, records = peek_block_tokens(records)
     model = model_geometry(args.model)
-    gpu_blocks = capacity_blocks(args.gpu_tokens, block_tokens, model, "--gpu-tokens", None)
+    gpu_blocks = capacity_blocks(args.gpu_tokens, block_tokens, capacity_model(args), "--gpu-tokens", None)
     report = _report(records, block_tokens, model, gpu_blocks, args)
     report["trace"]["skipped_lines"] = getattr(reader, "skipped", 0)
     if args.out:

@@ -15,20 +15,40 @@ from policy.geometry import KVGeometry, geometry, parse_capacity_tokens
 from policy.readers import WekaLayout, WekaReader, open_trace
 
 
+DEFAULT_MODEL = "llama-3.1-8b"
+
+
 def open_records(args) -> tuple[object, Iterator[RequestRecord]]:
-    """The reader and its records (with a progress bar) for ``args.trace``."""
+    """The reader and its records (with a progress bar) for ``args.trace``; the records raise
+    ``KvtierError`` when the trace turns out to hold none."""
     if not args.trace:
         raise KvtierError("--trace is required: a Mooncake/Bailian JSONL, a WEKA .tar.gz or "
                           "folder, or a store")
     if args.weka_start_gap_s < 0:
         raise KvtierError(f"--weka-start-gap-s must be >= 0, got {args.weka_start_gap_s}")
+    if args.block_tokens is not None and args.block_tokens < 1:
+        raise KvtierError(f"--block-tokens must be >= 1, got {args.block_tokens}")
     reader = open_trace(args.trace, args.format, skip_bad=args.skip_bad,
                         block_tokens=args.block_tokens)
     if getattr(reader, "note", None):  # e.g. a locked store read through its segments
         print(f"kvtier {args.verb}: note: {reader.note}", file=sys.stderr, flush=True)
     if isinstance(reader, WekaReader):
         reader.layout = WekaLayout(start_gap_s=args.weka_start_gap_s)
-    return reader, track(reader.requests(), f"reading {args.trace}")
+    return reader, _some(track(reader.requests(), f"reading {args.trace}"), args.trace, reader)
+
+
+def _some(records: Iterable[RequestRecord], path, reader) -> Iterator[RequestRecord]:
+    """``records``, raising at their end if there were none: an empty trace is bad input, not
+    a report of zeros."""
+    count = 0
+    for record in records:
+        count += 1
+        yield record
+    if count == 0:
+        skipped = getattr(reader, "skipped", 0)
+        why = f"all {skipped} lines were bad and skipped" if skipped else "it holds no requests"
+        raise KvtierError(f"{path}: no requests to work on ({why}); give a trace with requests "
+                          "(check --format, or the file is empty)")
 
 
 def peek_block_tokens(records: Iterator[RequestRecord], default: int = 16
@@ -40,23 +60,48 @@ def peek_block_tokens(records: Iterator[RequestRecord], default: int = 16
     return first.block_size_tokens or default, itertools.chain([first], records)
 
 
-def model_geometry(name: str) -> KVGeometry:
+def check_subset(args) -> None:
+    """``--max-requests`` and ``--coarsen``, before a trace is read."""
+    if args.max_requests is not None and args.max_requests < 1:
+        raise KvtierError(f"--max-requests must be >= 1, got {args.max_requests}")
+    if args.coarsen < 1:
+        raise KvtierError(f"--coarsen must be >= 1 (1: blocks as they are), got {args.coarsen}")
+
+
+def model_geometry(name: str | None) -> KVGeometry:
+    """The KV geometry for costs: ``--model``, or the default when it is not given."""
     try:
-        return geometry(name)
+        return geometry(name or DEFAULT_MODEL)
     except ValueError as error:
-        raise KvtierError(str(error)) from None
+        raise KvtierError(f"--model: {error}") from None
 
 
-def capacity_blocks(text: str | None, block_tokens: int, model: KVGeometry, flag: str,
+def capacity_model(args) -> KVGeometry | None:
+    """The geometry byte capacities (16GiB) convert with: only a ``--model`` the user gave,
+    so a byte size never silently assumes one."""
+    return model_geometry(args.model) if args.model else None
+
+
+def capacity_blocks(text: str | None, block_tokens: int, model: KVGeometry | None, flag: str,
                     absent: int | None = 0) -> int | None:
-    """Blocks for a capacity flag (tokens, suffixes, bytes with the model, or inf)."""
+    """Blocks for a capacity flag (tokens, suffixes, bytes with ``model``, or inf): ``0`` is no
+    tier, ``None`` unlimited; a size under one block is refused rather than rounded to 0."""
     if text is None:
         return absent
     try:
         tokens = parse_capacity_tokens(text, model)
     except ValueError as error:
+        if "in bytes" in str(error):
+            raise KvtierError(f"{flag} {text} is in bytes: pass --model (the KV geometry that "
+                              "converts bytes to tokens, e.g. llama-3.1-8b) or give tokens, "
+                              "e.g. 1M") from None
         raise KvtierError(f"{flag}: {error}") from None
-    return None if math.isinf(tokens) else int(tokens // block_tokens)
+    if math.isinf(tokens):
+        return None
+    if 0 < tokens < block_tokens or (tokens == 0 and any(d in text for d in "123456789")):
+        raise KvtierError(f"{flag} {text} is less than one {block_tokens}-token block; give at "
+                          f"least {block_tokens} tokens (or 0 for no tier)")
+    return int(tokens // block_tokens)
 
 
 def print_json(obj: dict) -> None:

@@ -51,7 +51,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from kvtier.progress import task
-    from kvtier.verbs.common import model_geometry, print_json
+    from kvtier.verbs.common import check_subset, model_geometry, print_json
     from policy.cost import CostParams
     from policy.learn.compare import POLICY_NAMES, Split, add_gap_closed, compare
     from policy.learn.external import external_rows
@@ -61,17 +61,13 @@ def run(args) -> int:
     if bad or not policies:
         raise KvtierError(f"--policies: unknown {', '.join(bad) or '(none)'}; allowed: "
                           f"{', '.join(POLICY_NAMES)}")
+    check_subset(args)
     records = _read(args, args.trace)
-    if not records:
-        raise KvtierError(f"--trace {args.trace}: no requests")
     if args.train_trace:
         split = Split.separate(records, _read(args, args.train_trace))
-    else:
-        try:
-            how = Split.by_count if args.split == "requests" else Split.by_time
-            split = how(records, args.train_fraction)
-        except ValueError as error:
-            raise KvtierError(f"--train-fraction: {error}") from None
+    else:  # its ValueError names --train-fraction (the command line maps the name)
+        how = Split.by_count if args.split == "requests" else Split.by_time
+        split = how(records, args.train_fraction)
     model = model_geometry(args.model)
     params = CostParams(model=model)
     servers = _servers(args.prefill_servers, split, params)
@@ -135,12 +131,13 @@ def _read(args, path: str) -> list:
 
 
 def _tiers(args, block_tokens: int, model) -> Tiers:
-    from kvtier.verbs.common import capacity_blocks
+    from kvtier.verbs.common import capacity_blocks, capacity_model
     from policy.learn.replay import Tiers
 
     if args.gpu_tokens is None or args.cpu_tokens is None:
-        raise KvtierError("--gpu-tokens and --cpu-tokens are required")
-    values = [capacity_blocks(text, block_tokens, model, flag, absent=0)
+        raise KvtierError("--gpu-tokens and --cpu-tokens are required (e.g. --gpu-tokens 1M "
+                          "--cpu-tokens 2.5M)")
+    values = [capacity_blocks(text, block_tokens, capacity_model(args), flag, absent=0)
               for text, flag in ((args.gpu_tokens, "--gpu-tokens"),
                                  (args.cpu_tokens, "--cpu-tokens"),
                                  (args.cold_tokens, "--cold-tokens"))]

@@ -64,7 +64,7 @@ PHASES = 4
 
 def run(args) -> int:
     from kvtier.progress import task
-    from kvtier.verbs.common import capacity_blocks, model_geometry, open_records
+    from kvtier.verbs.common import capacity_blocks, capacity_model, model_geometry, open_records
     from policy.cost import CostParams, parse_servers
     from policy.learn.subset import limited
     from policy.recommend import report
@@ -73,8 +73,19 @@ def run(args) -> int:
     from policy.cost import measured_cost_params
     from policy.recommend.measured import store_costs
 
+    from kvtier.verbs.checks import output_dir, positive
+    from kvtier.verbs.common import check_subset
+
     if bool(args.trace) == bool(args.store):
         raise KvtierError("give exactly one of --trace PATH or --store DB")
+    output_dir(args.out, "--out")  # before the work, not after it
+    check_subset(args)
+    positive(args.ttft_slo_s, "--ttft-slo-s")
+    positive(args.min_gain_per_gib, "--min-gain-per-gib", allow_zero=True)
+    if args.cold_path is not None and not Path(args.cold_path).is_absolute():
+        raise KvtierError(f"--cold-path {args.cold_path} must be an absolute directory (the "
+                          f"engine resolves it from its own working directory), e.g. "
+                          f"{Path(args.cold_path).resolve()}")
     args.trace = args.trace or args.store
     if args.store:
         args.format = "store"
@@ -85,12 +96,13 @@ def run(args) -> int:
                           "at least 40 (half to train, half to measure)")
     model = model_geometry(args.model)
     block_tokens = records[0].block_size_tokens or 16
-    gpu = capacity_blocks(args.gpu_tokens, block_tokens, model, "--gpu-tokens")
-    cpu = _size_flag(args.cpu_tokens, block_tokens, model, "--cpu-tokens")
+    sizes = capacity_model(args)  # byte sizes convert only with a --model the user gave
+    gpu = capacity_blocks(args.gpu_tokens, block_tokens, sizes, "--gpu-tokens")
+    cpu = _size_flag(args.cpu_tokens, block_tokens, sizes, "--cpu-tokens")
     if not gpu or cpu == 0:
         raise KvtierError("--gpu-tokens and --cpu-tokens must be finite and hold at least "
                           f"one {block_tokens}-token block (or --cpu-tokens auto)")
-    cold = _size_flag(args.cold_tokens, block_tokens, model, "--cold-tokens")
+    cold = _size_flag(args.cold_tokens, block_tokens, sizes, "--cold-tokens")
     try:
         params = CostParams(model=model)
         if args.fs_json:

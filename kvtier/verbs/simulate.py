@@ -66,8 +66,18 @@ def run(args) -> int:
     return 0
 
 
+def _gpu_blocks(args, block_tokens: int) -> int | None:
+    from kvtier.verbs.common import capacity_blocks, capacity_model
+
+    blocks = capacity_blocks(args.gpu_tokens, block_tokens, capacity_model(args), "--gpu-tokens")
+    if blocks == 0:
+        raise KvtierError(f"--gpu-tokens {args.gpu_tokens}: the GPU tier needs at least one "
+                          f"{block_tokens}-token block (every hit is served from it)")
+    return blocks
+
+
 def build_config(args, block_tokens: int, model) -> SimConfig:
-    from kvtier.verbs.common import capacity_blocks
+    from kvtier.verbs.common import capacity_blocks, capacity_model
     from policy.sim.config import PriorityRule, SimConfig
 
     if args.gpu_tokens is None:
@@ -77,9 +87,9 @@ def build_config(args, block_tokens: int, model) -> SimConfig:
     if semantics == "trtllm":
         policy = "priority"
     return SimConfig(
-        gpu_blocks=capacity_blocks(args.gpu_tokens, block_tokens, model, "--gpu-tokens"),
-        cpu_blocks=capacity_blocks(args.cpu_tokens, block_tokens, model, "--cpu-tokens"),
-        cold_blocks=capacity_blocks(args.cold_tokens, block_tokens, model, "--cold-tokens"),
+        gpu_blocks=_gpu_blocks(args, block_tokens),
+        cpu_blocks=capacity_blocks(args.cpu_tokens, block_tokens, capacity_model(args), "--cpu-tokens"),
+        cold_blocks=capacity_blocks(args.cold_tokens, block_tokens, capacity_model(args), "--cold-tokens"),
         semantics=semantics, policy=policy, store_threshold=args.store_threshold,
         offload_min_priority=args.offload_min_priority,
         offload_comparison=args.offload_comparison, default_block_tokens=block_tokens,
@@ -104,12 +114,12 @@ def _replay(args, records, block_tokens: int, model) -> dict:
 
 
 def _sweep(args, records, block_tokens: int, model) -> dict:
-    from kvtier.verbs.common import capacity_blocks
+    from kvtier.verbs.common import capacity_blocks, capacity_model
     from policy.sim.config import SimConfig
     from policy.sim.policies import POLICIES
 
     capacities = args.sweep.split(",") if args.sweep else list(DEFAULT_SWEEP)
-    blocks = [capacity_blocks(c.strip(), block_tokens, model, "--sweep") for c in capacities]
+    blocks = [capacity_blocks(c.strip(), block_tokens, capacity_model(args), "--sweep") for c in capacities]
     if args.policy == "lru":
         from policy.curves import lru_curve
 

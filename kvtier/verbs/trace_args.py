@@ -13,5 +13,6 @@ def add_trace_arguments(parser) -> None:
                         help="skip and count bad trace lines instead of stopping at the first")
     parser.add_argument("--weka-start-gap-s", type=float, default=60.0,
                         help="WEKA: seconds between conversation starts (default 60)")
-    parser.add_argument("--model", default="llama-3.1-8b",
-                        help="KV geometry for byte capacities and costs (default llama-3.1-8b)")
+    parser.add_argument("--model",
+                        help="KV geometry: needed for byte capacities (16GiB); costs use "
+                             "llama-3.1-8b unless told")

@@ -36,10 +36,18 @@ def test_simulate_json_has_the_documented_keys(tiny_trace, capsys):
 
 def test_simulate_tiers_with_suffixes_and_bytes(tiny_trace, capsys):
     out = run_json(capsys, ["simulate", "--trace", str(tiny_trace), "--gpu-tokens", "1k",
-                            "--cpu-tokens", "1GiB", "--cold-tokens", "inf", "--json"])
+                            "--cpu-tokens", "1GiB", "--model", "llama-3.1-8b", "--cold-tokens", "inf",
+                            "--json"])
     assert out["gpu_blocks"] == 1 and out["cpu_blocks"] == 1 * 2**30 // 131072 // 512
     assert out["cold_blocks"] is None
     assert out["gpu_hit_tokens"] + out["cpu_promotion_tokens"] == 20 * 512
+
+
+def test_a_byte_capacity_needs_the_model_named(tiny_trace, capsys):
+    from kvtier.cli import main
+
+    assert main(["simulate", "--trace", str(tiny_trace), "--gpu-tokens", "16GiB"]) == 2
+    assert "--gpu-tokens 16GiB is in bytes: pass --model" in capsys.readouterr().err
 
 
 def test_simulate_sweep_is_a_curve(tiny_trace, capsys):
