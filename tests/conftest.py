@@ -43,6 +43,20 @@ def file_store(tmp_path, clock) -> TraceStore:
 
 
 @pytest.fixture
+def host_headroom(monkeypatch):
+    """``host_headroom(n)``: this host's memory headroom reads as ``n`` bytes to recommend and
+    push (they measure /proc otherwise, which differs from machine to machine)."""
+
+    def set_to(headroom_bytes: int) -> None:
+        from policy.recommend.headroom import HostLimit
+
+        monkeypatch.setattr("kvtier.host.measured_host_limit",
+                            lambda root="/": HostLimit(headroom_bytes, 0, "the test's host"))
+
+    return set_to
+
+
+@pytest.fixture
 def origin() -> Origin:
     return Origin(engine="reference", instance="node-1", source="node-1/test")
 

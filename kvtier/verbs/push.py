@@ -12,27 +12,39 @@ FILES = ("vllm: .json (the --kv-transfer-config object) or .yaml (vllm serve --c
 
 def add_arguments(parser) -> None:
     parser.add_argument("--recommendation", required=True,
-                        help='recommendation JSON: {"settings": {...}, "guardrails": {...}}')
+                        help="recommendation JSON: recommendation.json (every engine's settings) "
+                             "or recommendation.ENGINE.json, as kvtier recommend writes them")
     parser.add_argument("--engine", required=True, choices=ENGINES, help="the engine to configure")
     parser.add_argument("--config", required=True, help=f"the engine config file to update ({FILES})")
     parser.add_argument("--host-headroom-bytes", type=int, default=None,
-                        help="measured host DRAM headroom; overrides the recommendation's guardrail")
+                        help="the engine host's DRAM headroom for the CPU tier (default: this "
+                             "host's, measured now, and the recommendation's own)")
+    parser.add_argument("--force", action="store_true",
+                        help="push a CPU tier larger than the host headroom anyway")
     parser.add_argument("--dry-run", action="store_true", help="show the diff, change nothing")
 
 
 def run(args) -> int:
     from dataclasses import replace
 
-    from kvtier.errors import KvtierError
+    from kvtier.errors import KvtierError, failure
     from policy.writers.push import PushRefused, apply, load_recommendation, plan
 
+    if args.host_headroom_bytes is not None and args.host_headroom_bytes < 0:
+        raise KvtierError(f"--host-headroom-bytes must be >= 0, got {args.host_headroom_bytes}")
     try:
-        settings, guardrails = load_recommendation(args.recommendation)
-        if args.host_headroom_bytes is not None:
-            guardrails = replace(guardrails, host_headroom_bytes=args.host_headroom_bytes)
-        push = plan(settings, guardrails, args.engine, args.config)
+        loaded = load_recommendation(args.recommendation, args.engine)
+    except PushRefused as exc:
+        raise KvtierError(f"push refused: {exc}") from None
+    settings = loaded.settings
+    _check_host(settings.cpu_tier_bytes, loaded.guardrails.host_headroom_bytes, args)
+    try:  # the host was checked above (or --force): the file's guardrail is not applied twice
+        push = plan(settings, replace(loaded.guardrails, host_headroom_bytes=None), args.engine,
+                    args.config)
     except (PushRefused, ValueError) as exc:
         raise KvtierError(f"push refused: {exc}") from None
+    if loaded.source != str(args.recommendation):
+        print(f"reading {loaded.source}")
     print(push.diff if push.changed else f"{push.path}: already up to date, nothing to change",
           end="" if push.changed else "\n")
     for note in push.notes:
@@ -44,6 +56,45 @@ def run(args) -> int:
     try:
         backup = apply(push)
     except OSError as exc:
-        raise KvtierError(f"push failed writing {push.path}: {exc.strerror or exc}") from None
+        reason = exc.strerror or str(exc)
+        raise failure(f"push failed writing {push.path}: {reason}; nothing changed (no backup "
+                      "left)") from None
     print(f"wrote {push.path}" + (f" (backup: {backup})" if backup else " (new file)"))
     return 0
+
+
+def _check_host(cpu_bytes: int | None, recommended_headroom: int | None, args) -> None:
+    """Refuse a CPU tier above the host's memory: the headroom given, else the smaller of
+    this host's (measured now) and the one the recommendation was made with."""
+    import sys
+
+    from kvtier.errors import KvtierError
+
+    if not cpu_bytes:
+        return
+    limits = []
+    if args.host_headroom_bytes is not None:
+        limits.append((args.host_headroom_bytes, "--host-headroom-bytes"))
+    else:
+        if recommended_headroom is not None:
+            limits.append((recommended_headroom, "the host headroom the recommendation was made with"))
+        from kvtier.host import measured_host_limit
+
+        host = measured_host_limit()
+        if host is not None:
+            limits.append((host.cap_bytes, "this host's memory headroom (measured now; give "
+                                           "--host-headroom-bytes for the engine's host)"))
+    over = [(limit, what) for limit, what in limits if cpu_bytes > limit]
+    if not over:
+        return
+    limit, what = min(over)
+    message = (f"the CPU tier ({_gib(cpu_bytes)}, cpu_tier_bytes={cpu_bytes}) exceeds {what}: "
+               f"{_gib(limit)}")
+    if args.force:
+        print(f"kvtier push: warning: {message}; pushed anyway (--force)", file=sys.stderr, flush=True)
+        return
+    raise KvtierError(f"push refused: {message}; lower it, or add --force to push it anyway")
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"

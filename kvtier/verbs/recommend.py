@@ -35,7 +35,8 @@ def add_arguments(parser) -> None:
     host = parser.add_mutually_exclusive_group()
     host.add_argument("--host-headroom-bytes", type=int,
                       help="host DRAM the CPU tier may use; every recommended CPU size is capped "
-                           "at it less a safety margin of max(10%%, 1 GiB), and push checks it")
+                           "at it less a safety margin of max(10%%, 1 GiB), and push checks it "
+                           "(default: this host's headroom, measured now)")
     host.add_argument("--headroom-json",
                       help="the output of `kvtier probe headroom --json`: cap CPU sizes at its "
                            "safe_bytes (available less the probe's margin and reserve)")
@@ -132,13 +133,15 @@ def run(args) -> int:
 
 
 def _host_limit(args) -> HostLimit | None:
+    """Told a number (--host-headroom-bytes, --headroom-json), else this host measured now."""
+    from kvtier.host import measured_host_limit
     from policy.recommend.headroom import from_bytes, from_probe_json
 
     if getattr(args, "headroom_json", None):
         return from_probe_json(args.headroom_json)
     if getattr(args, "host_headroom_bytes", None) is not None:
         return from_bytes(args.host_headroom_bytes)
-    return None
+    return measured_host_limit()
 
 
 def _size_flag(text: str, block_tokens: int, model, flag: str) -> int | None:

@@ -55,7 +55,8 @@ class HostLimit:
                          capped=recommended_bytes < requested_bytes)
 
 
-NOT_CHECKED = HostCheck(False, why="no --host-headroom-bytes or --headroom-json was given")
+NOT_CHECKED = HostCheck(False, why="no --host-headroom-bytes or --headroom-json was given, and "
+                                   "this host's memory could not be measured")
 
 
 def from_bytes(headroom_bytes: int) -> HostLimit:

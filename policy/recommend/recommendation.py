@@ -52,6 +52,7 @@ class Recommendation:
                "engines": {e: settings_dict(s) for e, s in self.engine_settings},
                "engine_notes": [[e, n] for e, n in self.engine_notes]}
         return {"kind": KIND, "version": VERSION,
+                **({} if engine is None else {"engine": engine}),  # push refuses another engine
                 "settings": settings_dict(settings),
                 "guardrails": {k: v for k, v in dataclasses.asdict(self.guardrails).items()
                                if v is not None},

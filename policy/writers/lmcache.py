@@ -11,7 +11,7 @@ Mapping (LMCache, ``lmcache/v1/config.py`` ``_CONFIG_DEFINITIONS`` at ``3ecd72f`
 from __future__ import annotations
 
 from policy.writers.settings import EngineSettings, Rendered, gib
-from policy.writers.textedit import yaml_set
+from policy.writers.yamledit import yaml_set
 
 ENGINE = "lmcache"
 FORMATS = (".yaml", ".yml")

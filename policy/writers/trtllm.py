@@ -20,7 +20,7 @@ from typing import Mapping
 
 from policy.writers.trtllm_retention import DEFAULT_RETENTION_PRIORITY
 from policy.writers.settings import EngineSettings, Rendered
-from policy.writers.textedit import yaml_set
+from policy.writers.yamledit import ConfigFileError, yaml_set
 
 ENGINE = "trtllm"
 FORMATS = (".yaml", ".yml", ".json")  # .json: the gateway's per-class retention configs
@@ -113,9 +113,12 @@ def _render_retention(settings: EngineSettings, existing: str | None) -> Rendere
     if not settings.retention_classes and not settings.retention_ranges:
         raise ValueError("a TensorRT-LLM .json file holds per-class retention configs; "
                          "the settings have no retention_classes or retention_ranges")
-    current = json.loads(existing) if existing and existing.strip() else {}
+    try:
+        current = json.loads(existing) if existing and existing.strip() else {}
+    except ValueError as error:
+        raise ConfigFileError(f"the file is not valid JSON ({error}); fix it first") from None
     if not isinstance(current, dict):
-        raise ValueError("the retention file must hold a JSON object of request classes")
+        raise ConfigFileError("the retention file must hold a JSON object of request classes")
     if settings.retention_classes:
         current.update(json.loads(retention_json(dict(settings.retention_classes))))
     current.update({c.name: c.to_dict() for c in settings.retention_ranges})

@@ -5,7 +5,9 @@ Files it edits:
 * ``*.json``: the ``--kv-transfer-config`` object itself
   (``vllm serve M --kv-transfer-config "$(cat file.json)"``).
 * ``*.yaml`` / ``*.yml``: a ``vllm serve --config`` file; kvtier sets ``kv-transfer-config``
-  (and ``kv-events-config``) as JSON strings, keeping every other key.
+  (and ``kv-events-config``) as JSON strings, or key by key where the file writes them as
+  YAML mappings (vLLM reads both), keeping every other key and comment. vLLM reads a key with
+  dashes or underscores as one flag, so the key is found either way and keeps its spelling.
 
 Mapping (vLLM 0.33.0, ``vllm/config/cache.py``, ``vllm/engine/arg_utils.py`` and the ``kv_connector_extra_config`` keys the offloading connector reads): ``cpu_tier_bytes`` -> ``cpu_bytes_to_use``
 (total over ranks); a cold tier -> ``spec_name: TieringOffloadingSpec`` with one ``fs``
@@ -21,7 +23,7 @@ from __future__ import annotations
 import json
 
 from policy.writers.settings import EngineSettings, Rendered, gib
-from policy.writers.textedit import yaml_get, yaml_set
+from policy.writers.yamledit import ConfigFileError, yaml_get, yaml_set
 
 ENGINE = "vllm"
 FORMATS = (".json", ".yaml", ".yml")
@@ -93,9 +95,7 @@ def short_form(settings: EngineSettings) -> list[str] | None:
 def render(settings: EngineSettings, existing: str | None, suffix: str) -> Rendered:
     """The new file text for a ``suffix`` file whose current text is ``existing``."""
     if suffix == ".json":
-        current = json.loads(existing) if existing and existing.strip() else None
-        if current is not None and not isinstance(current, dict):
-            raise ValueError("the --kv-transfer-config file must hold a JSON object")
+        current = _json_object(existing, "the file") if existing and existing.strip() else None
         text = json.dumps(transfer_config(settings, current), indent=2) + "\n"
         notes = _notes(settings)
         if settings.kv_events:
@@ -108,15 +108,32 @@ def render(settings: EngineSettings, existing: str | None, suffix: str) -> Rende
 
 
 def _render_yaml(settings: EngineSettings, existing: str) -> Rendered:
-    raw = yaml_get(existing, ("kv-transfer-config",))
-    current = json.loads(raw) if isinstance(raw, str) and raw.strip() else None
-    updates = {("kv-transfer-config",): json.dumps(transfer_config(settings, current))}
-    if settings.kv_events is not None:
-        raw_events = yaml_get(existing, ("kv-events-config",))
-        events = json.loads(raw_events) if isinstance(raw_events, str) else {}
-        events.update(KV_EVENTS_CONFIG if settings.kv_events else {"enable_kv_cache_events": False})
-        updates[("kv-events-config",)] = json.dumps(events)
-    return Rendered(yaml_set(existing, updates), _notes(settings))
+    updates = {}
+    for key, value in (("kv-transfer-config", None), ("kv-events-config", None)):
+        if key == "kv-events-config" and settings.kv_events is None:
+            continue
+        raw = yaml_get(existing, (key,), spellings=True)
+        current = _json_object(raw, key) if isinstance(raw, str) and raw.strip() else raw
+        if current is not None and not isinstance(current, dict):
+            raise ConfigFileError(f"{key} must be a JSON object or a mapping, got {raw!r}")
+        if key == "kv-transfer-config":
+            value = transfer_config(settings, current)
+        else:
+            value = dict(current or {})
+            value.update(KV_EVENTS_CONFIG if settings.kv_events else {"enable_kv_cache_events": False})
+        updates[(key,)] = value if isinstance(raw, dict) else json.dumps(value)  # the file's style
+    return Rendered(yaml_set(existing, updates, spellings=True), _notes(settings))
+
+
+def _json_object(text: str, what: str) -> dict:
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise ConfigFileError(f"{what} is not valid JSON ({error}); fix it first") from None
+    if not isinstance(value, dict):
+        raise ConfigFileError(f"{what} must hold a JSON object (the --kv-transfer-config "
+                              f"object), got {type(value).__name__}")
+    return value
 
 
 def _notes(settings: EngineSettings) -> tuple[str, ...]:

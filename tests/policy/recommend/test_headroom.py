@@ -10,7 +10,8 @@ from kvtier.cli import main
 from policy.cost import CostParams
 from policy.recommend.build import Inputs, recommend
 from policy.recommend.headroom import HostLimit, from_bytes, from_probe_json
-from policy.writers.textedit import args_get, env_get, yaml_get
+from policy.writers.textedit import args_get, env_get
+from policy.writers.yamledit import yaml_get
 from tests.policy.learn.synthetic import conversations
 from tests.policy.learn.test_evaluate import write_mooncake
 from tests.policy.recommend.test_recommend import run_verb
@@ -92,10 +93,22 @@ def test_push_reads_the_headroom_recorded_in_the_recommendation(capped, tmp_path
     edited.write_text(json.dumps(reco))
     assert main(["push", "--recommendation", str(edited), "--engine", "vllm",
                  "--config", str(config)]) == 2
-    assert f"exceeds the measured host headroom of {4 * GiB}" in capsys.readouterr().err
+    assert f"exceeds the host headroom the recommendation was made with: 4.0 GiB" in capsys.readouterr().err
 
 
-def test_without_headroom_the_report_says_the_size_was_not_checked(trace, tmp_path):
+def test_without_a_number_recommend_measures_this_host(trace, tmp_path, host_headroom):
+    host_headroom(5 * GiB)  # what the headroom probe reads on this host
+    assert run_verb(["--trace", str(trace), *ARGS, "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "recommendation.json").read_text())
+    assert data["guardrails"] == {"host_headroom_bytes": 5 * GiB}
+    assert data["evidence"]["host_memory"]["checked"] is True
+    assert data["evidence"]["host_memory"]["source"] == "the test's host"
+    assert data["settings"]["cpu_tier_bytes"] <= 5 * GiB
+
+
+def test_where_host_memory_cannot_be_read_the_report_says_it_was_not_checked(trace, tmp_path,
+                                                                              monkeypatch):
+    monkeypatch.setattr("kvtier.host.measured_host_limit", lambda root="/": None)
     assert run_verb(["--trace", str(trace), *ARGS, "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "recommendation.json").read_text())
     assert data["guardrails"] == {} and data["evidence"]["host_memory"]["checked"] is False

@@ -17,7 +17,7 @@ from policy.recommend.expected import expected_changes
 from policy.recommend.sweep import sweep
 from policy.recommend.value import full_block_value, priorities, value_per_byte
 from policy.writers.push import load_recommendation
-from policy.writers.textedit import yaml_get
+from policy.writers.yamledit import yaml_get
 from tests.policy.learn.synthetic import conversations, record
 from tests.policy.learn.test_evaluate import write_mooncake
 
@@ -34,7 +34,8 @@ def reco_dir(tmp_path_factory):
                            conversations(900, seed=8, block_tokens=512))
     out = tmp_path_factory.mktemp("reco")
     args = ["--trace", str(trace), "--gpu-tokens", str(30 * 512), "--cpu-tokens",
-            str(200 * 512), "--prefill-servers", "4", "--seed", "3"]
+            str(200 * 512), "--prefill-servers", "4", "--seed", "3",
+            "--host-headroom-bytes", str(1 << 40)]  # not this machine's memory: the same everywhere
     assert run_verb([*args, "--out", str(out / "a")]) == 0
     assert run_verb([*args, "--out", str(out / "b")]) == 0
     return out
@@ -42,10 +43,14 @@ def reco_dir(tmp_path_factory):
 
 def test_recommend_writes_push_readable_json_configs_and_report(reco_dir):
     out = reco_dir / "a"
-    settings, _ = load_recommendation(out / "recommendation.json")
+    settings = load_recommendation(out / "recommendation.json").settings
     assert settings.cpu_tier_bytes == 200 * 512 * CostParams().model.bytes_per_token
-    trt, _ = load_recommendation(out / "recommendation.trtllm.json")
+    trt = load_recommendation(out / "recommendation.trtllm.json", "trtllm").settings
     assert 0 <= trt.offload_min_priority <= 100
+    # the neutral file carries the engine's settings too; a per-engine file is only its own
+    assert load_recommendation(out / "recommendation.json", "trtllm").settings == trt
+    with pytest.raises(ValueError, match="holds the trtllm settings, not vllm's"):
+        load_recommendation(out / "recommendation.trtllm.json", "vllm")
     bands = json.loads((out / "recommendation.json").read_text())["evidence"]
     assert {"tokens_0_512", "tokens_8192_end"} <= bands["token_range_priorities"].keys()
     assert "secondary_offload_min_priority" in (out / "trtllm.yaml").read_text()
@@ -165,7 +170,7 @@ def test_vllm_eviction_policy_and_store_threshold_are_chosen_by_replay():
 
 def test_trtllm_gets_token_range_retention_per_request_class(reco_dir):
     out = reco_dir / "a"
-    trt, _ = load_recommendation(out / "recommendation.trtllm.json")
+    trt = load_recommendation(out / "recommendation.trtllm.json", "trtllm").settings
     gateway = json.loads((out / "trtllm.retention.json").read_text())
     assert gateway == {c.name: c.to_dict() for c in trt.retention_ranges} != {}
     ranges = gateway["default"]["token_range_retention_configs"]

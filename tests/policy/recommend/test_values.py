@@ -38,8 +38,9 @@ def test_a_do_not_offload_recommendation_survives_its_json_too():
 
 def test_the_written_file_is_what_push_and_the_collector_read(offload, tmp_path):
     report.write(offload, tmp_path, ENGINES)
-    settings, guardrails = load_recommendation(tmp_path / "recommendation.json")
-    assert settings == offload.settings and guardrails == offload.guardrails
+    loaded = load_recommendation(tmp_path / "recommendation.json")
+    settings = loaded.settings
+    assert settings == offload.settings and loaded.guardrails == offload.guardrails
     labels = RecommendationLabels(tmp_path / "recommendation.json")()
     assert labels["verdict"] == "offload" and labels["cpu_tier_bytes"] == str(settings.cpu_tier_bytes)
     assert from_json(json.loads((tmp_path / "recommendation.json").read_text())) == offload

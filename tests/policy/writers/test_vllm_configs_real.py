@@ -70,6 +70,29 @@ def test_vllm_accepts_what_kvtier_writes_and_rejects_broken_configs(tmp_path):
             vllm.render(EngineSettings(**settings), None, ".json")
 
 
+def test_vllm_reads_one_value_from_a_pushed_yaml_whatever_the_key_spelling(tmp_path):
+    """The file spells the flag with underscores, or writes it as a YAML mapping: the push
+    edits that key in place (comments kept), and vLLM's own parser sees the pushed size."""
+    vllm = writer("vllm")
+    settings = EngineSettings(cpu_tier_bytes=3 * GiB, eviction_policy="arc")
+    underscore = tmp_path / "underscore.yaml"
+    underscore.write_text(vllm.render(settings, (
+        "# chat fleet\nmodel: kvtier/check  # the model\n"
+        "kv_transfer_config: '{\"kv_connector\": \"OffloadingConnector\", \"kv_role\": \"kv_both\", "
+        "\"kv_connector_extra_config\": {\"cpu_bytes_to_use\": 1000000000}}'\n"), ".yaml").text)
+    mapping = tmp_path / "mapping.yaml"
+    mapping.write_text(vllm.render(settings, (
+        "model: kvtier/check\nkv-transfer-config:\n  kv_connector: OffloadingConnector  # ours\n"
+        "  kv_role: kv_both\n  kv_connector_extra_config:\n    cpu_bytes_to_use: 1000000000\n"),
+        ".yaml").text)
+    results = side_check([{"kind": "yaml", "path": str(p)} for p in (underscore, mapping)])
+    assert [r["ok"] for r in results] == [True, True], results
+    for result in results:
+        assert result["extra"]["cpu_bytes_to_use"] == 3 * GiB and result["extra"]["eviction_policy"] == "arc"
+    assert "kv-transfer-config" not in underscore.read_text() and "# the model" in underscore.read_text()
+    assert "kv_connector: OffloadingConnector  # ours" in mapping.read_text()
+
+
 def test_yaml_for_other_engines_reads_back_with_pyyaml(tmp_path):
     s = EngineSettings(cpu_tier_bytes=16 * GiB, cold_tier_path="/mnt/kv", cold_tier_bytes=GiB,
                        offload_min_priority=50, retention_priorities=(80,), kv_events=True)

@@ -8,7 +8,8 @@ import pytest
 
 from policy.writers import trtllm, vllm, writer
 from policy.writers.settings import EngineSettings, Guardrails
-from policy.writers.textedit import args_get, env_get, yaml_get
+from policy.writers.textedit import args_get, env_get
+from policy.writers.yamledit import yaml_get
 
 GiB = 1 << 30
 

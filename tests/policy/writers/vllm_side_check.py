@@ -57,6 +57,7 @@ def check_yaml(path: str) -> None:
     transfer = engine_args.kv_transfer_config
     check_transfer({"kv_connector": transfer.kv_connector, "kv_role": transfer.kv_role,
                     "kv_connector_extra_config": transfer.kv_connector_extra_config})
+    return dict(transfer.kv_connector_extra_config)
 
 
 def main() -> None:
@@ -65,9 +66,9 @@ def main() -> None:
         try:
             if case["kind"] == "transfer":
                 check_transfer(case["config"])
+                results.append({"ok": True})
             else:
-                check_yaml(case["path"])
-            results.append({"ok": True})
+                results.append({"ok": True, "extra": check_yaml(case["path"])})
         except (Exception, SystemExit) as exc:  # argparse exits on a bad value
             results.append({"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
     print("RESULTS " + json.dumps(results), flush=True)
