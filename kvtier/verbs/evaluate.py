@@ -62,12 +62,13 @@ def run(args) -> int:
         raise KvtierError(f"--policies: unknown {', '.join(bad) or '(none)'}; allowed: "
                           f"{', '.join(POLICY_NAMES)}")
     check_subset(args)
-    records = _read(args, args.trace)
+    records, trace = _read(args, args.trace)
     if args.train_trace:
-        split = Split.separate(records, _read(args, args.train_trace))
+        train, train_trace = _read(args, args.train_trace)
+        split = Split.separate(records, train).with_traces(trace, train_trace)
     else:  # its ValueError names --train-fraction (the command line maps the name)
         how = Split.by_count if args.split == "requests" else Split.by_time
-        split = how(records, args.train_fraction)
+        split = how(records, args.train_fraction).with_traces(trace)
     model = model_geometry(args.model)
     params = CostParams(model=model)
     servers = _servers(args.prefill_servers, split, params)
@@ -81,7 +82,7 @@ def run(args) -> int:
             try:
                 output["libcachesim"] = external_rows(
                     split.records, split.count_from, tiers.gpu_blocks + tiers.cpu_blocks,
-                    external, progress=lambda name: advance())
+                    external, progress=lambda name: advance(), trace=split.trace)
                 add_gap_closed(output["policies"] + output["libcachesim"])
             except ValueError as error:
                 raise KvtierError(f"--libcachesim: {error}") from None
@@ -118,14 +119,16 @@ def _external_names(text: str) -> list[str]:
     return names
 
 
-def _read(args, path: str) -> list:
+def _read(args, path: str) -> tuple:
+    """The trace's records without their blocks, and its blocks as arrays (read once)."""
     from kvtier.verbs.common import open_records
     from policy.learn.subset import limited
+    from policy.sim.trace import strip_blocks
 
     args.trace, original = path, args.trace
     try:  # the readers' errors name the file and line
         _, records = open_records(args)
-        return list(limited(records, args.max_requests, args.coarsen))
+        return strip_blocks(limited(records, args.max_requests, args.coarsen))
     finally:
         args.trace = original
 

@@ -9,6 +9,7 @@ capacity and their threshold is swept on the training period's latest slice.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from policy.learn.replay import IndexedAdmitter, Replayed, Tiers, replay
 from policy.learn.retention import choose_tau
 from policy.learn.retention import factory as retention_factory
 from policy.sim.compiled import core
+from policy.sim.trace import BlockTrace
 
 DEFAULT_COSTS = CostParams()
 BASE_POLICIES = ("lru", "arc", "s3fifo", "belady")
@@ -41,6 +43,15 @@ class Split:
     records: tuple[RequestRecord, ...]
     train: tuple[RequestRecord, ...]
     count_from: int
+    trace: BlockTrace | None = None        # the blocks of ``records``, as arrays
+    train_trace: BlockTrace | None = None  # the blocks of ``train``
+
+    def with_traces(self, trace: BlockTrace, train_trace: BlockTrace | None = None) -> Split:
+        """This split with its records' blocks as arrays (records may then carry none:
+        see :func:`policy.sim.trace.strip_blocks`). A training prefix shares ``trace``."""
+        if train_trace is None and self.count_from > 0:
+            train_trace = trace.requests(0, self.count_from)
+        return dataclasses.replace(self, trace=trace, train_trace=train_trace)
 
     @classmethod
     def by_time(cls, records: Sequence[RequestRecord], train_fraction: float) -> Split:
@@ -91,18 +102,19 @@ def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 
         if name in LEARNED:
             fitted = fit(split.train, split.records, tiers,
                          ModelConfig(kind=LEARNED[name], seed=seed),
-                         shares_replay=split.count_from > 0)
+                         shares_replay=split.count_from > 0, train_trace=split.train_trace,
+                         scored_trace=split.trace)
             admitter = fitted.admitter()
             fitted_by_name[name] = fitted
             summaries[name] = _learned_summary(fitted)
         elif name == ORACLE_REUSED:
-            admitter = ReusedLaterAdmitter(split.records)
+            admitter = ReusedLaterAdmitter(split.records, trace=split.trace)
         cpu_policy = name if name in BASE_POLICIES else "lru"
         if name == RETENTION:
             cpu_policy, summaries[name] = _retention(split, tiers,
                                                      fitted_by_name.get("learned"), seed)
         replayed = replay(split.records, tiers, cpu_policy, admitter=admitter,
-                          count_from=split.count_from)
+                          count_from=split.count_from, trace=split.trace)
         rows.append(row(name, replayed, params, servers))
     add_gap_closed(rows)
     return {"gpu_blocks": tiers.gpu_blocks, "cpu_blocks": tiers.cpu_blocks,
@@ -115,10 +127,11 @@ def _retention(split: Split, tiers: Tiers, fitted, seed: int):
     """The learned-retention CPU policy: the GBM's scores (trained as for ``learned``) order
     eviction, decayed by time since use with ``tau`` chosen on the training period."""
     if fitted is None:
-        fitted = fit(split.train, split.records, tiers, ModelConfig(seed=seed), thresholds=())
+        fitted = fit(split.train, split.records, tiers, ModelConfig(seed=seed), thresholds=(),
+                     train_trace=split.train_trace, scored_trace=split.trace)
     train_scores = (fitted.scores if split.count_from > 0
-                    else score_offers(fitted.model, split.train, tiers))
-    tau, sweep = choose_tau(split.train, tiers, train_scores)
+                    else score_offers(fitted.model, split.train, tiers, trace=split.train_trace))
+    tau, sweep = choose_tau(split.train, tiers, train_scores, trace=split.train_trace)
     summary = {"tau_s": _finite(tau), "sweep": [[_finite(t), r] for t, r in sweep],
                "train_offers": fitted.train_offers, "model": fitted.model.card()}
     return retention_factory(fitted.scores, tau), summary
@@ -136,19 +149,26 @@ class ReusedLaterAdmitter(IndexedAdmitter):
 
     name = ORACLE_REUSED
 
-    def __init__(self, records: Sequence[RequestRecord]) -> None:
+    def __init__(self, records: Sequence[RequestRecord], trace: BlockTrace | None = None
+                 ) -> None:
         super().__init__({}, 0.5)
-        self._last = {h: i for i, record in enumerate(records) for h in record.block_hashes}
+        trace = trace if trace is not None else BlockTrace.from_records(records)
+        # each block and the last request that references it, sorted by block
+        requests = np.repeat(np.arange(len(trace), dtype=np.int64), np.diff(trace.offsets))
+        backwards = trace.hashes[::-1]
+        self._blocks, first = np.unique(backwards, return_index=True)
+        self._last_request = requests[::-1][first]
 
     def admits(self, key) -> bool:
-        return self._last.get(key, -1) > self.request_index
+        i = int(np.searchsorted(self._blocks, np.uint64(key)))
+        found = i < len(self._blocks) and int(self._blocks[i]) == key
+        return found and int(self._last_request[i]) > self.request_index
 
     def compiled_admitter(self, interner):
         """The compiled form: the last referencing request per block, by the flow's ids."""
-        hashes = np.fromiter(self._last, dtype=np.uint64, count=len(self._last))
-        ids = interner.ids(hashes)
+        ids = interner.ids(self._blocks)
         last = np.full(len(interner), -1, dtype=np.int64)
-        last[ids] = np.fromiter(self._last.values(), dtype=np.int64, count=len(self._last))
+        last[ids] = self._last_request
         return core().ReusedLater(last, self.chained)
 
 

@@ -35,9 +35,10 @@ GLCACHE_RETRAINS = 20  # GLCache retrains every span/20 (its default is a day: n
 
 def external_rows(records: Sequence[RequestRecord], count_from: int, capacity_blocks: int,
                   names: Sequence[str], *,
-                  progress: Callable[[str], None] | None = None) -> list[dict]:
+                  progress: Callable[[str], None] | None = None, trace=None) -> list[dict]:
     """One row per name in :data:`EXTERNAL`: ``token_hit_ratio``, ``hit_tokens``,
-    ``prompt_tokens`` over requests ``count_from`` onwards (earlier ones only warm)."""
+    ``prompt_tokens`` over requests ``count_from`` onwards (earlier ones only warm).
+    ``trace``: the records' blocks as arrays (a ``BlockTrace``), when they carry none."""
     unknown = [n for n in names if n not in EXTERNAL]
     if unknown:
         raise ValueError(f"unknown libCacheSim policies {', '.join(unknown)}; allowed: "
@@ -54,7 +55,7 @@ def external_rows(records: Sequence[RequestRecord], count_from: int, capacity_bl
         if progress is not None:
             progress(name)
         cache = _cache(libcachesim, name, capacity_blocks, records)
-        hit, prompt = _replay(libcachesim, cache, records, count_from)
+        hit, prompt = _replay(libcachesim, cache, records, count_from, trace)
         rows.append({"policy": name, "token_hit_ratio": hit / prompt if prompt else 0.0,
                      "hit_tokens": hit, "prompt_tokens": prompt,
                      "capacity_blocks": capacity_blocks})
@@ -72,7 +73,8 @@ def _cache(lcs, name: str, capacity_blocks: int, records: Sequence[RequestRecord
     return getattr(lcs, cls_name)(**kwargs)
 
 
-def _replay(lcs, cache, records: Sequence[RequestRecord], count_from: int) -> tuple[int, int]:
+def _replay(lcs, cache, records: Sequence[RequestRecord], count_from: int, trace=None
+            ) -> tuple[int, int]:
     request = lcs.Request()
     request.obj_size = 1
     hit_tokens = prompt_tokens = 0
@@ -81,7 +83,8 @@ def _replay(lcs, cache, records: Sequence[RequestRecord], count_from: int) -> tu
         block_tokens = record.block_size_tokens or 16
         leading = True
         hits = 0
-        for position, h in enumerate(record.block_hashes):
+        blocks = record.block_hashes if trace is None else trace.blocks(index).tolist()
+        for position, h in enumerate(blocks):
             request.obj_id = h & OBJ_ID_MASK
             hit = cache.get(request)
             if leading and hit:

@@ -16,6 +16,7 @@ from collector.events import RequestRecord
 from policy.learn.admission_model import AdmissionModel, ModelConfig, train
 from policy.learn.offers import Offers, collect_offers
 from policy.learn.replay import IndexedAdmitter, Tiers, replay
+from policy.sim.trace import BlockTrace
 
 # 0 admits every offer (plain LRU): the sweep can always fall back to the default
 THRESHOLDS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7)
@@ -41,22 +42,25 @@ class LearnedAdmission:
 
 def fit(train_records: Sequence[RequestRecord], scored_records: Sequence[RequestRecord],
         tiers: Tiers, config: ModelConfig = DEFAULT_MODEL,
-        thresholds: Sequence[float] = THRESHOLDS, *, shares_replay: bool = True
+        thresholds: Sequence[float] = THRESHOLDS, *, shares_replay: bool = True,
+        train_trace: BlockTrace | None = None, scored_trace: BlockTrace | None = None
         ) -> LearnedAdmission:
     """Label and train on ``train_records``; score the offers of ``scored_records``.
     ``shares_replay``: ``scored_records`` starts with ``train_records`` (one replay, request
-    indices agree); otherwise the training records are scored on their own for the sweep."""
-    labelled = collect_offers(train_records, tiers.gpu_blocks, tiers.cpu_blocks, label=True)
+    indices agree); otherwise the training records are scored on their own for the sweep.
+    ``train_trace``/``scored_trace``: those records' blocks as arrays, when the caller has them."""
+    labelled = collect_offers(train_records, tiers.gpu_blocks, tiers.cpu_blocks, label=True,
+                              trace=train_trace)
     # offers late in the training period have no future left to be reused in: their labels
     # are censored, so the latest CENSORED_FRACTION of requests is not trained on
     resolved = labelled.request_index < int(len(train_records) * (1 - CENSORED_FRACTION))
     labelled = labelled.take(resolved)
     model = train(labelled.X, labelled.y, config)
-    scores = _scores(model, collect_offers(scored_records, tiers.gpu_blocks, tiers.cpu_blocks,
-                                           label=False))
-    sweep_scores = scores if shares_replay or not thresholds else _scores(model, collect_offers(
-        train_records, tiers.gpu_blocks, tiers.cpu_blocks, label=False))
-    sweep = _sweep(train_records, tiers, sweep_scores, config.calibration_fraction, thresholds)
+    scores = score_offers(model, scored_records, tiers, trace=scored_trace)
+    sweep_scores = scores if shares_replay or not thresholds else score_offers(
+        model, train_records, tiers, trace=train_trace)
+    sweep = _sweep(train_records, tiers, sweep_scores, config.calibration_fraction, thresholds,
+                   train_trace)
     # no thresholds: the caller sweeps its own (e.g. over priorities); 0.5 stands in
     best = smoothed_best(sweep) if sweep else 0.5
     return LearnedAdmission(model, scores, best, tuple(sweep), len(labelled),
@@ -78,11 +82,12 @@ def smoothed_best(sweep: Sequence[tuple[float, float]]) -> float:
     return ordered[best][0]
 
 
-def score_offers(model: AdmissionModel, records: Sequence[RequestRecord], tiers: Tiers) -> dict:
+def score_offers(model: AdmissionModel, records: Sequence[RequestRecord], tiers: Tiers, *,
+                 trace: BlockTrace | None = None) -> dict:
     """The model's score for every CPU offer of a replay of ``records``, keyed by (request
     index, block)."""
     return _scores(model, collect_offers(records, tiers.gpu_blocks, tiers.cpu_blocks,
-                                         label=False))
+                                         label=False, trace=trace))
 
 
 def _scores(model: AdmissionModel, offers: Offers) -> dict:
@@ -91,11 +96,13 @@ def _scores(model: AdmissionModel, offers: Offers) -> dict:
 
 
 def _sweep(records: Sequence[RequestRecord], tiers: Tiers, scores: dict,
-           validation_fraction: float, thresholds: Sequence[float]) -> list:
+           validation_fraction: float, thresholds: Sequence[float],
+           trace: BlockTrace | None = None) -> list:
     count_from = int(len(records) * (1 - validation_fraction))
+    trace = trace if trace is not None else BlockTrace.from_records(records)
     out = []
     for threshold in thresholds:
         result = replay(records, tiers, "lru", admitter=IndexedAdmitter(scores, threshold),
-                        count_from=count_from).result
+                        count_from=count_from, trace=trace).result
         out.append((float(threshold), result.token_hit_ratio))
     return out

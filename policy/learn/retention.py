@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from collector.events import RequestRecord
 from policy.learn.replay import Tiers, replay, score_arrays
 from policy.sim.compiled import core
+from policy.sim.trace import BlockTrace
 from policy.sim.policies.base import BlockInfo, CachePolicy, Key
 
 TAUS_S = (10.0, 30.0, 100.0, 300.0, math.inf)
@@ -106,10 +107,13 @@ def factory(scores: dict, tau_s: float):
 
 
 def choose_tau(train: Sequence[RequestRecord], tiers: Tiers, scores: dict,
-               taus: Sequence[float] = TAUS_S) -> tuple[float, tuple[tuple[float, float], ...]]:
+               taus: Sequence[float] = TAUS_S, *, trace: BlockTrace | None = None
+               ) -> tuple[float, tuple[tuple[float, float], ...]]:
     """The ``tau`` with the best token hit ratio on the training period's latest slice
-    (ties: the larger), and the sweep as (tau, hit ratio) pairs."""
+    (ties: the larger), and the sweep as (tau, hit ratio) pairs. ``trace``: the training
+    records' blocks as arrays, when the caller has them."""
     count_from = int(len(train) * (1 - VALIDATION_FRACTION))
-    sweep = tuple((tau, replay(train, tiers, factory(scores, tau),
-                               count_from=count_from).result.token_hit_ratio) for tau in taus)
+    trace = trace if trace is not None else BlockTrace.from_records(train)
+    sweep = tuple((tau, replay(train, tiers, factory(scores, tau), count_from=count_from,
+                               trace=trace).result.token_hit_ratio) for tau in taus)
     return max(sweep, key=lambda point: (point[1], point[0]))[0], sweep

@@ -8,6 +8,7 @@ here where request records with tuples of ints take several GB.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -68,9 +69,13 @@ class BlockTrace:
 
     @classmethod
     def from_records(cls, records: Sequence[RequestRecord] | Iterable[RequestRecord],
-                     default_block_tokens: int = 16) -> BlockTrace:
-        """The arrays of ``records`` (a record without a block size gets the default)."""
+                     default_block_tokens: int | None = None) -> BlockTrace:
+        """The arrays of ``records``. A record without a block size gets
+        ``default_block_tokens`` (default: the first block size given, else 16)."""
         records = records if isinstance(records, Sequence) else list(records)
+        if default_block_tokens is None:
+            default_block_tokens = next((r.block_size_tokens for r in records
+                                         if r.block_size_tokens), 16)
         lengths = np.fromiter((len(r.block_hashes) for r in records), dtype=np.int64,
                               count=len(records))
         offsets = np.zeros(len(records) + 1, dtype=np.int64)
@@ -90,3 +95,22 @@ class BlockTrace:
             np.fromiter((-1 if r.session_id is None else
                          sessions.setdefault(r.session_id, len(sessions)) for r in records),
                         dtype=np.int64, count=len(records)))
+
+
+def strip_blocks(records: Iterable[RequestRecord], default_block_tokens: int | None = None
+                 ) -> tuple[tuple[RequestRecord, ...], BlockTrace]:
+    """Read ``records`` once into a :class:`BlockTrace` and the same records without their
+    block hashes (``block_hashes=()``: the trace holds them), so a large trace is in memory
+    once, as arrays; each record's tuple of hashes is let go as soon as it is copied."""
+    light: list[RequestRecord] = []
+    pieces: list[np.ndarray] = []
+    for record in records:
+        pieces.append(np.array(record.block_hashes, dtype=np.uint64))
+        light.append(dataclasses.replace(record, block_hashes=()))
+    lengths = np.fromiter((len(p) for p in pieces), dtype=np.int64, count=len(pieces))
+    offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    hashes = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint64)
+    del pieces
+    meta = BlockTrace.from_records(light, default_block_tokens)
+    return tuple(light), dataclasses.replace(meta, hashes=hashes, offsets=offsets)

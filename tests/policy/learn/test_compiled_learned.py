@@ -100,3 +100,15 @@ def test_a_python_policy_without_a_compiled_form_still_replays():
     got = replay(records, Tiers(5, 10), lambda capacity: policy)
     assert policy.seen == len(records)
     assert got.result == oracle_replay(records, Tiers(5, 10), LRU(10))
+
+
+def test_evaluate_on_stripped_records_and_their_trace_equals_evaluate_on_records():
+    from policy.learn.compare import Split, compare
+    from policy.sim.trace import strip_blocks
+
+    records = trace(7)
+    light, blocks = strip_blocks(records)
+    policies = ["lru", "belady", "learned", "learned-retention", "oracle-reused"]
+    on_records = compare(Split.by_count(records, 0.5), Tiers(20, 60), policies)
+    on_arrays = compare(Split.by_count(light, 0.5).with_traces(blocks), Tiers(20, 60), policies)
+    assert on_arrays == on_records
