@@ -25,6 +25,10 @@ def run_load_from_args(args, concurrency: tuple[int, ...], progress) -> LoadResu
                         max_tokens=args.max_tokens, block_tokens=args.block_tokens,
                         max_blocks=args.max_blocks, vocab_size=args.vocab_size,
                         tier_config_id=args.phase)
+    if args.trace:
+        from kvtier.verbs.checks import input_path
+
+        input_path(args.trace, "--trace")
     trace = itertools.islice(open_trace(trace_path).requests(), args.offset, None)  # its errors first
     if args.store:
         from kvtier.verbs.checks import output_file

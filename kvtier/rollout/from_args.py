@@ -19,6 +19,30 @@ def parse_levels(text: str) -> tuple[int, ...]:
     return levels
 
 
+def _check(args) -> None:
+    """The flags, named as flags, before any work."""
+    from kvtier.verbs.checks import output_file, positive
+
+    for flag, value in (("--ttft-p99-budget-s", args.ttft_p99_budget_s),
+                        ("--itl-p99-budget-s", args.itl_p99_budget_s),
+                        ("--sustained-s", args.sustained_s), ("--window-s", args.window_s)):
+        positive(value, flag)
+    for flag, value, least in (("--requests", args.requests, 1), ("--gpu-blocks", args.gpu_blocks, 1),
+                               ("--cpu-blocks", args.cpu_blocks, 0), ("--cold-blocks", args.cold_blocks, 0),
+                               ("--max-tokens", args.max_tokens, 1), ("--block-tokens", args.block_tokens, 1),
+                               ("--max-blocks", args.max_blocks, 1), ("--offset", args.offset, 0)):
+        if value < least:
+            raise KvtierError(f"{flag} must be >= {least}, got {value}")
+    if args.trace:
+        from kvtier.verbs.checks import input_path
+
+        input_path(args.trace, "--trace")
+    if args.store:
+        output_file(args.store, "--store")
+    if getattr(args, "operator", False):
+        output_file(args.config_out, "--config-out")
+
+
 def run_from_args(args, progress):
     from policy.rollback.rule import LatencyBudget
     from kvtier.traces import bundled_trace
@@ -29,17 +53,18 @@ def run_from_args(args, progress):
     from probes.active.load import LoadConfig
     from kvtier.load import check_server, store_result
 
+    _check(args)
     budget = LatencyBudget(args.ttft_p99_budget_s, args.itl_p99_budget_s, args.sustained_s, args.window_s)
     plan = RolloutPlan(args.gpu_blocks, args.cpu_blocks, args.cold_blocks, args.min_cold_gain, budget,
                        _cold_cost(getattr(args, "fs_json", None), args.block_tokens))
     load = LoadConfig(concurrency=parse_levels(args.concurrency), requests_per_level=args.requests,
                       max_tokens=args.max_tokens, block_tokens=args.block_tokens, max_blocks=args.max_blocks)
-    check_server(args.endpoint, "--endpoint")
     total = args.requests * len(load.concurrency)
     trace = list(itertools.islice(open_trace(Path(args.trace) if args.trace else bundled_trace()).requests(),
                                   args.offset, args.offset + total))
     if not trace:
         raise KvtierError("the trace slice is empty; lower --offset")
+    check_server(args.endpoint, "--endpoint")  # after the inputs: their errors come first
     store = (lambda tiers, result: store_result(result, args.store, args.endpoint)) if args.store else None
     run_phase = phase_driver(args.endpoint, trace, load, progress=progress,
                              **({"on_result": store} if store else {}))

@@ -49,6 +49,14 @@ def input_file(path: str | Path, flag: str) -> Path:
     return path
 
 
+def input_path(path: str | Path, flag: str) -> Path:
+    """A file or folder to read (a trace may be either)."""
+    path = Path(path)
+    if not path.exists():
+        raise KvtierError(f"{flag} {path}: no such file or folder")
+    return path
+
+
 def input_dir(path: str | Path, flag: str) -> Path:
     path = Path(path)
     if not path.exists():

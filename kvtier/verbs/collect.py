@@ -155,7 +155,7 @@ def _serve(args) -> int:
         if error.part != "metrics":
             raise address_error(flags.get(error.part, "tap"), error.part, error.cause) from None
         if error.errno in (errno.EADDRINUSE, errno.EACCES):
-            raise address_error("--metrics-port", f"{config.metrics_host}:{config.metrics_port}",
+            raise address_error("--metrics-port", f"{config.metrics_port} on {config.metrics_host}",
                                 error.cause) from None
         raise address_error("--metrics-host", config.metrics_host, error.cause) from None
     if service.metrics is not None:

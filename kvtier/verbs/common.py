@@ -7,6 +7,7 @@ import json
 import math
 import sys
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 from collector.events import RequestRecord
 from kvtier.errors import KvtierError
@@ -18,7 +19,7 @@ from policy.readers import WekaLayout, WekaReader, open_trace
 DEFAULT_MODEL = "llama-3.1-8b"
 
 
-def open_records(args) -> tuple[object, Iterator[RequestRecord]]:
+def open_records(args, flag: str | None = None) -> tuple[object, Iterator[RequestRecord]]:
     """The reader and its records (with a progress bar) for ``args.trace``; the records raise
     ``KvtierError`` when the trace turns out to hold none."""
     if not args.trace:
@@ -28,6 +29,9 @@ def open_records(args) -> tuple[object, Iterator[RequestRecord]]:
         raise KvtierError(f"--weka-start-gap-s must be >= 0, got {args.weka_start_gap_s}")
     if args.block_tokens is not None and args.block_tokens < 1:
         raise KvtierError(f"--block-tokens must be >= 1, got {args.block_tokens}")
+    if not Path(args.trace).exists():
+        flag = flag or ("--store" if getattr(args, "store", None) == args.trace else "--trace")
+        raise KvtierError(f"{flag} {args.trace}: no such file or folder")
     reader = open_trace(args.trace, args.format, skip_bad=args.skip_bad,
                         block_tokens=args.block_tokens)
     if getattr(reader, "note", None):  # e.g. a locked store read through its segments

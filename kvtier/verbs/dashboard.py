@@ -34,6 +34,14 @@ def streamlit_command(args) -> list[str]:
     segments = Path(args.segments).resolve()
     if segments.exists() and not segments.is_dir():
         raise KvtierError(f"--segments must be a folder of Parquet segments, got the file {segments}")
+    if not segments.exists():
+        raise KvtierError(f"--segments {args.segments}: no such folder (yet): kvtier demo writes "
+                          "one, and kvtier collect --segments DIR at its first export")
+    for name in ("whatif", "recommendation"):
+        folder = getattr(args, name, None)
+        if folder and Path(folder).exists() and not Path(folder).is_dir():
+            raise KvtierError(f"--{name} {folder} is a file; give the folder kvtier "
+                              f"{'simulate' if name == 'whatif' else 'recommend'} wrote")
     if importlib.util.find_spec("streamlit") is None:
         raise KvtierError("the dashboard needs Streamlit: pip install streamlit")
     app = Path(importlib.util.find_spec("dashboard").origin).with_name("app.py")
@@ -51,10 +59,31 @@ def streamlit_command(args) -> list[str]:
 STOP_TIMEOUT_S = 10.0
 
 
+def check_address(host: str, port: int) -> None:
+    """Bind ``host:port`` once, as the server will, so a busy port or an address this host
+    does not have is one line here rather than Streamlit's log in the child."""
+    import socket
+
+    from kvtier.verbs.checks import address_error
+
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server does
+            probe.bind((host, port))
+    except OSError as error:
+        if getattr(error, "errno", None) in (98, 13):
+            raise address_error("--port", f"{port} on {host}", error) from None
+        raise address_error("--host", host, error) from None
+
+
 def run(args) -> int:
     from kvtier.signals import stop_on_signals
+    from kvtier.verbs.checks import warn_if_exposed
 
     command = streamlit_command(args)
+    check_address(args.host, args.port)
+    warn_if_exposed("dashboard", "the dashboard", args.host, args.port)
     print(f"kvtier dashboard: http://{args.host}:{args.port}/ (segments {Path(args.segments).resolve()}); "
           "Ctrl-C (or SIGTERM, SIGHUP) stops it", flush=True)
     with stop_on_signals():

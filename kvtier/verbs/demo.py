@@ -19,11 +19,11 @@ def run(args) -> int:
     from kvtier.demo.live import DemoSlice
     from kvtier.demo.run import DemoConfig, run_demo
     from kvtier.signals import stop_on_signals
-    from kvtier.verbs.checks import input_file, output_dir
+    from kvtier.verbs.checks import input_path, output_dir
 
     out = output_dir(args.out, "--out")
-    if args.trace and not Path(args.trace).is_dir():
-        input_file(args.trace, "--trace")
+    if args.trace:
+        input_path(args.trace, "--trace")
     # SIGTERM/SIGHUP as Ctrl-C: the engine stops, the store keeps what was flushed
     with stop_on_signals():
         run_demo(DemoConfig(out, Path(args.trace) if args.trace else None,

@@ -34,10 +34,21 @@ def add_arguments(parser) -> None:
 
 
 def config_from_args(args):
-    """The engine configuration the flags describe; ``KvtierError`` naming a bad value."""
+    """The engine configuration the flags describe; ``KvtierError`` naming a bad flag."""
     from kvtier.errors import KvtierError
+    from kvtier.errors import flag_names
     from refengine.config import EngineConfig, TierConfig
 
+    if args.block_size < 1:
+        raise KvtierError(f"--block-size must be >= 1 tokens, got {args.block_size}")
+    if args.cold_blocks and not args.file_dir:
+        raise KvtierError(f"--cold-blocks {args.cold_blocks} needs --file-dir, the folder of the "
+                          "cold tier's files")
+    if args.file_dir:
+        from pathlib import Path
+
+        if Path(args.file_dir).exists() and not Path(args.file_dir).is_dir():
+            raise KvtierError(f"--file-dir {args.file_dir} is a file; give a folder (created if missing)")
     tier_id = args.config_id or _default_id(args)
     try:
         tiers = TierConfig(gpu_blocks=args.gpu_blocks, cpu_blocks=args.cpu_blocks,
@@ -47,8 +58,54 @@ def config_from_args(args):
                             vocab_size=args.vocab_size, block_size_tokens=args.block_size,
                             max_batch_size=args.max_batch_size, seed=args.seed, tiers=tiers,
                             file_dir=args.file_dir)
-    except ValueError as error:
-        raise KvtierError(str(error)) from None
+    except ValueError as error:  # the configuration's names, as this verb's flags
+        raise KvtierError(flag_names(str(error), getattr(args, "_flags", {}))) from None
+
+
+def _settings(args):
+    from kvtier.errors import KvtierError
+    from refengine.server import ServerSettings
+
+    if not 0 <= args.port < 65536:
+        raise KvtierError(f"--port must be in 0..65535 (0: any free port), got {args.port}")
+    for flag, endpoint in (("--kv-events", args.kv_events), ("--kv-events-replay", args.kv_events_replay)):
+        if endpoint is not None and endpoint.split("://", 1)[0] not in ("tcp", "ipc", "inproc"):
+            raise KvtierError(f"{flag} {endpoint!r} is not a ZMQ endpoint; give e.g. tcp://127.0.0.1:5557")
+    if args.store:
+        from kvtier.verbs.checks import output_file
+
+        output_file(args.store, "--store")
+    return ServerSettings(host=args.host, port=args.port, kv_events_endpoint=args.kv_events,
+                          kv_events_replay_endpoint=args.kv_events_replay, store_path=args.store)
+
+
+def _start(server_class, config, settings, args):
+    """Bind everything, or stop what was started and say which flag's address failed."""
+    import zmq
+
+    from kvtier.verbs.checks import address_error, warn_if_exposed, zmq_host
+
+    try:  # the KV-event publisher binds as it is built
+        server = server_class(config, settings)
+    except zmq.ZMQError as error:
+        flag = "--kv-events-replay" if args.kv_events_replay and "replay" in str(error) else "--kv-events"
+        raise address_error(flag, args.kv_events, OSError(error.errno, error.strerror)) from None
+    try:
+        server.start()
+    except OSError as error:
+        server.stop()
+        if getattr(error, "errno", None) in (98, 13):  # in use, permission: the port
+            raise address_error("--port", f"{args.port} on {args.host}", error) from None
+        raise address_error("--host", args.host, error) from None
+    except BaseException:
+        server.stop()
+        raise
+    warn_if_exposed("engine", "the OpenAI API", args.host, server.url.rsplit(":", 1)[-1])
+    for endpoint in (args.kv_events, args.kv_events_replay):
+        host = zmq_host(endpoint) if endpoint else None
+        if host is not None:
+            warn_if_exposed("engine", "the KV-event publisher", host, endpoint.rsplit(":", 1)[-1])
+    return server
 
 
 def _default_id(args) -> str:
@@ -65,7 +122,7 @@ def run(args) -> int:
 
     from kvtier.errors import KvtierError
     from kvtier.signals import stop_on_signals
-    from refengine.server import EngineServer, ServerSettings
+    from refengine.server import EngineServer
 
     config = config_from_args(args)
     if args.torch_threads < 1:
@@ -73,11 +130,10 @@ def run(args) -> int:
     import torch
 
     torch.set_num_threads(args.torch_threads)  # process-wide: this is the process's entry point
-    settings = ServerSettings(host=args.host, port=args.port, kv_events_endpoint=args.kv_events,
-                              kv_events_replay_endpoint=args.kv_events_replay, store_path=args.store)
+    settings = _settings(args)
     # Ctrl-C, SIGTERM and SIGHUP stop it cleanly: flush the store, close sockets
     with stop_on_signals():
-        server = EngineServer(config, settings).start()
+        server = _start(EngineServer, config, settings, args)
         try:
             print(f"reference engine on {server.url} (model kvtier-reference, tiers {config.tiers.config_id})")
             if server.publisher is not None:

@@ -62,9 +62,9 @@ def run(args) -> int:
         raise KvtierError(f"--policies: unknown {', '.join(bad) or '(none)'}; allowed: "
                           f"{', '.join(POLICY_NAMES)}")
     check_subset(args)
-    records, trace = _read(args, args.trace)
+    records, trace = _read(args, args.trace, "--trace")
     if args.train_trace:
-        train, train_trace = _read(args, args.train_trace)
+        train, train_trace = _read(args, args.train_trace, "--train-trace")
         split = Split.separate(records, train).with_traces(trace, train_trace)
     else:  # its ValueError names --train-fraction (the command line maps the name)
         how = Split.by_count if args.split == "requests" else Split.by_time
@@ -119,7 +119,7 @@ def _external_names(text: str) -> list[str]:
     return names
 
 
-def _read(args, path: str) -> tuple:
+def _read(args, path: str, flag: str) -> tuple:
     """The trace's records without their blocks, and its blocks as arrays (read once)."""
     from kvtier.verbs.common import open_records
     from policy.learn.subset import limited
@@ -127,7 +127,7 @@ def _read(args, path: str) -> tuple:
 
     args.trace, original = path, args.trace
     try:  # the readers' errors name the file and line
-        _, records = open_records(args)
+        _, records = open_records(args, flag)
         return strip_blocks(limited(records, args.max_requests, args.coarsen))
     finally:
         args.trace = original

@@ -47,16 +47,31 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    from kvtier.errors import failure, flag_names
+    from kvtier.verbs.checks import output_file
+
+    if args.out:
+        output_file(args.out, "--out")  # before the probe runs, not after
     try:
         result = _RUNNERS[args.probe](args)
-    except ValueError as error:
-        raise KvtierError(str(error)) from None
+    except ValueError as error:  # the probes' names, as this verb's flags
+        raise KvtierError(flag_names(str(error), getattr(args, "_flags", {}))) from None
     body = result.to_dict()
+    print(json.dumps(body) if args.json else render(body), flush=True)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(body, indent=2) + "\n")
-    print(json.dumps(body) if args.json else render(body))
+        try:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(body, indent=2) + "\n")
+        except OSError as error:
+            raise failure(f"--out {args.out}: {error.strerror or error}; the result above is "
+                          "not saved") from None
     return 0
+
+
+def _positive_ints(values: tuple[int, ...], flag: str) -> tuple[int, ...]:
+    if not values or min(values) < 1:
+        raise KvtierError(f"{flag} must be integers >= 1, got {','.join(map(str, values))}")
+    return values
 
 
 def _progress():
@@ -73,8 +88,6 @@ def _ints(text: str, name: str) -> tuple[int, ...]:
 
 
 def _transfer(args):
-    from probes.active.stats import parse_sizes
-
     from probes.active.transfer import DEFAULT_SIZES, TransferConfig, run_transfer
 
     if args.torch_threads is not None:
@@ -83,20 +96,40 @@ def _transfer(args):
         if args.torch_threads < 1:
             raise ValueError(f"--torch-threads must be >= 1, got {args.torch_threads}")
         torch.set_num_threads(args.torch_threads)
-    sizes = parse_sizes(args.sizes) if args.sizes else DEFAULT_SIZES
+    if args.repeats < 1:
+        raise KvtierError(f"--repeats must be >= 1, got {args.repeats}")
+    sizes = _sizes(args.sizes) if args.sizes else DEFAULT_SIZES
     return run_transfer(TransferConfig(sizes, repeats=args.repeats), progress=_progress())
 
 
-def _fs(args):
+def _sizes(text: str) -> tuple[int, ...]:
     from probes.active.stats import parse_sizes
 
+    try:
+        return parse_sizes(text)
+    except ValueError as error:
+        raise KvtierError(f"--sizes: {error}") from None
+
+
+def _fs(args):
     from probes.active.fs import FsConfig, run_fs
+
+    from kvtier.errors import failure
 
     if not Path(args.dir).is_dir():
         raise KvtierError(f"--dir {args.dir!r} is not a folder")
-    extra = {"sizes_bytes": parse_sizes(args.sizes)} if args.sizes else {}
-    return run_fs(FsConfig(args.dir, threads=_ints(args.threads, "threads"), blocks=args.blocks,
-                           direct=args.direct, **extra), progress=_progress())
+    if args.blocks < 1:
+        raise KvtierError(f"--blocks must be >= 1, got {args.blocks}")
+    if args.direct not in ("auto", "on", "off"):
+        raise KvtierError(f"--direct must be auto, on or off, got {args.direct!r}")
+    extra = {"sizes_bytes": _sizes(args.sizes)} if args.sizes else {}
+    config = FsConfig(args.dir, threads=_positive_ints(_ints(args.threads, "threads"), "--threads"),
+                      blocks=args.blocks, direct=args.direct, **extra)
+    try:
+        return run_fs(config, progress=_progress())
+    except OSError as error:  # a read-only or full filesystem: what the probe could not write
+        raise failure(f"--dir {args.dir}: cannot write the probe's files ({error.strerror or error}); "
+                      "give a writable folder with room for them") from None
 
 
 def _bytes(text: str) -> int:
@@ -119,20 +152,34 @@ class _WithBlocks:
 
 
 def _headroom(args):
-    from probes.active.stats import parse_sizes
-
     from probes.active.headroom import HeadroomConfig, measure_headroom
 
-    config = HeadroomConfig(margin_fraction=args.margin_fraction, margin_min_bytes=_bytes(args.margin_min),
-                            reserve_bytes=_bytes(args.reserve))
-    block = parse_sizes(args.block_bytes)[0] if args.block_bytes else None
+    sizes = {}
+    for flag, text in (("--margin-min", args.margin_min), ("--reserve", args.reserve)):
+        try:
+            sizes[flag] = _bytes(text)
+        except ValueError as error:
+            raise KvtierError(f"{flag}: {error}") from None
+    config = HeadroomConfig(margin_fraction=args.margin_fraction, margin_min_bytes=sizes["--margin-min"],
+                            reserve_bytes=sizes["--reserve"])
+    block = _sizes_of(args.block_bytes, "--block-bytes")[0] if args.block_bytes else None
     return _WithBlocks(measure_headroom(config), block)
+
+
+def _sizes_of(text: str, flag: str) -> tuple[int, ...]:
+    try:
+        return _sizes(text)
+    except KvtierError as error:
+        raise KvtierError(str(error).replace("--sizes", flag, 1)) from None
 
 
 def _load(args):
     from kvtier.load import run_load_from_args
 
-    return run_load_from_args(args, _ints(args.concurrency, "concurrency"), _progress())
+    if args.requests < 1:
+        raise KvtierError(f"--requests must be >= 1, got {args.requests}")
+    levels = _positive_ints(_ints(args.concurrency, "concurrency"), "--concurrency")
+    return run_load_from_args(args, levels, _progress())
 
 
 _RUNNERS = {"transfer": _transfer, "fs": _fs, "headroom": _headroom, "load": _load}

@@ -35,9 +35,31 @@ def test_planning_folders_are_passed_through(tmp_path):
 
 @pytest.mark.parametrize("argv, named", [(("--port", "0"), "--port"), (("--port", "70000"), "70000"),
                                          (("--host", ""), "--host")])
-def test_bad_input_is_a_kvtier_error_naming_it(argv, named):
+def test_bad_input_is_a_kvtier_error_naming_it(argv, named, tmp_path):
     with pytest.raises(KvtierError, match=named):
-        verb.streamlit_command(parse(*argv))
+        verb.streamlit_command(parse("--segments", str(tmp_path), *argv))
+
+
+def test_missing_segments_and_planning_files_are_refused(tmp_path):
+    with pytest.raises(KvtierError, match="no such folder"):
+        verb.streamlit_command(parse("--segments", str(tmp_path / "nope")))
+    (tmp_path / "w.json").write_text("{}")
+    with pytest.raises(KvtierError, match="--whatif .* is a file"):
+        verb.streamlit_command(parse("--segments", str(tmp_path), "--whatif", str(tmp_path / "w.json")))
+
+
+def test_a_busy_port_or_a_foreign_address_is_one_line_before_streamlit_starts():
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        with pytest.raises(KvtierError, match="address already in use") as error:
+            verb.check_address("127.0.0.1", busy.getsockname()[1])
+    assert error.value.exit_code == 1
+    with pytest.raises(KvtierError, match="not an address of this machine") as error:
+        verb.check_address("10.255.255.1", 8501)
+    assert error.value.exit_code == 2
 
 
 def test_segments_that_is_a_file_is_refused(tmp_path):

@@ -35,7 +35,7 @@ def test_a_busy_port_exits_1_within_seconds_naming_the_flag(tmp_path, busy_port,
     result, took_s = collect(tmp_path, flag, value, *extra)
     assert result.returncode == 1 and took_s < 10
     assert result.stderr.splitlines() == [
-        f"kvtier collect: error: {flag} {'127.0.0.1:' if flag == '--metrics-port' else ''}{value}: "
+        f"kvtier collect: error: {flag} {value}{' on 127.0.0.1' if flag == '--metrics-port' else ''}: "
         "address already in use (another kvtier or engine running?); stop it or pick another port "
         "(0: any free port)"]
     assert "running" not in result.stdout and "storing into" not in result.stdout

@@ -11,9 +11,13 @@ from kvtier.verbs import engine as verb
 
 
 def parse(*argv):
+    from kvtier.cli import _flags_of
+
     parser = argparse.ArgumentParser()
     verb.add_arguments(parser)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args._flags = _flags_of(parser)  # what the command line attaches: messages name flags
+    return args
 
 
 def test_flags_become_the_tier_configuration(tmp_path):
@@ -24,10 +28,10 @@ def test_flags_become_the_tier_configuration(tmp_path):
 
 
 @pytest.mark.parametrize("argv, fragment", [
-    (("--eviction-policy", "mru"), "allowed: lru, fifo"),
-    (("--cpu-blocks", "0", "--file-blocks", "4"), "needs cpu_blocks"),
-    (("--cpu-blocks", "4", "--file-blocks", "4"), "file_dir"),
-    (("--block-size", "0"), "block_size_tokens"),
+    (("--eviction-policy", "mru"), "unknown --eviction-policy 'mru'; allowed: lru, fifo"),
+    (("--cpu-blocks", "0", "--file-blocks", "4", "--file-dir", "/tmp"), "needs --cpu-blocks >= 1"),
+    (("--cpu-blocks", "4", "--file-blocks", "4"), "--cold-blocks 4 needs --file-dir"),
+    (("--block-size", "0"), "--block-size must be >= 1"),
 ])
 def test_bad_flags_name_the_value(argv, fragment):
     with pytest.raises(KvtierError, match=fragment):
