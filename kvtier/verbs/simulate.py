@@ -37,6 +37,9 @@ def add_arguments(parser) -> None:
                         help="multiply arrival times (0.5 doubles the load) for the TTFT estimate")
     parser.add_argument("--prefill-servers", type=int, default=1,
                         help="prefill servers sharing the queue in the TTFT estimate (default 1)")
+    parser.add_argument("--cost-params", metavar="FILE",
+                        help="cost parameters for the TTFT estimate: kvtier calibrate --out (or a "
+                             "probe's --out JSON); its KV bytes per token replace --model's")
     parser.add_argument("--sweep", nargs="?", const="",
                         help="print a hit-ratio curve over GPU capacities (comma-separated; "
                              "default grid when empty); one pass for lru")
@@ -106,11 +109,35 @@ def _replay(args, records, block_tokens: int, model) -> dict:
     config = build_config(args, block_tokens, model)
     if not args.prefill_servers >= 1:
         raise KvtierError(f"--prefill-servers must be >= 1, got {args.prefill_servers}")
-    outcome = what_if(records, config, CostParams(model=model), time_scale=args.time_scale,
-                      servers=args.prefill_servers)
+    outcome = what_if(records, config, _cost_params(args.cost_params, CostParams(model=model)),
+                      time_scale=args.time_scale, servers=args.prefill_servers)
     return {"policy": args.policy, "semantics": config.semantics, "block_tokens": block_tokens,
             "gpu_blocks": config.gpu_blocks, "cpu_blocks": config.cpu_blocks,
             "cold_blocks": config.cold_blocks, **outcome.to_dict()}
+
+
+def _cost_params(path, base):
+    """``base`` with the parameters a ``--cost-params`` file measured."""
+    if not path:
+        return base
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    from policy.calibrate import geometry_for
+    from policy.cost import measured_cost_params
+
+    try:
+        body = json.loads(Path(path).read_text())
+        if not isinstance(body, dict) or not isinstance(body.get("cost_params"), dict):
+            raise ValueError("it has no cost_params object")
+        per_token = body.get("kv_bytes_per_token")
+        if per_token:
+            base = dataclasses.replace(base, model=geometry_for(int(per_token)))
+        return measured_cost_params(body, base=base)
+    except (OSError, ValueError, TypeError) as error:
+        raise KvtierError(f"--cost-params {path}: {error}; give the file kvtier calibrate --out "
+                          "wrote") from None
 
 
 def _sweep(args, records, block_tokens: int, model) -> dict:

@@ -24,6 +24,9 @@ class Completion:
     output_tokens: int = 0
     cached_tokens: int | None = None
     tiers: dict | None = None  # the reference engine's per-tier token counts
+    finish_reason: str | None = None  # the server's (stop, length, ...), and which stop matched
+    stop_reason: str | None = None
+    model: str | None = None
     error: str | None = None
 
     @property
@@ -41,17 +44,27 @@ class Completion:
 
 
 def stream_completion(url: str, prompt_ids: list[int], max_tokens: int, *, model: str | None = None,
+                      request_id: str | None = None, kv_transfer_params: dict | None = None,
                       timeout_s: float = 300.0, clock: Callable[[], float] = time.time) -> Completion:
-    """POST ``/v1/completions`` with ``stream: true``; never raises for HTTP or network errors."""
+    """POST ``/v1/completions`` with ``stream: true``; never raises for HTTP or network errors.
+
+    ``request_id`` goes in the ``X-Request-Id`` header (vLLM names the request after it);
+    ``kv_transfer_params`` in the body (vLLM hands it to its KV connector: kvtier's records
+    take the session id and turn from it)."""
     parts = urlsplit(url)
     body = {"prompt": prompt_ids, "max_tokens": max_tokens, "stream": True, "temperature": 0,
             "ignore_eos": True, "stream_options": {"include_usage": True}}
     if model:
         body["model"] = model
+    if kv_transfer_params:
+        body["kv_transfer_params"] = kv_transfer_params
+    headers = {"Content-Type": "application/json"}
+    if request_id:
+        headers["X-Request-Id"] = request_id
     connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout_s)
     result = Completion(clock())
     try:
-        connection.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+        connection.request("POST", "/v1/completions", json.dumps(body), headers)
         response = connection.getresponse()
         if response.status != 200:
             result.error = f"HTTP {response.status}: {response.read(300).decode(errors='replace')}"
@@ -74,7 +87,12 @@ def _read_events(response, result: Completion, clock) -> None:
             result.done_s = clock()
             return
         chunk = json.loads(data)
+        result.model = chunk.get("model") or result.model
         choices = chunk.get("choices") or []
+        if choices and choices[0].get("finish_reason"):
+            result.finish_reason = choices[0]["finish_reason"]
+            stop = choices[0].get("stop_reason")
+            result.stop_reason = None if stop is None else str(stop)
         if choices and (choices[0].get("text") or choices[0].get("token_ids")):
             count = len(choices[0].get("token_ids") or [None])
             result.token_times_s.extend([clock()] * count)

@@ -71,12 +71,18 @@ def _summarise(records) -> dict:
     return out
 
 
-Send = Callable[[list[int], int], Completion]
+# send(prompt_ids, max_tokens, request_id=..., kv_transfer_params=...) -> Completion
+Send = Callable[..., Completion]
+# The OpenAI API's finish_reason -> the schema's finish_status.
+FINISH_STATUS = {"stop": "stopped", "tool_calls": "stopped", "length": "length",
+                 "abort": "aborted", "error": "error"}
 
 
 def run_load(trace: Iterable[RequestRecord], send: Send, config: LoadConfig = LoadConfig(), *,
              progress: Callable[[str], None] = lambda line: None) -> LoadResult:
-    """Run the ramp. ``send(prompt_ids, max_tokens)`` performs one timed request."""
+    """Run the ramp. ``send(prompt_ids, max_tokens, request_id=, kv_transfer_params=)``
+    performs one timed request; the request id names the record, and the trace's session and
+    turn travel as ``kv_transfer_params`` (``{"kvtier": {...}}``) when the trace has them."""
     builder = PromptBuilder(config.block_tokens, config.vocab_size, max_blocks=config.max_blocks)
     source = iter(trace)
     run_id = uuid.uuid4().hex[:8]
@@ -88,17 +94,29 @@ def run_load(trace: Iterable[RequestRecord], send: Send, config: LoadConfig = Lo
     records, levels, errors = [], {}, []
     for level, batch in jobs:
         progress(f"load: {len(batch)} requests at concurrency {level}")
+        named = [(f"load-{run_id}-c{level}-{i}", job) for i, job in enumerate(batch)]
+
+        def one(item):
+            request_id, (record, prompt, _) = item
+            return send(prompt, config.max_tokens, request_id=request_id,
+                        kv_transfer_params=_tags(record))
+
         with ThreadPoolExecutor(level) as pool:
-            done = list(pool.map(lambda job: (job, send(job[1], config.max_tokens)), batch))
-        for i, ((record, prompt, ids), completion) in enumerate(done):
+            done = list(pool.map(lambda item: (item, one(item)), named))
+        for (request_id, (record, prompt, ids)), completion in done:
             if completion.error is not None:
                 errors.append(completion.error)
                 continue
-            request_id = f"load-{run_id}-c{level}-{i}"
             records.append(_record(request_id, record, prompt, ids, completion, config,
                                    "long" if len(prompt) > median else "short"))
             levels[request_id] = level
     return LoadResult(run_id, tuple(records), levels, tuple(errors))
+
+
+def _tags(record: RequestRecord) -> dict | None:
+    tags = {name: value for name, value in (("session_id", record.session_id), ("turn", record.turn))
+            if value is not None}
+    return {"kvtier": tags} if tags else None
 
 
 def _median_length(prompts: list[list[int]]) -> float:
@@ -118,6 +136,7 @@ def _record(request_id, trace_record, prompt, ids, c: Completion, config: LoadCo
         ttft_s=c.ttft_s, itl_s=c.itl_s, e2e_latency_s=c.e2e_s,
         tier_config_id=tiers.get("tier_config_id") or config.tier_config_id,
         session_id=trace_record.session_id, parent_request_id=trace_record.request_id,
-        request_type=kind, turn=trace_record.turn)
+        request_type=kind, turn=trace_record.turn,
+        finish_status=FINISH_STATUS.get(c.finish_reason), stop_reason=c.stop_reason, model=c.model)
 
 

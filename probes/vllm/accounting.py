@@ -113,6 +113,9 @@ class RequestTokenAccounting:
         if state is None or not state.match:
             return
         gpu_tokens, sources = state.match
+        # vLLM calls update_state_after_alloc again when an async load has finished (with no
+        # external tokens, no new lookup): only the first call after a lookup admits.
+        state.match = ()
         cold = min(external_tokens, sum(n for s, n in sources.items() if s in _COLD_SOURCES))
         hashes = tuple(_as_hash(h) for h in block_hashes)
         state.block_hashes, state.gpu_tokens = hashes, gpu_tokens

@@ -14,7 +14,7 @@ from probes.active.client import stream_completion
 from probes.active.load import LoadConfig, run_load
 from kvtier.load import store_result
 from probes.active.prompts import PromptBuilder
-from refengine.server import EngineServer, ServerSettings
+from refengine.server import MODEL_NAME, EngineServer, ServerSettings
 from tests.refengine.conftest import tiny_config
 
 
@@ -80,6 +80,7 @@ def test_ramp_records_every_request_and_store_percentiles_agree(server, tmp_path
     first_turn, later = result.records[0], result.records[4]  # same session, one turn apart
     assert later.gpu_hit_tokens == 2 * 4 and first_turn.gpu_hit_tokens == 0
     assert all(r.output_tokens == 3 and r.ttft_s > 0 and r.e2e_latency_s >= r.ttft_s for r in result.records)
+    assert {(r.finish_status, r.model) for r in result.records} == {("length", MODEL_NAME)}
     summary = result.summary()
     assert summary["by_concurrency"].keys() == {"1", "3"}
 

@@ -238,6 +238,7 @@ def run_connector():
     now[0] = 1000.1
     connector.get_num_new_matched_tokens(request, 32)
     connector.update_state_after_alloc(request, None, 32)
+    connector.update_state_after_alloc(request, None, 0)  # vLLM again, once the load is done
     for tokens, t in ((0, 1000.2), (1, 1000.25), (2, 1000.3), (3, 1000.35)):
         now[0] = t
         request.num_output_tokens = tokens

@@ -43,6 +43,7 @@ def test_a_request_looked_up_twice_is_counted_once_at_admission(acc):
                        sources={"host": 8, "disk": 8})
     request = Req()
     accounting.admitted(request, "r1", 16, [1, 2, 3, 4, 5])
+    accounting.admitted(request, "r1", 0, [1, 2, 3, 4, 5])  # again once its CPU load is done
     clock.now = 100.5
     request.num_output_tokens = 1
     accounting.step(lambda r: r.num_output_tokens)

