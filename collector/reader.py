@@ -49,22 +49,37 @@ def _records(table) -> Iterator[RequestRecord]:
             yield RequestRecord(**{name: row[name] for name in _FIELDS})
 
 
-def _config_filter(tier_config_id: str | None) -> tuple[str, list]:
-    if tier_config_id is None:
-        return "", []
-    return "WHERE r.tier_config_id = ?", [tier_config_id]
+def _filters(tier_config_id: str | None, instance: str | None) -> tuple[str, list]:
+    conditions, params = [], []
+    if tier_config_id is not None:
+        conditions.append("r.tier_config_id = ?")
+        params.append(tier_config_id)
+    if instance is not None:
+        conditions.append("r.instance = ?")
+        params.append(instance)
+    return ("WHERE " + " AND ".join(conditions) if conditions else ""), params
+
+
+def _of_instance(relation: str, instance: str | None) -> str:
+    if instance is None:
+        return relation
+    return f"(SELECT * FROM {relation} WHERE instance = '{instance.replace(chr(39), chr(39) * 2)}')"
 
 
 class StoreReader:
-    """Request records from a live ``TraceStore`` (in the writer's own process)."""
+    """Request records from a live ``TraceStore`` (in the writer's own process); with
+    ``instance``, only that serving instance's."""
 
-    def __init__(self, store: TraceStore, *, tier_config_id: str | None = None):
+    def __init__(self, store: TraceStore, *, tier_config_id: str | None = None,
+                 instance: str | None = None):
         self.store = store
         self.tier_config_id = tier_config_id
+        self.instance = instance
 
     def requests(self) -> Iterator[RequestRecord]:
-        where, params = _config_filter(self.tier_config_id)
-        sql = requests_sql(WITH_ORIGIN[REQUESTS_TABLE], WITH_ORIGIN[BLOCK_EVENTS_TABLE], where)
+        where, params = _filters(self.tier_config_id, self.instance)
+        sql = requests_sql(WITH_ORIGIN[REQUESTS_TABLE],
+                           _of_instance(WITH_ORIGIN[BLOCK_EVENTS_TABLE], self.instance), where)
         yield from _records(self.store.query(sql, params))
 
 
@@ -72,25 +87,28 @@ class SegmentReader:
     """Request records from Parquet segments (any number of instances and days).
 
     Opens its own in-memory DuckDB, so it never touches a writer's lock. ``note`` says why
-    these segments are read (e.g. in place of a locked store), for the caller to show.
+    these segments are read (e.g. in place of a locked store), for the caller to show. With
+    ``instance``, only that serving instance's (its hive partition).
     """
 
     def __init__(self, root: str | Path, *, tier_config_id: str | None = None,
-                 note: str | None = None):
+                 note: str | None = None, instance: str | None = None):
         self.root = Path(root)
         if not self.root.is_dir():
             raise FileNotFoundError(2, "no segment folder", str(self.root))
         self.tier_config_id = tier_config_id
         self.note = note
+        self.instance = instance
 
     def requests(self) -> Iterator[RequestRecord]:
         if not has_segments(self.root, REQUESTS_TABLE):
             return
         con = duckdb.connect()
         try:
-            where, params = _config_filter(self.tier_config_id)
+            where, params = _filters(self.tier_config_id, self.instance)
             try:
-                events = (_with_all_columns(con, self.root, BLOCK_EVENTS_TABLE)
+                events = (_of_instance(_with_all_columns(con, self.root, BLOCK_EVENTS_TABLE),
+                                       self.instance)
                           if has_segments(self.root, BLOCK_EVENTS_TABLE) else None)
                 sql = requests_sql(_with_all_columns(con, self.root, REQUESTS_TABLE), events, where)
                 table = con.sql(sql, params=params or None).to_arrow_table()
@@ -116,7 +134,8 @@ def _with_all_columns(con, root: Path, table: str) -> str:
     return f"(SELECT *, {nulls} FROM {relation})"
 
 
-def open_store(path: str | Path, *, tier_config_id: str | None = None):
+def open_store(path: str | Path, *, tier_config_id: str | None = None,
+               instance: str | None = None):
     """A reader for a store file, opened read-only (the file stays byte-identical).
 
     A store locked by a running collector is read through the Parquet segments that collector
@@ -126,7 +145,8 @@ def open_store(path: str | Path, *, tier_config_id: str | None = None):
     from collector.storefile import StoreLockedError, segments_of
 
     try:
-        return StoreReader(TraceStore(path, read_only=True), tier_config_id=tier_config_id)
+        return StoreReader(TraceStore(path, read_only=True), tier_config_id=tier_config_id,
+                           instance=instance)
     except StoreLockedError as locked:
         segments = segments_of(path)
         if segments is None:
@@ -134,7 +154,7 @@ def open_store(path: str | Path, *, tier_config_id: str | None = None):
                                    "pass its Parquet segments instead (--trace DIR, the folder "
                                    "it exports to with --segments), or stop it") from None
         holder = f"process {locked.pid}" if locked.pid else "another process"
-        return SegmentReader(segments, tier_config_id=tier_config_id,
+        return SegmentReader(segments, tier_config_id=tier_config_id, instance=instance,
                              note=f"{path} is held by {holder} (a running collector); reading "
                                   f"its Parquet segments in {segments} instead (up to their last "
                                   "export)")

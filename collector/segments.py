@@ -126,3 +126,18 @@ def segments_relation(root: str | Path, table: str) -> str:
     """SQL text for a table's segments, for use in FROM (hive columns ``day``, ``instance``)."""
     return (f"read_parquet('{_sql_path(Path(segment_glob(root, table)))}', "
             "hive_partitioning = true, union_by_name = true)")
+
+
+def segment_instances(root: str | Path) -> tuple[str, ...]:
+    """The serving instances whose requests the segments under ``root`` hold, sorted."""
+    if not has_segments(root, REQUESTS_TABLE):
+        return ()
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        rows = con.sql(f"SELECT DISTINCT instance FROM {segments_relation(root, REQUESTS_TABLE)} "
+                       "WHERE instance IS NOT NULL ORDER BY instance").fetchall()
+    finally:
+        con.close()
+    return tuple(str(r[0]) for r in rows)

@@ -142,12 +142,11 @@ class TtftEstimate:
                 "parameter_sources": dict(self.parameter_sources)}
 
 
-def queue_ttft(arrivals_s: Iterable[float], services_s: Iterable[float],
-               sources: dict | None = None, servers: int = 1) -> TtftEstimate:
-    """TTFT of each request through ``servers`` identical FIFO servers (Lindley's recursion;
-    each request takes the server that frees first), summarised as percentiles.
-    ``arrivals_s`` must be non-decreasing; ties are served in the given order.
-    ``utilisation`` above 1 means the queue grows without bound over the trace."""
+def queue_ttft_samples(arrivals_s: Iterable[float], services_s: Iterable[float],
+                       servers: int = 1) -> np.ndarray:
+    """Each request's TTFT through ``servers`` identical FIFO servers (Lindley's recursion;
+    each request takes the server that frees first). ``arrivals_s`` must be non-decreasing;
+    ties are served in the given order."""
     if isinstance(servers, bool) or not isinstance(servers, int) or servers < 1:
         raise ValueError(f"servers must be an int >= 1, got {servers!r}")
     arrivals = np.asarray(list(arrivals_s), dtype=float)
@@ -162,13 +161,31 @@ def queue_ttft(arrivals_s: Iterable[float], services_s: Iterable[float],
         start = max(arrival, heapq.heappop(free_at))
         heapq.heappush(free_at, start + service)
         ttft[i] = start + service - arrival
+    return ttft
+
+
+def queue_ttft(arrivals_s: Iterable[float], services_s: Iterable[float],
+               sources: dict | None = None, servers: int = 1) -> TtftEstimate:
+    """:func:`queue_ttft_samples` summarised as percentiles. ``utilisation`` above 1 means
+    the queue grows without bound over the trace."""
+    arrivals = np.asarray(list(arrivals_s), dtype=float)
+    services = np.asarray(list(services_s), dtype=float)
+    ttft = queue_ttft_samples(arrivals, services, servers)
     if not len(ttft):
         return TtftEstimate(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, dict(sources or {}))
     span = max(arrivals[-1] - arrivals[0], 1e-9)
-    p50, p95, p99 = np.percentile(ttft, [50, 95, 99])
-    return TtftEstimate(len(ttft), float(p50), float(p95), float(p99), float(ttft.mean()),
-                        float(services.mean()), float(services.sum() / (span * servers)),
-                        dict(sources or {}))
+    return ttft_summary(ttft, float(services.mean()), float(services.sum() / (span * servers)),
+                        sources)
+
+
+def ttft_summary(ttft_s: np.ndarray, mean_service_s: float, utilisation: float,
+                 sources: dict | None = None) -> TtftEstimate:
+    """A :class:`TtftEstimate` of TTFT samples (also those of several instances together)."""
+    if not len(ttft_s):
+        return TtftEstimate(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, dict(sources or {}))
+    p50, p95, p99 = np.percentile(ttft_s, [50, 95, 99])
+    return TtftEstimate(len(ttft_s), float(p50), float(p95), float(p99), float(ttft_s.mean()),
+                        mean_service_s, utilisation, dict(sources or {}))
 
 
 def measured_cost_params(*results, base=None):

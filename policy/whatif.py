@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from collector.events import RequestRecord
-from policy.cost import CostParams, TtftEstimate, queue_ttft
+from policy.cost import CostParams, TtftEstimate, queue_ttft_samples, ttft_summary
 from policy.sim.config import SimConfig
 from policy.sim.result import SimResult
 from policy.sim.simulator import Simulator
@@ -14,10 +16,13 @@ from policy.sim.simulator import Simulator
 
 @dataclass(frozen=True)
 class WhatIf:
-    """The cache outcome of a replay and its latency estimate."""
+    """The cache outcome of a replay and its latency estimate; ``ttft_samples_s`` holds each
+    request's TTFT (so the replays of several instances can be summarised together)."""
 
     result: SimResult
     ttft: TtftEstimate
+    ttft_samples_s: np.ndarray = field(default_factory=lambda: np.empty(0), repr=False,
+                                       compare=False)
 
     def to_dict(self) -> dict:
         return {**self.result.to_dict(), **self.ttft.to_dict()}
@@ -39,4 +44,10 @@ def what_if(records: Iterable[RequestRecord], config: SimConfig,
                                          outcome.recompute_tokens))
 
     result = Simulator(config).replay(records, on_request=price)
-    return WhatIf(result, queue_ttft(arrivals, services, params.sources(), servers))
+    samples = queue_ttft_samples(arrivals, services, servers)
+    if not arrivals:
+        return WhatIf(result, ttft_summary(samples, 0.0, 0.0, params.sources()), samples)
+    span = max(arrivals[-1] - arrivals[0], 1e-9)
+    ttft = ttft_summary(samples, float(np.mean(services)), float(np.sum(services) / (span * servers)),
+                        params.sources())
+    return WhatIf(result, ttft, samples)

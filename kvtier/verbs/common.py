@@ -32,13 +32,15 @@ def open_records(args, flag: str | None = None) -> tuple[object, Iterator[Reques
     if not Path(args.trace).exists():
         flag = flag or ("--store" if getattr(args, "store", None) == args.trace else "--trace")
         raise KvtierError(f"{flag} {args.trace}: no such file or folder")
+    instance = getattr(args, "instance", None)
     reader = open_trace(args.trace, args.format, skip_bad=args.skip_bad,
-                        block_tokens=args.block_tokens)
+                        block_tokens=args.block_tokens, instance=instance)
     if getattr(reader, "note", None):  # e.g. a locked store read through its segments
         print(f"kvtier {args.verb}: note: {reader.note}", file=sys.stderr, flush=True)
     if isinstance(reader, WekaReader):
         reader.layout = WekaLayout(start_gap_s=args.weka_start_gap_s)
-    return reader, _some(track(reader.requests(), f"reading {args.trace}"), args.trace, reader)
+    where = args.trace if instance is None else f"{args.trace} (instance {instance})"
+    return reader, _some(track(reader.requests(), f"reading {where}"), where, reader)
 
 
 def _some(records: Iterable[RequestRecord], path, reader) -> Iterator[RequestRecord]:

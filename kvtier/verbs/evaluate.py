@@ -50,8 +50,32 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    from kvtier.instance_jobs import fleet_instances, per_instance
+    from kvtier.verbs.common import print_json
+
+    instances = fleet_instances(args)
+    if instances:  # each instance trains and replays on its own; the rows are merged
+        from policy.fleet import merge_evaluations
+
+        output = merge_evaluations(per_instance(instance_evaluation, args, instances))
+    else:
+        output = evaluation(args)
+    if args.json:
+        print_json(output)
+    else:
+        print(text(output))
+    return 0
+
+
+def instance_evaluation(args) -> dict:
+    """One instance's evaluation, with each row's per-request TTFTs for the fleet's merge."""
+    return evaluation(args, keep_ttft_samples=True)
+
+
+def evaluation(args, *, keep_ttft_samples: bool = False) -> dict:
+    """The evaluation of one trace (or one instance of it)."""
     from kvtier.progress import task
-    from kvtier.verbs.common import check_subset, model_geometry, print_json
+    from kvtier.verbs.common import check_subset, model_geometry
     from policy.cost import CostParams
     from policy.learn.compare import POLICY_NAMES, Split, add_gap_closed, compare
     from policy.learn.external import external_rows
@@ -76,7 +100,8 @@ def run(args) -> int:
     external = _external_names(args.libcachesim)
     with task("evaluating policies", total=len(policies) + len(external)) as advance:
         output = compare(split, tiers, policies, seed=args.seed, params=params,
-                         servers=servers, progress=lambda name: advance())
+                         servers=servers, progress=lambda name: advance(),
+                         keep_ttft_samples=keep_ttft_samples)
         output["prefill_servers"] = servers
         if external:
             try:
@@ -87,11 +112,7 @@ def run(args) -> int:
             except ValueError as error:
                 raise KvtierError(f"--libcachesim: {error}") from None
     output["block_tokens"] = records[0].block_size_tokens
-    if args.json:
-        print_json(output)
-    else:
-        print(text(output))
-    return 0
+    return output
 
 
 def _servers(text, split: Split, params: CostParams) -> int:
@@ -151,10 +172,13 @@ def _tiers(args, block_tokens: int, model) -> Tiers:
 
 def text(output: dict) -> str:
     """One row per policy: hit ratio, gap closed, tokens per outcome, TTFT percentiles."""
+    servers = output.get("prefill_servers", 1)
+    if isinstance(servers, list):  # a fleet: each instance sized its own
+        servers = "/".join(str(n) for n in servers)
     lines = [(f"{output['evaluated_requests']:,} evaluated requests after "
               f"{output['train_requests']:,} training requests; GPU {output['gpu_blocks']:,} / "
               f"CPU {output['cpu_blocks']:,} / cold {output['cold_blocks']:,} blocks; TTFT "
-              f"through {output.get('prefill_servers', 1)} prefill server(s)"),
+              f"through {servers} prefill server(s)"),
              (f"{'policy':<18}{'hit ratio':>10}{'gap closed':>11}{'GPU hit':>14}"
               f"{'CPU promo':>14}{'cold promo':>12}{'recompute':>14}{'p50 ms':>11}"
               f"{'p95 ms':>11}{'p99 ms':>11}")]
@@ -171,6 +195,9 @@ def text(output: dict) -> str:
         for r in output["libcachesim"]:
             gap = "" if r["gap_closed"] is None else f"{r['gap_closed']:.0%}"
             lines.append(f"{r['policy']:<18}{r['token_hit_ratio']:>10.4f}{gap:>11}")
+    for part in output.get("instances", ()):
+        lines.append(f"instance {part['instance']}:")
+        lines += ["  " + line for line in text(part).splitlines()]
     for name, info in output["learned"].items():
         held = info["model"]["held_out"]
         if "tau_s" in info:

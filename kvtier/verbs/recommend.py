@@ -64,16 +64,7 @@ PHASES = 4
 
 
 def run(args) -> int:
-    from kvtier.progress import task
-    from kvtier.verbs.common import capacity_blocks, capacity_model, model_geometry, open_records
-    from policy.cost import CostParams, parse_servers
-    from policy.learn.subset import limited
-    from policy.recommend import report
-    from policy.recommend.build import Inputs, recommend
-    from policy.writers import ENGINES
-    from policy.cost import measured_cost_params
-    from policy.recommend.measured import store_costs
-
+    from kvtier.instance_jobs import fleet_instances
     from kvtier.verbs.checks import output_dir, positive
     from kvtier.verbs.common import check_subset
 
@@ -90,6 +81,59 @@ def run(args) -> int:
     args.trace = args.trace or args.store
     if args.store:
         args.format = "store"
+    instances = fleet_instances(args)
+    if instances:
+        return _fleet(args, instances)
+    rec, written = recommendation(args)
+    print(f"verdict: {rec.verdict.words}")
+    if rec.verdict.note:
+        print(f"  ({rec.verdict.note})")
+    for knob in rec.knobs:
+        print(f"  {knob.name} = {knob.value}")
+    print(f"wrote {len(written)} files to {args.out} (report.md, recommendation.json, configs)")
+    return 0
+
+
+def _fleet(args, instances: tuple[str, ...]) -> int:
+    """One recommendation per instance (each its own cache and traffic), in
+    ``OUT/instance=NAME/``, and ``OUT/fleet.json`` listing them in instance order."""
+    import json
+
+    from kvtier.instance_jobs import per_instance
+
+    parts = per_instance(instance_recommendation, args, instances)
+    index = {"instances": [{"instance": name, **summary} for name, summary in parts]}
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "fleet.json").write_text(json.dumps(index, indent=2) + "\n")
+    for name, summary in parts:
+        print(f"instance {name}: verdict: {summary['verdict']}")
+        for knob, value in summary["knobs"]:
+            print(f"  {knob} = {value}")
+    print(f"wrote {sum(p['files'] for _, p in parts) + 1} files to {args.out} "
+          f"(one folder per instance, and fleet.json)")
+    return 0
+
+
+def instance_recommendation(args) -> dict:
+    """One instance's recommendation, written to its own folder; a summary for the index."""
+    args.out = str(Path(args.out) / f"instance={args.instance}")
+    rec, written = recommendation(args)
+    return {"verdict": rec.verdict.words, "note": rec.verdict.note,
+            "knobs": [[k.name, k.value] for k in rec.knobs], "out": args.out,
+            "files": len(written)}
+
+
+def recommendation(args):
+    """Recommend for one trace (or one instance of it) and write the report: ``(rec, files)``."""
+    from kvtier.progress import task
+    from kvtier.verbs.common import capacity_blocks, capacity_model, model_geometry, open_records
+    from policy.cost import CostParams, measured_cost_params, parse_servers
+    from policy.learn.subset import limited
+    from policy.recommend import report
+    from policy.recommend.build import Inputs, recommend
+    from policy.recommend.measured import store_costs
+    from policy.writers import ENGINES
+
     reader, records = open_records(args)
     records = list(limited(records, args.max_requests, args.coarsen))
     if len(records) < 40:
@@ -123,13 +167,7 @@ def run(args) -> int:
         rec = recommend(records, inputs, params, step=lambda name: advance())
     engines = ENGINES if args.engine == "all" else (args.engine,)
     written = report.write(rec, Path(args.out), engines)
-    print(f"verdict: {rec.verdict.words}")
-    if rec.verdict.note:
-        print(f"  ({rec.verdict.note})")
-    for knob in rec.knobs:
-        print(f"  {knob.name} = {knob.value}")
-    print(f"wrote {len(written)} files to {args.out} (report.md, recommendation.json, configs)")
-    return 0
+    return rec, written
 
 
 def _host_limit(args) -> HostLimit | None:

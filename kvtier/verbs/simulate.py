@@ -52,21 +52,51 @@ DEFAULT_SWEEP = ("1e4", "3e4", "1e5", "3e5", "1e6", "3e6", "1e7", "3e7", "1e8", 
 
 
 def run(args) -> int:
-    from kvtier.verbs.common import model_geometry, open_records, peek_block_tokens, print_json
+    from kvtier.instance_jobs import fleet_instances
+    from kvtier.verbs.common import print_json
 
-    reader, records = open_records(args)
-    block_tokens, records = peek_block_tokens(records)
-    model = model_geometry(args.model)
-    if args.sweep is not None:
-        output = _sweep(args, records, block_tokens, model)
-    else:
-        output = _replay(args, records, block_tokens, model)
-    output["skipped_lines"] = getattr(reader, "skipped", 0)
+    instances = fleet_instances(args)
+    output = _fleet(args, instances) if instances else instance_run(args)[0]
     if args.json:
         print_json(output)
     else:
         print(_text(output))
     return 0
+
+
+def instance_run(args) -> tuple[dict, object]:
+    """One trace (or one instance of it): the output and, for a replay, its ``WhatIf``."""
+    from kvtier.verbs.common import model_geometry, open_records, peek_block_tokens
+
+    reader, records = open_records(args)
+    block_tokens, records = peek_block_tokens(records)
+    model = model_geometry(args.model)
+    outcome = None
+    if args.sweep is not None:
+        output = _sweep(args, records, block_tokens, model)
+    else:
+        output, outcome = _replay(args, records, block_tokens, model)
+    output["skipped_lines"] = getattr(reader, "skipped", 0)
+    return output, outcome
+
+
+def _fleet(args, instances: tuple[str, ...]) -> dict:
+    """Each instance replayed with its own tiers (``--jobs`` at a time), then merged."""
+    from kvtier.instance_jobs import per_instance
+    from policy.fleet import merge_curves, merge_replays
+
+    parts = per_instance(instance_run, args, instances)
+    skipped = sum(output["skipped_lines"] for _, (output, _) in parts)
+    if args.sweep is not None:
+        return {**merge_curves([(name, output) for name, (output, _) in parts]),
+                "skipped_lines": skipped}
+    fleet = merge_replays([(name, outcome) for name, (_, outcome) in parts])
+    head = {k: parts[0][1][0][k] for k in ("policy", "semantics", "block_tokens", "gpu_blocks",
+                                            "cpu_blocks", "cold_blocks")}
+    output = {**head, **fleet.to_dict(), "skipped_lines": skipped}
+    for row, (_, (one, _)) in zip(output["instances"], parts):
+        row["skipped_lines"] = one["skipped_lines"]
+    return output
 
 
 def _gpu_blocks(args, block_tokens: int) -> int | None:
@@ -101,7 +131,7 @@ def build_config(args, block_tokens: int, model) -> SimConfig:
                                 prefix_priority=args.prefix_priority))
 
 
-def _replay(args, records, block_tokens: int, model) -> dict:
+def _replay(args, records, block_tokens: int, model) -> tuple[dict, object]:
     from policy.cost import CostParams
 
     from policy.whatif import what_if
@@ -113,7 +143,7 @@ def _replay(args, records, block_tokens: int, model) -> dict:
                       time_scale=args.time_scale, servers=args.prefill_servers)
     return {"policy": args.policy, "semantics": config.semantics, "block_tokens": block_tokens,
             "gpu_blocks": config.gpu_blocks, "cpu_blocks": config.cpu_blocks,
-            "cold_blocks": config.cold_blocks, **outcome.to_dict()}
+            "cold_blocks": config.cold_blocks, **outcome.to_dict()}, outcome
 
 
 def _cost_params(path, base):
@@ -178,6 +208,9 @@ def _text(output: dict) -> str:
         for point in output["curve"]:
             size = "unlimited" if point["gpu_tokens"] is None else f"{point['gpu_tokens']:,}"
             lines.append(f"{size:>14}  {point['token_hit_ratio']:.4f}")
+        if output.get("instances"):
+            lines.append(f"(the fleet of {len(output['instances'])} instances, each with these "
+                         "capacities: " + ", ".join(p["instance"] for p in output["instances"]) + ")")
         return "\n".join(lines)
     prompt = max(output["prompt_tokens"], 1)
     rows = [("GPU hit", output["gpu_hit_tokens"]), ("CPU promotion", output["cpu_promotion_tokens"]),
@@ -195,6 +228,9 @@ def _text(output: dict) -> str:
     if output["utilisation"] > 1:
         lines.append(f"warning: prefill utilisation {output['utilisation']:.2f} > 1: the queue grows "
                      "without bound; add --prefill-servers or raise --time-scale")
+    for part in output.get("instances", ()):
+        lines.append(f"  instance {part['instance']}: {part['requests']:,} requests, token hit "
+                     f"ratio {part['token_hit_ratio']:.4f}, TTFT p99 {part['ttft_p99_s'] * 1e3:.1f} ms")
     if output.get("skipped_lines"):
         lines.append(f"skipped {output['skipped_lines']} bad trace lines")
     return "\n".join(lines)

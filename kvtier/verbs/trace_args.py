@@ -5,7 +5,8 @@ TRACE_FORMATS = ("mooncake", "weka", "bailian", "store")  # policy.readers.FORMA
 
 
 def add_trace_arguments(parser) -> None:
-    """``--format``, ``--block-tokens``, ``--skip-bad``, ``--weka-start-gap-s``, ``--model``."""
+    """``--format``, ``--block-tokens``, ``--skip-bad``, ``--weka-start-gap-s``, ``--model``,
+    ``--instance``, ``--jobs``."""
     parser.add_argument("--format", choices=TRACE_FORMATS, help="trace format (detected when omitted)")
     parser.add_argument("--block-tokens", type=int,
                         help="tokens per block id (default: the format's, e.g. 512 for Mooncake)")
@@ -16,3 +17,9 @@ def add_trace_arguments(parser) -> None:
     parser.add_argument("--model",
                         help="KV geometry: needed for byte capacities (16GiB); costs use "
                              "llama-3.1-8b unless told")
+    parser.add_argument("--instance",
+                        help="a store or segment folder: analyse only this serving instance")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="a store or segment folder of several instances is analysed per "
+                             "instance (each has its own cache) and the results merged: in N "
+                             "worker processes at a time (default 1)")

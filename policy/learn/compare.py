@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from collector.events import RequestRecord
-from policy.cost import CostParams, queue_ttft
+from policy.cost import CostParams, queue_ttft, queue_ttft_samples
 from policy.learn.admission_model import ModelConfig
 from policy.learn.pipeline import fit, score_offers
 from policy.learn.replay import IndexedAdmitter, Replayed, Tiers, replay
@@ -88,7 +88,8 @@ class Split:
 
 def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 0,
             params: CostParams = DEFAULT_COSTS, servers: int = 1,
-            progress: Callable[[str], None] | None = None) -> dict:
+            progress: Callable[[str], None] | None = None,
+            keep_ttft_samples: bool = False) -> dict:
     """One row per policy (see :func:`row`), plus the LRU->Belady gap each closes."""
     unknown = [p for p in policies if p not in POLICY_NAMES]
     if unknown or not policies:
@@ -115,7 +116,7 @@ def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 
                                                      fitted_by_name.get("learned"), seed)
         replayed = replay(split.records, tiers, cpu_policy, admitter=admitter,
                           count_from=split.count_from, trace=split.trace)
-        rows.append(row(name, replayed, params, servers))
+        rows.append(row(name, replayed, params, servers, keep_ttft_samples=keep_ttft_samples))
     add_gap_closed(rows)
     return {"gpu_blocks": tiers.gpu_blocks, "cpu_blocks": tiers.cpu_blocks,
             "cold_blocks": tiers.cold_blocks, "train_requests": len(split.train),
@@ -172,15 +173,21 @@ class ReusedLaterAdmitter(IndexedAdmitter):
         return core().ReusedLater(last, self.chained)
 
 
-def row(name: str, replayed: Replayed, params: CostParams, servers: int = 1) -> dict:
+def row(name: str, replayed: Replayed, params: CostParams, servers: int = 1, *,
+        keep_ttft_samples: bool = False) -> dict:
     """``token_hit_ratio``, tokens per outcome, and estimated TTFT percentiles (``servers``
-    prefill servers share the queue)."""
+    prefill servers share the queue); with ``keep_ttft_samples``, each request's TTFT too
+    (``ttft_samples_s``, so several instances' rows can be summarised together)."""
     result = replayed.result
     services = [params.service_s(o.cpu_promotion_tokens, o.cold_promotion_tokens,
                                  o.recompute_tokens) for o in replayed.outcomes]
     ttft = queue_ttft([r.arrival_s for r in replayed.requests], services, params.sources(),
                       servers)
-    return {"policy": name, "token_hit_ratio": result.token_hit_ratio,
+    extra = {}
+    if keep_ttft_samples:
+        extra["ttft_samples_s"] = queue_ttft_samples([r.arrival_s for r in replayed.requests],
+                                                     services, servers)
+    return {**extra, "policy": name, "token_hit_ratio": result.token_hit_ratio,
             "gpu_hit_tokens": result.gpu_hit_tokens,
             "cpu_promotion_tokens": result.cpu_promotion_tokens,
             "cold_promotion_tokens": result.cold_promotion_tokens,

@@ -31,8 +31,9 @@ __all__ = [
 
 
 def open_trace(path: str | Path, format: str | None = None, *, skip_bad: bool = False,
-               block_tokens: int | None = None):
+               block_tokens: int | None = None, instance: str | None = None):
     """A reader for ``path``; ``format`` is one of :data:`FORMATS` or ``None`` to sniff.
+    ``instance`` keeps one serving instance of a store or segment folder (others have one).
 
     ``block_tokens`` overrides the format's block size (Mooncake, Bailian). Raises
     ``FileNotFoundError`` for a missing path and :class:`TraceFormatError` for an unknown
@@ -43,7 +44,10 @@ def open_trace(path: str | Path, format: str | None = None, *, skip_bad: bool = 
         raise FileNotFoundError(2, "No such file or directory", str(path))
     name = format or sniff_format(path)
     if name == "store":
-        return _store_reader(path)
+        return _store_reader(path, instance)
+    if instance is not None:
+        raise TraceFormatError(path, None, f"a {name} trace has no instances; --instance "
+                                           "needs a store or a folder of segments")
     if name not in READERS:
         raise TraceFormatError(path, None, f"unknown trace format {name!r}; allowed: "
                                            f"{', '.join(FORMATS)}")
@@ -53,17 +57,17 @@ def open_trace(path: str | Path, format: str | None = None, *, skip_bad: bool = 
     return READERS[name](path, skip_bad=skip_bad, **extra)
 
 
-def _store_reader(path: Path):
+def _store_reader(path: Path, instance: str | None = None):
     """The store readers: a folder of Parquet segments or a DuckDB store file (read-only)."""
     from collector.reader import SegmentReader, open_store  # DuckDB: imported on use
 
     if path.is_dir():
-        return SegmentReader(path)
+        return SegmentReader(path, instance=instance)
     if path.suffix == ".parquet":
         raise TraceFormatError(path, None, "a single Parquet file; pass the folder of segments "
                                            "(what kvtier collect --segments or kvtier store "
                                            "export writes)")
-    return open_store(path)
+    return open_store(path, instance=instance)
 
 
 def sniff_format(path: Path) -> str:
