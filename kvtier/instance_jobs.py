@@ -55,12 +55,16 @@ def _instances(args) -> tuple[str, ...]:
 
 
 def _store_instances(path: Path) -> tuple[str, ...]:
+    """The store's instances, read-only. A store that is locked, not kvtier's or of another
+    schema is left to the reader, which reports it (or reads a running collector's segments)."""
     import duckdb
 
+    from collector.storefile import NotAStoreError, StoreLockedError, StoreSchemaError, connect
+
     try:
-        con = duckdb.connect(str(path), read_only=True)
-    except duckdb.Error as error:  # locked by a running collector, or not a store
-        raise KvtierError(f"{path}: {error}") from None
+        con = connect(path, read_only=True)
+    except (StoreLockedError, NotAStoreError, StoreSchemaError):
+        return ()
     try:
         rows = con.execute("SELECT DISTINCT instance FROM ingested_batches WHERE requests > 0 "
                            "ORDER BY instance").fetchall()

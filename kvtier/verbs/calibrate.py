@@ -36,9 +36,18 @@ def run(args) -> int:
     from kvtier.verbs.common import print_json
     from policy.calibrate import calibrate
 
+    from kvtier.verbs.checks import output_file
+
     store = Path(args.store)
     if not store.is_file():
         raise KvtierError(f"no store at {store} (kvtier collect or kvtier demo writes one)")
+    if args.out:
+        output_file(args.out, "--out")
+    for flag, value, least in (("--gpu-blocks", args.gpu_blocks, 1), ("--cpu-blocks", args.cpu_blocks, 0),
+                               ("--cold-blocks", args.cold_blocks, 0),
+                               ("--prefill-servers", args.prefill_servers, 1)):
+        if value is not None and value < least:
+            raise KvtierError(f"{flag} must be >= {least}, got {value}")
     requests, jobs, bytes_per_token = _read(store, args.instance, args.engine, args.tier_config)
     if not requests:
         raise KvtierError(f"{store} holds no engine request records with a tier split"
@@ -92,9 +101,8 @@ def _check(args, requests, params, jobs, bytes_per_token) -> dict:
 
 def _read(store, instance, engine=None, tier_config=None):
     """Engine request records with a tier split, promotion jobs, KV bytes per token."""
-    import duckdb
-
     from collector.events import RequestRecord
+    from collector.storefile import connect
     from policy.calibrate import PromotionJob
 
     where, params = "", []
@@ -104,7 +112,7 @@ def _read(store, instance, engine=None, tier_config=None):
     request_where, request_params = where, list(params)
     if tier_config:
         request_where, request_params = where + " AND tier_config_id = ?", params + [tier_config]
-    con = duckdb.connect(str(store), read_only=True)
+    con = connect(store, read_only=True)  # checked: a kvtier store of this schema, unlocked
     try:
         names = [f.name for f in RequestRecord.__dataclass_fields__.values()]
         rows = con.execute(f"SELECT {', '.join(names)} FROM requests_with_origin "

@@ -127,10 +127,10 @@ def run(args) -> int:
     config = config_from_args(args)
     if args.torch_threads < 1:
         raise KvtierError(f"--torch-threads must be >= 1, got {args.torch_threads}")
+    settings = _settings(args)  # every flag checked before torch loads
     import torch
 
     torch.set_num_threads(args.torch_threads)  # process-wide: this is the process's entry point
-    settings = _settings(args)
     # Ctrl-C, SIGTERM and SIGHUP stop it cleanly: flush the store, close sockets
     with stop_on_signals():
         server = _start(EngineServer, config, settings, args)
