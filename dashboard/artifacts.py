@@ -13,9 +13,9 @@ What-if folder: ``*.json`` files in any of three shapes, normalised to points (`
 
 Policy ``belady`` is the bound.
 
-Recommendation folder: ``recommendation.json`` (an object: ``knob``, ``value``,
-``expected_effect``, ``evidence``, optionally ``rollback`` with ``ttft_p99_budget_s`` and
-``itl_p99_budget_s``) and the generated engine configs next to it (any other file).
+Recommendation folder: ``recommendation.json`` as ``kvtier recommend`` writes it, read
+through policy's typed values (:func:`policy.recommend.recommendation.from_json`), and the
+generated engine configs next to it (any other file).
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+
+from policy.recommend.recommendation import Recommendation as TypedRecommendation
+from policy.recommend.recommendation import from_json
 
 BOUND_POLICIES = frozenset({"belady"})
 RECOMMENDATION_FILE = "recommendation.json"
@@ -45,47 +48,19 @@ class WhatIf:
 
 
 @dataclass(frozen=True)
-class Recommendation:
-    """``doc`` is ``recommendation.json`` as ``kvtier recommend`` writes it (``kind``
-    ``kvtier.recommendation``: ``settings``, ``guardrails``, ``notes`` and ``evidence`` with
-    ``verdict``, ``reasons``, ``knobs``, ``expected``); ``configs`` are the engine configs
-    next to it as (file name, language, text); ``plots`` the report's PNGs; ``report`` the
-    text of ``report.md`` if present."""
+class RecommendationFolder:
+    """A recommendation folder: ``rec`` is ``recommendation.json`` read as kvtier's typed
+    :class:`policy.recommend.recommendation.Recommendation` (``None`` when the file is not in
+    that format: ``problem`` says why and ``doc`` holds it raw); ``configs`` are the engine
+    configs next to it as (file name, language, text); ``plots`` the report's PNGs;
+    ``report`` the text of ``report.md`` if present."""
 
     doc: dict
+    rec: TypedRecommendation | None
+    problem: str | None
     configs: tuple[tuple[str, str, str], ...]
     plots: tuple[Path, ...] = ()
     report: str | None = None
-
-    @property
-    def evidence(self) -> dict:
-        evidence = self.doc.get("evidence")
-        return evidence if isinstance(evidence, dict) else {}
-
-    @property
-    def knobs(self) -> pd.DataFrame:
-        rows = [k for k in self.evidence.get("knobs", []) if isinstance(k, dict)]
-        return pd.DataFrame([{"knob": k.get("name"), "value": str(k.get("value")), "why": k.get("why")}
-                             for k in rows])
-
-    @property
-    def expected(self) -> pd.DataFrame:
-        """Expected changes relative to the baseline: ``metric``, ``change_share``,
-        ``low_share``, ``high_share`` (metrics with a zero baseline are left out)."""
-        rows = []
-        for c in self.evidence.get("expected", []):
-            base = _number(c.get("baseline")) if isinstance(c, dict) else None
-            if base:
-                rows.append({"metric": c.get("metric"), "baseline": base, "candidate": _number(c.get("candidate")),
-                             **{f"{k}_share": (_number(c.get(k)) or 0.0) / abs(base)
-                                for k in ("change", "low", "high")}})
-        return pd.DataFrame(rows)
-
-    @property
-    def rollback(self) -> dict | None:
-        """Rollback budgets (``ttft_p99_budget_s``, ``itl_p99_budget_s``), if named."""
-        rule = self.doc.get("rollback", self.evidence.get("rollback"))
-        return rule if isinstance(rule, dict) else None
 
 
 def load_whatif(folder: Path) -> WhatIf | None:
@@ -151,8 +126,9 @@ def _number(value) -> float | None:
         return None
 
 
-def load_recommendation(folder: Path) -> Recommendation | None:
-    """The recommendation in ``folder``; ``None`` when there is none."""
+def load_recommendation(folder: Path) -> RecommendationFolder | None:
+    """The recommendation in ``folder``; ``None`` when there is none. Unreadable JSON raises
+    ``ValueError`` naming the file; JSON in another format is kept raw with the reason."""
     path = folder / RECOMMENDATION_FILE
     if not path.is_file():
         return None
@@ -162,9 +138,14 @@ def load_recommendation(folder: Path) -> Recommendation | None:
         raise ValueError(f"recommendation file {path} is not readable JSON: {error}") from error
     if not isinstance(doc, dict):
         raise ValueError(f"recommendation file {path} must hold a JSON object")
+    try:
+        rec, problem = from_json(doc), None
+    except ValueError as error:
+        rec, problem = None, str(error)
     files = sorted(p for p in folder.iterdir() if p.is_file())
     configs = tuple((p.name, _CONFIG_SUFFIXES[p.suffix], p.read_text(errors="replace")) for p in files
                     if p.suffix in _CONFIG_SUFFIXES and not p.name.startswith("recommendation"))
     report = folder / "report.md"
-    return Recommendation(doc, configs, tuple(p for p in files if p.suffix == ".png"),
-                          report.read_text(errors="replace") if report.is_file() else None)
+    return RecommendationFolder(doc, rec, problem, configs,
+                                tuple(p for p in files if p.suffix == ".png"),
+                                report.read_text(errors="replace") if report.is_file() else None)

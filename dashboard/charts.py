@@ -101,9 +101,18 @@ def shared_by_position() -> dict:
     }
 
 
-def whatif_curves(tier: str) -> dict:
+POLICY_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+                  "#bcbd22")
+
+
+def whatif_curves(tier: str, policies: list[str] | None = None) -> dict:
     """Hit ratio against a tier's capacity, one line per policy (Belady dashed), the chosen
-    point as a diamond."""
+    point as a diamond. ``policies`` fixes the colours (in that order) so they can be told
+    apart on the page; the default is Vega's scheme."""
+    colour = {"field": "policy", "type": "nominal"}
+    if policies:
+        colour["scale"] = {"domain": list(policies),
+                           "range": [POLICY_COLOURS[i % len(POLICY_COLOURS)] for i in range(len(policies))]}
     return {
         "layer": [
             {"mark": {"type": "line", "point": True, "tooltip": True},
@@ -112,7 +121,7 @@ def whatif_curves(tier: str) -> dict:
                        "title": f"{tier.upper()} tier capacity (tokens)"},
                  "y": {"field": "token_hit_ratio", "type": "quantitative", "title": "token hit ratio",
                        "axis": {"format": "%"}},
-                 "color": {"field": "policy", "type": "nominal"},
+                 "color": colour,
                  "strokeDash": {"field": "bound", "type": "nominal", "title": "line",
                                 "scale": {"domain": ["policy", "bound"], "range": [[1, 0], [6, 4]]}}}},
             {"transform": [{"filter": "datum.chosen"}],
@@ -147,6 +156,43 @@ def p99_over_time(configs: list[str]) -> dict:
             "color": {"field": "tier_config", "type": "nominal", "title": "tier configuration",
                       "sort": configs},
         },
+    }
+
+
+def ttft_against(baseline: str) -> dict:
+    """TTFT percentiles in milliseconds: a point for ``baseline`` and one for the recommended
+    setting per quantile, the recommended one's 5th-95th percentile interval as a rule."""
+    y = {"field": "quantile", "type": "nominal", "title": None, "sort": list(QUANTILES)}
+    colour = {"field": "setting", "type": "nominal", "title": None,
+              "scale": {"domain": [baseline, "recommended"], "range": ["#d62728", "#2ca02c"]}}
+    return {
+        "height": {"step": 40},
+        "layer": [
+            {"transform": [{"filter": "datum.setting == 'recommended'"}],
+             "mark": {"type": "rule", "strokeWidth": 3, "color": "#2ca02c", "opacity": 0.5},
+             "encoding": {"y": y, "x": {"field": "low_ms", "type": "quantitative"},
+                          "x2": {"field": "high_ms"}}},
+            {"mark": {"type": "point", "filled": True, "size": 160, "tooltip": True},
+             "encoding": {"y": y, "color": colour,
+                          "x": {"field": "ttft_ms", "type": "quantitative",
+                                "title": "time to first token (ms)"}}},
+        ],
+    }
+
+
+def tier_curve(tier: str, unit: str) -> dict:
+    """Token hit ratio against a tier's size (``capacity`` in ``unit``), the chosen size as
+    a vertical rule."""
+    x = {"field": "capacity", "type": "quantitative", "title": f"{tier} tier size ({unit})"}
+    return {
+        "layer": [
+            {"mark": {"type": "line", "point": True, "tooltip": True},
+             "encoding": {"x": x, "y": {"field": "token_hit_ratio", "type": "quantitative",
+                                        "title": "token hit ratio", "axis": {"format": "%"}}}},
+            {"transform": [{"filter": "datum.chosen"}],
+             "mark": {"type": "rule", "strokeWidth": 2, "strokeDash": [6, 4], "color": "black"},
+             "encoding": {"x": x}},
+        ],
     }
 
 

@@ -1,127 +1,197 @@
-"""Recommendation: the verdict with its evidence (expected change with intervals, the knobs),
-the generated engine configs ready to copy, and the rollback rule's status."""
+"""Recommendation: what to set and why, leading with the settings and the TTFT change against
+the GPU tier alone (absolute, with its interval); then each tier's size on its curve, the
+relative change of token counts, host memory and the cold tier, the rollback rule and its
+status, and the generated engine configs ready to copy. Read through policy's typed values."""
 
 from __future__ import annotations
 
 import json
 
+import pandas as pd
 import streamlit as st
 
 from dashboard import charts
-from dashboard.artifacts import Recommendation, load_recommendation
+from dashboard.artifacts import RECOMMENDATION_FILE, RecommendationFolder, load_recommendation
 from dashboard.views.base import PageContext, chart
+from policy.recommend.recommendation import Recommendation
+
+MIB = 1 << 20
+TOKEN_METRICS = ("gpu_hit_tokens", "cpu_promotion_tokens", "cold_promotion_tokens",
+                 "recompute_tokens")
+GPU_ALONE = "GPU tier alone"
 
 
 def render(ctx: PageContext) -> None:
     folder = ctx.config.recommendation
     try:
-        reco = load_recommendation(folder)
+        loaded = load_recommendation(folder)
     except ValueError as error:
         st.error(str(error))
         return
-    if reco is None:
+    if loaded is None:
         st.info(
             f"No recommendation under `{folder}` yet.\n\n"
             f"`kvtier recommend --store STORE --engine all --out {folder}` (or `--trace TRACE`) "
-            "trains the admission model, sweeps thresholds and writes `recommendation.json` with "
-            "the engine configs; this page then shows the verdict, the expected change with its "
-            "intervals, the configs ready to copy and the rollback-rule status.")
+            "sizes the tiers from the curve, trains the admission model and writes "
+            "`recommendation.json` with the engine configs; `kvtier demo` writes one too.")
         return
-    _verdict(reco)
-    _expected(reco)
-    if not reco.knobs.empty:
-        st.subheader("Settings")
-        st.dataframe(reco.knobs, hide_index=True)
-    _host_and_file_tier(reco.evidence)
-    _rollback(ctx, reco.rollback)
-    _configs(reco)
-
-
-def _verdict(reco: Recommendation) -> None:
-    verdict = reco.evidence.get("verdict")
-    if verdict is None:  # not kvtier recommend's format: show what there is
-        st.code(json.dumps(reco.doc, indent=2), language="json")
+    if loaded.rec is None:
+        st.warning(f"`{RECOMMENDATION_FILE}` is not in `kvtier recommend`'s format "
+                   f"({loaded.problem}); it is shown as it is.")
+        st.code(json.dumps(loaded.doc, indent=2), language="json")
+        _configs(loaded)
         return
-    reasons = "\n".join(f"- {r['reason']}: {r['evidence']}" if isinstance(r, dict) else f"- {r}"
-                        for r in reco.evidence.get("reasons", []))
-    text = f"**Verdict: {str(verdict).replace('_', ' ')}**\n\n{reasons}"
-    if verdict == "offload":
-        st.success(text)
-    else:
-        st.warning(text)
-    for note in reco.doc.get("notes", []):
-        st.caption(str(note))
+    rec = loaded.rec
+    _verdict(rec)
+    _settings(rec)
+    _ttft(rec)
+    _sizes(rec)
+    _tokens(rec)
+    _host_and_cold(rec)
+    _rollback(ctx, rec)
+    _configs(loaded)
 
 
-def _expected(reco: Recommendation) -> None:
-    expected = reco.expected
-    if expected.empty:
+def _verdict(rec: Recommendation) -> None:
+    text = f"**Verdict: {rec.verdict.words}**"
+    if rec.verdict.note:
+        text += f"\n\n_{rec.verdict.note}_"
+    text += "\n\n" + "\n".join(f"- {r.sentence}" for r in rec.verdict.reasons)
+    (st.success if rec.verdict.outcome == "offload" else st.warning)(text)
+
+
+def _settings(rec: Recommendation) -> None:
+    st.subheader("What to set")
+    rows = [{"setting": k.name, "value": _value(k.name, k.value), "why": k.why} for k in rec.knobs]
+    st.table(pd.DataFrame(rows).set_index("setting"))  # a static table: the reasons wrap
+
+
+def _value(name: str, value) -> str:
+    if isinstance(value, tuple):
+        return str(list(value))
+    if name.endswith("_bytes") and isinstance(value, int) and value:
+        return f"{value:,} ({value / MIB:,.2f} MiB)"
+    return str(value)
+
+
+def _ttft(rec: Recommendation) -> None:
+    changes = {c.metric: c for c in rec.evidence.expected_vs_gpu_only}
+    if "ttft_p50_s" not in changes:
         return
-    st.subheader("Expected change against the baseline (interval: bootstrap 5th-95th percentile)")
-    chart(expected, charts.expected_changes())
+    st.subheader("Time to first token against the GPU tier alone")
+    st.caption("Replayed on the later, held-out part of the requests; mean per window, with the "
+               "5th-95th percentile interval of a paired bootstrap over windows.")
+    columns = st.columns(3)
+    for column, quantile in zip(columns, ("p50", "p95", "p99")):
+        c = changes.get(f"ttft_{quantile}_s")
+        if c is not None:
+            column.metric(f"TTFT {quantile}", f"{c.candidate * 1e3:.1f} ms",
+                          f"{c.change * 1e3:+.1f} ms [{c.low * 1e3:+.1f}, {c.high * 1e3:+.1f}]",
+                          delta_color="inverse")
+    rows = []
+    for quantile in ("p50", "p95", "p99"):
+        c = changes.get(f"ttft_{quantile}_s")
+        if c is None:
+            continue
+        rows.append({"quantile": quantile, "setting": GPU_ALONE, "ttft_ms": c.baseline * 1e3,
+                     "low_ms": None, "high_ms": None})
+        rows.append({"quantile": quantile, "setting": "recommended", "ttft_ms": c.candidate * 1e3,
+                     "low_ms": (c.baseline + c.low) * 1e3, "high_ms": (c.baseline + c.high) * 1e3})
+    chart(pd.DataFrame(rows), charts.ttft_against(GPU_ALONE))
 
 
-def _host_and_file_tier(evidence: dict) -> None:
-    """Whether the CPU size was checked against host memory (and what the cap cost), and the
+def _sizes(rec: Recommendation) -> None:
+    for size in rec.evidence.sizes:
+        st.subheader(f"{size.tier.upper()} tier size from the curve")
+        st.write(f"{size.reason}. The next GiB at this size frees "
+                 f"{size.gain_per_gib_at_chosen:.3%} of a prefill server's time "
+                 f"(threshold {size.threshold_per_gib:.2%}).")
+        if size.curve:
+            top = max(p.capacity_bytes for p in size.curve)
+            unit, scale = ("GiB", 2 ** 30) if top >= 4 * 2 ** 30 else ("MiB", MIB)
+            frame = pd.DataFrame([{"capacity": p.capacity_bytes / scale,
+                                   "token_hit_ratio": p.token_hit_ratio,
+                                   "gain_per_gib": p.gain_per_gib,
+                                   "chosen": p.capacity_bytes == size.chosen_bytes}
+                                  for p in size.curve])
+            chart(frame, charts.tier_curve(size.tier, unit))
+
+
+def _tokens(rec: Recommendation) -> None:
+    rows = [{"metric": c.metric, "baseline": c.baseline, "candidate": c.candidate,
+             **{f"{k}_share": getattr(c, k) / abs(c.baseline) for k in ("change", "low", "high")}}
+            for c in rec.evidence.expected_vs_gpu_only
+            if c.metric in TOKEN_METRICS and c.baseline]
+    if not rows:
+        return
+    st.subheader("Prompt tokens per outcome, relative to the GPU tier alone")
+    chart(pd.DataFrame(rows), charts.expected_changes())
+
+
+def _host_and_cold(rec: Recommendation) -> None:
+    """Whether the CPU size was checked against host memory (and what a cap cost), and the
     vLLM file-tier decision with its measured or assumed costs."""
-    host, file_tier = evidence.get("host_memory"), evidence.get("vllm_file_tier")
-    if not isinstance(host, dict) and not isinstance(file_tier, dict):
-        return
-    st.subheader("Host memory and file tier")
-    if isinstance(host, dict) and not host.get("checked"):
+    host, cold = rec.evidence.host_memory, rec.evidence.vllm_file_tier
+    st.subheader("Host memory and the cold tier")
+    gib = 2 ** 30
+    if not host.checked:
         st.warning("The CPU tier size was **not checked against host memory**: run "
                    "`kvtier probe headroom --json` and pass it to `kvtier recommend "
                    "--headroom-json`.")
-    elif isinstance(host, dict):
-        gib = 2 ** 30
-        text = (f"Host headroom {host.get('headroom_bytes', 0) / gib:.1f} GiB less a "
-                f"{host.get('safety_margin_bytes', 0) / gib:.1f} GiB margin: the CPU tier may "
-                f"take {host.get('cap_bytes', 0) / gib:.1f} GiB ({host.get('source', '')}).")
-        if host.get("capped"):
-            text += (f" The {host.get('requested_cpu_bytes', 0) / gib:.1f} GiB asked for was "
-                     f"capped to {host.get('recommended_cpu_bytes', 0) / gib:.1f} GiB")
-            lru_at = (host.get("token_hit_ratio_lru_at_requested"),
-                      host.get("token_hit_ratio_lru_at_cap"))
-            if None not in lru_at:
-                text += (f"; LRU token hit ratio {lru_at[0]:.1%} at the asked size, "
-                         f"{lru_at[1]:.1%} at the cap")
+    else:
+        text = (f"Host headroom {host.headroom_bytes / gib:.1f} GiB less a "
+                f"{host.safety_margin_bytes / gib:.1f} GiB margin: the CPU tier may take "
+                f"{host.cap_bytes / gib:.1f} GiB ({host.source}).")
+        if host.capped:
+            text += (f" The {host.requested_cpu_bytes / gib:.1f} GiB the curve asked for was "
+                     f"capped to {host.recommended_cpu_bytes / gib:.1f} GiB")
+            if host.token_hit_ratio_lru_at_requested is not None:
+                text += (f"; LRU token hit ratio {host.token_hit_ratio_lru_at_requested:.1%} at "
+                         f"the asked size, {host.token_hit_ratio_lru_at_cap:.1%} at the cap")
             text += "."
         st.info(text)
-    if isinstance(file_tier, dict) and file_tier.get("reason"):
-        (st.success if file_tier.get("add") else st.warning)(
-            f"vLLM file tier: {file_tier['reason']}")
+    if cold is not None:
+        (st.success if cold.add else st.warning)(f"vLLM file tier: {cold.reason}")
 
 
-def _configs(reco: Recommendation) -> None:
-    if reco.configs:
-        st.subheader("Engine configs, ready to copy")
-        st.caption("Apply one with `kvtier push` (it checks guardrails, shows the diff and keeps a backup).")
-    for name, language, text in reco.configs:
-        st.markdown(f"**{name}**")
-        st.code(text, language=language)
-    if reco.plots or reco.report:
-        with st.expander("Full report"):
-            if reco.report:
-                st.markdown(reco.report)
-            for plot in reco.plots:
-                st.image(str(plot), caption=plot.name)
-
-
-def _rollback(ctx: PageContext, rule: dict | None) -> None:
+def _rollback(ctx: PageContext, rec: Recommendation) -> None:
     st.subheader("Rollback rule")
+    rule = rec.evidence.rollback
     if rule is None:
-        st.info("The recommendation names no rollback budgets (`rollback.ttft_p99_budget_s`, "
-                "`rollback.itl_p99_budget_s`), so there is no rule to check yet.")
+        st.info("The recommendation names no rollback budgets (`kvtier recommend --ttft-slo-s`, "
+                "`--itl-slo-s`), so there is no rule to check yet.")
         return
+    itl = "" if rule.itl_p99_s is None else f" or the p99 ITL over {rule.itl_p99_s * 1e3:.1f} ms"
+    st.write(f"Deploy with it: disable the newest tier when the p99 TTFT stays over "
+             f"{rule.ttft_p99_s * 1e3:.1f} ms{itl} for {rule.sustained_s} s "
+             f"(p99 over {rule.window_s} s windows).")
     latency = ctx.query("request_latency")
     p99 = latency[latency["quantile"] == "p99"]
     if p99.empty:
         st.info("No TTFT/ITL measurements to check the rule against.")
         return
     newest = p99["tier_config"].iloc[-1]
-    for metric, key in (("ttft", "ttft_p99_budget_s"), ("itl", "itl_p99_budget_s")):
+    for metric, budget_s in (("ttft", rule.ttft_p99_s), ("itl", rule.itl_p99_s)):
         row = p99[(p99["tier_config"] == newest) & (p99["metric"] == metric)]
-        if key in rule and not row.empty:
-            value_ms, budget_ms = float(row["latency_ms"].iloc[0]), float(rule[key]) * 1000
+        if budget_s is not None and not row.empty:
+            value_ms, budget_ms = float(row["latency_ms"].iloc[0]), budget_s * 1000
             status = "over budget: roll back the newest tier" if value_ms > budget_ms else "within budget"
-            st.write(f"`{newest}` {metric.upper()} p99 {value_ms:.1f} ms against {budget_ms:.1f} ms: **{status}**")
+            st.write(f"`{newest}` {metric.upper()} p99 {value_ms:.1f} ms against {budget_ms:.1f} ms: "
+                     f"**{status}**")
+
+
+def _configs(loaded: RecommendationFolder) -> None:
+    if loaded.configs:
+        st.subheader("Engine configs, ready to copy")
+        st.caption("Apply one with `kvtier push` (it checks guardrails, shows the diff and keeps a backup).")
+    for note in loaded.doc.get("notes", []):
+        st.caption(str(note))
+    for name, language, text in loaded.configs:
+        st.markdown(f"**{name}**")
+        st.code(text, language=language)
+    if loaded.plots or loaded.report:
+        with st.expander("Full report"):
+            if loaded.report:
+                st.markdown(loaded.report)
+            for plot in loaded.plots:
+                st.image(str(plot), caption=plot.name)

@@ -1,4 +1,5 @@
-"""What-if: hit ratio against tier capacity for each policy, the Belady bound, the chosen point."""
+"""What-if: hit ratio against tier capacity for each policy, the Belady bound dashed, the
+recommended size marked (the demo writes these curves; so can ``kvtier simulate``)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ def render(ctx: PageContext) -> None:
         part = points[points["tier"] == tier]
         if len(part):
             st.subheader(f"Hit ratio against {tier.upper()} capacity")
-            chart(part.sort_values(["policy", "capacity_tokens"]), charts.whatif_curves(tier))
+            chart(part.sort_values(["policy", "capacity_tokens"]),
+                  charts.whatif_curves(tier, sorted(part["policy"].unique())))
     st.caption("Sources: " + ", ".join(f"`{p.name}`" for p in results.files))
     st.dataframe(results.points, hide_index=True)

@@ -48,7 +48,10 @@ def add_arguments(parser) -> None:
                         help="the knee: the share of one prefill server's time the next GiB of "
                              "a tier must free (default 0.001, i.e. 0.1%%)")
     parser.add_argument("--ttft-slo-s", type=float,
-                        help="p99 TTFT budget in seconds (the verdict checks promotions fit it)")
+                        help="p99 TTFT budget in seconds: the verdict checks promotions fit it, "
+                             "and the recommendation carries the rollback rule with it")
+    parser.add_argument("--itl-slo-s", type=float,
+                        help="p99 inter-token latency budget of the rollback rule (with --ttft-slo-s)")
     parser.add_argument("--cold-path", help="vLLM: the file tier's absolute directory (without "
                                             "it the file tier is decided but not written)")
     parser.add_argument("--fs-json",
@@ -73,6 +76,9 @@ def run(args) -> int:
     output_dir(args.out, "--out")  # before the work, not after it
     check_subset(args)
     positive(args.ttft_slo_s, "--ttft-slo-s")
+    positive(args.itl_slo_s, "--itl-slo-s")
+    if args.itl_slo_s is not None and args.ttft_slo_s is None:
+        raise KvtierError("--itl-slo-s needs --ttft-slo-s (the rollback rule checks both)")
     positive(args.min_gain_per_gib, "--min-gain-per-gib", allow_zero=True)
     if args.cold_path is not None and not Path(args.cold_path).is_absolute():
         raise KvtierError(f"--cold-path {args.cold_path} must be an absolute directory (the "
@@ -89,7 +95,7 @@ def run(args) -> int:
     if rec.verdict.note:
         print(f"  ({rec.verdict.note})")
     for knob in rec.knobs:
-        print(f"  {knob.name} = {knob.value}")
+        print(f"  {knob.name} = {list(knob.value) if isinstance(knob.value, tuple) else knob.value}")
     print(f"wrote {len(written)} files to {args.out} (report.md, recommendation.json, configs)")
     return 0
 
@@ -152,15 +158,13 @@ def recommendation(args):
         params = CostParams(model=model)
         if args.fs_json:
             params = measured_cost_params(args.fs_json, base=params)
-        cold_cost = None
-        store = getattr(reader, "store", None)
-        if store is not None:  # what the engine measured beats the defaults and the probe
-            params, cold_cost = store_costs(store, params, block_tokens)
+        # a store or segments: what the engine measured beats the defaults and the probe
+        params, cold_cost = store_costs(reader, params, block_tokens)
         inputs = Inputs(gpu, cpu, args.train_fraction, args.seed,
                         parse_servers(args.prefill_servers),
                         host=_host_limit(args), cold_blocks=cold, cold_path=args.cold_path,
                         cold_cost=cold_cost, min_gain_per_gib=args.min_gain_per_gib,
-                        ttft_slo_s=args.ttft_slo_s)
+                        ttft_slo_s=args.ttft_slo_s, itl_slo_s=args.itl_slo_s)
     except (OSError, ValueError) as error:
         raise KvtierError(str(error)) from None
     with task("recommending", total=PHASES) as advance:

@@ -1,9 +1,11 @@
 """Build a :class:`Recommendation` from request records: verdict, sizes, gate, settings.
 
-Steps: split by time; replay the GPU tier alone; size the CPU tier from the training
-period's one-pass LRU curve and the cost model, capped at the host headroom when one is
-given (:mod:`policy.recommend.sizing`); ask the reuse analysis for its verdict on the same
-inputs ``kvtier analyze`` takes, refined by that size (:mod:`policy.recommend.decision`);
+Steps: split by time; replay the GPU tier alone; size the CPU tier from the one-pass LRU
+curve of all the requests (a size must hold the traffic's working set; the gate below is
+trained on the earlier part and measured on the later) and the cost model, capped at the
+host headroom when one is given (:mod:`policy.recommend.sizing`); ask the reuse analysis
+for its verdict on the same inputs ``kvtier analyze`` takes, refined by that size
+(:mod:`policy.recommend.decision`);
 if offloading pays, train and sweep the learned offload gate at that size and measure it on
 the later, held-out time against the default (LRU, admit all) and against the GPU tier alone,
 with bootstrap intervals (:mod:`policy.recommend.gate`, :mod:`policy.recommend.expected`).
@@ -44,11 +46,13 @@ from policy.recommend.values import (
     HostCheck,
     Knob,
     PrefillServers,
+    RollbackRule,
     TierBlocks,
     TierSize,
     Verdict,
 )
 from policy.recommend.vllm_sweep import best_cpu_setting, cold_tier_gain
+from policy.rollback.rule import LatencyBudget
 
 VALIDATION_FRACTION = 0.2
 DEFAULT_COSTS = CostParams()
@@ -72,7 +76,8 @@ class Inputs:
     cold_path: str | None = None  # where it would live (None: decided, not written)
     cold_cost: ColdCost | None = None  # measured cold promotion (None: the cost model's)
     min_gain_per_gib: float = DEFAULT_MIN_GAIN_PER_GIB  # the knee's threshold
-    ttft_slo_s: float | None = None  # the p99 TTFT budget the reuse verdict checks
+    ttft_slo_s: float | None = None  # the p99 TTFT budget the reuse verdict and the rule check
+    itl_slo_s: float | None = None  # the p99 ITL budget of the rollback rule
 
     def __post_init__(self) -> None:
         if self.gpu_blocks < 1:
@@ -86,6 +91,20 @@ class Inputs:
             raise ValueError(f"prefill_servers must be >= 1, got {self.prefill_servers!r}")
         if not self.min_gain_per_gib > 0:
             raise ValueError(f"min_gain_per_gib must be > 0, got {self.min_gain_per_gib!r}")
+        for name in ("ttft_slo_s", "itl_slo_s"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be > 0, got {value!r}")
+        if self.itl_slo_s is not None and self.ttft_slo_s is None:
+            raise ValueError("an ITL budget needs the TTFT budget too (the rule checks both)")
+
+    def rollback(self) -> RollbackRule | None:
+        """The rule to deploy with the recommendation, at production windows."""
+        if self.ttft_slo_s is None:
+            return None
+        defaults = LatencyBudget()
+        return RollbackRule(self.ttft_slo_s, defaults.sustained_s, defaults.window_s,
+                            self.itl_slo_s)
 
 
 def recommend(records: Sequence[RequestRecord], inputs: Inputs,
@@ -96,7 +115,7 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
     block_tokens = records[0].block_size_tokens or 16
     step("replaying the GPU tier alone")
     gpu_only = replay(split.records, Tiers(inputs.gpu_blocks, 0), "lru")
-    curve = lru_curve(split.train, block_tokens)
+    curve = lru_curve(split.records, block_tokens)  # sizes fit the traffic as a whole
     cpu = _cpu_size(curve, split, inputs, params, block_tokens)
     host = NOT_CHECKED if inputs.host is None else inputs.host.check(cpu.wanted_bytes,
                                                                       cpu.chosen_bytes)
@@ -168,18 +187,19 @@ def _evidence(split: Split, inputs: Inputs, reuse: Verdict, host: HostCheck,
             (f"{policy}/store_threshold={threshold}", tokens)
             for (policy, threshold), tokens in by_setting.items()),
         admitter_misses=measured.admitter_misses,
-        sizes=(cpu,) if cold_size is None else (cpu, cold_size), expected_vs_gpu_only=vs_gpu)
+        sizes=(cpu,) if cold_size is None else (cpu, cold_size), expected_vs_gpu_only=vs_gpu,
+        rollback=inputs.rollback())
 
 
 def _cpu_size(curve: HitRatioCurve, split: Split, inputs: Inputs, params: CostParams,
               block_tokens: int) -> TierSize:
-    """The CPU tier above the GPU, from the training period's curve, capped at the host."""
+    """The CPU tier above the GPU, from the curve of all the requests, capped at the host."""
     saved = (params.recompute_s(block_tokens)
              - params.promotion_s(block_tokens, "cpu")) / block_tokens
     host = inputs.host
     return tier_size(curve, tier="cpu", offset_blocks=inputs.gpu_blocks,
                      block_bytes=block_tokens * params.model.bytes_per_token,
-                     saved_s_per_token=saved, span_s=_span(split.train),
+                     saved_s_per_token=saved, span_s=_span(split.records),
                      threshold_per_gib=inputs.min_gain_per_gib,
                      cap_bytes=None if host is None else host.cap_bytes,
                      cap_source=("not checked against host memory: give --headroom-json"
@@ -199,7 +219,7 @@ def _cold_size(curve: HitRatioCurve, split: Split, inputs: Inputs, params: CostP
     return tier_size(curve, tier="cold", offset_blocks=inputs.gpu_blocks + cpu_blocks,
                      block_bytes=block_tokens * params.model.bytes_per_token,
                      saved_s_per_token=(cost.recompute_s - cost.promotion_s) / block_tokens,
-                     span_s=_span(split.train), threshold_per_gib=inputs.min_gain_per_gib,
+                     span_s=_span(split.records), threshold_per_gib=inputs.min_gain_per_gib,
                      cap_bytes=cap, cap_source=source, given_blocks=inputs.cold_blocks)
 
 

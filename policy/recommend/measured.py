@@ -19,23 +19,46 @@ from policy.recommend.values import ColdCost
 FOLDED_OP_LATENCY_S = 1e-9  # the path's fixed cost is inside the measured per-token figure
 
 
-def per_token_latencies(store) -> dict[str, float]:
-    """Median seconds per token of each lookup outcome with latencies in ``store``."""
-    rows = store.query("""
-        SELECT CAST(kind AS VARCHAR) AS kind, median(latency_s / tokens) AS s_per_token
-        FROM block_events
-        WHERE latency_s IS NOT NULL AND latency_s > 0 AND tokens > 0
-          AND CAST(kind AS VARCHAR) IN ('cpu_promotion', 'cold_promotion', 'recompute_miss')
-        GROUP BY ALL""").to_pylist()
-    return {row["kind"]: float(row["s_per_token"]) for row in rows}
+_SQL = """
+    SELECT CAST(kind AS VARCHAR) AS kind, median(latency_s / tokens) AS s_per_token
+    FROM {events}
+    WHERE latency_s IS NOT NULL AND latency_s > 0 AND tokens > 0
+      AND CAST(kind AS VARCHAR) IN ('cpu_promotion', 'cold_promotion', 'recompute_miss')
+    GROUP BY ALL"""
 
 
-def store_costs(store, params: CostParams, block_tokens: int
+def per_token_latencies(reader) -> tuple[dict[str, float], str | None]:
+    """Median seconds per token of each lookup outcome with latencies behind ``reader`` (a
+    store's or a segment folder's reader), and where they came from (``None``: a trace)."""
+    store, root = getattr(reader, "store", None), getattr(reader, "root", None)
+    if store is not None:
+        rows, where = store.query(_SQL.format(events="block_events")).to_pylist(), f"the store {store.path}"
+    elif root is not None:
+        import duckdb
+
+        from collector.segments import has_segments, segments_relation
+
+        if not has_segments(root, "block_events"):
+            return {}, None
+        con = duckdb.connect()
+        try:
+            rows = con.sql(_SQL.format(events=segments_relation(root, "block_events"))).to_arrow_table().to_pylist()
+        finally:
+            con.close()
+        where = f"the segments in {root}"
+    else:
+        return {}, None
+    return {row["kind"]: float(row["s_per_token"]) for row in rows}, where
+
+
+def store_costs(reader, params: CostParams, block_tokens: int
                 ) -> tuple[CostParams, ColdCost | None]:
-    """``params`` with what ``store`` measured, and the measured cold cost (``None``: no
-    cold promotions were measured)."""
-    measured = per_token_latencies(store)
-    where = f"median per token in the store {store.path}"
+    """``params`` with what the engine measured behind ``reader``, and the measured cold cost
+    (``None``: no cold promotions were measured, or ``reader`` reads a trace)."""
+    measured, source = per_token_latencies(reader)
+    if source is None:
+        return params, None
+    where = f"median per token in {source}"
     recompute = measured.get("recompute_miss")
     if recompute:
         params = replace(params, prefill_tokens_per_s=Param(1.0 / recompute, "measured", where))
@@ -47,5 +70,5 @@ def store_costs(store, params: CostParams, block_tokens: int
             cpu_gpu_op_latency_s=Param(FOLDED_OP_LATENCY_S, "measured",
                                        "folded into the measured per-token figure"))
     cold = cost_from_latencies(block_tokens, measured.get("cold_promotion"), recompute, params,
-                               f"the store {store.path}")
+                               source)
     return params, cold

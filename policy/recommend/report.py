@@ -51,6 +51,7 @@ def markdown(rec: Recommendation, plots: Sequence[str], engines: Sequence[str]) 
     lines += ["## Settings", "", "| knob | value | why |", "|---|---|---|"]
     lines += [f"| `{k.name}` | {_value(k.value)} | {k.why} |" for k in rec.knobs]
     lines += vs_gpu_section(rec)
+    lines += rollback_section(rec)
     lines += sizes_section(rec)
     if rec.expected:
         lines += ["", "## Expected change on later time (vs. CPU tier LRU admitting all)", "",
@@ -104,6 +105,19 @@ def vs_gpu_section(rec: Recommendation) -> list[str]:
     return lines
 
 
+def rollback_section(rec: Recommendation) -> list[str]:
+    """The rollback rule to deploy with the settings, when budgets were given."""
+    rule = rec.evidence.rollback
+    if rule is None:
+        return []
+    itl = "" if rule.itl_p99_s is None else f" or the p99 ITL over {rule.itl_p99_s * 1e3:.1f} ms"
+    return ["", "## Rollback rule to deploy with it", "",
+            (f"Disable the newest tier when the p99 TTFT stays over {rule.ttft_p99_s * 1e3:.1f} ms"
+             f"{itl} for {rule.sustained_s} s (p99 over {rule.window_s} s windows). "
+             "`kvtier collect --emit-monitoring DIR` with the same budgets writes it as "
+             "Prometheus alerting rules.")]
+
+
 def sizes_section(rec: Recommendation) -> list[str]:
     """Each tier's size from the curve: knee, cap, chosen, and the next GiB's gain there."""
     sizes = rec.evidence.sizes
@@ -111,7 +125,7 @@ def sizes_section(rec: Recommendation) -> list[str]:
         return []
     lines = ["", "## Tier sizes from the curve", "",
              ("The knee is where the next GiB of a tier frees less than the threshold share of "
-              "one prefill server's time (LRU curve of the training period, cost model); the "
+              "one prefill server's time (LRU curve of the requests, cost model); the "
               "size is the knee capped by what was measured."), "",
              "| tier | knee | cap | size | hit ratio without / at size | next GiB frees | threshold |",
              "|---|---|---|---|---|---|---|"]
@@ -121,7 +135,7 @@ def sizes_section(rec: Recommendation) -> list[str]:
                      f"**{human_bytes(t.chosen_bytes)}** | {t.token_hit_ratio_without:.1%} / "
                      f"{t.token_hit_ratio_at_chosen:.1%} | {t.gain_per_gib_at_chosen:.3%} | "
                      f"{t.threshold_per_gib:.2%} |")
-    lines += [""] + [f"- {t.tier}: {t.reason}; cap: {t.cap_source}" for t in sizes]
+    lines += [""] + [f"- {t.tier}: {t.reason}" for t in sizes]
     return lines
 
 

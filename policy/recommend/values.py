@@ -250,6 +250,18 @@ class HitRatios:
 
 
 @dataclass(frozen=True)
+class RollbackRule:
+    """The rollback rule to deploy with the recommendation: when the p99 TTFT (or ITL, when
+    budgeted) of the newest tier configuration stays over budget for ``sustained_s``, p99 over
+    ``window_s`` windows, disable that tier (:mod:`policy.rollback.rule`)."""
+
+    ttft_p99_s: float
+    sustained_s: int
+    window_s: int
+    itl_p99_s: float | None = None
+
+
+@dataclass(frozen=True)
 class Evidence:
     """Everything behind a recommendation. Only ``reuse_verdict``, ``host_memory`` and
     ``token_hit_ratio`` are always there (a do-not-offload verdict stops before the rest)."""
@@ -272,6 +284,7 @@ class Evidence:
     admitter_misses: int | None = None
     sizes: tuple[TierSize, ...] = ()
     expected_vs_gpu_only: tuple[Change, ...] = ()
+    rollback: RollbackRule | None = None
 
     def size(self, tier: str) -> TierSize | None:
         return next((s for s in self.sizes if s.tier == tier), None)

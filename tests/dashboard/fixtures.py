@@ -113,29 +113,33 @@ def _request(scenario, rng, request_id, now_s, hashes, tokens, phase) -> Request
         e2e_latency_s=0.5 if latency else None, tier_config_id=phase)
 
 
-def write_recommendation(folder: Path, ttft_p99_budget_s: float) -> Path:
-    """A recommendation folder shaped like ``kvtier recommend``'s output: recommendation.json
-    (kind kvtier.recommendation), a per-engine JSON, two engine configs, a plot, report.md."""
-    from PIL import Image
+def write_recommendation(folder: Path, ttft_p99_budget_s: float | None = 2.0) -> Path:
+    """A recommendation folder as ``kvtier recommend`` writes it (report.write of a real
+    recommendation of a synthetic multi-turn trace, every engine's config), with the rollback
+    rule's TTFT budget set to ``ttft_p99_budget_s`` (``None``: no rule)."""
+    import dataclasses
 
-    folder.mkdir(parents=True, exist_ok=True)
-    doc = {"kind": "kvtier.recommendation", "version": 1,
-           "settings": {"cpu_bytes": 68719476736, "store_threshold": 2}, "guardrails": {},
-           "notes": ["vLLM: store_threshold needs the OffloadingConnector"],
-           "rollback": {"ttft_p99_budget_s": ttft_p99_budget_s},
-           "evidence": {"verdict": "offload", "reasons": ["41% of prompt tokens are reused within 10 min"],
-                        "knobs": [{"name": "cpu_bytes", "value": "64GiB", "why": "knee of the LRU curve"},
-                                  {"name": "store_threshold", "value": 2, "why": "skips one-shot blocks"}],
-                        "expected": [{"metric": "recomputed_tokens", "baseline": 1000.0, "candidate": 700.0,
-                                      "change": -300.0, "low": -350.0, "high": -250.0},
-                                     {"metric": "ttft_p99_s", "baseline": 0.8, "candidate": 0.7,
-                                      "change": -0.1, "low": -0.15, "high": 0.02},
-                                     {"metric": "cold_promotion_tokens", "baseline": 0.0, "candidate": 0.0,
-                                      "change": 0.0, "low": 0.0, "high": 0.0}]}}
-    (folder / "recommendation.json").write_text(json.dumps(doc))
-    (folder / "recommendation.vllm.json").write_text(json.dumps(doc))
-    (folder / "vllm.json").write_text('{"kv_transfer_config": {"kv_connector": "OffloadingConnector"}}\n')
-    (folder / "trtllm.yaml").write_text("kv_cache_config:\n  host_cache_size: 68719476736\n")
-    Image.new("RGB", (40, 20), "orange").save(folder / "hit_ratio.png")
-    (folder / "report.md").write_text("# kvtier recommendation\n\n**Verdict: offload**\n")
+    from policy.recommend import report
+    from policy.recommend.values import RollbackRule
+    from policy.writers import ENGINES
+
+    rec = _recommendation()
+    rule = None if ttft_p99_budget_s is None else RollbackRule(ttft_p99_budget_s, 300, 120, 1.0)
+    rec = dataclasses.replace(rec, evidence=dataclasses.replace(rec.evidence, rollback=rule))
+    report.write(rec, folder, ENGINES)
     return folder
+
+
+_CACHE: dict = {}
+
+
+def _recommendation():
+    """One real recommendation per test process (it takes a few seconds)."""
+    if "rec" not in _CACHE:
+        from policy.recommend.build import Inputs, recommend
+        from tests.policy.learn.synthetic import conversations
+
+        _CACHE["rec"] = recommend(conversations(600, seed=8, block_tokens=512),
+                                  Inputs(30, prefill_servers=4, ttft_slo_s=2.0, itl_slo_s=1.0,
+                                         cold_blocks=None))
+    return _CACHE["rec"]

@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 import dashboard
 from dashboard.sources import ENV_RECOMMENDATION, ENV_SEGMENTS, ENV_WHATIF
 from dashboard.views import PAGES
+from policy.recommend.recommendation import from_json
 from tests.dashboard.fixtures import PHASES, write_recommendation
 
 WRITER = Path(__file__).resolve().parents[1] / "collector" / "writer_process.py"
@@ -154,27 +155,52 @@ def test_malformed_whatif_file_is_named_in_an_error(monkeypatch, full_segments, 
     assert "bad.json" in at.error[0].value
 
 
-def test_recommendation_shows_verdict_evidence_configs_and_rollback(monkeypatch, full_segments, tmp_path):
+def test_recommendation_leads_with_settings_and_the_absolute_ttft_change(monkeypatch, full_segments,
+                                                                         tmp_path):
     folder = write_recommendation(tmp_path / "reco", ttft_p99_budget_s=0.001)
+    rec = from_json(json.loads((folder / "recommendation.json").read_text()))
     at = open_page(monkeypatch, full_segments, "recommendation", recommendation=folder)
-    assert "Verdict: offload" in at.success[0].value and "reused" in at.success[0].value
-    (spec, rows), = charts(at)  # expected change, with its interval
-    assert spec["layer"][1]["mark"]["type"] == "rule"
-    assert rows.column("metric").to_pylist() == ["recomputed_tokens", "ttft_p99_s"]  # zero baseline left out
-    assert rows.column("change_share").to_pylist()[0] == pytest.approx(-0.3)
-    assert list(at.dataframe[0].value["knob"]) == ["cpu_bytes", "store_threshold"]
+    assert "Verdict: offload" in at.success[0].value and "prompts are unique" in at.success[0].value
+    headers = [h.value for h in at.subheader]
+    assert headers[:2] == ["What to set", "Time to first token against the GPU tier alone"]
+    settings = at.table[0].value
+    assert list(settings.index) == [k.name for k in rec.knobs]
+    assert settings["value"].iloc[0].startswith(f"{rec.settings.cpu_tier_bytes:,} (")
+    p99 = next(m for m in at.metric if m.label == "TTFT p99")
+    change = next(c for c in rec.evidence.expected_vs_gpu_only if c.metric == "ttft_p99_s")
+    assert p99.value == f"{change.candidate * 1e3:.1f} ms" and f"{change.change * 1e3:+.1f} ms" in p99.delta
+    (ttft_spec, ttft), (cpu_spec, cpu_curve), *rest = charts(at)
+    assert ttft_spec["layer"][1]["encoding"]["x"]["title"] == "time to first token (ms)"
+    assert ttft.column("ttft_ms").to_pylist()[:2] == pytest.approx(
+        [rec.evidence.expected_vs_gpu_only[4].baseline * 1e3, rec.evidence.expected_vs_gpu_only[4].candidate * 1e3])
+    assert cpu_spec["layer"][1]["mark"]["type"] == "rule"  # the chosen size
+    chosen = rec.evidence.size("cpu").chosen_bytes / 2**30  # the curve reaches GiBs: in GiB
+    assert cpu_spec["layer"][0]["encoding"]["x"]["title"] == "cpu tier size (GiB)"
+    assert cpu_curve.column("capacity").to_pylist()[cpu_curve.column("chosen").to_pylist().index(True)] \
+        == pytest.approx(chosen)
+    tokens_spec, tokens = rest[-1]  # relative changes of token counts come last, below
+    assert set(tokens.column("metric").to_pylist()) <= {"gpu_hit_tokens", "cpu_promotion_tokens",
+                                                       "cold_promotion_tokens", "recompute_tokens"}
     codes = {c.language: c.value for c in at.code}  # engine configs, not the push JSONs
-    assert len(at.code) == 2 and "OffloadingConnector" in codes["json"] and "host_cache_size" in codes["yaml"]
+    assert "OffloadingConnector" in codes["json"] and "host_cache_size" in codes["yaml"]
     assert any("over budget" in m.value for m in at.markdown)
 
 
 def test_recommendation_without_budgets_says_there_is_no_rule(monkeypatch, full_segments, tmp_path):
-    folder = write_recommendation(tmp_path / "reco", ttft_p99_budget_s=1.0)
-    doc = json.loads((folder / "recommendation.json").read_text())
-    del doc["rollback"]
-    (folder / "recommendation.json").write_text(json.dumps(doc))
+    folder = write_recommendation(tmp_path / "reco", ttft_p99_budget_s=None)
     at = open_page(monkeypatch, full_segments, "recommendation", recommendation=folder)
     assert any("no rollback budgets" in i.value for i in at.info)
+
+
+def test_a_recommendation_in_another_format_is_shown_raw_with_the_reason(monkeypatch, full_segments,
+                                                                         tmp_path):
+    folder = tmp_path / "reco"
+    folder.mkdir()
+    (folder / "recommendation.json").write_text(json.dumps({"kind": "kvtier.recommendation",
+                                                            "version": 1, "settings": {}}))
+    at = open_page(monkeypatch, full_segments, "recommendation", recommendation=folder)
+    assert "not in `kvtier recommend`'s format" in at.warning[0].value and "version 1" in at.warning[0].value
+    assert '"version": 1' in at.code[0].value
 
 
 def test_every_page_is_reachable_from_the_sidebar(monkeypatch, full_segments):
@@ -232,16 +258,12 @@ def test_new_segments_show_up_on_the_next_run_despite_caching(monkeypatch, tmp_p
 
 def test_recommendation_says_whether_host_memory_was_checked_and_why_the_file_tier(
         monkeypatch, full_segments, tmp_path):
-    folder = write_recommendation(tmp_path / "reco", ttft_p99_budget_s=1.0)
-    doc = json.loads((folder / "recommendation.json").read_text())
-    doc["evidence"]["host_memory"] = {"checked": False, "why": "no --headroom-json"}
-    doc["evidence"]["vllm_file_tier"] = {"add": False, "reason": "do not add a file tier: a "
-                                         "cold promotion costs 72 ms, recomputing it 64 ms"}
-    (folder / "recommendation.json").write_text(json.dumps(doc))
+    folder = write_recommendation(tmp_path / "reco")
     at = open_page(monkeypatch, full_segments, "recommendation", recommendation=folder)
     warnings = [w.value for w in at.warning]
     assert any("not checked against host memory" in w for w in warnings)
-    assert any("do not add a file tier" in w for w in warnings)
+    assert any(w.startswith("vLLM file tier: ") for w in warnings + [s.value for s in at.success])
+    doc = json.loads((folder / "recommendation.json").read_text())
     doc["evidence"]["host_memory"] = {
         "checked": True, "source": "kvtier probe headroom", "headroom_bytes": 20 * 2**30,
         "safety_margin_bytes": 2 * 2**30, "cap_bytes": 18 * 2**30,
@@ -250,4 +272,4 @@ def test_recommendation_says_whether_host_memory_was_checked_and_why_the_file_ti
     (folder / "recommendation.json").write_text(json.dumps(doc))
     at = open_page(monkeypatch, full_segments, "recommendation", recommendation=folder)
     info = " ".join(i.value for i in at.info)
-    assert "305.0 GiB asked for was capped to 18.0 GiB" in info and "16.3% at the asked size" in info
+    assert "305.0 GiB the curve asked for was capped to 18.0 GiB" in info and "16.3% at the asked size" in info
