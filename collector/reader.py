@@ -49,14 +49,14 @@ def _records(table) -> Iterator[RequestRecord]:
             yield RequestRecord(**{name: row[name] for name in _FIELDS})
 
 
-def _filters(tier_config_id: str | None, instance: str | None) -> tuple[str, list]:
+def _filters(tier_config_id: str | None, instance: str | None,
+             engine: str | None = None) -> tuple[str, list]:
     conditions, params = [], []
-    if tier_config_id is not None:
-        conditions.append("r.tier_config_id = ?")
-        params.append(tier_config_id)
-    if instance is not None:
-        conditions.append("r.instance = ?")
-        params.append(instance)
+    for column, value in (("tier_config_id", tier_config_id), ("instance", instance),
+                          ("engine", engine)):
+        if value is not None:
+            conditions.append(f"r.{column} = ?")
+            params.append(value)
     return ("WHERE " + " AND ".join(conditions) if conditions else ""), params
 
 
@@ -68,16 +68,18 @@ def _of_instance(relation: str, instance: str | None) -> str:
 
 class StoreReader:
     """Request records from a live ``TraceStore`` (in the writer's own process); with
-    ``instance``, only that serving instance's."""
+    ``instance``, only that serving instance's; with ``engine``, only those an origin of that
+    engine recorded (e.g. a load probe's rows beside the engine's own)."""
 
     def __init__(self, store: TraceStore, *, tier_config_id: str | None = None,
-                 instance: str | None = None):
+                 instance: str | None = None, engine: str | None = None):
         self.store = store
         self.tier_config_id = tier_config_id
         self.instance = instance
+        self.engine = engine
 
     def requests(self) -> Iterator[RequestRecord]:
-        where, params = _filters(self.tier_config_id, self.instance)
+        where, params = _filters(self.tier_config_id, self.instance, self.engine)
         sql = requests_sql(WITH_ORIGIN[REQUESTS_TABLE],
                            _of_instance(WITH_ORIGIN[BLOCK_EVENTS_TABLE], self.instance), where)
         yield from _records(self.store.query(sql, params))
@@ -92,20 +94,22 @@ class SegmentReader:
     """
 
     def __init__(self, root: str | Path, *, tier_config_id: str | None = None,
-                 note: str | None = None, instance: str | None = None):
+                 note: str | None = None, instance: str | None = None,
+                 engine: str | None = None):
         self.root = Path(root)
         if not self.root.is_dir():
             raise FileNotFoundError(2, "no segment folder", str(self.root))
         self.tier_config_id = tier_config_id
         self.note = note
         self.instance = instance
+        self.engine = engine
 
     def requests(self) -> Iterator[RequestRecord]:
         if not has_segments(self.root, REQUESTS_TABLE):
             return
         con = duckdb.connect()
         try:
-            where, params = _filters(self.tier_config_id, self.instance)
+            where, params = _filters(self.tier_config_id, self.instance, self.engine)
             try:
                 events = (_of_instance(_with_all_columns(con, self.root, BLOCK_EVENTS_TABLE),
                                        self.instance)
@@ -135,7 +139,7 @@ def _with_all_columns(con, root: Path, table: str) -> str:
 
 
 def open_store(path: str | Path, *, tier_config_id: str | None = None,
-               instance: str | None = None):
+               instance: str | None = None, engine: str | None = None):
     """A reader for a store file, opened read-only (the file stays byte-identical).
 
     A store locked by a running collector is read through the Parquet segments that collector
@@ -146,7 +150,7 @@ def open_store(path: str | Path, *, tier_config_id: str | None = None,
 
     try:
         return StoreReader(TraceStore(path, read_only=True), tier_config_id=tier_config_id,
-                           instance=instance)
+                           instance=instance, engine=engine)
     except StoreLockedError as locked:
         segments = segments_of(path)
         if segments is None:
@@ -155,6 +159,6 @@ def open_store(path: str | Path, *, tier_config_id: str | None = None,
                                    "it exports to with --segments), or stop it") from None
         holder = f"process {locked.pid}" if locked.pid else "another process"
         return SegmentReader(segments, tier_config_id=tier_config_id, instance=instance,
-                             note=f"{path} is held by {holder} (a running collector); reading "
+                             engine=engine, note=f"{path} is held by {holder} (a running collector); reading "
                                   f"its Parquet segments in {segments} instead (up to their last "
                                   "export)")

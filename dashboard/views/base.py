@@ -61,7 +61,7 @@ def explain_no_data(config: DashboardConfig) -> None:
     st.info(
         f"No segments yet under `{config.segments}`: nothing to chart.\n\n"
         "Segments are Parquet files the collector exports from its store. To produce some:\n"
-        "- `kvtier demo --out kvtier-out` replays the bundled Mooncake trace and writes "
+        "- `kvtier demo --out kvtier-out` replays bundled real traces through the reference engine and writes "
         "`kvtier-out/segments`, then `kvtier dashboard --segments kvtier-out/segments`;\n"
         "- or run `kvtier collect` next to your engines, which exports segments as it ingests.")
 

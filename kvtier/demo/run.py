@@ -1,136 +1,240 @@
-"""The demo: the main job on embedded defaults, end to end on a bundled real trace.
+"""The demo: the main job on embedded defaults, end to end on bundled real traces.
 
-A scaled-down slice of the Mooncake conversation trace (``DemoSlice``) is replayed by the
-load probe through kvtier's reference engine in each rollout phase (GPU-only, +CPU tier,
-+file tier if justified); the engine's hooks and the probe's rows go into a DuckDB store,
-out as Parquet segments for the dashboard. Every latency it prints is measured. Then the
-host's memory headroom and file-tier speed are probed, and the analysis and recommendation run
-over the whole trace with them: the CPU size is capped at this host's memory, and the file
-tier is priced with this disk.
+Act one replays agentic coding sessions (the bundled WEKA-format slice) through kvtier's
+reference engine: the GPU tier alone first, whose measured tail sets the rollback budget;
+then, from what that phase stored, ``kvtier analyze`` and ``kvtier recommend`` (this host's
+memory headroom and file-read speed probed first) size the CPU and cold tiers from the
+curve, and the rollout tries those sizes, each held to the budget. Act two replays chat
+traffic (a Mooncake slice) whose reuse the demo's minutes cannot see, with the same CPU size
+and a cold tier nobody sized, as a copied setting would: the rule decides. Every latency is
+measured; everything lands in one DuckDB store and Parquet segments, what-if curves and the
+recommendation beside them, for the dashboard.
 """
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvtier.demo.live import DemoSlice
-from kvtier.traces import bundled_trace
+from kvtier.demo.sized_plan import Sizes
+
+ACT1, ACT2 = "agentic/", "chat/"
+UNSIZED_COLD_BLOCKS = 8192  # act two's cold tier: 64 MiB of the engine's blocks, sized by nobody
 
 
 @dataclass(frozen=True, slots=True)
 class DemoConfig:
     out_dir: Path
-    trace: Path | None = None  # None: the bundled Mooncake conversation trace
-    shape: DemoSlice = DemoSlice()
-    recommend: bool = True  # run the analysis and the recommendation after the rollout
+    trace: Path | None = None  # act one replays this trace instead of the agentic sessions
+    requests: int | None = None  # act one's requests per phase (None: the whole slice)
+    chat_requests: int = 300  # act two's requests per phase (0: no act two)
+    recommend: bool = True  # run the analysis and the recommendation (else: sizes from the curve)
 
 
-def run_demo(config: DemoConfig, *, clock: Callable[[], float] = time.time, say=print) -> dict:
-    """Run the demo and return its figures (also printed through ``say``)."""
+@dataclass(frozen=True)
+class DemoResult:
+    store: Path
+    segments: Path
+    acts: tuple  # kvtier.rollout.runner.RolloutReport per act
+    recommendation: object | None  # policy.recommend.recommendation.Recommendation
+    seconds: float
+
+
+def run_demo(config: DemoConfig, *, clock: Callable[[], float] = time.time, say=print) -> DemoResult:
+    """Run the demo, printing as it goes; the result holds what it measured and decided."""
     from collector.segments import export_segments
     from collector.store import TraceStore
-    from kvtier.demo.live import run_live
+    from kvtier.demo import workloads
+    from kvtier.demo.live import engine, run_act
+    from kvtier.demo.sized_plan import SizedPlan
+    from kvtier.demo.steps import measure_host
     from kvtier.progress import progress_lines
-    from policy.readers import open_trace
 
-    trace_path = config.trace or bundled_trace()
-    reader = open_trace(trace_path)
-    config.out_dir.mkdir(parents=True, exist_ok=True)
-    store_path = config.out_dir / "kvtier.duckdb"
-    segments = config.out_dir / "segments"
-    _clear_previous_run(store_path, segments, say)
-    say(f"kvtier demo: trace {trace_path} ({getattr(reader, 'format_name', 'trace')})")
+    started = time.perf_counter()
+    out = config.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    store_path, segments = out / "kvtier.duckdb", out / "segments"
+    _clear_previous_run(out, say)
+    act1 = workloads.agentic(config.requests, config.trace)
+    records1 = act1.records()
+    say(f"kvtier demo: act one, {act1.title}: {act1.describe(records1)}")
+    block_bytes = act1.block_tokens * 512  # the reference engine's KV bytes per token
+    say("  this host, probed:")
+    probes = measure_host(out / "probes", block_bytes, say)
+    decided: dict = {}
+    with TraceStore(store_path, clock=clock) as store, \
+            engine(store, out, act1.block_tokens, act1.gpu_blocks) as running:
 
-    requests = list(itertools.islice(reader.requests(), config.shape.requests))
-    if not requests:
-        raise ValueError(f"{trace_path} holds no requests")
-    say(f"  slice: the first {len(requests)} requests, prompts cut to {config.shape.max_blocks} blocks of "
-        f"{config.shape.block_tokens} tokens, {config.shape.max_tokens} output tokens, concurrency ramp "
-        f"{'/'.join(map(str, config.shape.concurrency))}")
-    with TraceStore(store_path, clock=clock) as store:
-        t0 = time.perf_counter()
+        def size(baseline) -> Sizes:  # between the baseline and the tiers: decide their sizes
+            running.flush()
+            export_segments(store, segments)
+            say(f"  {baseline.tiers.config_id} measured; the rollback budget it sets: "
+                f"{_budget_text(plan.budget)}")
+            sizes, rec = _decide(config, act1, segments, probes, plan.budget, out, say)
+            decided["recommendation"] = rec
+            return sizes
+
+        plan = SizedPlan(act1.gpu_blocks, size, prefix=ACT1)
         with progress_lines(say) as progress:
-            live = run_live(requests, store, config.out_dir, config.shape, progress)
-        live_s = time.perf_counter() - t0
-        figures = _store_figures(store)
-        exported = export_segments(store, segments)
-    figures.update(store=str(store_path), segments=str(segments), segment_files=len(exported.files),
-                   live_s=live_s, costs=live.costs_us_per_token, report=live.report)
-    _report(figures, say)
+            report1 = run_act(running, act1, records1, plan, store, progress)
+        _show_act(report1, store, say)
+        rec, sizes = decided.get("recommendation"), plan.sizes
+        if rec is not None and sizes is not None:
+            _write_whatif(segments, act1, sizes.cpu_blocks, out / "whatif", say)
+        reports = [report1]
+        if config.chat_requests and sizes is not None and sizes.cpu_blocks:
+            reports.append(_act_two(config, running, store, act1.gpu_blocks, sizes.cpu_blocks,
+                                    say))
+        running.flush()
+        export_segments(store, segments)
+        _store_line(store, store_path, segments, say)
+    _clear_file_tier(out)
+    elapsed = time.perf_counter() - started
+    _close(rec, report1, out, segments, elapsed, say)
+    return DemoResult(store_path, segments, tuple(reports), rec, elapsed)
+
+
+def _decide(config: DemoConfig, act, segments: Path, probes: dict, budget, out: Path, say
+            ) -> tuple[Sizes, object | None]:
+    """The tier sizes for the rest of the rollout, from what the baseline stored."""
     if not config.recommend:
-        say(f"  open the dashboard: kvtier dashboard --segments {segments}")
-        return figures
-    say("  analysis and recommendation over the whole trace (simulated replay; host headroom "
-        "and file-tier speed measured on this host):")
-    probes = _measure_host(config.out_dir / "probes", say)
-    _run_verb("analyze", ["--trace", str(trace_path), "--out", str(config.out_dir / "analysis")], say)
-    _run_verb("recommend", ["--trace", str(trace_path), "--engine", "all",
-                            "--headroom-json", str(probes["headroom"]),
-                            "--fs-json", str(probes["fs"]),
-                            "--cold-path", str((config.out_dir / "file-tier").resolve()),
-                            "--out", str(config.out_dir / "recommendation")], say)
-    say(f"  open the dashboard: kvtier dashboard --segments {segments} "
-        f"--recommendation {config.out_dir / 'recommendation'}")
-    return figures
-
-
-def _measure_host(folder: Path, say) -> dict[str, Path]:
-    """Run the headroom and file-tier probes (about two seconds) so the recommendation's CPU
-    size is capped at this host's memory and its file-tier verdict uses this disk's speed."""
+        return _curve_sizes(segments, act, say), None
     import json
 
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "fs").mkdir(exist_ok=True)
-    paths = {"headroom": folder / "headroom.json", "fs": folder / "fs.json"}
-    _run_verb("probe", ["headroom", "--json", "--out", str(paths["headroom"])], say, quiet=True)
-    _run_verb("probe", ["fs", "--json", "--dir", str(folder / "fs"), "--out", str(paths["fs"])],
-              say, quiet=True)
-    headroom = json.loads(paths["headroom"].read_text())
-    reads = [r for r in json.loads(paths["fs"].read_text())["rows"] if r["op"] == "read"]
-    best = max(reads, key=lambda r: r["throughput_bytes_per_s"])
-    say(f"    host headroom {headroom['safe_bytes'] / 2**30:.1f} GiB safe for a CPU tier "
-        f"(limited by {headroom['limited_by']}); file reads up to "
-        f"{best['throughput_bytes_per_s'] / 1e6:,.0f} MB/s ({best['size_bytes'] // 1024} KiB blocks, "
-        f"{best['threads']} threads) in {folder / 'fs'}")
-    return paths
+    from kvtier.demo.steps import run_verb
+    from policy.recommend.recommendation import from_json
+
+    select = ["--trace", str(segments), "--tier-config", f"{ACT1}gpu-only",
+              "--source-engine", "load-probe", "--model", "kvtier-reference",
+              "--gpu-tokens", str(act.gpu_blocks * act.block_tokens),
+              "--ttft-slo-s", f"{budget.ttft_p99_s:.6g}", "--headroom-json", str(probes["headroom"])]
+    say("  the analysis and the recommendation, over the requests the GPU-only phase served, "
+        "with the costs the engine measured:")
+    run_verb("analyze", [*select, "--out", str(out / "analysis")], say,
+             show=lambda line: "verdict" in line.lower())
+    reco = out / "recommendation"
+    run_verb("recommend", [*select, "--itl-slo-s", f"{budget.itl_p99_s:.6g}",
+                           "--engine", "all", "--fs-json", str(probes["fs"]),
+                           "--cold-path", str((out / "file-tier").resolve()), "--out", str(reco)],
+             say, show=lambda line: not line.startswith("wrote"))
+    rec = from_json(json.loads((reco / "recommendation.json").read_text()))
+    cpu, cold = rec.evidence.size("cpu"), rec.evidence.size("cold")
+    if rec.verdict.outcome != "offload" or cpu is None:
+        return Sizes(0, 0, cpu_reason=rec.verdict.note or rec.verdict.words), rec
+    return Sizes(cpu.chosen_blocks, 0 if cold is None else cold.chosen_blocks, cpu.reason,
+                 "none considered" if cold is None else cold.reason), rec
 
 
-def _run_verb(verb: str, argv: list[str], say, *, quiet: bool = False) -> None:
-    """Run another verb exactly as its command line would, its output indented."""
-    import argparse
-    import contextlib
-    import importlib
-    import io
+def _curve_sizes(segments: Path, act, say) -> Sizes:
+    """Without the recommendation: the CPU tier at the curve's knee, the cost model's
+    defaults for the reference engine (no cold tier)."""
+    from policy.cost import CostParams
+    from policy.curves import lru_curve
+    from policy.geometry import geometry
+    from policy.readers import open_trace
+    from policy.recommend.sizing import tier_size
 
-    module = importlib.import_module(f"kvtier.verbs.{verb}")
-    parser = argparse.ArgumentParser(prog=f"kvtier {verb}")
-    module.add_arguments(parser)
-    output = io.StringIO()
-    with contextlib.redirect_stdout(output):
-        module.run(parser.parse_args(argv))
-    lines = output.getvalue().splitlines()
-    say(f"  kvtier {verb} {' '.join(argv)}")
-    if quiet:
-        return
-    for line in (lines if verb == "recommend" else [line for line in lines if "verdict" in line.lower()]):
+    records = list(open_trace(segments, tier_config_id=f"{ACT1}gpu-only", engine="load-probe").requests())
+    params = CostParams(model=geometry("kvtier-reference"))
+    bt = act.block_tokens
+    size = tier_size(lru_curve(records, bt), tier="cpu", offset_blocks=act.gpu_blocks,
+                     block_bytes=bt * params.model.bytes_per_token,
+                     saved_s_per_token=(params.recompute_s(bt) - params.promotion_s(bt, "cpu")) / bt,
+                     span_s=records[-1].arrival_s - records[0].arrival_s if records else 0.0)
+    say(f"  CPU tier from the curve (no recommendation asked): {size.reason}")
+    return Sizes(size.chosen_blocks, 0, size.reason, "not asked for")
+
+
+def _act_two(config: DemoConfig, running, store, gpu_blocks: int, cpu_blocks: int, say):
+    from kvtier.demo import workloads
+    from kvtier.demo.live import run_act
+    from kvtier.demo.sized_plan import FixedPlan
+    from kvtier.progress import progress_lines
+    from kvtier.rollout.plan import PhaseTiers
+
+    act = workloads.chat(config.chat_requests)
+    records = act.records()
+    say(f"kvtier demo: act two, {act.title}: {act.describe(records)}; the same CPU tier, and "
+        f"a cold tier of {UNSIZED_COLD_BLOCKS} blocks that no curve asked for (a copied setting)")
+    plan = FixedPlan(gpu_blocks, (PhaseTiers(f"{ACT2}gpu+cpu", gpu_blocks, cpu_blocks),
+                                  PhaseTiers(f"{ACT2}gpu+cpu+cold", gpu_blocks, cpu_blocks,
+                                             UNSIZED_COLD_BLOCKS)), prefix=ACT2)
+    with progress_lines(say) as progress:
+        report = run_act(running, act, records, plan, store, progress)
+    _show_act(report, store, say)
+    return report
+
+
+def _show_act(report, store, say) -> None:
+    from kvtier.demo.live import measured_costs
+    from kvtier.demo.narration import budget_line, explain, phase_table
+
+    budget = report.phases[0].budget if report.phases else None
+    say(f"  measured on the engine (client side); the rule's budget: {budget_line(budget)}")
+    for line in phase_table(report):
         say(f"    {line}")
+    say("  what each phase shows:")
+    for line in explain(report):
+        say(f"    {line}")
+    costs = measured_costs(store, [p.tiers.config_id for p in report.phases])
+    if costs:
+        say("  measured cost per token (median of the engine's block events): " + ", ".join(
+            f"{name.replace('_', ' ')} {value:.2f} us" for name, value in sorted(costs.items())))
 
 
-def _clear_previous_run(store_path: Path, segments: Path, say) -> None:
-    """A demo run starts from an empty store so its figures describe this run alone."""
+def _write_whatif(segments: Path, act, cpu_blocks: int, folder: Path, say) -> None:
+    from kvtier.demo.whatif import write_cpu_sweep
+    from policy.readers import open_trace
+
+    records = list(open_trace(segments, tier_config_id=f"{ACT1}gpu-only",
+                              engine="load-probe").requests())
+    path = write_cpu_sweep(records, act.gpu_blocks, cpu_blocks, folder)
+    say(f"  what-if: hit ratio against CPU capacity per policy (Belady the bound) -> {path}")
+
+
+def _budget_text(budget) -> str:
+    from kvtier.demo.narration import budget_line
+
+    return budget_line(budget)
+
+
+def _store_line(store, store_path: Path, segments: Path, say) -> None:
+    row = store.query("""
+        SELECT (SELECT count(*) FROM requests) AS requests,
+               (SELECT count(*) FROM block_events) AS block_events,
+               (SELECT count(*) FROM ingested_batches) AS batches,
+               (SELECT coalesce(sum(rejected), 0) FROM ingested_batches) AS rejected
+    """).to_pylist()[0]
+    say(f"  stored {row['block_events']:,} block events and {row['requests']:,} request records in "
+        f"{row['batches']} batches ({row['rejected']} rejected) in {store_path}; segments in {segments}")
+
+
+def _close(rec, report1, out: Path, segments: Path, elapsed: float, say) -> None:
+    from kvtier.demo.narration import closing
+
+    say(f"kvtier demo: summary ({elapsed:.0f} s)")
+    if rec is not None:
+        for line in closing(rec, report1, str(out / "recommendation" / "recommendation.json"),
+                            str(out / "monitoring")):
+            say(f"  {line}")
+    say(f"  open the dashboard: kvtier dashboard --segments {segments}")
+
+
+def _clear_previous_run(out: Path, say) -> None:
+    """A demo run starts from an empty store and folders, so its figures describe it alone."""
     import shutil
 
-    if store_path.exists():
-        _check_replaceable(store_path)
-    if store_path.exists() or segments.exists():
-        say(f"  replacing the previous demo run's store and segments in {store_path.parent}")
-    for path in (store_path, store_path.with_name(store_path.name + ".wal")):
+    store = out / "kvtier.duckdb"
+    if store.exists():
+        _check_replaceable(store)
+    if store.exists() or (out / "segments").exists():
+        say(f"kvtier demo: replacing the previous demo run in {out}")
+    for path in (store, store.with_name(store.name + ".wal")):
         path.unlink(missing_ok=True)
-    shutil.rmtree(segments, ignore_errors=True)
+    for name in ("segments", "whatif", "recommendation", "analysis", "file-tier"):
+        shutil.rmtree(out / name, ignore_errors=True)
 
 
 def _check_replaceable(store_path: Path) -> None:
@@ -147,26 +251,8 @@ def _check_replaceable(store_path: Path) -> None:
                          "store, and the demo would replace it; choose another --out") from None
 
 
-def _store_figures(store) -> dict:
-    return store.query("""
-        SELECT (SELECT count(*) FROM requests) AS requests,
-               (SELECT count(*) FROM block_events) AS block_events,
-               (SELECT count(*) FROM ingested_batches) AS batches,
-               (SELECT coalesce(sum(rejected), 0) FROM ingested_batches) AS rejected
-    """).to_pylist()[0]
+def _clear_file_tier(out: Path) -> None:
+    """The engine's file-tier blocks are of no use once it stopped."""
+    import shutil
 
-
-def _report(f: dict, say) -> None:
-    from kvtier.rollout.from_args import render_table
-
-    say(f"  rollout against the reference engine in {f['live_s']:.0f} s (measured, client side):")
-    for line in render_table(f["report"]).splitlines():
-        say("    " + line)
-    costs = f["costs"]
-    if "cpu_promotion" in costs and "recompute_miss" in costs:
-        say(f"  measured cost per token: CPU promotion {costs['cpu_promotion']:.2f} us, cold promotion "
-            f"{costs.get('cold_promotion', float('nan')):.2f} us, recompute {costs['recompute_miss']:.2f} us "
-            f"(median over the engine's block events)")
-    say(f"  stored {f['block_events']:,} block events and {f['requests']:,} request records in {f['batches']} "
-        f"batches ({f['rejected']} rejected) in {f['store']}")
-    say(f"  exported {f['segment_files']} Parquet segment file(s) to {f['segments']}")
+    shutil.rmtree(out / "file-tier", ignore_errors=True)

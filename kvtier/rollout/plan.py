@@ -60,6 +60,29 @@ class RolloutPlan:
                 PhaseTiers("gpu+cpu", self.gpu_blocks, self.cpu_blocks),
                 PhaseTiers("gpu+cpu+file", self.gpu_blocks, self.cpu_blocks, self.cold_blocks))
 
+    # the runner's Plan: the three phases in order, one budget
+    def next_phase(self, done, skipped) -> PhaseTiers | None:
+        index = len(done) + len(skipped)
+        return self.phases()[index] if index < 3 else None
+
+    def skip_reason(self, tiers: PhaseTiers, done, block_tokens: int) -> str | None:
+        """The file phase runs only after a kept CPU phase and when the file tier pays."""
+        if not tiers.cold_blocks:
+            return None
+        cpu = next((p for p in done if p.tiers.cpu_blocks and not p.tiers.cold_blocks), None)
+        if cpu is None:
+            return "the CPU phase did not run"
+        from policy.cost import CostParams
+        from policy.recommend.cold_tier import cost_from_params, decide
+
+        gain = cold_tier_gain(cpu.records, self, block_tokens)
+        decision = decide(gain, self.min_cold_gain,
+                          self.cold_cost or cost_from_params(CostParams(), block_tokens))
+        return None if decision.add else decision.reason
+
+    def budget_for(self, done, records) -> LatencyBudget:
+        return self.budget
+
 
 def cold_tier_gain(records, plan: RolloutPlan, block_tokens: int) -> float:
     """Simulated gain in token hit ratio from adding the file tier to the CPU phase.

@@ -5,7 +5,10 @@ traffic held fixed), so only the cache dimension differs between phases. Against
 reference engine the tiers are switched through its ``/admin/tiers`` endpoint; against a real
 engine an ``OperatorSwitcher`` writes the next configuration and waits for the operator to
 restart the engine. After each phase the rollback rule (``policy.rollback.decide``) decides
-whether the newest tier must go; a rolled-back phase ends the rollout.
+whether the newest tier must go; a rolled-back phase ends the rollout. What runs next, what
+is skipped and the budget come from a :class:`Plan`: :class:`~kvtier.rollout.plan.RolloutPlan`
+(three fixed phases, one budget) or one that decides between phases (the demo sizes its
+tiers and its budget from what the first phase measured).
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
 from collector.events import RequestRecord
-from kvtier.rollout.plan import PhaseTiers, RolloutPlan, cold_tier_gain
+from kvtier.rollout.plan import PhaseTiers
+from policy.rollback.rule import LatencyBudget
 
 
 class Switcher(Protocol):
@@ -68,6 +72,7 @@ class PhaseOutcome:
     errors: int
     summary: dict
     action: str
+    budget: LatencyBudget | None = None  # what the rule checked the phase against
 
     @property
     def rolled_back(self) -> bool:
@@ -88,7 +93,23 @@ class RolloutReport:
 RunPhase = Callable[[PhaseTiers], tuple[Sequence[RequestRecord], int]]
 
 
-def run_rollout(plan: RolloutPlan, switcher: Switcher, run_phase: RunPhase, *,
+class Plan(Protocol):
+    """What the runner asks between phases."""
+
+    def next_phase(self, done: Sequence[PhaseOutcome],
+                   skipped: Sequence[tuple[str, str]]) -> PhaseTiers | None:
+        """The next configuration to try, ``None`` when the rollout is over."""
+
+    def skip_reason(self, tiers: PhaseTiers, done: Sequence[PhaseOutcome],
+                    block_tokens: int) -> str | None:
+        """Why ``tiers`` should not run (``None``: run it)."""
+
+    def budget_for(self, done: Sequence[PhaseOutcome],
+                   records: Sequence[RequestRecord]) -> LatencyBudget:
+        """The budget the phase that just measured ``records`` is held to."""
+
+
+def run_rollout(plan: Plan, switcher: Switcher, run_phase: RunPhase, *,
                 block_tokens: int, progress: Callable[[str], None] = lambda line: None,
                 after_phase: Callable[[PhaseTiers], None] = lambda tiers: None) -> RolloutReport:
     """Run the phases in order. ``run_phase(tiers)`` drives the load and returns the phase's
@@ -98,8 +119,8 @@ def run_rollout(plan: RolloutPlan, switcher: Switcher, run_phase: RunPhase, *,
     outcomes: list[PhaseOutcome] = []
     skipped: list[tuple[str, str]] = []
     history: list[RequestRecord] = []
-    for tiers in plan.phases():
-        reason = _skip_reason(tiers, outcomes, plan, block_tokens)
+    while (tiers := plan.next_phase(tuple(outcomes), tuple(skipped))) is not None:
+        reason = plan.skip_reason(tiers, tuple(outcomes), block_tokens)
         if reason:
             skipped.append((tiers.config_id, reason))
             progress(f"rollout: skipping {tiers.config_id}: {reason}")
@@ -109,29 +130,16 @@ def run_rollout(plan: RolloutPlan, switcher: Switcher, run_phase: RunPhase, *,
         records, errors = run_phase(tiers)
         after_phase(tiers)
         history.extend(records)
-        verdicts = {d.tier_config_id: d for d in decide(history, plan.budget, step_s=1.0)}
+        budget = plan.budget_for(tuple(outcomes), records)
+        verdicts = {d.tier_config_id: d for d in decide(history, budget, step_s=1.0)}
         verdict = verdicts.get(tiers.config_id)
         action = verdict.action() if verdict is not None else "keep"
-        outcomes.append(PhaseOutcome(tiers, tuple(records), errors, summarise(records), action))
+        outcomes.append(PhaseOutcome(tiers, tuple(records), errors, summarise(records), action,
+                                     budget))
         progress(f"rollout: {tiers.config_id}: {len(records)} requests, {errors} errors, {action}")
         if action != "keep":
             break
     return RolloutReport(tuple(outcomes), tuple(skipped))
-
-
-def _skip_reason(tiers: PhaseTiers, done: list[PhaseOutcome], plan: RolloutPlan, block_tokens: int) -> str | None:
-    if not tiers.cold_blocks:
-        return None
-    cpu = next((p for p in done if p.tiers.cpu_blocks and not p.tiers.cold_blocks), None)
-    if cpu is None:
-        return "the CPU phase did not run"
-    from policy.cost import CostParams
-    from policy.recommend.cold_tier import cost_from_params, decide
-
-    gain = cold_tier_gain(cpu.records, plan, block_tokens)
-    decision = decide(gain, plan.min_cold_gain,
-                      plan.cold_cost or cost_from_params(CostParams(), block_tokens))
-    return None if decision.add else decision.reason
 
 
 def summarise(records: Sequence[RequestRecord]) -> dict:

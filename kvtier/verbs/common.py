@@ -33,8 +33,13 @@ def open_records(args, flag: str | None = None) -> tuple[object, Iterator[Reques
         flag = flag or ("--store" if getattr(args, "store", None) == args.trace else "--trace")
         raise KvtierError(f"{flag} {args.trace}: no such file or folder")
     instance = getattr(args, "instance", None)
+    select = {"tier_config_id": getattr(args, "tier_config", None),
+              "engine": getattr(args, "source_engine", None)}
     reader = open_trace(args.trace, args.format, skip_bad=args.skip_bad,
-                        block_tokens=args.block_tokens, instance=instance)
+                        block_tokens=args.block_tokens, instance=instance, **select)
+    if any(select.values()) and not hasattr(reader, "tier_config_id"):
+        raise KvtierError("--tier-config and --source-engine select the requests of a store "
+                          "(--store DB, or a store or segment folder as --trace)")
     if getattr(reader, "note", None):  # e.g. a locked store read through its segments
         print(f"kvtier {args.verb}: note: {reader.note}", file=sys.stderr, flush=True)
     if isinstance(reader, WekaReader):

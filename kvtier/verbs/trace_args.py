@@ -5,8 +5,8 @@ TRACE_FORMATS = ("mooncake", "weka", "bailian", "store")  # policy.readers.FORMA
 
 
 def add_trace_arguments(parser) -> None:
-    """``--format``, ``--block-tokens``, ``--skip-bad``, ``--weka-start-gap-s``, ``--model``,
-    ``--instance``, ``--jobs``."""
+    """``--format``, ``--block-tokens``, ``--skip-bad``, ``--weka-start-gap-s``,
+    ``--tier-config``, ``--source-engine``, ``--model``, ``--instance``, ``--jobs``."""
     parser.add_argument("--format", choices=TRACE_FORMATS, help="trace format (detected when omitted)")
     parser.add_argument("--block-tokens", type=int,
                         help="tokens per block id (default: the format's, e.g. 512 for Mooncake)")
@@ -14,6 +14,11 @@ def add_trace_arguments(parser) -> None:
                         help="skip and count bad trace lines instead of stopping at the first")
     parser.add_argument("--weka-start-gap-s", type=float, default=60.0,
                         help="WEKA: seconds between conversation starts (default 60)")
+    parser.add_argument("--tier-config", dest="tier_config",
+                        help="a store: only requests served under this tier configuration")
+    parser.add_argument("--source-engine", dest="source_engine",
+                        help="a store: only requests this engine recorded (e.g. load-probe, "
+                             "reference)")
     parser.add_argument("--model",
                         help="KV geometry: needed for byte capacities (16GiB); costs use "
                              "llama-3.1-8b unless told")

@@ -31,9 +31,12 @@ __all__ = [
 
 
 def open_trace(path: str | Path, format: str | None = None, *, skip_bad: bool = False,
-               block_tokens: int | None = None, instance: str | None = None):
+               block_tokens: int | None = None, instance: str | None = None,
+               tier_config_id: str | None = None, engine: str | None = None):
     """A reader for ``path``; ``format`` is one of :data:`FORMATS` or ``None`` to sniff.
-    ``instance`` keeps one serving instance of a store or segment folder (others have one).
+    ``instance`` keeps one serving instance of a store or segment folder (others have one);
+    ``tier_config_id`` and ``engine`` keep the requests of one tier configuration and of
+    origins of one engine (a store or segment folder only).
 
     ``block_tokens`` overrides the format's block size (Mooncake, Bailian). Raises
     ``FileNotFoundError`` for a missing path and :class:`TraceFormatError` for an unknown
@@ -44,7 +47,7 @@ def open_trace(path: str | Path, format: str | None = None, *, skip_bad: bool = 
         raise FileNotFoundError(2, "No such file or directory", str(path))
     name = format or sniff_format(path)
     if name == "store":
-        return _store_reader(path, instance)
+        return _store_reader(path, instance, tier_config_id, engine)
     if instance is not None:
         raise TraceFormatError(path, None, f"a {name} trace has no instances; --instance "
                                            "needs a store or a folder of segments")
@@ -57,17 +60,19 @@ def open_trace(path: str | Path, format: str | None = None, *, skip_bad: bool = 
     return READERS[name](path, skip_bad=skip_bad, **extra)
 
 
-def _store_reader(path: Path, instance: str | None = None):
+def _store_reader(path: Path, instance: str | None = None, tier_config_id: str | None = None,
+                  engine: str | None = None):
     """The store readers: a folder of Parquet segments or a DuckDB store file (read-only)."""
     from collector.reader import SegmentReader, open_store  # DuckDB: imported on use
 
     if path.is_dir():
-        return SegmentReader(path, instance=instance)
+        return SegmentReader(path, instance=instance, tier_config_id=tier_config_id,
+                             engine=engine)
     if path.suffix == ".parquet":
         raise TraceFormatError(path, None, "a single Parquet file; pass the folder of segments "
                                            "(what kvtier collect --segments or kvtier store "
                                            "export writes)")
-    return open_store(path, instance=instance)
+    return open_store(path, instance=instance, tier_config_id=tier_config_id, engine=engine)
 
 
 def sniff_format(path: Path) -> str:

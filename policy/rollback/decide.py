@@ -15,7 +15,7 @@ buckets, this decision uses the exact p99 of the window's requests.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,6 +81,43 @@ def decide(records: Iterable[RequestRecord], budget: LatencyBudget = DEFAULT_BUD
                                           previous if breaches else None))
         previous = config_id
     return decisions
+
+
+def sustained_p99(records: Iterable[RequestRecord], metric: str, window_s: float,
+                  sustained_s: float, step_s: float = 1.0) -> float | None:
+    """The highest p99 the records held at every instant for ``sustained_s`` (the rule's own
+    statistic): a budget at or above it does not fire on them. ``None`` without values."""
+    field = METRICS[metric][0]
+    points = sorted((r.arrival_s, getattr(r, field)) for r in records
+                    if getattr(r, field) is not None)
+    if not points:
+        return None
+    times = np.asarray([p[0] for p in points])
+    values = np.asarray([p[1] for p in points])
+    grid = np.arange(times[0], times[-1] + window_s + step_s, step_s)
+    series = []
+    for t in grid:
+        lo, hi = np.searchsorted(times, [t - window_s, t], side="right")
+        series.append(float(np.percentile(values[lo:hi], 99)) if hi > lo else -np.inf)
+    span = max(int(np.ceil(sustained_s / step_s)), 0) + 1  # instants from t to t + sustained_s
+    held = [min(series[i:i + span]) for i in range(len(series) - span + 1)]
+    best = max(held) if held else -np.inf
+    return float(best) if np.isfinite(best) else None
+
+
+def budget_from_baseline(records: Sequence[RequestRecord], margin: float, window_s: int,
+                         sustained_s: int, step_s: float = 1.0) -> LatencyBudget:
+    """A budget ``margin`` times the highest p99 the baseline ``records`` sustained (per
+    metric): the rule then keeps a configuration unless it makes the tail that much worse
+    than the baseline ever held. ``ValueError`` when the records have no latencies."""
+    if not margin >= 1:
+        raise ValueError(f"margin must be >= 1, got {margin!r}")
+    levels = {m: sustained_p99(records, m, window_s, sustained_s, step_s) for m in METRICS}
+    missing = [m for m, v in levels.items() if not v]
+    if missing:
+        raise ValueError(f"the baseline has no {', '.join(missing)} measurements to set a budget from")
+    return LatencyBudget(ttft_p99_s=margin * levels["ttft"], itl_p99_s=margin * levels["itl"],
+                         sustained_s=sustained_s, window_s=window_s)
 
 
 def _breach(group: list[RequestRecord], metric: str, budget: LatencyBudget,

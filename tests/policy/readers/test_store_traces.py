@@ -41,3 +41,31 @@ def test_store_trace_replays_like_the_original(store_path, capsys):
     out = json.loads(capsys.readouterr().out)
     expected = simulate(records, SimConfig(gpu_blocks=None))
     assert out["token_hit_ratio"] == pytest.approx(expected.token_hit_ratio)
+
+
+def test_a_store_and_its_segments_yield_one_engine_and_phase_when_asked(tmp_path, capsys):
+    from collector.batch import EventBatch
+    from collector.events import RequestRecord
+    from collector.segments import export_segments
+
+    path = tmp_path / "two.duckdb"
+    with TraceStore(path) as store:
+        for engine, phase, n in (("load-probe", "gpu-only", 5), ("load-probe", "gpu+cpu", 3),
+                                 ("reference", "gpu-only", 7)):
+            rows = [RequestRecord(f"{engine}-{phase}-{i}", float(i), 32, 2, block_hashes=(1, 2),
+                                  block_size_tokens=16, tier_config_id=phase) for i in range(n)]
+            store.ingest(EventBatch.from_rows(Origin(engine, "i", f"{engine}/{phase}"), 0,
+                                              requests=rows))
+        export_segments(store, tmp_path / "segments")
+    for source in (path, tmp_path / "segments"):
+        picked = list(open_trace(source, "store", tier_config_id="gpu-only",
+                                 engine="load-probe").requests())
+        assert len(picked) == 5 and {r.request_id.split("-gpu")[0] for r in picked} == {"load-probe"}
+        assert len(list(open_trace(source, "store", engine="reference").requests())) == 7
+    assert main(["analyze", "--trace", str(tmp_path / "segments"), "--tier-config", "gpu+cpu",
+                 "--source-engine", "load-probe", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["trace"]["requests"] == 3
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 512, "output_length": 1, "hash_ids": [1]}\n')
+    assert main(["analyze", "--trace", str(trace), "--tier-config", "gpu-only"]) == 2
+    assert "select the requests of a store" in capsys.readouterr().err

@@ -1,0 +1,108 @@
+"""`kvtier demo` end to end on the bundled traces, through the real reference engine: the CPU
+phase changes what is served and TTFT by what the summary states, the summary's settings are
+recommendation.json's, no size exceeds its measured cap, the report and the what-if curves
+are written, and analyze and recommend give one verdict."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from policy.recommend.recommendation import from_json
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo") / "out"
+    result = subprocess.run([sys.executable, "-m", "kvtier", "demo", "--out", str(out),
+                             "--requests", "150", "--chat-requests", "60"],
+                            capture_output=True, text=True, timeout=540, cwd=REPO, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = result.stdout[result.stdout.index("kvtier demo: summary"):]
+    return out, result.stdout, summary
+
+
+def test_both_acts_run_and_each_phase_is_explained(demo):
+    out, stdout, _ = demo
+    assert "act one, agentic coding sessions" in stdout and "act two, chat" in stdout
+    for phase in ("agentic/gpu-only", "agentic/gpu+cpu", "chat/gpu-only", "chat/gpu+cpu"):
+        assert re.search(rf"^    {re.escape(phase)}: ", stdout, re.M), phase  # what it shows
+    assert stdout.count("the rule's budget: TTFT p99 <=") == 2  # each act's baseline sets one
+    assert not (out / "file-tier").exists()  # the engine's file blocks do not outlive it
+
+
+def test_the_summary_states_what_the_cpu_phase_measured(demo):
+    out, _, summary = demo
+    from collector.store import TraceStore
+
+    with TraceStore(out / "kvtier.duckdb") as store:
+        rows = store.query("""
+            SELECT tier_config_id, ttft_s, prompt_tokens, gpu_hit_tokens, cpu_promotion_tokens,
+                   cold_promotion_tokens, recomputed_tokens
+            FROM requests_with_origin WHERE engine = 'load-probe'""").to_pylist()
+
+    def phase(config):
+        mine = [r for r in rows if r["tier_config_id"] == config]
+        served = sum(r["gpu_hit_tokens"] + r["cpu_promotion_tokens"] + r["cold_promotion_tokens"]
+                     for r in mine)
+        total = served + sum(r["recomputed_tokens"] for r in mine)
+        return served / total, float(np.percentile([r["ttft_s"] for r in mine], 50)) * 1e3
+
+    (base_served, base_p50), (cpu_served, cpu_p50) = phase("agentic/gpu-only"), phase("agentic/gpu+cpu")
+    line = next(line for line in summary.splitlines() if "measured on the engine" in line)
+    stated = re.search(r"served ([\d.]+)% -> ([\d.]+)% .* TTFT p50 ([\d.]+) ms -> ([\d.]+) ms", line)
+    assert [float(v) for v in stated.groups()] == pytest.approx(
+        [base_served * 100, cpu_served * 100, base_p50, cpu_p50], abs=0.051)
+    assert cpu_served > base_served + 0.2  # the CPU tier visibly serves what the GPU could not
+    assert cpu_p50 < base_p50
+    assert re.search(r"expected by replay .*TTFT p50 [-+][\d.]+ ms \[[-+][\d.]+, [-+][\d.]+\]", summary)
+
+
+def test_the_summary_sets_what_recommendation_json_says(demo):
+    out, _, summary = demo
+    doc = json.loads((out / "recommendation" / "recommendation.json").read_text())
+    rec = from_json(doc)
+    stated = dict(re.findall(r"^    (\w+) = (\S+)", summary, re.M))
+    assert int(stated["cpu_tier_bytes"]) == doc["settings"]["cpu_tier_bytes"] == rec.knob("cpu_tier_bytes").value
+    assert int(stated["offload_min_priority"]) == doc["settings"]["offload_min_priority"]
+    assert f"verdict: {rec.verdict.words}" in summary
+    rule = rec.evidence.rollback
+    assert f"TTFT p99 > {rule.ttft_p99_s * 1e3:.1f} ms" in summary  # the rule to deploy with it
+
+
+def test_no_size_exceeds_its_cap_and_the_report_shows_the_curve(demo):
+    out, _, _ = demo
+    rec = from_json(json.loads((out / "recommendation" / "recommendation.json").read_text()))
+    assert {s.tier for s in rec.evidence.sizes} == {"cpu", "cold"}
+    for size in rec.evidence.sizes:
+        assert size.cap_bytes is not None and size.chosen_bytes <= size.cap_bytes  # both measured
+        assert size.chosen_bytes <= size.knee_bytes  # never the free space itself
+    report = (out / "recommendation" / "report.md").read_text()
+    assert "## Tier sizes from the curve" in report and "next GiB frees" in report
+    assert (out / "recommendation" / "cpu_tier_curve.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_whatif_curves_mark_the_recommended_size(demo):
+    out, _, _ = demo
+    rec = from_json(json.loads((out / "recommendation" / "recommendation.json").read_text()))
+    sweep = json.loads((out / "whatif" / "cpu_sweep.json").read_text())
+    assert {p["policy"] for p in sweep["points"]} == {"lru", "arc", "s3fifo", "belady"}
+    chosen_tokens = rec.evidence.size("cpu").chosen_blocks * rec.evidence.block_tokens
+    assert sweep["chosen"] == {"policy": "lru", "cpu_capacity_tokens": chosen_tokens}
+    at = {(p["policy"], p["cpu_capacity_tokens"]): p["token_hit_ratio"] for p in sweep["points"]}
+    assert at[("belady", chosen_tokens)] >= at[("lru", chosen_tokens)] - 1e-9  # the bound
+
+
+def test_analyze_and_recommend_say_one_verdict(demo):
+    _, stdout, _ = demo
+    analysed = re.search(r"Offloading verdict: (.+)", stdout).group(1).strip()
+    recommended = re.search(r"^      verdict: (.+)$", stdout, re.M).group(1).strip()
+    assert analysed == recommended == "offload"
