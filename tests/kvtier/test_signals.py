@@ -143,7 +143,8 @@ def test_collect_stops_and_reports_its_store(tmp_path, sig):
     started = descendants(process.pid)
     process.send_signal(sig)
     code = process.wait(timeout=60)
-    assert code == 0 and "kvtier collect: stopped" in process.stdout.read()
+    said = process.stdout.read()
+    assert code == 0 and "kvtier collect: stopped" in said, (code, said, process.stderr.read())
     assert not [pid for pid in started if alive(pid)]
     assert (tmp_path / "c.duckdb").exists()
 
