@@ -3,16 +3,17 @@ with --jobs 2 against --jobs 1 (the baseline) in the same run.
 
 Run: ``python benchmarks/fleet.py --json`` (prints one JSON object; a few minutes).
 
-The bundled Mooncake trace's requests are dealt round-robin to two instances, each stored by
-its own store and exported into one segment folder (``tests/kvtier/fleet_segments.py``).
+A trace's requests (``--trace``, default the bundled Mooncake trace) are dealt round-robin to
+two instances, each stored by its own store and exported into one segment folder
+(``tests/kvtier/fleet_segments.py``).
 Each command runs as a fresh ``python -m kvtier`` process, so the wall times include reading
 the segments and, with --jobs 2, starting the worker processes. Per verb:
 ``<verb>_jobs1_s`` / ``<verb>_jobs2_s`` (best of ``--repeat``), ``<verb>_speedup``
 (jobs1 / jobs2) and ``<verb>_same_output`` (the two JSON outputs are identical).
 
 * simulate: ``--gpu-tokens 1M --cpu-tokens 4M`` (LRU, three tiers' exclusive flow).
-* evaluate: ``--gpu-tokens 1M --cpu-tokens 2.5M --policies lru,learned,belady`` (a model
-  trained per instance).
+* evaluate: ``--gpu-tokens 1M --cpu-tokens 2.5M`` and every policy (``lru, arc, s3fifo,
+  learned, learned-retention, belady``: a model trained per instance).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 COMMANDS = {
     "simulate": ["simulate", "--gpu-tokens", "1M", "--cpu-tokens", "4M", "--json"],
     "evaluate": ["evaluate", "--gpu-tokens", "1M", "--cpu-tokens", "2.5M",
-                 "--policies", "lru,learned,belady", "--json"],
+                 "--policies", "lru,arc,s3fifo,learned,learned-retention,belady", "--json"],
 }
 
 
@@ -52,12 +53,15 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--repeat", type=int, default=2, help="runs per figure (best is kept)")
     parser.add_argument("--verbs", default="simulate,evaluate", help="comma-separated")
+    parser.add_argument("--trace", help="the trace to deal to two instances (default: the "
+                                        "bundled Mooncake trace)")
     args = parser.parse_args()
     from tests.kvtier.fleet_segments import fleet_segments
 
     result = {"cpus": os.cpu_count()}
     with tempfile.TemporaryDirectory() as folder:
-        segments = fleet_segments(Path(folder))
+        segments = (fleet_segments(Path(folder), trace=Path(args.trace)) if args.trace
+                    else fleet_segments(Path(folder)))
         for verb in args.verbs.split(","):
             base = [*COMMANDS[verb][:1], "--trace", str(segments), *COMMANDS[verb][1:]]
             outputs, best = {}, {}

@@ -1,4 +1,4 @@
-"""A fleet's segments from the bundled Mooncake trace: its requests dealt round-robin to
+"""A fleet's segments from a trace (the bundled Mooncake one by default): its requests dealt round-robin to
 ``instances`` serving instances, each stored by its own collector store and exported into
 one shared segment folder (the fleet recipe in README)."""
 
@@ -16,9 +16,10 @@ MOONCAKE = Path(__file__).resolve().parents[2] / "kvtier" / "data" / "mooncake_c
 
 
 def fleet_segments(root: Path, instances: tuple[str, ...] = ("node-a", "node-b"),
-                   max_requests: int | None = None, chunk: int = 2000) -> Path:
+                   max_requests: int | None = None, chunk: int = 2000,
+                   trace: Path = MOONCAKE) -> Path:
     """Write the segments under ``root / "segments"`` and return that folder."""
-    records = list(open_trace(MOONCAKE).requests())[:max_requests]
+    records = list(open_trace(trace).requests())[:max_requests]
     segments = root / "segments"
     for k, name in enumerate(instances):
         mine = records[k::len(instances)]
