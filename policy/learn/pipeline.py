@@ -14,13 +14,16 @@ import numpy as np
 
 from collector.events import RequestRecord
 from policy.learn.admission_model import AdmissionModel, ModelConfig, train
-from policy.learn.offers import Offers, collect_offers
+from policy.learn.offers import OfferScores, collect_offers, score_offers_streamed
 from policy.learn.replay import IndexedAdmitter, Tiers, replay
 from policy.sim.trace import BlockTrace
 
 # 0 admits every offer (plain LRU): the sweep can always fall back to the default
 THRESHOLDS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7)
 CENSORED_FRACTION = 0.1
+# training rows kept at most (every k-th offer beyond): a day of a fleet offers tens of
+# millions of blocks; the gradient-boosted trees bin features and gain little past this
+MAX_TRAIN_ROWS = 2_000_000
 DEFAULT_MODEL = ModelConfig()
 
 
@@ -30,7 +33,7 @@ class LearnedAdmission:
     the sweep chose (``sweep``: (threshold, token hit ratio on the validation slice))."""
 
     model: AdmissionModel
-    scores: dict
+    scores: OfferScores
     threshold: float
     sweep: tuple[tuple[float, float], ...]
     train_offers: int
@@ -50,7 +53,7 @@ def fit(train_records: Sequence[RequestRecord], scored_records: Sequence[Request
     indices agree); otherwise the training records are scored on their own for the sweep.
     ``train_trace``/``scored_trace``: those records' blocks as arrays, when the caller has them."""
     labelled = collect_offers(train_records, tiers.gpu_blocks, tiers.cpu_blocks, label=True,
-                              trace=train_trace)
+                              trace=train_trace, max_rows=MAX_TRAIN_ROWS)
     # offers late in the training period have no future left to be reused in: their labels
     # are censored, so the latest CENSORED_FRACTION of requests is not trained on
     resolved = labelled.request_index < int(len(train_records) * (1 - CENSORED_FRACTION))
@@ -83,19 +86,14 @@ def smoothed_best(sweep: Sequence[tuple[float, float]]) -> float:
 
 
 def score_offers(model: AdmissionModel, records: Sequence[RequestRecord], tiers: Tiers, *,
-                 trace: BlockTrace | None = None) -> dict:
-    """The model's score for every CPU offer of a replay of ``records``, keyed by (request
-    index, block)."""
-    return _scores(model, collect_offers(records, tiers.gpu_blocks, tiers.cpu_blocks,
-                                         label=False, trace=trace))
+                 trace: BlockTrace | None = None) -> OfferScores:
+    """The model's score for every CPU offer of a replay of ``records``, in offer order (also
+    a mapping from (request index, block)); scored a chunk of offers at a time."""
+    return score_offers_streamed(records, tiers.gpu_blocks, tiers.cpu_blocks, model.predict,
+                                 trace=trace)
 
 
-def _scores(model: AdmissionModel, offers: Offers) -> dict:
-    p = model.predict(offers.X)
-    return {(int(i), int(k)): float(s) for i, k, s in zip(offers.request_index, offers.keys, p)}
-
-
-def _sweep(records: Sequence[RequestRecord], tiers: Tiers, scores: dict,
+def _sweep(records: Sequence[RequestRecord], tiers: Tiers, scores: OfferScores,
            validation_fraction: float, thresholds: Sequence[float],
            trace: BlockTrace | None = None) -> list:
     count_from = int(len(records) * (1 - validation_fraction))

@@ -93,8 +93,12 @@ class IndexedAdmitter:
         return self._misses + sum(table.misses for table in self._compiled)
 
     def compiled_admitter(self, interner):
-        """The compiled admitter (scores as sorted arrays), for a compiled flow."""
-        table = core().ScoreTable(*score_arrays(self.scores), self.threshold, self.chained)
+        """The compiled admitter (scores as arrays sorted by (request, block)), for a
+        compiled flow."""
+        if hasattr(self.scores, "table"):
+            table = self.scores.table(self.threshold, self.chained)
+        else:
+            table = core().ScoreTable(*score_arrays(self.scores), self.threshold, self.chained)
         self._compiled.append(table)
         return table
 
@@ -116,7 +120,7 @@ class IndexedAdmitter:
 
 def score_arrays(scores: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``{(request index, block): score}`` as arrays sorted by (request index, block)."""
-    requests = np.fromiter((k[0] for k in scores), dtype=np.int64, count=len(scores))
+    requests = np.fromiter((k[0] for k in scores), dtype=np.int32, count=len(scores))
     blocks = np.fromiter((k[1] for k in scores), dtype=np.uint64, count=len(scores))
     values = np.fromiter(scores.values(), dtype=np.float64, count=len(scores))
     order = np.lexsort((blocks, requests))

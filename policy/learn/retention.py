@@ -58,7 +58,8 @@ class LearnedRetention(CachePolicy):
         if self._key or self._last_s:
             raise ValueError("a learned-retention tier that has seen blocks cannot join a flow")
         c = core()
-        scores = c.ScoreTable(*score_arrays(self.scores), 0.0, False)
+        scores = (self.scores.table() if hasattr(self.scores, "table")
+                  else c.ScoreTable(*score_arrays(self.scores), 0.0, False))
         return c.Retention(self.capacity_blocks, scores, self.tau_s, c.RetentionTracker())
 
     def observe(self, index: int, record: RequestRecord) -> None:

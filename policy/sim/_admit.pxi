@@ -132,7 +132,7 @@ cdef class ScoreTable(Admitter):
     admitted when its score is >= ``threshold``, an offer without a score is admitted and
     counted in ``misses``. ``chained``: a block whose parent prefix no tier holds (GPU or
     CPU) is refused whatever its score."""
-    cdef const int64_t[:] requests      # sorted by (request, hash)
+    cdef const int32_t[:] requests      # sorted by (request, hash)
     cdef const uint64_t[:] hashes
     cdef const double[:] scores
     cdef readonly double threshold
@@ -245,3 +245,57 @@ def last_requests(const id_t[:] ids, const int64_t[:] offsets, Py_ssize_t n_ids)
         for i in range(offsets[r], offsets[r + 1]):
             o[ids[i]] = r
     return out
+
+
+cdef struct HashAt:
+    uint64_t hash
+    int64_t at
+
+
+cdef int cmp_hash_at(const void* a, const void* b) noexcept nogil:
+    cdef HashAt* x = <HashAt*> a
+    cdef HashAt* y = <HashAt*> b
+    if x.hash != y.hash:
+        return -1 if x.hash < y.hash else 1
+    return (x.at > y.at) - (x.at < y.at)
+
+
+def sort_scores(int32_t[:] requests, uint64_t[:] hashes, double[:] scores):
+    """Offers' scores in offer order (``requests`` non-decreasing) sorted in place by block
+    within each request, a repeated offer keeping its last score: the order ScoreTable reads.
+    Returns how many entries remain (the arrays' leading part)."""
+    cdef Py_ssize_t n = requests.shape[0], lo = 0, hi, i, w = 0, m
+    cdef HashAt* buf = NULL
+    cdef double* vals = NULL
+    cdef Py_ssize_t cap = 0
+    try:
+        while lo < n:
+            hi = lo + 1
+            while hi < n and requests[hi] == requests[lo]:
+                hi += 1
+            if hi < n and requests[hi] < requests[lo]:
+                raise ValueError("offers must come in request order")
+            m = hi - lo
+            if m > cap:
+                cap = 2 * m
+                buf = <HashAt*> realloc(buf, cap * sizeof(HashAt))
+                vals = <double*> realloc(vals, cap * sizeof(double))
+                if buf == NULL or vals == NULL:
+                    raise MemoryError()
+            for i in range(m):
+                buf[i].hash = hashes[lo + i]
+                buf[i].at = i
+                vals[i] = scores[lo + i]
+            qsort(buf, m, sizeof(HashAt), cmp_hash_at)
+            for i in range(m):
+                if i + 1 < m and buf[i + 1].hash == buf[i].hash:
+                    continue  # a later offer of the same block in the same request wins
+                requests[w] = requests[lo]
+                hashes[w] = buf[i].hash
+                scores[w] = vals[buf[i].at]
+                w += 1
+            lo = hi
+    finally:
+        free(buf)
+        free(vals)
+    return w

@@ -3,13 +3,18 @@
 
 
 cdef class OfferLog(Observer):
-    """Every block offered to the CPU tier of an exclusive flow: the request it was offered
-    in, its hash, its feature row (with a tracker) and its label: 1 when the block is later
-    promoted from the CPU tier as a prefix hit before the tier evicted it. Rows are kept, or
-    handed to ``on_chunk(X, first_offer)`` in chunks of ``chunk_rows`` and not kept."""
+    """The blocks offered to the CPU tier of an exclusive flow, in offer order.
+
+    Kept (every ``stride``-th offer, all by default): the request it was offered in, its hash,
+    its feature row (with a tracker) and its label, 1 when the block is later promoted from the
+    CPU tier as a prefix hit before the tier evicted it. Streamed instead (``on_chunk``): the
+    feature rows of every offer with its request index and hash, handed to ``on_chunk(X,
+    requests, hashes)`` ``chunk_rows`` at a time and not kept (scoring a large replay)."""
     cdef readonly FeatureTracker tracker
     cdef object on_chunk
     cdef Py_ssize_t chunk_rows
+    cdef readonly int64_t stride
+    cdef readonly int64_t offers_total
     cdef int64_t* pending
     cdef Py_ssize_t n_ids
     cdef int64_t* req
@@ -18,14 +23,21 @@ cdef class OfferLog(Observer):
     cdef readonly Py_ssize_t n
     cdef Py_ssize_t cap
     cdef double* rows
-    cdef Py_ssize_t rows_first, rows_n, rows_cap
+    cdef Py_ssize_t rows_n, rows_cap
     cdef double now
     cdef Interner interner
 
-    def __cinit__(self, FeatureTracker tracker=None, on_chunk=None, Py_ssize_t chunk_rows=1 << 18):
+    def __cinit__(self, FeatureTracker tracker=None, on_chunk=None, Py_ssize_t chunk_rows=1 << 18,
+                  int64_t stride=1):
+        if stride < 1 or chunk_rows < 1:
+            raise ValueError(f"stride and chunk_rows must be >= 1, got {stride} and {chunk_rows}")
+        if on_chunk is not None and tracker is None:
+            raise ValueError("streaming offers needs a feature tracker")
         self.tracker = tracker
         self.on_chunk = on_chunk
         self.chunk_rows = chunk_rows
+        self.stride = stride
+        self.offers_total = 0
         self.pending = NULL
         self.n_ids = 0
         self.req = NULL
@@ -33,7 +45,7 @@ cdef class OfferLog(Observer):
         self.label = NULL
         self.n = self.cap = 0
         self.rows = NULL
-        self.rows_first = self.rows_n = self.rows_cap = 0
+        self.rows_n = self.rows_cap = 0
         self.now = 0.0
         self.interner = None
 
@@ -67,7 +79,7 @@ cdef class OfferLog(Observer):
                                  flow.sessions[r] if r >= 0 and flow.sessions is not None else -1)
         return 0
 
-    cdef int offer(self, Flow flow, id_t k) except -1:
+    cdef int _slot(self, Flow flow, id_t k) except -1:
         cdef Py_ssize_t new
         if self.n == self.cap:
             new = grown(self.cap, self.n + 1)
@@ -80,18 +92,37 @@ cdef class OfferLog(Observer):
         self.label[self.n] = 0
         self.pending[k] = self.n
         self.n += 1
+        return 0
+
+    cdef int _row(self, id_t k) except -1:
+        cdef Py_ssize_t new
+        if self.rows_n == self.rows_cap:
+            new = grown(self.rows_cap, self.rows_n + 1)
+            if self.on_chunk is not None:
+                new = self.chunk_rows
+            self.rows = <double*> realloc(self.rows, new * N_FEATURES * sizeof(double))
+            if self.rows == NULL:
+                raise MemoryError()
+            self.rows_cap = new
+        self.tracker.row(k, self.now, &self.rows[self.rows_n * N_FEATURES])
+        self.rows_n += 1
+        return 0
+
+    cdef int offer(self, Flow flow, id_t k) except -1:
+        cdef int64_t index = self.offers_total
+        self.offers_total += 1
+        if self.on_chunk is not None:
+            if self.rows_n == self.chunk_rows:
+                self.flush()
+            self._slot(flow, k)   # the chunk's request indices
+            self.pending[k] = -1
+            return self._row(k)
+        if index % self.stride:
+            self.pending[k] = -1      # a later label would land on an earlier offer's row
+            return 0
+        self._slot(flow, k)
         if self.tracker is not None:
-            if self.rows_n == self.rows_cap:
-                if self.on_chunk is not None and self.rows_n >= self.chunk_rows:
-                    self.flush()
-                else:
-                    new = grown(self.rows_cap, self.rows_n + 1)
-                    self.rows = <double*> realloc(self.rows, new * N_FEATURES * sizeof(double))
-                    if self.rows == NULL:
-                        raise MemoryError()
-                    self.rows_cap = new
-            self.tracker.row(k, self.now, &self.rows[self.rows_n * N_FEATURES])
-            self.rows_n += 1
+            self._row(k)
         return 0
 
     cdef inline void forget(self, id_t k):
@@ -104,14 +135,21 @@ cdef class OfferLog(Observer):
             self.pending[k] = -1
 
     def flush(self):
-        """Hand the kept rows to ``on_chunk`` (nothing without one)."""
+        """Hand the rows not yet handed over to ``on_chunk`` (nothing without one)."""
+        cdef Py_ssize_t i
         if self.on_chunk is None or self.rows_n == 0:
             return
         X = self._rows_array().copy()
-        first = self.rows_first
-        self.rows_first += self.rows_n
+        requests = np.empty(self.n, dtype=np.int64)
+        hashes = np.empty(self.n, dtype=np.uint64)
+        cdef int64_t[:] rv = requests
+        cdef uint64_t[:] hv = hashes
+        for i in range(self.n):
+            rv[i] = self.req[i]
+            hv[i] = self.interner.by_id[self.key[i]]
         self.rows_n = 0
-        self.on_chunk(X, first)
+        self.n = 0
+        self.on_chunk(X, requests, hashes)
 
     cdef object _rows_array(self):
         if self.rows_n == 0:
@@ -119,9 +157,11 @@ cdef class OfferLog(Observer):
         return np.asarray(<double[:self.rows_n, :N_FEATURES]> self.rows)
 
     def arrays(self):
-        """(X or None, labels int8, request_index int64, block hashes uint64) of all offers
-        (X: the rows still kept, i.e. all of them without ``on_chunk``)."""
+        """(X or None, labels int8, request_index int64, block hashes uint64) of the kept
+        offers (X with a tracker; streamed offers are not kept)."""
         cdef Py_ssize_t i
+        if self.on_chunk is not None:
+            raise ValueError("a streaming offer log keeps no offers; its rows went to on_chunk")
         labels = np.empty(self.n, dtype=np.int8)
         requests = np.empty(self.n, dtype=np.int64)
         hashes = np.empty(self.n, dtype=np.uint64)
@@ -132,9 +172,7 @@ cdef class OfferLog(Observer):
             lv[i] = self.label[i]
             rv[i] = self.req[i]
             hv[i] = self.interner.by_id[self.key[i]] if self.interner is not None else 0
-        X = None
-        if self.tracker is not None and self.on_chunk is None:
-            X = self._rows_array().copy()
+        X = self._rows_array().copy() if self.tracker is not None else None
         return X, labels, requests, hashes
 
 

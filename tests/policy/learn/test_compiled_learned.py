@@ -112,3 +112,31 @@ def test_evaluate_on_stripped_records_and_their_trace_equals_evaluate_on_records
     on_records = compare(Split.by_count(records, 0.5), Tiers(20, 60), policies)
     on_arrays = compare(Split.by_count(light, 0.5).with_traces(blocks), Tiers(20, 60), policies)
     assert on_arrays == on_records
+
+
+def test_a_row_cap_keeps_every_kth_offer_with_its_label():
+    records = trace(8)
+    full = collect_offers(records, 20, 60, label=True)
+    refs = sum(len(r.block_hashes) for r in records)
+    capped = collect_offers(records, 20, 60, label=True, max_rows=refs // 3)
+    k = -(-refs // (refs // 3))
+    assert k == 4 and len(capped) == len(full.y[::k])
+    for ours, theirs in ((capped.X, full.X[::k]), (capped.y, full.y[::k]),
+                         (capped.request_index, full.request_index[::k]),
+                         (capped.keys, full.keys[::k])):
+        assert np.array_equal(ours, theirs)
+
+
+def test_streamed_scores_are_the_scores_of_every_offer():
+    from policy.learn.offers import score_offers_streamed
+
+    records = trace(9)
+    offers = collect_offers(records, 20, 60, label=False)
+    scores = score_offers_streamed(records, 20, 60, lambda X: X[:, 0] / 10.0, chunk_rows=100)
+    expected = {(int(i), int(k)): float(x) / 10.0
+                for i, k, x in zip(offers.request_index, offers.keys, offers.X[:, 0])}
+    assert dict(zip(scores, (scores[k] for k in scores))) == expected
+    assert len(scores) == len(expected)
+    got = replay(records, Tiers(20, 60), "lru", admitter=IndexedAdmitter(scores, 0.2)).result
+    assert got == replay(records, Tiers(20, 60), "lru",
+                         admitter=IndexedAdmitter(expected, 0.2)).result
