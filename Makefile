@@ -9,6 +9,8 @@ PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 PIP := $(VENV)/bin/pip
+# kvtier and what it runs on (the demo needs no more); then the test tools on top
+RUNTIME := $(VENV)/.kvtier-runtime
 STAMP := $(VENV)/.kvtier-installed
 # vLLM's own code for the tests that check kvtier against it (its KV-event publisher, offloading
 # managers, config classes): the official wheel without CUDA deps, beside the main venv.
@@ -23,9 +25,13 @@ ENGINE_ENVS := KVTIER_VLLM_PYTHON=$(CURDIR)/$(VLLM_SIDE)/bin/python \
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py
+$(RUNTIME): pyproject.toml setup.py
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet "$(TORCH_SPEC)"
+	$(PIP) install --quiet -e .
+	touch $(RUNTIME)
+
+$(STAMP): $(RUNTIME)
 	$(PIP) install --quiet -e ".[test]"
 	touch $(STAMP)
 
@@ -33,7 +39,7 @@ $(STAMP): pyproject.toml setup.py
 ext: $(STAMP)
 	$(VENV)/bin/python setup.py build_ext --inplace
 
-demo: $(STAMP)
+demo: $(RUNTIME)
 	$(VENV)/bin/kvtier demo
 
 $(VLLM_SIDE)/.ready: $(STAMP)
