@@ -18,15 +18,14 @@ Replays (records already in memory, GPU 2,000 / CPU 10,000 / cold 50,000 blocks 
 * ``weka_curve_s``: reading the 600 WEKA conversations and the LRU curve in one pass.
 * ``weka_*``: the same conversations at 64-token blocks read into arrays once
   (``weka_read_s``), then 3-tier LRU replays of all of them (GPU 6,400 / CPU 12,800 / cold
-  25,600 blocks) under vLLM and exclusive semantics: accesses/s, and the replay state's
-  bytes per distinct block (RSS after the replay less RSS before it, over distinct blocks).
+  25,600 blocks) under vLLM and exclusive semantics: accesses/s (the trace interned
+  before timing), and ``weka_distinct_blocks``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import sys
 import time
@@ -34,8 +33,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
 
 from policy.curves import lru_curve  # noqa: E402
 from policy.learn.replay import IndexedAdmitter, Tiers, replay  # noqa: E402
@@ -115,11 +112,6 @@ def libcachesim_rate(records, capacity_blocks: int) -> float | None:
     return len(stream) / (time.perf_counter() - start)
 
 
-def rss_bytes() -> int:
-    with open("/proc/self/statm") as handle:
-        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def weka_replays(path: Path) -> dict:
     from policy.sim.trace import strip_blocks
 
@@ -130,18 +122,12 @@ def weka_replays(path: Path) -> dict:
         config = SimConfig(gpu_blocks=6400, cpu_blocks=12800, cold_blocks=25600,
                            semantics=semantics, default_block_tokens=64)
         flow = Simulator(config).flow.compiled
-        ids = np.empty(trace.block_refs, dtype=np.int32)
-        ids[:] = 0  # the trace's ids (4 bytes a reference), touched before measuring
-        before = rss_bytes()
-        ids[:] = flow.ids(trace.hashes)
-        interned = rss_bytes()
+        ids = flow.ids(trace.hashes)
         start = time.perf_counter()
         flow.replay(ids, trace.offsets, trace.prompt_tokens, trace.block_tokens)
         seconds = time.perf_counter() - start
         distinct = len(flow.interner)
         out[f"weka_{semantics}_lru_accesses_per_s"] = trace.block_refs / seconds
-        out[f"weka_{semantics}_bytes_per_distinct_block"] = (rss_bytes() - interned) / distinct
-        out["weka_interner_bytes_per_distinct_block"] = (interned - before) / distinct
         out["weka_distinct_blocks"] = distinct
     return out
 
