@@ -11,6 +11,8 @@ Run: ``python benchmarks/engine_overhead.py --json`` (needs ``make`` to have bui
   a benchmark-only import hook both engines load (``benchmarks/engine/sitecustomize.py``):
   mean step time per engine, its standard error, and the ratio kvtier / vLLM with a 95%
   interval. Per-request end-to-end latency is compared pairwise too.
+* The manager-level cost: the same call sequence on vLLM's bare CPU offloading manager and
+  through kvtier's wrapper (recording, the shipper thread running), microseconds per round.
 * The drop count at a high event rate: kvtier's wrapper around vLLM's real CPU offloading
   manager, driven at ``--events-per-s`` block events per second for ``--rate-seconds`` in a
   vLLM process (``benchmarks/engine/hook_rate.py``), shipping to a collector process.
@@ -84,7 +86,9 @@ def overhead(python: str, work: Path, requests: int, max_tokens: int) -> dict:
     collector = CollectorProcess(work / "kvtier.duckdb", hooks=hooks, instance="bench").start()
     timer = str(ROOT / "benchmarks" / "engine")
     engines = {}
-    for name, connector in (("vllm", "vllm"), ("kvtier", "kvtier")):
+    # "control": a second engine with vLLM's own connector, so the run measures its noise
+    # floor (two identical engines differ by this much on this host)
+    for name, connector in (("vllm", "vllm"), ("control", "vllm"), ("kvtier", "kvtier")):
         setup = EngineSetup(port=free_port(), connector=connector, hooks=hooks, instance="bench-kvtier",
                             ship_interval_s=0.25)
         engines[name] = VllmServer(python, model, setup, work, extra_path=(timer,),
@@ -93,8 +97,8 @@ def overhead(python: str, work: Path, requests: int, max_tokens: int) -> dict:
         ready = {name: engine.wait_ready() for name, engine in engines.items()}
         latency = {name: [] for name in engines}
         for i, prompt in enumerate(workload(requests)):
-            order = ("vllm", "kvtier") if i % 2 == 0 else ("kvtier", "vllm")
-            for name in order:
+            order = ("vllm", "control", "kvtier")
+            for name in order[i % 3:] + order[:i % 3]:  # rotate who goes first
                 latency[name].append(send(engines[name].url, str(model), prompt, max_tokens))
         time.sleep(1.0)
         samples = collector.samples()
@@ -103,19 +107,30 @@ def overhead(python: str, work: Path, requests: int, max_tokens: int) -> dict:
             engine.stop()
         collector.stop()
     steps = {name: step_stats(str(work / f"steps-{name}")) for name in engines}
-    ratio = steps["kvtier"]["mean_step_s"] / steps["vllm"]["mean_step_s"]
-    rel_se = math.hypot(steps["kvtier"]["se_s"] / steps["kvtier"]["mean_step_s"],
-                        steps["vllm"]["se_s"] / steps["vllm"]["mean_step_s"])
-    paired = [b / a for a, b in zip(latency["vllm"], latency["kvtier"])]
+    baseline = {"steps": steps["vllm"]["steps"] + steps["control"]["steps"],
+                "mean_step_s": (steps["vllm"]["mean_step_s"] + steps["control"]["mean_step_s"]) / 2,
+                "se_s": math.hypot(steps["vllm"]["se_s"], steps["control"]["se_s"]) / 2}
+    ratio, ci = _ratio(steps["kvtier"], baseline)
+    control, control_ci = _ratio(steps["control"], steps["vllm"])
+    base_e2e = [(a + c) / 2 for a, c in zip(latency["vllm"], latency["control"])]
     return {
         "requests": requests, "max_tokens": max_tokens, "ready_s": ready, "steps": steps,
-        "step_ratio": ratio, "step_ratio_95ci": [ratio * (1 - 1.96 * rel_se), ratio * (1 + 1.96 * rel_se)],
+        "step_ratio": ratio, "step_ratio_95ci": ci,
+        "control_step_ratio": control, "control_step_ratio_95ci": control_ci,
         "e2e_mean_s": {n: statistics.mean(v) for n, v in latency.items()},
-        "e2e_paired_median_ratio": statistics.median(paired),
+        "e2e_paired_median_ratio": statistics.median([b / a for a, b in zip(base_e2e, latency["kvtier"])]),
+        "control_e2e_paired_median_ratio": statistics.median(
+            [c / a for a, c in zip(latency["vllm"], latency["control"])]),
         "kvtier_requests_stored": total(samples, "kvtier_requests_total", engine_instance="bench-kvtier"),
         "kvtier_dropped_events": total(samples, "kvtier_recorder_dropped_events_total"),
         "kvtier_lost_batches": total(samples, "kvtier_hooks_lost_batches_total"),
     }
+
+
+def _ratio(top: dict, bottom: dict) -> tuple[float, list[float]]:
+    ratio = top["mean_step_s"] / bottom["mean_step_s"]
+    rel_se = math.hypot(top["se_s"] / top["mean_step_s"], bottom["se_s"] / bottom["mean_step_s"])
+    return ratio, [ratio * (1 - 1.96 * rel_se), ratio * (1 + 1.96 * rel_se)]
 
 
 def drop_rate(python: str, work: Path, events_per_s: float, seconds: float) -> dict:
@@ -142,6 +157,21 @@ def drop_rate(python: str, work: Path, events_per_s: float, seconds: float) -> d
             "collector_lost_events": total(samples, "kvtier_hooks_lost_events_total")}
 
 
+def manager_cost(python: str, work: Path, rounds: int = 20_000) -> dict:
+    """The same manager-call sequence on vLLM's bare CPU manager and through kvtier's wrapper
+    (recording, shipping to a collector), alternating blocks of rounds; CPU microseconds."""
+    hooks = f"tcp://127.0.0.1:{free_port()}"
+    collector = CollectorProcess(work / "manager.duckdb", hooks=hooks, instance="manager").start()
+    try:
+        done = subprocess.run([python, str(ROOT / "benchmarks" / "engine" / "hook_rate.py"), hooks,
+                               "cost", str(rounds)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    finally:
+        collector.stop()
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr[-3000:])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=200, help="requests per engine")
@@ -156,14 +186,24 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="kvtier-engine-bench-") as tmp:
         work = Path(tmp)
         result = {"overhead": overhead(python, work, args.requests, args.max_tokens),
-                  "drop_rate": drop_rate(python, work, args.events_per_s, args.rate_seconds)}
+                  "drop_rate": drop_rate(python, work, args.events_per_s, args.rate_seconds),
+                  "manager": manager_cost(python, work)}
     if args.json:
         print(json.dumps(result, indent=2))
         return
     o, d = result["overhead"], result["drop_rate"]
-    print(f"mean step time: vLLM's own connector {o['steps']['vllm']['mean_step_s'] * 1e3:.3f} ms "
-          f"({o['steps']['vllm']['steps']} steps), kvtier's {o['steps']['kvtier']['mean_step_s'] * 1e3:.3f} ms; "
-          f"ratio {o['step_ratio']:.4f} (95% {o['step_ratio_95ci'][0]:.4f}..{o['step_ratio_95ci'][1]:.4f})")
+    st = o["steps"]
+    print(f"mean step time: vLLM's own connector {st['vllm']['mean_step_s'] * 1e3:.3f} ms and "
+          f"{st['control']['mean_step_s'] * 1e3:.3f} ms (two engines), kvtier's "
+          f"{st['kvtier']['mean_step_s'] * 1e3:.3f} ms ({st['kvtier']['steps']} steps each)")
+    print(f"ratio kvtier / vLLM {o['step_ratio']:.4f} (95% {o['step_ratio_95ci'][0]:.4f}.."
+          f"{o['step_ratio_95ci'][1]:.4f}); noise floor, vLLM / vLLM {o['control_step_ratio']:.4f} "
+          f"(95% {o['control_step_ratio_95ci'][0]:.4f}..{o['control_step_ratio_95ci'][1]:.4f})")
+    m = result["manager"]
+    print(f"manager calls (vLLM's real CPU manager, same call sequence): {m['raw_us_per_round']:.1f} us "
+          f"a round bare, {m['wrapped_us_per_round']:.1f} us with kvtier's wrapper and shipper "
+          f"(+{m['extra_us_per_round']:.1f} us, {m['extra_us_per_round'] / (st['vllm']['mean_step_s'] * 1e6):.3%} "
+          f"of a mean step)")
     print(f"end to end: paired median ratio {o['e2e_paired_median_ratio']:.4f}; kvtier stored "
           f"{o['kvtier_requests_stored']:.0f} requests, dropped {o['kvtier_dropped_events']:.0f} events")
     print(f"drop count at {d['events_per_s']:,.0f} block events/s for {d['seconds']:.0f} s: "

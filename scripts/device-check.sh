@@ -10,6 +10,8 @@
 # Usage: scripts/device-check.sh
 #   KVTIER_DEVICE_PYTHON=/path/to/python  a prepared environment with vllm==0.33.0 (CUDA) and
 #                                         kvtier installed (else .venv-device is built here)
+#   KVTIER_VLLM_CPU_PYTHON, KVTIER_PYTHON  without CUDA: the engine's and kvtier's Pythons
+#                                         (else make builds .venv-vllm-cpu and .venv)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
@@ -23,8 +25,9 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
 else
     echo "device-check: no CUDA device (nvidia-smi finds none): running the CPU variant;" \
          "the GPU parts (official wheel, real offloading worker, fs tier, GPU bandwidth) are skipped"
-    make --no-print-directory .venv-vllm-cpu/.ready install >/dev/null
-    ENGINE=.venv-vllm-cpu/bin/python
-    TOOLS=.venv/bin/python
+    ENGINE=${KVTIER_VLLM_CPU_PYTHON:-.venv-vllm-cpu/bin/python}
+    TOOLS=${KVTIER_PYTHON:-.venv/bin/python}
+    [ -x "$ENGINE" ] || make --no-print-directory .venv-vllm-cpu/.ready
+    [ -x "$TOOLS" ] || make --no-print-directory install
 fi
 timeout 480 "$TOOLS" scripts/device_check.py "$ENGINE" --requests 200

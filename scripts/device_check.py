@@ -66,11 +66,11 @@ def run(python: str, requests: int) -> dict:
         try:
             ready_s = engine.wait_ready()
             before = engine.samples()
-            trace = bailian_trace(work / "sessions.jsonl")
+            trace = bailian_trace(work / "sessions.jsonl", sessions=20, turns=max(1, requests // 20))
             began = time.monotonic()
             load = subprocess.run(
                 [sys.executable, "-m", "kvtier", "probe", "load", "--url", engine.url, "--trace",
-                 str(trace), "--requests", str(requests), "--concurrency", "1,4",
+                 str(trace), "--requests", str(requests // 2), "--concurrency", "1,4",
                  "--max-tokens", "8", "--block-tokens", "32", "--max-blocks", "32",
                  "--vocab-size", "2000", "--json"], capture_output=True, text=True, timeout=600)
             load_s = time.monotonic() - began
@@ -128,7 +128,10 @@ def main() -> None:
               f"p95 {q['p95'] * 1e3:.2f} ms, p99 {q['p99'] * 1e3:.2f} ms")
     transfer = out["transfer"]
     if isinstance(transfer, dict):
-        print("transfer probe:", json.dumps({k: v for k, v in transfer.items() if "bandwidth" in k or k == "device"}))
+        print(f"transfer probe ({transfer['device']}):")
+        for path, fit in transfer.get("fits", {}).items():
+            print(f"  {path}: {fit['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s, "
+                  f"op latency {fit['op_latency_s'] * 1e6:.1f} us")
     else:
         print("transfer probe failed:", transfer)
     print(json.dumps(out, default=str))

@@ -9,8 +9,9 @@ Where each field comes from (vLLM 0.32 and 0.33, scheduler side):
   ``get_external_cache_hit_sources`` (host → CPU; disk, p2p → cold), both taken when the
   scheduler admits the request (``update_state_after_alloc``, where vLLM's own
   ``prefix_cache_hits``/``external_prefix_cache_hits`` counters are recorded); recomputed is
-  the rest of the prompt. A request admitted again after a preemption is re-counted, as vLLM
-  counts it.
+  the rest of the prompt. A request admitted again after a preemption keeps its first
+  admission's split (vLLM's counters leave re-admissions out too); its GPU hits are recorded
+  as block events again, since they happened.
 * ``finish_status``/``stop_reason``: ``Request.status`` and ``Request.stop_reason`` at
   ``request_finished``. The engine core decides ``stopped`` (end of sequence, a stop token:
   ``stop_reason`` is its id), ``length`` and ``error``; a stop *string* is matched by vLLM's
@@ -118,9 +119,10 @@ class RequestTokenAccounting:
         state.match = ()
         cold = min(external_tokens, sum(n for s, n in sources.items() if s in _COLD_SOURCES))
         hashes = tuple(_as_hash(h) for h in block_hashes)
-        state.block_hashes, state.gpu_tokens = hashes, gpu_tokens
-        state.cpu_tokens, state.cold_tokens = external_tokens - cold, cold
-        state.admitted = True
+        if not state.admitted:  # a preempted request's re-admission keeps the first split
+            state.block_hashes, state.gpu_tokens = hashes, gpu_tokens
+            state.cpu_tokens, state.cold_tokens = external_tokens - cold, cold
+            state.admitted = True
         now = self._clock()
         parent = None
         for position, block_hash in enumerate(hashes[:gpu_tokens // self.block_size_tokens]):

@@ -9,7 +9,8 @@ policy, shipping to ``kvtier collect --hooks``, KV events to the same collector'
 3. the official ``openai`` client sends a stop-token, a stop-string and an aborted request;
 4. 6 requests with the collector up, the collector is SIGKILLed, 6 requests while it is down,
    it restarts on the same store, 6 more;
-5. engine B (shipping only at shutdown) serves 3 requests and gets SIGTERM;
+5. engine B (shipping only at shutdown, kvtier's cache policy) serves the load probe's 40 at
+   concurrency 4 and 3 more, and gets SIGTERM;
 6. the collector stops; the store is read.
 
 What each phase saw is kept in :class:`EngineRun` for the tests.
@@ -54,18 +55,19 @@ class EngineRun:
     latency_s: dict = field(default_factory=dict)  # phase -> per-request seconds
     client: dict = field(default_factory=dict)  # what the openai client saw
     gpu_blocks: int = 0  # engine A's num_gpu_blocks (vllm:cache_config_info)
+    b_counters: dict = field(default_factory=dict)  # engine B's vLLM counters before it stopped
     served_a: int = 0  # requests engine A served (every one finished in its engine core)
     b_stop_s: float = 0.0
 
 
-def bailian_trace(path: Path) -> Path:
+def bailian_trace(path: Path, sessions: int = SESSIONS, turns: int = TURNS) -> Path:
     """Sessions on a shared system prompt, turn by turn (all first turns, then all second...):
     later turns extend their session's prompt, so the GPU cache (96 blocks) cannot hold every
     session and older prefixes come back from the CPU tier."""
     system = list(range(1, SYSTEM_BLOCKS + 1))
-    rows, history = [], {s: [] for s in range(SESSIONS)}
-    for turn in range(TURNS):
-        for s in range(SESSIONS):
+    rows, history = [], {s: [] for s in range(sessions)}
+    for turn in range(turns):
+        for s in range(sessions):
             history[s] += [1000 * (s + 1) + turn * TURN_BLOCKS + k for k in range(TURN_BLOCKS)]
             ids = system + history[s]
             rows.append({"chat_id": 100 * (s + 1) + turn, "timestamp": float(len(rows)),
@@ -88,6 +90,16 @@ def _timed(run: "EngineRun", client, model: str, prompts) -> list[float]:
         client.completions.create(model=model, prompt=prompt, max_tokens=4, temperature=0)
         out.append(time.perf_counter() - began)
     return out
+
+
+def _load_probe(url: str, trace: Path, store: Path, *, concurrency: int = 1, vocab: int = 2000):
+    """``kvtier probe load`` over the trace: one engine block per trace block (32 tokens); a
+    different vocabulary gives the same structure with other tokens."""
+    return subprocess.run(
+        [sys.executable, "-m", "kvtier", "probe", "load", "--url", url, "--trace", str(trace),
+         "--requests", str(LOAD_REQUESTS), "--concurrency", str(concurrency), "--max-tokens", "8",
+         "--block-tokens", "32", "--max-blocks", "32", "--vocab-size", str(vocab),
+         "--store", str(store), "--json"], capture_output=True, text=True, timeout=600)
 
 
 def _wait(predicate, timeout_s: float = 30.0, what: str = "condition") -> None:
@@ -133,12 +145,7 @@ def run_scenario(python: str, workdir: Path) -> EngineRun:
         before = a.samples()
         run.window = (time.time(),)
         trace = bailian_trace(workdir / "sessions.jsonl")
-        probe = subprocess.run(
-            [sys.executable, "-m", "kvtier", "probe", "load", "--url", a.url, "--trace", str(trace),
-             "--requests", str(LOAD_REQUESTS), "--concurrency", "1", "--max-tokens", "8",
-             "--block-tokens", "32", "--max-blocks", "32", "--vocab-size", "2000",
-             "--store", str(workdir / "probe.duckdb"), "--json"],
-            capture_output=True, text=True, timeout=600)
+        probe = _load_probe(a.url, trace, workdir / "probe.duckdb")
         assert probe.returncode == 0, probe.stderr[-3000:]
         run.load = json.loads(probe.stdout)
         run.served_a += LOAD_REQUESTS
@@ -171,18 +178,26 @@ def run_scenario(python: str, workdir: Path) -> EngineRun:
         time.sleep(1.0)
         run.latency_s["up_after"] = _timed(run, client_a, str(model), [_prompt(300 + i) for i in range(PHASE_REQUESTS)])
         _wait(lambda: _requests_ingested(collector, "tiny-vllm-a") >= PHASE_REQUESTS, what="the records after the restart")
-        # 5. engine B ships only when it shuts down
+        # 5. engine B ships only when it shuts down: the load probe at concurrency 4 (requests
+        # preempted for GPU blocks), then 3 requests tagged by the openai client
+        load_b = _load_probe(b.url, trace, workdir / "probe-b.duckdb", concurrency=4, vocab=1999)
+        assert load_b.returncode == 0, load_b.stderr[-3000:]
         client_b = openai.OpenAI(base_url=b.url + "/v1", api_key="none", max_retries=0)
         for i in range(FLUSH_REQUESTS):
             client_b.completions.create(model=str(model), prompt=_prompt(400 + i), max_tokens=4,
                                         temperature=0, extra_body={"kv_transfer_params": {
                                             "kvtier": {"session_id": "b-session", "turn": i + 1}}})
         time.sleep(0.5)
+        run.b_counters = {**{n: total(b.samples(), n) for n in VLLM_COUNTERS},
+                          "local_compute": total(b.samples(), "vllm:prompt_tokens_by_source_total",
+                                                 source="local_compute"),
+                          "preemptions": total(b.samples(), "vllm:num_preemptions_total")}
         run.collector_samples["before_b_stop"] = collector.samples()
         began = time.monotonic()
         b.stop()
         run.b_stop_s = time.monotonic() - began
-        _wait(lambda: _requests_ingested(collector, "tiny-vllm-b") >= FLUSH_REQUESTS, what="engine B's flush")
+        _wait(lambda: _requests_ingested(collector, "tiny-vllm-b") >= LOAD_REQUESTS + FLUSH_REQUESTS,
+              what="engine B's flush")
         run.collector_samples["end"] = collector.samples()
     finally:
         if collector is not None and collector.process.poll() is None:

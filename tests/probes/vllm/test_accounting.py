@@ -109,3 +109,18 @@ def test_tracking_is_bounded(acc):
     assert [r["request_id"] for r in requests] == ["r0", "r1"]
     with pytest.raises(ValueError, match="block_size_tokens"):
         RequestTokenAccounting(recorder, 0)
+
+
+def test_a_preempted_request_keeps_its_first_admissions_split(acc):
+    """vLLM counts a request's prefix hits at its first admission only; after a preemption
+    the request is looked up and admitted again (its hits recorded again as block events)."""
+    accounting, recorder, _ = acc
+    request = Req()
+    accounting.matched("r", arrival_s=99.0, prompt_tokens=64, gpu_tokens=32, sources={})
+    accounting.admitted(request, "r", 0, [1, 2, 3, 4])
+    accounting.matched("r", arrival_s=99.0, prompt_tokens=64, gpu_tokens=48, sources={"host": 16})
+    accounting.admitted(request, "r", 16, [1, 2, 3, 4])
+    accounting.finished("r", status="FINISHED_LENGTH_CAPPED", output_tokens=2)
+    events, (req,) = drained(recorder)
+    assert (req["gpu_hit_tokens"], req["cpu_promotion_tokens"], req["recomputed_tokens"]) == (32, 0, 32)
+    assert [e["block_hash"] for e in events] == [1, 2, 1, 2, 3]
