@@ -121,7 +121,7 @@ class HooksTap:
             socket.close()
             self._context.term()
             self._context, self._bound = None, []
-            raise OSError(f"cannot bind hooks endpoint {endpoint}: {error}") from None
+            raise OSError(error.errno, f"cannot bind hooks endpoint {endpoint}: {error.strerror}") from None
         self._socket = socket
         return self._bound
 

@@ -154,14 +154,13 @@ def _accept(path: Path, con, check: SchemaCheck, read_only: bool, migrate: bool)
 
 def _describe(check: SchemaCheck) -> str:
     parts = [f"no {t} table" for t in check.missing_tables]
-    by_table: dict[str, list[str]] = {}
-    for table, column in check.missing_columns:
-        by_table.setdefault(table, []).append(column)
-    parts += [f"{t} lacks {', '.join(cols)}" for t, cols in by_table.items()]
-    extra: dict[str, list[str]] = {}
-    for table, column in check.extra_columns:
-        extra.setdefault(table, []).append(column)
-    parts += [f"{t} has unknown {', '.join(cols)}" for t, cols in extra.items()]
+    for word, pairs in (("lacks", check.missing_columns), ("has unknown", check.extra_columns)):
+        by_table: dict[str, list[str]] = {}
+        for table, column in pairs:
+            by_table.setdefault(table, []).append(column)
+        for table, columns in by_table.items():
+            named = ", ".join(columns[:4]) + (f" and {len(columns) - 4} more" if len(columns) > 4 else "")
+            parts.append(f"{table} {word} {named}")
     return "; ".join(parts)
 
 

@@ -71,7 +71,8 @@ def _os_error(error: OSError) -> tuple[str, int]:
     if isinstance(error, FileExistsError) and path:
         return f"{path} exists and is not a folder; give a folder", BAD_INPUT
     if error.errno == errno.ENOSPC:
-        return f"{path or 'write'}: no space left on device; free some or choose another place", FAILURE
+        where = f"{path}: " if path else ""
+        return f"{where}no space left on device; free some or choose another place", FAILURE
     if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and path:
         return f"{path}: {reason} (is it read-only?)", FAILURE
     if path:

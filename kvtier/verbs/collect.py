@@ -57,10 +57,16 @@ def _emit(folder: str, budget) -> int:
     from kvtier.verbs.checks import output_dir
     from policy.rollback.alerts import rules_yaml
 
+    from kvtier.errors import failure
+
     out = output_dir(folder, "--emit-monitoring")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "grafana-dashboard.json").write_text(json.dumps(dashboard(budget.ttft_p99_s, budget.itl_p99_s), indent=2) + "\n")
-    (out / "kvtier-alerts.yml").write_text(rules_yaml(budget))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "grafana-dashboard.json").write_text(json.dumps(dashboard(budget.ttft_p99_s, budget.itl_p99_s), indent=2) + "\n")
+        (out / "kvtier-alerts.yml").write_text(rules_yaml(budget))
+    except OSError as error:
+        raise failure(f"--emit-monitoring {folder}: cannot write {error.filename or 'there'} "
+                      f"({error.strerror or error}); give a writable folder with room") from None
     print(f"wrote {out / 'grafana-dashboard.json'} (import in Grafana) and {out / 'kvtier-alerts.yml'} "
           "(add to rule_files in prometheus.yml)")
     return 0

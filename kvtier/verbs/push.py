@@ -37,12 +37,12 @@ def run(args) -> int:
     except PushRefused as exc:
         raise KvtierError(f"push refused: {exc}") from None
     settings = loaded.settings
-    _check_host(settings.cpu_tier_bytes, loaded.guardrails.host_headroom_bytes, args)
-    try:  # the host was checked above (or --force): the file's guardrail is not applied twice
+    try:  # the file first (its errors do not depend on this machine); the host check below
         push = plan(settings, replace(loaded.guardrails, host_headroom_bytes=None), args.engine,
                     args.config)
     except (PushRefused, ValueError) as exc:
         raise KvtierError(f"push refused: {exc}") from None
+    _check_host(settings.cpu_tier_bytes, loaded.guardrails.host_headroom_bytes, args)
     if loaded.source != str(args.recommendation):
         print(f"reading {loaded.source}")
     print(push.diff if push.changed else f"{push.path}: already up to date, nothing to change",

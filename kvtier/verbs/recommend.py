@@ -157,7 +157,11 @@ def recommendation(args):
     try:
         params = CostParams(model=model)
         if args.fs_json:
-            params = measured_cost_params(args.fs_json, base=params)
+            try:
+                params = measured_cost_params(args.fs_json, base=params)
+            except (OSError, ValueError) as error:
+                raise KvtierError(f"--fs-json {args.fs_json}: {getattr(error, 'strerror', None) or error}; "
+                                  "give the output of kvtier probe fs --json") from None
         # a store or segments: what the engine measured beats the defaults and the probe
         params, cold_cost = store_costs(reader, params, block_tokens)
         inputs = Inputs(gpu, cpu, args.train_fraction, args.seed,
@@ -165,8 +169,10 @@ def recommendation(args):
                         host=_host_limit(args), cold_blocks=cold, cold_path=args.cold_path,
                         cold_cost=cold_cost, min_gain_per_gib=args.min_gain_per_gib,
                         ttft_slo_s=args.ttft_slo_s, itl_slo_s=args.itl_slo_s)
-    except (OSError, ValueError) as error:
-        raise KvtierError(str(error)) from None
+    except (OSError, ValueError) as error:  # the inputs' names, as this verb's flags
+        from kvtier.errors import flag_names
+
+        raise KvtierError(flag_names(str(error), getattr(args, "_flags", {}))) from None
     with task("recommending", total=PHASES) as advance:
         rec = recommend(records, inputs, params, step=lambda name: advance())
     engines = ENGINES if args.engine == "all" else (args.engine,)

@@ -85,7 +85,13 @@ def _info(store, args) -> int:
 def _export(store, args) -> int:
     from collector.segments import export_segments
 
-    result = export_segments(store, args.segments)
+    from kvtier.errors import failure
+
+    try:
+        result = export_segments(store, args.segments)
+    except OSError as error:  # the store is as it was: the export commits only when complete
+        raise failure(f"--segments {args.segments}: cannot write segments there "
+                      f"({error.strerror or error}); nothing was exported") from None
     print(f"wrote {len(result.files)} segment file(s), {result.total_rows:,} row(s) "
           f"({', '.join(f'{t}: {n:,}' for t, n in result.rows.items())}) under {args.segments}")
     return 0

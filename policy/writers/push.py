@@ -12,6 +12,7 @@ removed again. Mode bits of an existing file are kept.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import os
@@ -80,8 +81,10 @@ def load_recommendation(path: str | Path, engine: str | None = None) -> Loaded:
         settings_data, guard_data = data, {}
     try:
         return Loaded(EngineSettings.from_mapping(settings_data), Guardrails(**guard_data), source)
-    except TypeError as exc:
-        raise PushRefused(f"bad guardrails in {path}: {exc}") from None
+    except TypeError:
+        known = ", ".join(f.name for f in dataclasses.fields(Guardrails))
+        unknown = ", ".join(sorted(set(guard_data) - {f.name for f in dataclasses.fields(Guardrails)}))
+        raise PushRefused(f"bad guardrails in {path}: unknown {unknown or 'value'}; known: {known}") from None
     except ValueError as exc:
         raise PushRefused(f"{path}: {exc}") from None
 
