@@ -5,11 +5,17 @@ every package: add an ``Extension`` per ``.pyx`` here."""
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
+# Python's own CFLAGS carry -g: debug info for generated C more than doubles the compile (it
+# dominated a fresh `make demo`'s install), and nobody steps through it; -g0 comes last, so wins.
+NO_DEBUG_INFO = ["-g0"]
+
 EXTENSIONS = [
     # vLLM KV-event payloads -> block-event columns (the collector's vLLM tap)
-    Extension("probes.vllm.wire_columns", ["probes/vllm/wire_columns.pyx"], language="c++"),
+    Extension("probes.vllm.wire_columns", ["probes/vllm/wire_columns.pyx"], language="c++",
+              extra_compile_args=NO_DEBUG_INFO),
     # the simulator's replay core: tiers, policies, admitters, flows (includes policy/sim/_*.pxi)
-    Extension("policy.sim._core", ["policy/sim/_core.pyx"], extra_compile_args=["-O2"]),
+    Extension("policy.sim._core", ["policy/sim/_core.pyx"], extra_compile_args=["-O2", *NO_DEBUG_INFO]),
 ]
 
-setup(ext_modules=cythonize(EXTENSIONS, language_level=3))
+setup(ext_modules=cythonize(EXTENSIONS, language_level=3),
+      options={"build_ext": {"parallel": 2}})  # the extensions compile side by side
