@@ -31,6 +31,7 @@ from tests.probes.vllm.serving import CollectorProcess, EngineSetup, VllmServer,
 SESSIONS, TURNS, SYSTEM_BLOCKS, TURN_BLOCKS = 8, 5, 10, 3
 LOAD_REQUESTS = SESSIONS * TURNS
 ABSENT_REQUESTS, PHASE_REQUESTS, FLUSH_REQUESTS = 4, 6, 3
+LONG = 1024  # the outage phases' prompts: long, so prefill time shows through a loaded host
 FINISH_REQUESTS = 5  # _finishes: a probe, a stop token, a text, a stop string, an abort
 # vLLM's counters the store is checked against (deltas over the load run)
 VLLM_COUNTERS = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
@@ -166,17 +167,17 @@ def run_scenario(python: str, workdir: Path) -> EngineRun:
         run.client = _finishes(client_a, str(model), a.url)
         run.served_a += FINISH_REQUESTS
         # 4. kill and restart the collector while A serves
-        run.latency_s["up_before"] = _timed(run, client_a, str(model), [_prompt(100 + i) for i in range(PHASE_REQUESTS)])
+        run.latency_s["up_before"] = _timed(run, client_a, str(model), [_prompt(100 + i, LONG) for i in range(PHASE_REQUESTS)])
         shipped = run.served_a - ABSENT_REQUESTS
         _wait(lambda: _requests_ingested(collector, "tiny-vllm-a") >= shipped,
               what="the records before the kill")
         collector.kill()
-        run.latency_s["down"] = _timed(run, client_a, str(model), [_prompt(200 + i) for i in range(PHASE_REQUESTS)])
+        run.latency_s["down"] = _timed(run, client_a, str(model), [_prompt(200 + i, LONG) for i in range(PHASE_REQUESTS)])
         time.sleep(1.0)
         collector = CollectorProcess(run.store, hooks=hooks, kv_events=events,
                                      instance="tiny-vllm").start()
         time.sleep(1.0)
-        run.latency_s["up_after"] = _timed(run, client_a, str(model), [_prompt(300 + i) for i in range(PHASE_REQUESTS)])
+        run.latency_s["up_after"] = _timed(run, client_a, str(model), [_prompt(300 + i, LONG) for i in range(PHASE_REQUESTS)])
         _wait(lambda: _requests_ingested(collector, "tiny-vllm-a") >= PHASE_REQUESTS, what="the records after the restart")
         # 5. engine B ships only when it shuts down: the load probe at concurrency 4 (requests
         # preempted for GPU blocks), then 3 requests tagged by the openai client

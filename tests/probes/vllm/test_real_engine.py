@@ -229,8 +229,11 @@ def test_the_simulator_predicts_each_requests_tier_split_and_calibrate_fits_its_
     assert split["exact_requests"] == split["requests"], split["first_differing"]
     assert split["max_share_diff_points"] <= 1.0
     assert report["kv_bytes_per_token"] == 2048  # 2 layers x K,V x 4 heads x 32 x float32
-    fitted = json.loads(params.read_text())["cost_params"]
-    assert fitted["prefill_tokens_per_s"] > 0 and fitted.get("request_overhead_s", 1.0) > 0
+    written = json.loads(params.read_text())
+    # the prefill line is fitted over every request that ran alone; on a loaded host its slope
+    # may not be resolvable, and then no rate is written (the default stays, marked default)
+    assert written["fits"]["prefill"]["points"] >= split["requests"] - 3  # all but the abort's overlap
+    assert all(v > 0 for v in written["cost_params"].values())
     # the TTFT errors are figures for the report (this machine's load sets the spread)
     for name in ("ttft", "ttft_later_half"):
         assert report[name]["requests"] > 0 and report[name]["error_p50"] >= 0
