@@ -7,6 +7,7 @@ the main process), and checks that it exits and that no process it started is le
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -49,9 +50,30 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def start(*argv: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "kvtier", *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True)
+@pytest.fixture
+def start():
+    """``start(*argv)`` runs ``python -m kvtier ARGV`` in its own session; whatever a test
+    leaves running (it failed before its signal, or a child survived) is killed afterwards,
+    with everything below it."""
+    started: list[subprocess.Popen] = []
+
+    def run(*argv: str) -> subprocess.Popen:
+        process = subprocess.Popen([sys.executable, "-m", "kvtier", *argv],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   env=ENV, start_new_session=True)
+        started.append(process)
+        return process
+
+    yield run
+    for process in started:
+        below = descendants(process.pid) if process.poll() is None else set()
+        for pid in below:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.killpg(process.pid, signal.SIGKILL)  # its session's group, children included
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=30)
 
 
 def wait_for_line(process: subprocess.Popen, marker: str, timeout_s: float = 90.0) -> list[str]:
@@ -101,7 +123,7 @@ def stop_and_check(process: subprocess.Popen, sig: int, started: set[int]) -> tu
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-def test_dashboard_leaves_no_streamlit_process(tmp_path, sig):
+def test_dashboard_leaves_no_streamlit_process(start, tmp_path, sig):
     pytest.importorskip("streamlit")
     port = free_port()
     process = start("dashboard", "--segments", str(tmp_path), "--port", str(port))
@@ -116,7 +138,7 @@ def test_dashboard_leaves_no_streamlit_process(tmp_path, sig):
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-def test_engine_flushes_its_store_and_closes_its_port(tmp_path, sig):
+def test_engine_flushes_its_store_and_closes_its_port(start, tmp_path, sig):
     port = free_port()
     process = start("engine", "--port", str(port), "--gpu-blocks", "16", "--cpu-blocks", "8",
                     "--store", str(tmp_path / "store.duckdb"))
@@ -135,7 +157,7 @@ def test_engine_flushes_its_store_and_closes_its_port(tmp_path, sig):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-def test_collect_stops_and_reports_its_store(tmp_path, sig):
+def test_collect_stops_and_reports_its_store(start, tmp_path, sig):
     port = free_port()
     process = start("collect", "--store", str(tmp_path / "c.duckdb"), "--metrics-port", str(port),
                     "--segments", str(tmp_path / "segments"))
@@ -150,7 +172,7 @@ def test_collect_stops_and_reports_its_store(tmp_path, sig):
 
 
 @pytest.mark.timeout(240)
-def test_demo_stops_its_engine_and_keeps_what_it_stored(tmp_path):
+def test_demo_stops_its_engine_and_keeps_what_it_stored(start, tmp_path):
     process = start("demo", "--out", str(tmp_path / "out"), "--requests", "300", "--no-recommendation")
     wait_for_line(process, "load:", timeout_s=150)
     time.sleep(3)  # mid-phase: requests in flight, rows waiting in the recorder
@@ -163,7 +185,7 @@ def test_demo_stops_its_engine_and_keeps_what_it_stored(tmp_path):
 
 
 @pytest.mark.timeout(240)
-def test_rollout_stops_on_sighup(tmp_path):
+def test_rollout_stops_on_sighup(start, tmp_path):
     port = free_port()
     engine = start("engine", "--port", str(port), "--gpu-blocks", "48")
     try:
