@@ -20,7 +20,7 @@ from pathlib import Path
 
 from kvtier.demo.sized_plan import Sizes
 
-ACT1, ACT2 = "agentic/", "chat/"
+ACT2 = "chat/"  # act one's phases are named after its workload: agentic/..., or trace/...
 UNSIZED_COLD_BLOCKS = 8192  # act two's cold tier: 64 MiB of the engine's blocks, sized by nobody
 
 
@@ -76,7 +76,7 @@ def run_demo(config: DemoConfig, *, clock: Callable[[], float] = time.time, say=
             decided["recommendation"] = rec
             return sizes
 
-        plan = SizedPlan(act1.gpu_blocks, size, prefix=ACT1)
+        plan = SizedPlan(act1.gpu_blocks, size, prefix=f"{act1.name}/")
         with progress_lines(say) as progress:
             report1 = run_act(running, act1, records1, plan, store, progress)
         _show_act(report1, store, say)
@@ -106,7 +106,7 @@ def _decide(config: DemoConfig, act, segments: Path, probes: dict, budget, out: 
     from kvtier.demo.steps import run_verb
     from policy.recommend.recommendation import from_json
 
-    select = ["--trace", str(segments), "--tier-config", f"{ACT1}gpu-only",
+    select = ["--trace", str(segments), "--tier-config", f"{act.name}/gpu-only",
               "--source-engine", "load-probe", "--model", "kvtier-reference",
               "--gpu-tokens", str(act.gpu_blocks * act.block_tokens),
               "--ttft-slo-s", f"{budget.ttft_p99_s:.6g}", "--headroom-json", str(probes["headroom"])]
@@ -122,7 +122,8 @@ def _decide(config: DemoConfig, act, segments: Path, probes: dict, budget, out: 
     rec = from_json(json.loads((reco / "recommendation.json").read_text()))
     cpu, cold = rec.evidence.size("cpu"), rec.evidence.size("cold")
     if rec.verdict.outcome != "offload" or cpu is None:
-        return Sizes(0, 0, cpu_reason=rec.verdict.note or rec.verdict.words), rec
+        held = "; ".join(r.name for r in rec.verdict.reasons if r.holds)
+        return Sizes(0, 0, cpu_reason=f"{rec.verdict.words}: {rec.verdict.note or held}"), rec
     return Sizes(cpu.chosen_blocks, 0 if cold is None else cold.chosen_blocks, cpu.reason,
                  "none considered" if cold is None else cold.reason), rec
 
@@ -136,7 +137,8 @@ def _curve_sizes(segments: Path, act, say) -> Sizes:
     from policy.readers import open_trace
     from policy.recommend.sizing import tier_size
 
-    records = list(open_trace(segments, tier_config_id=f"{ACT1}gpu-only", engine="load-probe").requests())
+    records = list(open_trace(segments, tier_config_id=f"{act.name}/gpu-only",
+                              engine="load-probe").requests())
     params = CostParams(model=geometry("kvtier-reference"))
     bt = act.block_tokens
     size = tier_size(lru_curve(records, bt), tier="cpu", offset_blocks=act.gpu_blocks,
@@ -188,7 +190,7 @@ def _write_whatif(segments: Path, act, cpu_blocks: int, folder: Path, say) -> No
     from kvtier.demo.whatif import write_cpu_sweep
     from policy.readers import open_trace
 
-    records = list(open_trace(segments, tier_config_id=f"{ACT1}gpu-only",
+    records = list(open_trace(segments, tier_config_id=f"{act.name}/gpu-only",
                               engine="load-probe").requests())
     path = write_cpu_sweep(records, act.gpu_blocks, cpu_blocks, folder)
     say(f"  what-if: hit ratio against CPU capacity per policy (Belady the bound) -> {path}")

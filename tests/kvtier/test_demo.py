@@ -106,3 +106,17 @@ def test_analyze_and_recommend_say_one_verdict(demo):
     analysed = re.search(r"Offloading verdict: (.+)", stdout).group(1).strip()
     recommended = re.search(r"^      verdict: (.+)$", stdout, re.M).group(1).strip()
     assert analysed == recommended == "offload"
+
+
+def test_a_trace_where_offloading_does_not_pay_stops_after_the_baseline(tmp_path):
+    trace = REPO / "kvtier" / "data" / "mooncake_conversation_trace.jsonl.gz"
+    result = subprocess.run([sys.executable, "-m", "kvtier", "demo", "--out", str(tmp_path / "out"),
+                             "--trace", str(trace), "--requests", "90", "--chat-requests", "0"],
+                            capture_output=True, text=True, timeout=300, cwd=REPO, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    doc = json.loads((tmp_path / "out" / "recommendation" / "recommendation.json").read_text())
+    assert doc["evidence"]["verdict"] == "do_not_offload" and doc["settings"]["cpu_tier_bytes"] == 0
+    skipped = re.search(r"^    trace/gpu\+cpu +skipped: (.+)$", result.stdout, re.M).group(1)
+    held = [r["reason"] for r in doc["evidence"]["reasons"] if r["holds"]]
+    assert skipped.startswith("do not offload: ") and all(name in skipped for name in held)
+    assert "Offloading verdict: do not offload" in result.stdout  # analyze agrees
