@@ -25,7 +25,8 @@ def hit_quality_over_time(unit: str, configs: list[str]) -> dict:
         "mark": {"type": "area", "interpolate": "step-after", "tooltip": True},
         "width": 680, "height": 150,
         "encoding": {
-            "x": {"field": "time", "type": "temporal", "title": "time (UTC)"},
+            "x": {"field": "time", "type": "temporal", "title": "time (UTC)",
+                  "axis": {"format": "%H:%M:%S"}},
             "y": {"field": "share", "type": "quantitative", "stack": "normalize",
                   "title": f"share of {unit}", "axis": {"format": "%"}},
             "color": _outcome_colour(),
@@ -151,7 +152,8 @@ def p99_over_time(configs: list[str]) -> dict:
     return {
         "mark": {"type": "line", "point": True, "tooltip": True},
         "encoding": {
-            "x": {"field": "time", "type": "temporal", "title": "time (UTC)"},
+            "x": {"field": "time", "type": "temporal", "title": "time (UTC)",
+                  "axis": {"format": "%H:%M:%S"}},
             "y": {"field": "p99_ms", "type": "quantitative", "title": "p99 (ms)"},
             "color": {"field": "tier_config", "type": "nominal", "title": "tier configuration",
                       "sort": configs},
