@@ -59,6 +59,11 @@ class CostParams:
     prefill_tokens_per_s: Param = Param(8000.0, note="8B-class model, one H100, batch of one")
     model: KVGeometry = field(default_factory=lambda: geometry(DEFAULT_GEOMETRY))
     request_overhead_s: Param | None = None
+    # Attention makes a token dearer the deeper it sits: at position p its cost grows by
+    # p / attention_equal_tokens of the rest (counting FLOPs of an 8B-class dense model:
+    # 2 x 8e9 per token for the weights, 4 x 32 layers x 4,096 hidden x p for attention, equal
+    # near p = 30k). Only ``prefill_s`` reads it; ``recompute_s`` (the TTFT model) stays linear.
+    attention_equal_tokens: Param = Param(30_000.0, note="8B-class: weights' FLOPs = attention's")
 
     def sources(self) -> dict[str, str]:
         return {name: getattr(self, name).source for name in self.__dataclass_fields__
@@ -80,6 +85,15 @@ class CostParams:
 
     def recompute_s(self, tokens: int) -> float:
         return tokens / self.prefill_tokens_per_s.value
+
+    def prefill_s(self, start_token: int, tokens: int) -> float:
+        """Seconds to prefill ``tokens`` tokens that follow ``start_token`` cached ones, with
+        attention's growth with position (the integral of 1 + p / attention_equal_tokens)."""
+        if tokens <= 0:
+            return 0.0
+        mean_position = start_token + tokens / 2
+        return tokens / self.prefill_tokens_per_s.value * (
+            1.0 + mean_position / self.attention_equal_tokens.value)
 
     def service_s(self, cpu_tokens: int, cold_tokens: int, recompute_tokens: int) -> float:
         """A request's time to first token without queueing."""

@@ -26,6 +26,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--cold-tokens", help="cold (file) tier capacity (default: none)")
     parser.add_argument("--policies", default="lru,arc,s3fifo,learned,belady",
                         help="comma-separated: lru, arc, s3fifo, belady, learned, learned-logistic, "
+                             "learned-next-use (evicts the blocks whose conversation comes back "
+                             "last, learned), learned-safe (that order behind an LRU shadow), "
+                             "recommended (what recommend would deploy: chosen on the training "
+                             "period only), "
                              "learned-retention (the model's score, decayed by time since use, "
                              "orders CPU eviction), "
                              "oracle-reused (a diagnostic: admits blocks the trace references "
@@ -77,7 +81,7 @@ def evaluation(args, *, keep_ttft_samples: bool = False) -> dict:
     from kvtier.progress import task
     from kvtier.verbs.common import check_subset, model_geometry
     from policy.cost import CostParams
-    from policy.learn.compare import POLICY_NAMES, Split, add_gap_closed, compare
+    from policy.learn.compare import POLICY_NAMES, Split, add_gap_closed, compare, mark_unsafe
     from policy.learn.external import external_rows
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
@@ -109,6 +113,7 @@ def evaluation(args, *, keep_ttft_samples: bool = False) -> dict:
                     split.records, split.count_from, tiers.gpu_blocks + tiers.cpu_blocks,
                     external, progress=lambda name: advance(), trace=split.trace)
                 add_gap_closed(output["policies"] + output["libcachesim"])
+                mark_unsafe(output["policies"] + output["libcachesim"])
             except ValueError as error:
                 raise KvtierError(f"--libcachesim: {error}") from None
     output["block_tokens"] = records[0].block_size_tokens
@@ -179,26 +184,39 @@ def text(output: dict) -> str:
               f"{output['train_requests']:,} training requests; GPU {output['gpu_blocks']:,} / "
               f"CPU {output['cpu_blocks']:,} / cold {output['cold_blocks']:,} blocks; TTFT "
               f"through {servers} prefill server(s)"),
-             (f"{'policy':<18}{'hit ratio':>10}{'gap closed':>11}{'GPU hit':>14}"
-              f"{'CPU promo':>14}{'cold promo':>12}{'recompute':>14}{'p50 ms':>11}"
-              f"{'p95 ms':>11}{'p99 ms':>11}")]
+             (f"{'policy':<18}{'hit ratio':>10}{'gap closed':>11}{'prefill s':>11}"
+              f"{'gap (s)':>9}{'GPU hit':>14}{'CPU promo':>14}{'cold promo':>12}"
+              f"{'recompute':>14}{'p50 ms':>11}{'p95 ms':>11}{'p99 ms':>11}")]
     for r in output["policies"]:
-        gap = "" if r["gap_closed"] is None else f"{r['gap_closed']:.0%}"
-        lines.append(f"{r['policy']:<18}{r['token_hit_ratio']:>10.4f}{gap:>11}"
+        lines.append(f"{r['policy']:<18}{r['token_hit_ratio']:>10.4f}"
+                     f"{_share(r.get('gap_closed')):>11}{_seconds(r.get('prefill_s')):>11}"
+                     f"{_share(r.get('prefill_gap_closed')):>9}"
                      f"{r['gpu_hit_tokens']:>14,}{r['cpu_promotion_tokens']:>14,}"
                      f"{r['cold_promotion_tokens']:>12,}{r['recompute_tokens']:>14,}"
                      f"{r['ttft_p50_s'] * 1e3:>11,.1f}{r['ttft_p95_s'] * 1e3:>11,.1f}"
-                     f"{r['ttft_p99_s'] * 1e3:>11,.1f}")
+                     f"{r['ttft_p99_s'] * 1e3:>11,.1f}{_unsafe(r)}")
     if output.get("libcachesim"):
         lines.append(f"libCacheSim, one cache of {output['gpu_blocks'] + output['cpu_blocks']:,} "
                      f"blocks on the same block stream:")
         for r in output["libcachesim"]:
-            gap = "" if r["gap_closed"] is None else f"{r['gap_closed']:.0%}"
-            lines.append(f"{r['policy']:<18}{r['token_hit_ratio']:>10.4f}{gap:>11}")
+            lines.append(f"{r['policy']:<18}{r['token_hit_ratio']:>10.4f}"
+                         f"{_share(r.get('gap_closed')):>11}{_unsafe(r)}")
+    if any(r.get("unsafe") for r in output["policies"] + output.get("libcachesim", [])):
+        lines.append("UNSAFE: lost to LRU on the evaluated (later) requests")
     for part in output.get("instances", ()):
         lines.append(f"instance {part['instance']}:")
         lines += ["  " + line for line in text(part).splitlines()]
     for name, info in output["learned"].items():
+        if "readout" in info:
+            shadow = info.get("shadow")
+            followed = ""
+            if shadow:
+                share = shadow["requests_by_mode"][1] / max(1, sum(shadow["requests_by_mode"]))
+                followed = (f", followed the learned order for {share:.0%} of requests "
+                            f"({shadow['switches']} switches)")
+            lines.append(f"{name}: {info['deploys']}; readout {info['readout']} (chosen on "
+                         f"the training period){followed}")
+            continue
         held = info["model"]["held_out"]
         if "tau_s" in info:
             tau = "inf (score only)" if info["tau_s"] is None else f"{info['tau_s']:g} s"
@@ -208,3 +226,15 @@ def text(output: dict) -> str:
         lines.append(f"{name}: threshold {info['threshold']:g} (swept on the training period), "
                      f"held-out ROC AUC {auc}, {info['train_offers']:,} training offers")
     return "\n".join(lines)
+
+
+def _share(value) -> str:
+    return "" if value is None else f"{value:.0%}"
+
+
+def _seconds(value) -> str:
+    return "" if value is None else f"{value:,.0f}"
+
+
+def _unsafe(r: dict) -> str:
+    return "  UNSAFE" if r.get("unsafe") else ""

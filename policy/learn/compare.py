@@ -19,6 +19,8 @@ import numpy as np
 from collector.events import RequestRecord
 from policy.cost import CostParams, queue_ttft, queue_ttft_samples
 from policy.learn.admission_model import ModelConfig
+from policy.learn.nextuse_rows import NAMES as NEXT_USE_NAMES
+from policy.learn.nextuse_rows import ChoiceCache, policy_for, shadow_summary
 from policy.learn.pipeline import fit, score_offers
 from policy.learn.replay import IndexedAdmitter, Replayed, Tiers, replay
 from policy.learn.retention import choose_tau
@@ -31,7 +33,8 @@ BASE_POLICIES = ("lru", "arc", "s3fifo", "belady")
 LEARNED = {"learned": "gbm", "learned-logistic": "logistic"}
 ORACLE_REUSED = "oracle-reused"
 RETENTION = "learned-retention"
-POLICY_NAMES = (*BASE_POLICIES, *LEARNED, RETENTION, ORACLE_REUSED)
+POLICY_NAMES = (*BASE_POLICIES, *LEARNED, RETENTION, *NEXT_USE_NAMES, ORACLE_REUSED)
+UNSAFE_BELOW_LRU = 1e-4  # a row this far below LRU's hit ratio lost to it on later time
 
 
 @dataclass(frozen=True)
@@ -96,9 +99,21 @@ def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 
         raise ValueError(f"unknown policies {', '.join(unknown) or '(none)'}; allowed: "
                          f"{', '.join(POLICY_NAMES)}")
     rows, fitted_by_name, summaries = [], {}, {}
+    choices, deployed = ChoiceCache(split, tiers, seed), {}
     for name in policies:
         if progress is not None:
             progress(name)
+        if name in NEXT_USE_NAMES:
+            cpu_policy, summaries[name], built = policy_for(name, choices)
+            key = (summaries[name]["deploys"], summaries[name]["readout"])
+            if key not in deployed:  # recommended is often learned-safe: one replay for both
+                deployed[key] = (replay(split.records, tiers, cpu_policy,
+                                        count_from=split.count_from, trace=split.trace), built)
+            replayed, built = deployed[key]
+            summaries[name]["shadow"] = shadow_summary(built)
+            rows.append(row(name, replayed, params, servers,
+                            keep_ttft_samples=keep_ttft_samples))
+            continue
         admitter = None
         if name in LEARNED:
             fitted = fit(split.train, split.records, tiers,
@@ -118,6 +133,7 @@ def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 
                           count_from=split.count_from, trace=split.trace)
         rows.append(row(name, replayed, params, servers, keep_ttft_samples=keep_ttft_samples))
     add_gap_closed(rows)
+    mark_unsafe(rows)
     return {"gpu_blocks": tiers.gpu_blocks, "cpu_blocks": tiers.cpu_blocks,
             "cold_blocks": tiers.cold_blocks, "train_requests": len(split.train),
             "evaluated_requests": len(split.records) - split.count_from, "policies": rows,
@@ -181,6 +197,11 @@ def row(name: str, replayed: Replayed, params: CostParams, servers: int = 1, *,
     result = replayed.result
     services = [params.service_s(o.cpu_promotion_tokens, o.cold_promotion_tokens,
                                  o.recompute_tokens) for o in replayed.outcomes]
+    recompute_s = sum(params.prefill_s(r.prompt_tokens - o.recompute_tokens, o.recompute_tokens)
+                      for r, o in zip(replayed.requests, replayed.outcomes))
+    promotion_s = sum(params.promotion_s(o.cpu_promotion_tokens, "cpu")
+                      + params.promotion_s(o.cold_promotion_tokens, "cold")
+                      for o in replayed.outcomes)
     ttft = queue_ttft([r.arrival_s for r in replayed.requests], services, params.sources(),
                       servers)
     extra = {}
@@ -192,19 +213,38 @@ def row(name: str, replayed: Replayed, params: CostParams, servers: int = 1, *,
             "cpu_promotion_tokens": result.cpu_promotion_tokens,
             "cold_promotion_tokens": result.cold_promotion_tokens,
             "recompute_tokens": result.recompute_tokens, "prompt_tokens": result.prompt_tokens,
-            "cpu_stores_total": result.cpu_stores_total, "ttft_p50_s": ttft.p50_s,
+            "cpu_stores_total": result.cpu_stores_total,
+            "recompute_prefill_s": recompute_s, "prefill_s": recompute_s + promotion_s,
+            "ttft_p50_s": ttft.p50_s,
             "ttft_p95_s": ttft.p95_s, "ttft_p99_s": ttft.p99_s,
             "prefill_utilisation": ttft.utilisation}
 
 
 def add_gap_closed(rows: list[dict]) -> None:
-    """``gap_closed``: (policy - LRU) / (Belady - LRU) in token hit ratio, when both ran and
-    differ."""
-    by_name = {r["policy"]: r["token_hit_ratio"] for r in rows}
+    """``gap_closed``: (policy - LRU) / (Belady - LRU) in token hit ratio, and
+    ``prefill_gap_closed``: (LRU - policy) / (LRU - Belady) in prefill seconds, when both ran
+    and differ (rows without prefill seconds, like libCacheSim's, get ``None``)."""
+    by_name = {r["policy"]: r for r in rows}
     lru, belady = by_name.get("lru"), by_name.get("belady")
     for r in rows:
-        gap = None if lru is None or belady is None else belady - lru
-        r["gap_closed"] = (r["token_hit_ratio"] - lru) / gap if gap else None
+        gap = None if lru is None or belady is None else (
+            belady["token_hit_ratio"] - lru["token_hit_ratio"])
+        r["gap_closed"] = (r["token_hit_ratio"] - lru["token_hit_ratio"]) / gap if gap else None
+        seconds = None
+        if lru is not None and belady is not None and "prefill_s" in r and "prefill_s" in lru:
+            seconds = lru["prefill_s"] - belady["prefill_s"]
+        r["prefill_gap_closed"] = ((lru["prefill_s"] - r["prefill_s"]) / seconds
+                                   if seconds else None)
+
+
+def mark_unsafe(rows: list[dict]) -> None:
+    """``unsafe``: the row lost to LRU on the evaluated (later) requests, by token hit ratio
+    (``None`` without an LRU row; LRU and Belady are never unsafe)."""
+    lru = next((r["token_hit_ratio"] for r in rows if r["policy"] == "lru"), None)
+    for r in rows:
+        r["unsafe"] = (None if lru is None else
+                       r["policy"] not in ("lru", "belady")
+                       and r["token_hit_ratio"] < lru - UNSAFE_BELOW_LRU)
 
 
 def _learned_summary(fitted) -> dict:

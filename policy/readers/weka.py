@@ -7,6 +7,13 @@ and descriptive fields; a sub-agent entry (``type: "subagent"``) nests its own `
 whose ``t`` counts from the sub-agent's own ``t``. Only full blocks are hashed:
 ``len(hash_ids) == in // block_size`` (64), so a prompt's partial tail is always prefilled.
 
+**Request signals** (what a gateway knows of each request): ``stop`` becomes ``stop_reason``
+(``tool_use``, ``end_turn``, ...) with ``finish_status`` ``stopped`` (``length`` for
+``max_tokens``; none when the trace leaves ``stop`` empty), ``model`` the model, ``api_time``
+(seconds the upstream API took) ``e2e_latency_s``, so the finish is ``arrival_s +
+e2e_latency_s``. A sub-agent's requests have ``request_type`` ``subagent`` and
+``parent_request_id`` naming the main request that started the agent.
+
 **Ids.** ``hash_id_scope`` is ``"local"``: ids are per conversation and sub-agents share their
 parent's namespace. An id becomes ``stable_namespace(conversation id) | local id`` (blake2b of
 the conversation id in the high 32 bits), so equal local ids never collide across conversations
@@ -139,8 +146,10 @@ class _Conversation:
         self.block_tokens = block_tokens
         self.namespace = np.uint64(stable_namespace(conversation_id, LOCAL_ID_BITS))
         self.records: list[RequestRecord] = []
+        self.last_main: str | None = None
 
-    def walk(self, entries: Iterable, origin_s: float, where: str, kind: str) -> None:
+    def walk(self, entries: Iterable, origin_s: float, where: str, kind: str,
+             parent: str | None = None) -> None:
         if not isinstance(entries, list):
             raise BadLine(f"{where} must be a list")
         for i, entry in enumerate(entries):
@@ -149,11 +158,17 @@ class _Conversation:
                 raise BadLine(f"{at} must be an object")
             if entry.get("type") == "subagent":
                 start_s = origin_s + _prefixed(at, _subagent_t, entry)
-                self.walk(entry["requests"], start_s, f"{at}.requests", kind="subagent")
+                spawner = self.last_main if kind == "main" else parent
+                self.walk(entry["requests"], start_s, f"{at}.requests", kind="subagent",
+                          parent=spawner)
             else:
-                self.records.append(_prefixed(at, self._record, entry, origin_s, kind, i))
+                record = _prefixed(at, self._record, entry, origin_s, kind, i, parent)
+                self.records.append(record)
+                if kind == "main":
+                    self.last_main = record.request_id
 
-    def _record(self, entry: dict, origin_s: float, kind: str, index: int) -> RequestRecord:
+    def _record(self, entry: dict, origin_s: float, kind: str, index: int,
+                parent: str | None) -> RequestRecord:
         check_fields(entry, REQUEST_FIELDS, REQUEST_OPTIONAL)
         prompt = non_negative_int(entry, "in")
         local = hash_array(entry, "hash_ids", prompt // self.block_tokens,
@@ -168,7 +183,31 @@ class _Conversation:
             block_size_tokens=self.block_tokens,
             session_id=self.id, request_type=kind, turn=index + 1,
             ttft_s=non_negative_number(entry, "ttft") if entry.get("ttft") is not None else None,
+            parent_request_id=parent, model=_text(entry, "model"),
+            e2e_latency_s=(non_negative_number(entry, "api_time")
+                           if entry.get("api_time") is not None else None),
+            **_finish(entry),
         )
+
+
+STOP_LENGTH = "max_tokens"  # the Anthropic API's stop reason for a response cut at its limit
+
+
+def _finish(entry: dict) -> dict:
+    """``finish_status``/``stop_reason`` from ``stop`` (empty or absent: unknown)."""
+    stop = _text(entry, "stop")
+    if stop is None:
+        return {}
+    return {"stop_reason": stop, "finish_status": "length" if stop == STOP_LENGTH else "stopped"}
+
+
+def _text(entry: dict, name: str) -> str | None:
+    value = entry.get(name)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise BadLine(f"{name} must be a string, got {value!r}")
+    return value
 
 
 def _subagent_t(entry: dict) -> float:

@@ -117,3 +117,15 @@ def test_parse_servers(text, value):
 def test_parse_servers_rejects(text):
     with pytest.raises(ValueError, match="'auto' or an int >= 1"):
         parse_servers(text)
+
+
+def test_prefill_seconds_grow_with_the_position_of_the_recomputed_tokens():
+    from policy.cost import CostParams
+
+    params = CostParams()
+    head, tail = params.prefill_s(0, 1024), params.prefill_s(60_000, 1024)
+    assert params.recompute_s(1024) < head < tail  # attention makes deep tokens dearer
+    # at the position where attention equals the rest, a token costs twice the linear rate
+    equal = params.attention_equal_tokens.value
+    assert params.prefill_s(int(equal) - 1, 2) == pytest.approx(2 * params.recompute_s(2), rel=1e-3)
+    assert params.prefill_s(100, 0) == 0.0

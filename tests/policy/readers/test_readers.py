@@ -146,6 +146,29 @@ def test_weka_namespaces_ids_and_lays_conversations_out_in_time(tmp_path):
     assert [r.block_hashes for r in again] == [r.block_hashes for r in records]  # deterministic
 
 
+def test_weka_request_signals_say_how_each_request_ended_and_who_started_it(tmp_path):
+    tool = {**weka_req(0.0, 130, (1, 2)), "stop": "tool_use", "model": "m-1", "api_time": 2.5}
+    sub = {"t": 10.0, "type": "subagent", "requests": [
+        {**weka_req(0.0, 64, (7,)), "stop": "end_turn", "model": "m-small"}]}
+    cut = {**weka_req(20.0, 200, (1, 2, 3)), "stop": "max_tokens"}
+    silent = {**weka_req(30.0, 200, (1, 2, 3)), "stop": ""}
+    path = write_tar(tmp_path / "w.tar.gz", [weka_doc("a", [tool, sub, cut, silent])])
+    records = list(WekaReader(path).requests())
+    assert [(r.finish_status, r.stop_reason) for r in records] == [
+        ("stopped", "tool_use"), ("stopped", "end_turn"), ("length", "max_tokens"), (None, None)]
+    assert [r.model for r in records] == ["m-1", "m-small", None, None]
+    assert records[0].e2e_latency_s == 2.5 and records[2].e2e_latency_s is None
+    # the sub-agent names the main request that started it; main requests have no parent
+    assert [r.parent_request_id for r in records] == [None, records[0].request_id, None, None]
+
+
+def test_weka_rejects_a_model_that_is_not_text(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(weka_doc("c", [{**weka_req(0.0, 64, (1,)), "model": 3}])))
+    with pytest.raises(TraceFormatError, match=r"requests\[0\]: model must be a string, got 3"):
+        list(WekaReader(path).requests())
+
+
 def test_weka_hashes_only_full_blocks(tmp_path):
     path = tmp_path / "c.json"
     path.write_text(json.dumps(weka_doc("c", [weka_req(0.0, 130, (1, 2, 3))])))

@@ -1,0 +1,91 @@
+"""What kvtier would deploy: the learned next-use order behind its LRU shadow, chosen on the
+training period only.
+
+:func:`choose` fits the next-use model on the training requests, replays each candidate
+readout (:data:`READOUT_CANDIDATES`) on them and counts the latest :data:`VALIDATION_FRACTION`
+(earlier ones only warm the tiers), beside LRU on the same slice. The best readout is
+deployed inside :class:`~policy.learn.shadowed.Shadowed` (so it yields to LRU whenever it falls
+behind online); when no readout beat LRU on the slice, the deployment is plain LRU. Nothing
+after the training period is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from collector.events import RequestRecord
+from policy.learn.nextuse import NextUseModel
+from policy.learn.nextuse_fit import FitConfig, fit_next_use
+from policy.learn.nextuse_tier import NextUseTier, Readout
+from policy.learn.replay import Tiers, replay
+from policy.learn.shadowed import RecencyOrder, Shadowed
+from policy.learn.request_signals import SignalTracker
+from policy.sim.trace import BlockTrace
+
+READOUT_CANDIDATES = (Readout("next_use", q=0.5), Readout("reuse_within", horizon_s=100.0),
+                      Readout("reuse_within", horizon_s=1000.0))
+VALIDATION_FRACTION = 0.2
+LAST_BLOCK_DEAD_BELOW = 0.1  # last blocks re-sent this rarely are treated as dead
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The deployment for one tier size: ``readout`` None means plain LRU. ``sweep``: (label,
+    validation hit ratio) per candidate, LRU first."""
+
+    model: NextUseModel
+    readout: Readout | None
+    sweep: tuple[tuple[str, float], ...]
+    last_block_reuse: float
+
+
+def learned_factory(model: NextUseModel, readout: Readout, *, shadowed: bool = True,
+                    value_of: Callable[[int], float] | None = None) -> Callable:
+    """``capacity -> tier``: the learned order, alone or behind its LRU shadow."""
+    if not shadowed:
+        return lambda capacity: NextUseTier(capacity, model, readout, value_of=value_of)
+
+    def build(capacity):
+        tracker = SignalTracker(model.models)
+        learned = lambda c: NextUseTier(c, model, readout, tracker=tracker, value_of=value_of)
+        return Shadowed(capacity, [("lru", RecencyOrder), ("learned", learned)],
+                        observers=[tracker.observe])
+    return build
+
+
+def last_block_reuse(records: Sequence[RequestRecord], blocks_of: Callable) -> float:
+    """Share of prompts whose last block a later request re-sends (training records)."""
+    later: dict = {}
+    reused = 0
+    for i in range(len(records) - 1, -1, -1):
+        blocks = blocks_of(i)
+        if len(blocks):
+            reused += later.get(blocks[-1], 0)
+            for h in blocks:
+                later[h] = 1
+    return reused / max(1, len(records))
+
+
+def choose(train: Sequence[RequestRecord], tiers: Tiers, *, trace: BlockTrace | None = None,
+           config: FitConfig = FitConfig(),
+           candidates: Sequence[Readout] = READOUT_CANDIDATES,
+           value_of: Callable[[int], float] | None = None) -> Choice:
+    """Fit and choose on ``train`` alone (``trace``: its arrays, when records carry none)."""
+    blocks_of = ((lambda i: trace.blocks(i).tolist()) if trace is not None
+                 else (lambda i: train[i].block_hashes))
+    model = fit_next_use(train, blocks_of, config)
+    reuse = last_block_reuse(train, blocks_of)
+    dead = reuse < LAST_BLOCK_DEAD_BELOW
+    count_from = int(len(train) * (1 - VALIDATION_FRACTION))
+    hit = lambda policy: replay(train, tiers, policy, count_from=count_from,
+                                trace=trace).result.token_hit_ratio
+    sweep = [("lru", hit("lru"))]
+    best, best_hit = None, sweep[0][1]
+    for candidate in candidates:
+        readout = Readout(candidate.kind, candidate.q, candidate.horizon_s, dead)
+        ratio = hit(learned_factory(model, readout, shadowed=False, value_of=value_of))
+        sweep.append((readout.label(), ratio))
+        if ratio > best_hit:
+            best, best_hit = readout, ratio
+    return Choice(model, best, tuple(sweep), reuse)

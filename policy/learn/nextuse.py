@@ -1,0 +1,166 @@
+"""When will a request's conversation come back? The learned next-use model, as plain data.
+
+A block is reused when the next request of its conversation chain arrives. The model gives,
+for the request that last used a block, the distribution of that arrival as known now:
+
+* **finished** requests: with probability ``p`` (:attr:`NextUseModel.continuation`, trees on
+  the finish row; else the class's rate) the chain continues after a gap ``s * g``, where
+  ``s`` is a learned scale (:attr:`gap_scale`, trees predicting ln gap) and ``g`` is drawn
+  from the normalised gaps of the request's finish class (:class:`GapTable`: after a tool
+  call the agent comes straight back, after the end of a turn a person may take minutes);
+* **running** requests (not finished yet, so their finish is unknown): the time from arrival
+  to the next arrival, normalised by a scale from the arrival row, among training requests
+  still running after the same normalised time (:class:`RunningTable`).
+
+Conditioned on the time already waited, two readouts rank blocks (:func:`next_use_s`,
+:func:`reuse_within`). Everything here is numbers and trees (:mod:`policy.learn.trees`) and
+round-trips through JSON (:meth:`NextUseModel.to_json`); the engine plug-in reads that file.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from policy.learn.trees import Trees
+
+QUANTILES = 64
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class GapTable:
+    """Quantiles of normalised gaps of requests whose chain continued (sorted, evenly spaced
+    in probability from 0 to 1), and the share that never continued."""
+
+    quantiles: tuple[float, ...]
+    never_fraction: float
+    count: int
+
+    def cdf(self, x: float) -> float:
+        """P(gap <= x | continued), piecewise linear between quantiles."""
+        q = self.quantiles
+        if not q or x < q[0]:
+            return 0.0
+        if x >= q[-1]:
+            return 1.0
+        i = bisect.bisect_right(q, x) - 1
+        lo, hi = q[i], q[i + 1]
+        frac = (x - lo) / (hi - lo) if hi > lo else 1.0
+        return (i + frac) / (len(q) - 1)
+
+    def inverse(self, u: float) -> float:
+        q = self.quantiles
+        u = min(max(u, 0.0), 1.0) * (len(q) - 1)
+        i = min(int(u), len(q) - 2)
+        return q[i] + (u - i) * (q[i + 1] - q[i])
+
+    @classmethod
+    def of(cls, gaps: Sequence[float], never: int) -> GapTable:
+        gaps = sorted(gaps)
+        n = len(gaps)
+        if n < 2:
+            return cls((), 1.0 if never else 0.0, n)
+        qs = tuple(gaps[round(k * (n - 1) / (QUANTILES - 1))] for k in range(QUANTILES))
+        return cls(qs, never / (n + never), n)
+
+
+@dataclass(frozen=True)
+class RunningTable:
+    """For normalised elapsed times ``elapsed[k]``: the table of remaining normalised time to
+    the next arrival among training requests still running then."""
+
+    elapsed: tuple[float, ...]
+    tables: tuple[GapTable, ...]
+
+    def at(self, e: float) -> GapTable | None:
+        if not self.elapsed:
+            return None
+        k = max(0, bisect.bisect_right(self.elapsed, e) - 1)
+        return self.tables[k]
+
+
+@dataclass(frozen=True)
+class NextUseModel:
+    classes: dict                     # finish class -> GapTable of gap / scale; "*" = all
+    running: RunningTable
+    continuation: Trees | None        # P(chain continues | finish row)
+    gap_scale: Trees | None           # ln scale of the gap after finish | finish row
+    arrival_scale: Trees | None       # ln scale of (next arrival - arrival) | arrival row
+    models: dict                      # model name -> code used in the rows
+
+    def table(self, finish_class: str) -> GapTable:
+        t = self.classes.get(finish_class)
+        return t if t is not None and len(t.quantiles) >= 2 else self.classes["*"]
+
+    def finished_view(self, finish_class: str, row: Sequence[float]) -> tuple[GapTable, float, float]:
+        """(table, p, scale) for a finished request's row."""
+        table = self.table(finish_class)
+        p = self.continuation.predict(row) if self.continuation else 1.0 - table.never_fraction
+        s = math.exp(self.gap_scale.predict(row)) if self.gap_scale else 1.0
+        return table, p, max(s, 1e-3)
+
+    def arrival_scale_of(self, row: Sequence[float]) -> float:
+        return max(math.exp(self.arrival_scale.predict(row)), 1e-3) if self.arrival_scale else 1.0
+
+    def to_json(self) -> dict:
+        table = lambda t: {"quantiles": list(t.quantiles), "never_fraction": t.never_fraction,
+                           "count": t.count}
+        trees = lambda t: None if t is None else t.to_json()
+        return {"kind": "kvtier-next-use", "version": VERSION,
+                "classes": {k: table(t) for k, t in self.classes.items()},
+                "running": {"elapsed": list(self.running.elapsed),
+                            "tables": [table(t) for t in self.running.tables]},
+                "continuation": trees(self.continuation), "gap_scale": trees(self.gap_scale),
+                "arrival_scale": trees(self.arrival_scale), "models": dict(self.models)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> NextUseModel:
+        if not isinstance(data, dict) or data.get("kind") != "kvtier-next-use":
+            raise ValueError("not a kvtier next-use model (kind must be 'kvtier-next-use')")
+        if data.get("version") != VERSION:
+            raise ValueError(f"next-use model version {data.get('version')!r} unsupported; "
+                             f"this kvtier reads version {VERSION}")
+        try:
+            table = lambda t: GapTable(tuple(float(x) for x in t["quantiles"]),
+                                       float(t["never_fraction"]), int(t["count"]))
+            trees = lambda t: None if t is None else Trees.from_json(t)
+            classes = {str(k): table(t) for k, t in data["classes"].items()}
+            if "*" not in classes:
+                raise ValueError("classes needs the '*' table")
+            running = RunningTable(tuple(float(e) for e in data["running"]["elapsed"]),
+                                   tuple(table(t) for t in data["running"]["tables"]))
+            return cls(classes, running, trees(data["continuation"]), trees(data["gap_scale"]),
+                       trees(data["arrival_scale"]),
+                       {str(k): int(v) for k, v in data["models"].items()})
+        except (KeyError, TypeError) as error:
+            raise ValueError(f"next-use model is missing or mistypes {error}") from None
+
+
+def _conditional(table: GapTable, p: float, e: float, u: float | None, horizon: float | None
+                 ) -> float:
+    """Given waited ``e`` (normalised): with ``horizon``, P(next use within it); with ``u``,
+    the ``u``-quantile of the remaining time (inf when the chain more likely never comes)."""
+    f0 = table.cdf(e)
+    survive = 1.0 - p * f0
+    if survive <= 1e-12:
+        return 1.0 if horizon is not None else 0.0
+    if horizon is not None:
+        return p * (table.cdf(e + horizon) - f0) / survive
+    target = f0 + u * survive / p if p > 0 else math.inf
+    if target > 1.0:
+        return math.inf
+    return max(0.0, table.inverse(target) - e)
+
+
+def next_use_s(table: GapTable, p: float, scale: float, waited_s: float, q: float) -> float:
+    """Seconds until the next use at quantile ``q``, given ``waited_s`` already waited."""
+    return scale * _conditional(table, p, waited_s / scale, q, None)
+
+
+def reuse_within(table: GapTable, p: float, scale: float, waited_s: float, horizon_s: float
+                 ) -> float:
+    """P(next use within ``horizon_s`` | not yet after ``waited_s``)."""
+    return _conditional(table, p, waited_s / scale, None, horizon_s / scale)

@@ -1,0 +1,197 @@
+"""A CPU tier that evicts the blocks whose conversation comes back last (learned next use).
+
+Blocks are grouped by the request that last used them (their *owner*); a whole group comes
+back when the owner's chain sends its next request, so the tier ranks groups and evicts the
+worst group's deepest block first (a prefix without its tail still serves; a tail without its
+prefix serves nothing). Ranked first, before any group: *dead* blocks — the owner's chain has
+moved on without them (a later request of the chain did not re-send them), or the block is
+its prompt's last and such blocks are rarely re-sent (:attr:`Readout.last_block_dead`).
+
+A group's rank comes from :class:`~policy.learn.nextuse.NextUseModel` at the time of the
+eviction, by :class:`Readout`: ``next_use`` (the ``q``-quantile of the time left until the
+chain's next request: Belady's order, estimated) or ``reuse_within`` (the chance the chain
+comes back within ``horizon_s``). With ``value_of`` the rank weighs each group by what its
+next block to go would save (recompute minus promotion seconds at its position).
+
+Per decision: one heap pop, plus a re-rank of the groups (one model readout each) when the
+clock has moved since the last eviction; per block two dict entries; per request a few
+floats. Memory is bounded by the resident blocks and the requests that own them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import OrderedDict
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+
+from collector.events import RequestRecord
+from policy.learn.nextuse import NextUseModel, next_use_s, reuse_within
+from policy.learn.request_signals import FINISH_CLASSES, SignalTracker
+
+READOUTS = ("next_use", "reuse_within")
+
+
+@dataclass(frozen=True)
+class Readout:
+    kind: str = "next_use"
+    q: float = 0.5
+    horizon_s: float = 100.0
+    last_block_dead: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in READOUTS:
+            raise ValueError(f"readout must be one of {', '.join(READOUTS)}, got {self.kind!r}")
+        if not 0 < self.q < 1:
+            raise ValueError(f"q must be in (0, 1), got {self.q!r}")
+        if not self.horizon_s > 0:
+            raise ValueError(f"horizon_s must be > 0, got {self.horizon_s!r}")
+
+    def label(self) -> str:
+        if self.kind == "next_use":
+            return f"next_use q={self.q:g}"
+        return f"reuse_within {self.horizon_s:g}s"
+
+
+class NextUseTier:
+    """The tier protocol of ``policy.sim.policies`` (exclusive flows) plus ``observe_request``."""
+
+    name = "learned-next-use"
+    reads_info = False
+
+    def __init__(self, capacity_blocks: int | None, model: NextUseModel, readout: Readout,
+                 *, tracker: SignalTracker | None = None,
+                 value_of: Callable[[int], float] | None = None) -> None:
+        self.capacity_blocks = capacity_blocks
+        self.model = model
+        self.readout = readout
+        self.tracker = tracker if tracker is not None else SignalTracker(model.models)
+        self._own_tracker = tracker is None
+        self.value_of = value_of
+        self.now_s = 0.0
+        self._dead: OrderedDict = OrderedDict()
+        self._group: dict = {}          # block -> owner request
+        self._members: dict = {}        # owner -> {block: position}
+        self._views: dict = {}          # owner -> (table, p, scale) once finished
+        self._epoch = None
+        self._heap: list = []
+
+    # ---- what the replay calls
+
+    def observe_request(self, index: int, record: RequestRecord, blocks) -> None:
+        """A request arrives (before it is served)."""
+        if self._own_tracker:
+            self.tracker.observe(index, record, blocks)
+        self.now_s = record.arrival_s
+
+    def __contains__(self, key) -> bool:
+        return key in self._group or key in self._dead
+
+    def __len__(self) -> int:
+        return len(self._group) + len(self._dead)
+
+    def __iter__(self):
+        return iter([*self._group, *self._dead])
+
+    def insert(self, key, info=None) -> list:
+        if key in self:
+            return []
+        owner, position = self.tracker.owner[key]
+        if self._is_dead(owner, position):
+            self._dead[key] = None
+        else:
+            members = self._members.get(owner)
+            if members is None:
+                members = self._members[owner] = {}
+            fresh = not members
+            members[key] = position
+            self._group[key] = owner
+            if fresh and self._epoch == self.now_s:  # ranked this epoch: add it to the heap
+                heapq.heappush(self._heap, (-self.rank(owner, members), owner))
+        victims = []
+        cap = self.capacity_blocks
+        while cap is not None and len(self) > cap:
+            victims.append(self.pop_victim())
+        return victims
+
+    def touch(self, key, info=None) -> None:
+        if key not in self:
+            raise KeyError(key)
+
+    def remove(self, key) -> None:
+        if key in self._dead:
+            del self._dead[key]
+            return
+        owner = self._group.pop(key)
+        del self._members[owner][key]
+
+    def pop_victim(self):
+        if self._dead:
+            return self._dead.popitem(last=False)[0]
+        if not self._group:
+            raise KeyError("pop_victim from an empty tier")
+        if self._epoch != self.now_s:
+            self._epoch = self.now_s
+            self._heap = [(-self.rank(o, m), o) for o, m in self._members.items() if m]
+            heapq.heapify(self._heap)
+        while True:
+            owner = self._heap[0][1]
+            members = self._members.get(owner)
+            if members:
+                break
+            heapq.heappop(self._heap)
+            self._drop_owner(owner)
+        victim = max(members, key=members.__getitem__)
+        del members[victim]
+        del self._group[victim]
+        return victim
+
+    def evict(self, n: int, protected: Collection = ()) -> list | None:
+        if protected:
+            raise ValueError("learned-next-use evicts in its own order; no protected blocks")
+        if n > len(self):
+            return None
+        return [self.pop_victim() for _ in range(n)]
+
+    # ---- ranking
+
+    def _is_dead(self, owner: int, position: int) -> bool:
+        if self.tracker.superseded(owner):
+            return True
+        return self.readout.last_block_dead and position == self.tracker.requests[owner].blocks - 1
+
+    def _drop_owner(self, owner: int) -> None:
+        self._members.pop(owner, None)
+        self._views.pop(owner, None)
+
+    def rank(self, owner: int, members: dict) -> float:
+        """Eviction priority of a group now: larger goes first."""
+        if self.tracker.superseded(owner):
+            return math.inf
+        readout, now = self.readout, self.now_s
+        request = self.tracker.requests[owner]
+        if now >= request.finish_s:
+            view = self._views.get(owner)
+            if view is None:
+                row = self.tracker.features(owner, now)
+                view = self._views[owner] = self.model.finished_view(
+                    FINISH_CLASSES[int(row[12])], row)
+            table, p, scale = view
+            waited = now - request.finish_s
+        else:
+            row = self.tracker.features(owner, now)
+            scale = self.model.arrival_scale_of(row)
+            elapsed = (now - request.arrival_s) / scale
+            k = max(0, sum(1 for e in self.model.running.elapsed if e <= elapsed) - 1)
+            table = self.model.running.tables[k]
+            if len(table.quantiles) < 2:
+                return math.inf
+            p = 1.0 - table.never_fraction
+            waited = (elapsed - self.model.running.elapsed[k]) * scale
+        weight = 1.0
+        if self.value_of is not None:
+            weight = max(self.value_of(max(members.values())), 1e-9)
+        if readout.kind == "next_use":
+            return next_use_s(table, p, scale, waited, readout.q) / weight
+        return -reuse_within(table, p, scale, waited, readout.horizon_s) * weight

@@ -1,0 +1,64 @@
+"""The learned next-use tier: what it evicts first, and that it beats LRU where it should."""
+
+import pytest
+
+from policy.learn.compare import Split
+from policy.learn.nextuse import GapTable, NextUseModel, RunningTable
+from policy.learn.nextuse_fit import fit_next_use
+from policy.learn.nextuse_tier import NextUseTier, Readout
+from policy.learn.replay import Tiers, replay
+from tests.policy.learn import traffic
+from tests.policy.learn.synthetic import record
+
+
+def hand_model():
+    """After a tool call the agent is back in 10 s, after the end of a turn in 1,000 s."""
+    fast = GapTable.of([10.0] * 20, never=0)
+    slow = GapTable.of([1000.0] * 20, never=0)
+    return NextUseModel({"*": fast, "tool_use": fast, "end_turn": slow},
+                        RunningTable((), ()), None, None, None, {})
+
+
+def request(i, blocks, stop, session, t=0.0):
+    return record(i, blocks, t=t, session_id=session, finish_status="stopped", stop_reason=stop)
+
+
+@pytest.mark.parametrize("readout", [Readout("next_use"), Readout("reuse_within", horizon_s=60)])
+def test_the_chain_that_comes_back_last_goes_first_tail_first(readout):
+    tier = NextUseTier(4, hand_model(), readout)
+    waiting = request(0, (1, 2, 3), "end_turn", "a")
+    working = request(1, (11, 12, 13), "tool_use", "b", t=1.0)
+    for i, r in enumerate((waiting, working)):
+        tier.observe_request(i, r, r.block_hashes)
+    victims = [v for h in (1, 2, 11, 12, 13) for v in tier.insert(h)]
+    assert victims == [2]            # the person's turn: its deepest block first
+    assert tier.insert(3) == [3]     # a tail whose head is gone is not taken in at its cost
+    assert sorted(tier) == [1, 11, 12, 13]
+
+
+def test_blocks_the_chain_moved_on_without_go_before_any_live_chain():
+    tier = NextUseTier(3, hand_model(), Readout())
+    old = request(0, (1, 2, 3), "tool_use", "a")
+    new = request(1, (1, 9), "tool_use", "a", t=1.0)     # compaction: 2 and 3 not re-sent
+    live = request(2, (20, 21), "end_turn", "b", t=2.0)
+    for i, r in enumerate((old,)):
+        tier.observe_request(i, r, r.block_hashes)
+    tier.insert(2)
+    tier.insert(3)
+    for i, r in enumerate((new, live), start=1):
+        tier.observe_request(i, r, r.block_hashes)
+    assert tier.insert(20) == [] and tier.insert(21) == [3]
+    assert tier.evict(1) == [2] and tier.evict(5) is None and len(tier) == 2
+
+
+def test_learned_order_beats_lru_on_agentic_traffic_it_was_trained_on_the_start_of():
+    records = traffic.agentic(sessions=80, seed=2)
+    split = Split.by_count(records, 0.5)
+    model = fit_next_use(split.train, lambda i: split.train[i].block_hashes)
+    tiers = Tiers(60, 150)
+    lru = replay(split.records, tiers, "lru", count_from=split.count_from).result
+    learned = replay(split.records, tiers,
+                     lambda c: NextUseTier(c, model, Readout("next_use")),
+                     count_from=split.count_from).result
+    assert learned.token_hit_ratio > lru.token_hit_ratio + 0.02
+    assert learned.cpu_stores_total > 0

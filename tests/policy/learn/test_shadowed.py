@@ -1,0 +1,80 @@
+"""The shadowed tier: its LRU ghost is exact, and it yields to LRU when its order is behind."""
+
+from collections import OrderedDict
+
+import pytest
+
+from policy.learn.compare import Split
+from policy.learn.deploy import learned_factory
+from policy.learn.nextuse_fit import fit_next_use
+from policy.learn.nextuse_tier import Readout
+from policy.learn.replay import Tiers, replay
+from policy.learn.shadowed import RecencyOrder, Shadowed
+from tests.policy.learn import traffic
+
+
+class NewestFirst(RecencyOrder):
+    """A bad order on purpose: evicts the block stored last."""
+
+    def insert(self, key, info=None):
+        self._order[key] = None
+        victims = []
+        while self.capacity_blocks is not None and len(self._order) > self.capacity_blocks:
+            self._order.popitem(last=True)
+            victims.append(key)
+        return victims
+
+    def pop_victim(self):
+        return self._order.popitem(last=True)[0]
+
+
+def hit(records, tiers, policy, split):
+    return replay(records, tiers, policy, count_from=split.count_from).result.token_hit_ratio
+
+
+def test_the_lru_ghost_counts_exactly_what_lru_serves():
+    records = traffic.mixed(hours=0.2, seed=4)
+    split = Split.by_time(records, 0.5)
+    tiers = Tiers(300, 800)
+    built = []
+    shadowed = lambda c: built.append(Shadowed(c, [("lru", RecencyOrder),
+                                                   ("lru-too", RecencyOrder)])) or built[-1]
+    lru = replay(records, tiers, "lru")
+    again = replay(records, tiers, shadowed)
+    assert again.result == lru.result
+    stats = built[0].stats()
+    assert stats.ghost_tokens == (lru.result.cpu_promotion_tokens,) * 2
+    assert stats.real_tokens == lru.result.cpu_promotion_tokens
+
+
+def test_a_bad_order_behind_the_shadow_stays_with_lru():
+    records = traffic.chat(hours=0.3, seed=5)
+    split = Split.by_time(records, 0.5)
+    tiers = Tiers(300, 1500)
+    lru = hit(records, tiers, "lru", split)
+    bad = hit(records, tiers, NewestFirst, split)
+    built = []
+    safe = hit(records, tiers, lambda c: built.append(Shadowed(
+        c, [("lru", RecencyOrder), ("newest-first", NewestFirst)])) or built[-1], split)
+    assert bad < lru - 0.01            # the order alone loses
+    assert safe >= lru - 0.005         # behind its shadow it does not
+    assert built[0].stats().requests_by_mode[0] > 0.75 * len(records)  # mostly in LRU order
+
+
+def test_the_learned_order_trained_before_a_shift_is_kept_safe_after_it():
+    # documents stop being asked again half way through: what the model learned is now wrong
+    records = traffic.mixed(hours=0.5, seed=0, shift=True)
+    split = Split.by_time(records, 0.5)
+    model = fit_next_use(split.train, lambda i: split.train[i].block_hashes)
+    tiers = Tiers(1000, 8000)
+    readout = Readout("reuse_within", horizon_s=100.0, last_block_dead=True)
+    lru = hit(split.records, tiers, "lru", split)
+    raw = hit(split.records, tiers, learned_factory(model, readout, shadowed=False), split)
+    safe = hit(split.records, tiers, learned_factory(model, readout), split)
+    assert raw < lru - 0.01            # the shift turned the learned order against the traffic
+    assert safe >= lru - 0.005         # behind its shadow it is not below LRU
+
+
+def test_shadowed_needs_a_baseline_and_a_candidate():
+    with pytest.raises(ValueError, match="baseline and at least one candidate"):
+        Shadowed(10, [("lru", RecencyOrder)])
