@@ -105,5 +105,5 @@ def test_probe_results_feed_the_cost_model(tmp_path):
     params = measured_cost_params(transfer, fs_file)
     assert params.sources() == {"cpu_gpu_bandwidth_bytes_per_s": "measured", "cpu_gpu_op_latency_s": "measured",
                                 "cold_cpu_bandwidth_bytes_per_s": "measured", "cold_cpu_op_latency_s": "measured",
-                                "prefill_tokens_per_s": "default"}
+                                "prefill_tokens_per_s": "default", "attention_equal_tokens": "default"}
     assert params.cpu_gpu_op_latency_s.value == transfer.cost_params()["cpu_gpu_op_latency_s"]
