@@ -13,6 +13,14 @@ Views defined on the connection:
 * ``requests``: request records; ``request_configs``: their ids, arrivals and configurations.
 
 A view exists only when its table has segments (``SegmentData.has_events`` / ``has_requests``).
+
+The same requests may be recorded twice: by the engine that served them and by a client that
+sent them (kvtier's load probe, engine ``load-probe``: the demo and ``kvtier load`` store
+both). The two cannot be paired (each names the request its own way), so every figure reads
+one observer per tier configuration, through ``SegmentData.requests``: the engine's records
+for how prompts were served (tiers, hit ratio, block hashes, request counts), the client's
+for the latency it saw (TTFT, ITL); the other observer only where the preferred one recorded
+nothing in that configuration.
 """
 
 from __future__ import annotations
@@ -33,6 +41,10 @@ UNLABELLED = "(unlabelled)"
 SIMULATED_ENGINES = frozenset({"trace-replay", "simulator"})
 # A lookup stamped up to this long before its request's recorded arrival still belongs to it.
 ARRIVAL_SLACK_S = 1.0
+# Engines whose request records are a client's view of requests an engine also records.
+CLIENT_ENGINES = frozenset({"load-probe"})
+# What a figure reads request records for, and so which observer it prefers.
+SERVED, SEEN = "served", "seen"
 # Bucket widths the overview picks from, so axes read in round units.
 NICE_BUCKETS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400)
 
@@ -105,6 +117,23 @@ class SegmentData:
         return (f"SELECT e.*, coalesce(c.tier_config, '{UNLABELLED}') AS tier_config FROM {relation} e "
                 "ASOF LEFT JOIN request_configs c ON c.instance = e.instance AND c.request_id = e.request_id "
                 f"AND e.time_s + {ARRIVAL_SLACK_S} >= c.arrival_s")
+
+    def requests(self, filters: Filters, purpose: str) -> tuple[str, list]:
+        """A relation (SQL, parameters) of the request records ``filters`` select, each
+        request once: per tier configuration, for ``SERVED`` (tiers, blocks, counts) the
+        engine's records where it has any, for ``SEEN`` (TTFT/ITL) the client's where it has
+        any with a TTFT; the other observer's otherwise. Filters apply first, so choosing an
+        engine in the sidebar shows that engine's records."""
+        if purpose not in (SERVED, SEEN):
+            raise ValueError(f"purpose must be {SERVED!r} or {SEEN!r}, got {purpose!r}")
+        where, params = self.where(filters, "requests")
+        client = "coalesce(engine IN ({}), false)".format(", ".join(f"'{e}'" for e in sorted(CLIENT_ENGINES)))
+        keep = f"NOT {client}" if purpose == SERVED else client
+        preferred = keep if purpose == SERVED else f"{client} AND ttft_s IS NOT NULL"
+        return (f"""(SELECT * EXCLUDE (has_preferred) FROM (
+                SELECT *, bool_or({preferred}) OVER (PARTITION BY tier_config_id) AS has_preferred
+                FROM requests {where})
+            WHERE {keep} OR NOT coalesce(has_preferred, false))""", params)
 
     def events_view(self, filters: Filters) -> str:
         """``events`` when the filters need each event's tier configuration, else the

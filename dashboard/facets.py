@@ -15,7 +15,7 @@ import pandas as pd
 
 from collector.ddl import BLOCK_EVENTS_TABLE
 from collector.segments import segment_glob
-from dashboard.data import SIMULATED_ENGINES, UNLABELLED, Filters, SegmentData
+from dashboard.data import SERVED, SIMULATED_ENGINES, UNLABELLED, Filters, SegmentData
 
 
 @dataclass(frozen=True)
@@ -60,16 +60,18 @@ def read_facets(data: SegmentData) -> Facets:
         instances=tuple(sorted(spans["instance"].dropna().unique())),
         tier_configs=tuple(phases["tier_config"]) if len(phases) else (UNLABELLED,),
         start_s=_float(spans["lo"].min()), end_s=_float(spans["hi"].max()),
-        block_events=int(counts.get("events", 0)), requests=int(counts.get("requests", 0)),
+        block_events=int(counts.get("events", 0)),
+        requests=int(phases["requests"].sum()) if len(phases) else 0,  # each request once
         phases=phases)
 
 
 def read_phases(data: SegmentData, filters: Filters | None = None) -> pd.DataFrame:
-    """One row per tier configuration in rollout order: first/last arrival, requests."""
-    where, params = data.where(filters or Filters(), "requests")
+    """One row per tier configuration in rollout order: first/last arrival, requests (each
+    counted once, see :meth:`SegmentData.requests`)."""
+    relation, params = data.requests(filters or Filters(), SERVED)
     return data.df(f"""SELECT tier_config_id AS tier_config, min(arrival_s) AS first_s,
             max(arrival_s) AS last_s, count(*) AS requests
-        FROM requests {where} GROUP BY ALL ORDER BY first_s, tier_config""", params)
+        FROM {relation} GROUP BY ALL ORDER BY first_s, tier_config""", params)
 
 
 def _event_spans_from_footers(data: SegmentData) -> pd.DataFrame:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 
 from collector.events import LOOKUP_OUTCOMES
-from dashboard.data import Filters, SegmentData, and_where, bucket_width_s, empty_frame
+from dashboard.data import SEEN, SERVED, Filters, SegmentData, and_where, bucket_width_s, empty_frame
 
 # Lookup outcomes in order of quality (best first), for stacking and colours.
 OUTCOME_ORDER = ("gpu_hit", "cpu_promotion", "cold_promotion", "recompute_miss")
@@ -64,12 +64,12 @@ def _event_outcomes(data: SegmentData, filters: Filters, width: int) -> tuple[st
 
 def _token_outcomes(data: SegmentData, filters: Filters, width: int) -> tuple[str, list]:
     """The same from request records, in prompt tokens served by each tier."""
-    where, params = data.where(filters, "requests")
+    relation, params = data.requests(filters, SERVED)
     pairs = ", ".join(f"{{'outcome': '{o}', 'amount': sum({c})}}" for o, c in _TOKEN_COLUMNS.items())
     return (f"""SELECT bucket_s, tier_config, v.outcome, v.amount::DOUBLE AS amount FROM (
             SELECT floor(arrival_s / {width}) * {width} AS bucket_s, tier_config_id AS tier_config,
                    [{pairs}] AS pairs
-            FROM requests {where} GROUP BY ALL), unnest(pairs) AS u(v)
+            FROM {relation} GROUP BY ALL), unnest(pairs) AS u(v)
         WHERE v.amount IS NOT NULL""", params)
 
 
@@ -134,12 +134,12 @@ def request_latency(data: SegmentData, filters: Filters) -> pd.DataFrame:
     ``metric`` (``ttft``/``itl``), ``quantile``, ``latency_ms``, ``requests``."""
     if not data.has_requests:
         return empty_frame("tier_config", "metric", "quantile", "latency_ms", "requests")
-    where, params = data.where(filters, "requests")
+    relation, params = data.requests(filters, SEEN)
     parts = []
     for metric, column in (("ttft", "ttft_s"), ("itl", "itl_s")):
         parts.append(f"""SELECT tier_config_id AS tier_config, '{metric}' AS metric, count({column}) AS requests,
                 min(arrival_s) AS first_s, quantile_cont({column}, [0.5, 0.95, 0.99]) AS qs
-            FROM requests {and_where(where, f"{column} IS NOT NULL")} GROUP BY ALL""")
+            FROM {relation} WHERE {column} IS NOT NULL GROUP BY ALL""")
     return data.df(f"""SELECT tier_config, metric, q.quantile, q.v * 1000 AS latency_ms, requests
         FROM ({" UNION ALL ".join(parts)}),
              unnest([{{'quantile': 'p50', 'v': qs[1]}}, {{'quantile': 'p95', 'v': qs[2]}},
@@ -156,10 +156,10 @@ def latency_over_time(data: SegmentData, filters: Filters, span: tuple[float | N
     lo = filters.start_s if filters.start_s is not None else span[0]
     hi = filters.end_s if filters.end_s is not None else span[1]
     width = bucket_width_s(lo, hi)
-    where, params = data.where(filters, "requests")
+    relation, params = data.requests(filters, SEEN)
     parts = [f"""SELECT floor(arrival_s / {width}) * {width} AS bucket_s, tier_config_id AS tier_config,
                 '{metric}' AS metric, quantile_cont({column}, 0.99) * 1000 AS p99_ms, count({column}) AS requests
-            FROM requests {and_where(where, f"{column} IS NOT NULL")} GROUP BY ALL"""
+            FROM {relation} WHERE {column} IS NOT NULL GROUP BY ALL"""
              for metric, column in (("ttft", "ttft_s"), ("itl", "itl_s"))]
     return data.df(f"""SELECT to_timestamp(bucket_s) AS time, tier_config, metric, p99_ms, requests
         FROM ({" UNION ALL ".join(parts)}) ORDER BY time, tier_config, metric""", params + params)

@@ -3,7 +3,11 @@
 Everything works from "block uses": one row per lookup of a block (GPU hit, CPU/cold
 promotion, recompute miss) with its time and position in the prompt, from block events
 when the segments have them, else from the requests' own ``block_hashes`` (position = index
-in the prompt, time = arrival). A block is *reused* when it is looked up more than once.
+in the prompt, time = arrival). A block is *reused* when it is looked up more than once
+within one tier configuration: a rollout replays the same traffic once per configuration
+(and a new configuration starts with empty tiers), so a use in another configuration is no
+reuse a cache could have served. "Distinct blocks" are counted the same way, per
+configuration.
 
 ``ReuseAnalysis`` groups the uses by block once (a temporary table on the data's
 connection); the charts are then small queries over that summary, so ten million uses cost
@@ -14,7 +18,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from dashboard.data import Filters, SegmentData, and_where, empty_frame
+from dashboard.data import SERVED, UNLABELLED, Filters, SegmentData, and_where, empty_frame
 from dashboard.queries import REUSE_CLASSES
 
 _LOOKUPS = "('gpu_hit', 'cpu_promotion', 'cold_promotion', 'recompute_miss')"
@@ -27,18 +31,31 @@ _SUMMARY = "reuse_block_summary"
 
 
 def block_uses(data: SegmentData, filters: Filters) -> tuple[str, list] | None:
-    """SQL (and parameters) for block uses: ``block_hash``, ``time_s``, ``position``;
-    ``None`` when there is no data."""
+    """SQL (and parameters) for block uses: ``tier_config``, ``block_hash``, ``time_s``,
+    ``position``; ``None`` when there is no data."""
     if data.has_events:
-        view = data.events_view(filters)
-        where, params = data.where(filters, view)
-        sql = f"SELECT block_hash, time_s, position FROM {view} {and_where(where, f'kind IN {_LOOKUPS}')}"
-        return sql, params
+        where, params = data.where(filters, "raw_events")
+        lookups = f"SELECT * FROM raw_events {and_where(where, f'kind IN {_LOOKUPS}')}"
+        # Each request's configuration, joined once per request (and second: ids recur per
+        # configuration), then onto its lookups by equality, not one as-of probe per event.
+        per_request = f"""SELECT instance, request_id, floor(time_s) AS second_s, min(time_s) AS time_s
+            FROM ({lookups}) GROUP BY ALL"""
+        configs = data.with_config(f"({per_request})")
+        config_where, config_params = "", []
+        if filters.tier_configs:
+            config_where = "WHERE list_contains(?::VARCHAR[], c.tier_config)"
+            config_params = [list(filters.tier_configs)]
+        sql = f"""SELECT coalesce(c.tier_config, '{UNLABELLED}') AS tier_config, e.block_hash,
+                e.time_s, e.position
+            FROM ({lookups}) e LEFT JOIN ({configs}) c ON c.instance IS NOT DISTINCT FROM e.instance
+                AND c.request_id IS NOT DISTINCT FROM e.request_id AND c.second_s = floor(e.time_s)
+            {config_where}"""
+        return sql, params + params + config_params
     if data.has_requests:
-        where, params = data.where(filters, "requests")
-        return (f"""SELECT unnest(block_hashes) AS block_hash, arrival_s AS time_s,
-                    unnest(generate_series(0, len(block_hashes) - 1)) AS position
-                FROM requests {and_where(where, 'len(block_hashes) > 0')}""", params)
+        relation, params = data.requests(filters, SERVED)  # each request once
+        return (f"""SELECT tier_config_id AS tier_config, unnest(block_hashes) AS block_hash,
+                    arrival_s AS time_s, unnest(generate_series(0, len(block_hashes) - 1)) AS position
+                FROM {relation} WHERE len(block_hashes) > 0""", params)
     return None
 
 
@@ -54,8 +71,8 @@ class ReuseAnalysis:
             return
         self._uses_sql, self._params = uses
         data.con.execute(f"""CREATE OR REPLACE TEMP TABLE {_SUMMARY} AS
-            SELECT block_hash, count(*) AS uses, min(position) AS position
-            FROM ({self._uses_sql}) GROUP BY block_hash""", self._params)
+            SELECT tier_config, block_hash, count(*) AS uses, min(position) AS position
+            FROM ({self._uses_sql}) GROUP BY tier_config, block_hash""", self._params)
         self.empty = data.df(f"SELECT count(*) AS n FROM {_SUMMARY}")["n"].iloc[0] == 0
 
     def classes(self) -> pd.DataFrame:
@@ -88,9 +105,10 @@ class ReuseAnalysis:
         return self.data.df(f"""SELECT pow(10, b * {_LOG_BIN}) AS gap_s, pow(10, (b + 1) * {_LOG_BIN}) AS gap_end_s,
                 count(*) AS uses FROM (
                 SELECT floor(greatest(least(log10(greatest(gap, 1e-9)), {_LOG_MAX}), {_LOG_MIN}) / {_LOG_BIN}) AS b
-                FROM (SELECT time_s - lag(time_s) OVER (PARTITION BY block_hash ORDER BY time_s) AS gap
+                FROM (SELECT time_s - lag(time_s) OVER (PARTITION BY tier_config, block_hash ORDER BY time_s) AS gap
                       FROM ({self._uses_sql}) u
-                      WHERE block_hash IN (SELECT block_hash FROM {_SUMMARY} WHERE uses > 1))
+                      SEMI JOIN (SELECT tier_config, block_hash FROM {_SUMMARY} WHERE uses > 1) r
+                          USING (tier_config, block_hash))
                 WHERE gap IS NOT NULL)
             GROUP BY b ORDER BY b""", self._params)
 

@@ -86,10 +86,10 @@ def test_ttft_and_itl_percentiles_per_phase_match_the_records(data, full_segment
 
 
 def test_reuse_counts_match_the_requests_block_lists(data, full_segments):
-    users = defaultdict(set)
+    users = defaultdict(set)  # (configuration, block) -> requests: reuse within a configuration
     for record in SegmentReader(full_segments).requests():
         for block in record.block_hashes:
-            users[block].add(record.request_id)
+            users[(record.tier_config_id, block)].add(record.request_id)
     analysis = reuse.ReuseAnalysis(data, Filters())
     classes = analysis.classes().set_index("rank")["blocks"]
     assert classes.sum() == len(users)
