@@ -1,9 +1,10 @@
 """Where the dashboard reads from: command-line arguments after ``--``, else environment.
 
 ``kvtier dashboard`` passes ``--segments DIR`` (and optionally ``--whatif DIR``,
-``--recommendation DIR``) to the Streamlit script; tests set ``KVTIER_DASHBOARD_SEGMENTS``
-and friends instead. The what-if and recommendation folders default to siblings of the
-segment folder (``kvtier-out/segments`` -> ``kvtier-out/whatif``, ``kvtier-out/recommendation``).
+``--recommendation DIR``, ``--rollouts DIR``) to the Streamlit script; tests set
+``KVTIER_DASHBOARD_SEGMENTS`` and friends instead. The other folders default to siblings of
+the segment folder (``kvtier-out/segments`` -> ``kvtier-out/whatif``,
+``kvtier-out/recommendation``, ``kvtier-out/rollouts``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 ENV_SEGMENTS = "KVTIER_DASHBOARD_SEGMENTS"
 ENV_WHATIF = "KVTIER_DASHBOARD_WHATIF"
 ENV_RECOMMENDATION = "KVTIER_DASHBOARD_RECOMMENDATION"
+ENV_ROLLOUTS = "KVTIER_DASHBOARD_ROLLOUTS"
 DEFAULT_SEGMENTS = "kvtier-out/segments"
 
 
@@ -23,21 +25,24 @@ class DashboardConfig:
     segments: Path
     whatif: Path
     recommendation: Path
+    rollouts: Path  # recorded rollouts: the budget each act was held to
 
     def __post_init__(self) -> None:
-        for name in ("segments", "whatif", "recommendation"):
+        for name in ("segments", "whatif", "recommendation", "rollouts"):
             if not isinstance(getattr(self, name), Path):
                 raise ValueError(f"DashboardConfig.{name} must be a Path, got {getattr(self, name)!r}")
 
     @classmethod
     def from_sources(cls, argv: Sequence[str], environ: Mapping[str, str]) -> DashboardConfig:
-        given = _options(argv, ("--segments", "--whatif", "--recommendation"))
+        given = _options(argv, ("--segments", "--whatif", "--recommendation", "--rollouts"))
         segments = Path(given.get("--segments") or environ.get(ENV_SEGMENTS) or DEFAULT_SEGMENTS)
         whatif = given.get("--whatif") or environ.get(ENV_WHATIF)
         recommendation = given.get("--recommendation") or environ.get(ENV_RECOMMENDATION)
+        rollouts = given.get("--rollouts") or environ.get(ENV_ROLLOUTS)
         return cls(segments,
                    Path(whatif) if whatif else segments.parent / "whatif",
-                   Path(recommendation) if recommendation else segments.parent / "recommendation")
+                   Path(recommendation) if recommendation else segments.parent / "recommendation",
+                   Path(rollouts) if rollouts else segments.parent / "rollouts")
 
 
 def _options(argv: Sequence[str], names: tuple[str, ...]) -> dict[str, str]:

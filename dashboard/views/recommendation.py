@@ -10,7 +10,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts
+from dashboard import charts, rollouts
 from dashboard.artifacts import RECOMMENDATION_FILE, RecommendationFolder, load_recommendation
 from dashboard.views.base import PageContext, chart
 from policy.recommend.recommendation import Recommendation
@@ -161,19 +161,43 @@ def _rollback(ctx: PageContext, rec: Recommendation) -> None:
     st.write(f"Deploy with it: disable the newest tier when the p99 TTFT stays over "
              f"{rule.ttft_p99_s * 1e3:.1f} ms{itl} for {rule.sustained_s} s "
              f"(p99 over {rule.window_s} s windows).")
+    _budget_status(ctx, rule)
+
+
+def _budget_status(ctx: PageContext, rule) -> None:
+    """Each act's newest configuration against its own budget: a demo's second act is not
+    held to the first act's recommendation."""
     latency = ctx.query("request_latency")
     p99 = latency[latency["quantile"] == "p99"]
     if p99.empty:
         st.info("No TTFT/ITL measurements to check the rule against.")
         return
-    newest = p99["tier_config"].iloc[-1]
-    for metric, budget_s in (("ttft", rule.ttft_p99_s), ("itl", rule.itl_p99_s)):
-        row = p99[(p99["tier_config"] == newest) & (p99["metric"] == metric)]
-        if budget_s is not None and not row.empty:
-            value_ms, budget_ms = float(row["latency_ms"].iloc[0]), budget_s * 1000
-            status = "over budget: roll back the newest tier" if value_ms > budget_ms else "within budget"
-            st.write(f"`{newest}` {metric.upper()} p99 {value_ms:.1f} ms against {budget_ms:.1f} ms: "
-                     f"**{status}**")
+    try:
+        recorded = rollouts.load_rollouts(ctx.config.rollouts)
+    except ValueError as error:
+        st.error(str(error))
+        recorded = ()
+    configs = list(ctx.facets.tier_configs)
+    budgets = rollouts.act_budgets(configs, rule, recorded)
+    checks = rollouts.budget_checks(p99, configs, budgets)
+    for act, budget in budgets.items():
+        mine = [c for c in checks if c.act == act]
+        for check in mine:
+            whose = ("this recommendation's rule" if budget.source == "recommendation"
+                     else "the budget its own rollout held it to")
+            if budget.baseline:
+                whose += f", set by `{budget.baseline}`"
+            status = "over budget: roll back the newest tier" if check.over else "within budget"
+            st.write(f"{f'act `{act}`: ' if act else ''}`{check.tier_config}` {check.metric.upper()} p99 "
+                     f"{check.value_ms:.1f} ms against {check.budget_ms:.1f} ms ({whose}): **{status}**")
+        if mine and budget.decided:
+            st.caption(f"The rollout decided on `{mine[0].tier_config}`: {budget.decided} (its rule "
+                       "watches p99 over windows, held for a while; above is the whole phase's p99).")
+    unbudgeted = [act for act, budget in budgets.items() if budget is None]
+    if unbudgeted:
+        st.caption("No budget recorded for " + ", ".join(f"`{a or '(unnamed)'}`" for a in unbudgeted)
+                   + ": the recommendation's rule was set on another act's baseline, and no "
+                   "rollout record names one.")
 
 
 def _configs(loaded: RecommendationFolder) -> None:

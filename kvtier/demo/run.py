@@ -21,6 +21,7 @@ from pathlib import Path
 from kvtier.demo.sized_plan import Sizes
 
 ACT2 = "chat/"  # act one's phases are named after its workload: agentic/..., or trace/...
+ROLLOUTS = "rollouts"  # one JSON per act: its phases, the budget each was held to, the rule's action
 UNSIZED_COLD_BLOCKS = 8192  # act two's cold tier: 64 MiB of the engine's blocks, sized by nobody
 
 
@@ -80,6 +81,7 @@ def run_demo(config: DemoConfig, *, clock: Callable[[], float] = time.time, say=
         with progress_lines(say) as progress:
             report1 = run_act(running, act1, records1, plan, store, progress)
         _show_act(report1, store, say)
+        _write_rollout(report1, f"{act1.name}/", out / ROLLOUTS)
         rec, sizes = decided.get("recommendation"), plan.sizes
         if rec is not None and sizes is not None:
             _write_whatif(segments, act1, sizes.cpu_blocks, out / "whatif", say)
@@ -166,6 +168,7 @@ def _act_two(config: DemoConfig, running, store, gpu_blocks: int, cpu_blocks: in
     with progress_lines(say) as progress:
         report = run_act(running, act, records, plan, store, progress)
     _show_act(report, store, say)
+    _write_rollout(report, ACT2, config.out_dir / ROLLOUTS)
     return report
 
 
@@ -194,6 +197,16 @@ def _write_whatif(segments: Path, act, cpu_blocks: int, folder: Path, say) -> No
                               engine="load-probe").requests())
     path = write_cpu_sweep(records, act.gpu_blocks, cpu_blocks, folder)
     say(f"  what-if: hit ratio against CPU capacity per policy (Belady the bound) -> {path}")
+
+
+def _write_rollout(report, act: str, folder: Path) -> None:
+    """The act's rollout as the dashboard reads it (``dashboard.artifacts.load_rollouts``):
+    each act is held to its own budget, set by its own GPU-only phase."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = {"act": act, **report.to_dict()}
+    (folder / f"{act.strip('/').replace('/', '_') or 'rollout'}.json").write_text(json.dumps(doc, indent=1) + "\n")
 
 
 def _budget_text(budget) -> str:
@@ -235,7 +248,7 @@ def _clear_previous_run(out: Path, say) -> None:
         say(f"kvtier demo: replacing the previous demo run in {out}")
     for path in (store, store.with_name(store.name + ".wal")):
         path.unlink(missing_ok=True)
-    for name in ("segments", "whatif", "recommendation", "analysis", "file-tier"):
+    for name in ("segments", "whatif", "recommendation", "analysis", "file-tier", ROLLOUTS):
         shutil.rmtree(out / name, ignore_errors=True)
 
 

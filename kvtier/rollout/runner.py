@@ -86,8 +86,16 @@ class RolloutReport:
 
     def to_dict(self) -> dict:
         return {"phases": [{"tiers": p.tiers.to_dict(), "requests": len(p.records), "errors": p.errors,
-                            "action": p.action, **p.summary} for p in self.phases],
+                            "action": p.action, "budget": _budget_dict(p.budget), **p.summary}
+                           for p in self.phases],
                 "skipped": [{"config_id": c, "reason": r} for c, r in self.skipped]}
+
+
+def _budget_dict(budget: LatencyBudget | None) -> dict | None:
+    if budget is None:
+        return None
+    return {"ttft_p99_s": budget.ttft_p99_s, "itl_p99_s": budget.itl_p99_s,
+            "sustained_s": budget.sustained_s, "window_s": budget.window_s}
 
 
 RunPhase = Callable[[PhaseTiers], tuple[Sequence[RequestRecord], int]]

@@ -23,6 +23,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--port", type=int, default=8501, help="port to serve on")
     parser.add_argument("--whatif", help="folder of what-if results (default: next to the segments)")
     parser.add_argument("--recommendation", help="recommendation folder (default: next to the segments)")
+    parser.add_argument("--rollouts", help="folder of recorded rollouts, one JSON per act, as kvtier demo "
+                                           "writes them (default: next to the segments)")
 
 
 def streamlit_command(args) -> list[str]:
@@ -50,7 +52,7 @@ def streamlit_command(args) -> list[str]:
                "--server.port", str(args.port), "--browser.gatherUsageStats", "false",
                "--server.fileWatcherType", "none",  # a service, not a dev loop: no source polling
                "--", "--segments", str(segments)]
-    for name in ("whatif", "recommendation"):
+    for name in ("whatif", "recommendation", "rollouts"):
         if getattr(args, name, None):
             command += [f"--{name}", str(Path(getattr(args, name)).resolve())]
     return command

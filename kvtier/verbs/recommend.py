@@ -168,7 +168,8 @@ def recommendation(args):
                         parse_servers(args.prefill_servers),
                         host=_host_limit(args), cold_blocks=cold, cold_path=args.cold_path,
                         cold_cost=cold_cost, min_gain_per_gib=args.min_gain_per_gib,
-                        ttft_slo_s=args.ttft_slo_s, itl_slo_s=args.itl_slo_s)
+                        ttft_slo_s=args.ttft_slo_s, itl_slo_s=args.itl_slo_s,
+                        baseline_tier_config=getattr(args, "tier_config", None))
     except (OSError, ValueError) as error:  # the inputs' names, as this verb's flags
         from kvtier.errors import flag_names
 

@@ -78,6 +78,7 @@ class Inputs:
     min_gain_per_gib: float = DEFAULT_MIN_GAIN_PER_GIB  # the knee's threshold
     ttft_slo_s: float | None = None  # the p99 TTFT budget the reuse verdict and the rule check
     itl_slo_s: float | None = None  # the p99 ITL budget of the rollback rule
+    baseline_tier_config: str | None = None  # the configuration the records were selected from
 
     def __post_init__(self) -> None:
         if self.gpu_blocks < 1:
@@ -104,7 +105,7 @@ class Inputs:
             return None
         defaults = LatencyBudget()
         return RollbackRule(self.ttft_slo_s, defaults.sustained_s, defaults.window_s,
-                            self.itl_slo_s)
+                            self.itl_slo_s, self.baseline_tier_config)
 
 
 def recommend(records: Sequence[RequestRecord], inputs: Inputs,

@@ -240,6 +240,9 @@ class RollbackRule:
     sustained_s: int
     window_s: int
     itl_p99_s: float | None = None
+    # The tier configuration whose requests the recommendation (and these budgets) came from:
+    # the rule is for the rollout that follows it (None: not recorded).
+    baseline_tier_config: str | None = None
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,7 @@ def _outcome(rng, phase_index: int, position: int) -> Outcome:
     if position >= 8:
         return Outcome.RECOMPUTE_MISS
     choices = [Outcome.GPU_HIT, Outcome.RECOMPUTE_MISS, Outcome.CPU_PROMOTION, Outcome.COLD_PROMOTION]
-    return choices[int(rng.integers(0, 2 + phase_index))]
+    return choices[int(rng.integers(0, min(2 + phase_index, len(choices))))]
 
 
 _SOURCE = {Outcome.CPU_PROMOTION: Tier.CPU, Outcome.COLD_PROMOTION: Tier.COLD}
@@ -113,10 +113,12 @@ def _request(scenario, rng, request_id, now_s, hashes, tokens, phase) -> Request
         e2e_latency_s=0.5 if latency else None, tier_config_id=phase)
 
 
-def write_recommendation(folder: Path, ttft_p99_budget_s: float | None = 2.0) -> Path:
+def write_recommendation(folder: Path, ttft_p99_budget_s: float | None = 2.0,
+                         baseline: str | None = None) -> Path:
     """A recommendation folder as ``kvtier recommend`` writes it (report.write of a real
     recommendation of a synthetic multi-turn trace, every engine's config), with the rollback
-    rule's TTFT budget set to ``ttft_p99_budget_s`` (``None``: no rule)."""
+    rule's TTFT budget set to ``ttft_p99_budget_s`` (``None``: no rule), computed from the
+    ``baseline`` tier configuration's requests (``None``: not recorded)."""
     import dataclasses
 
     from policy.recommend import report
@@ -124,7 +126,7 @@ def write_recommendation(folder: Path, ttft_p99_budget_s: float | None = 2.0) ->
     from policy.writers import ENGINES
 
     rec = _recommendation()
-    rule = None if ttft_p99_budget_s is None else RollbackRule(ttft_p99_budget_s, 300, 120, 1.0)
+    rule = None if ttft_p99_budget_s is None else RollbackRule(ttft_p99_budget_s, 300, 120, 1.0, baseline)
     rec = dataclasses.replace(rec, evidence=dataclasses.replace(rec.evidence, rollback=rule))
     report.write(rec, folder, ENGINES)
     return folder

@@ -101,6 +101,24 @@ def test_the_whatif_curves_mark_the_recommended_size(demo):
     assert at[("belady", chosen_tokens)] >= at[("lru", chosen_tokens)] - 1e-9  # the bound
 
 
+def test_each_act_records_its_own_budget_and_the_rule_names_its_baseline(demo):
+    """The dashboard holds each act to its own budget: the demo records them per act."""
+    out, stdout, _ = demo
+    printed = [float(b) for b in re.findall(r"the rule's budget: TTFT p99 <= ([\d.]+) ms", stdout)]
+    records = {}
+    for path in (out / "rollouts").glob("*.json"):
+        doc = json.loads(path.read_text())
+        records[doc["act"]] = doc
+    assert set(records) == {"agentic/", "chat/"}
+    for act, budget_ms in zip(("agentic/", "chat/"), printed):
+        phases = records[act]["phases"]
+        assert phases and all(p["tiers"]["config_id"].startswith(act) for p in phases)
+        assert {round(p["budget"]["ttft_p99_s"] * 1e3, 1) for p in phases} == {budget_ms}
+    assert printed[0] != printed[1]  # two baselines, two budgets
+    rec = from_json(json.loads((out / "recommendation" / "recommendation.json").read_text()))
+    assert rec.evidence.rollback.baseline_tier_config == "agentic/gpu-only"
+
+
 def test_analyze_and_recommend_say_one_verdict(demo):
     _, stdout, _ = demo
     analysed = re.search(r"Offloading verdict: (.+)", stdout).group(1).strip()
