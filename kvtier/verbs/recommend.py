@@ -57,6 +57,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--fs-json",
                         help="the output of `kvtier probe fs --json`: the measured cold-promotion "
                              "cost, weighed against recompute before adding a file tier")
+    parser.add_argument("--next-use-policy", action="store_true",
+                        help="vLLM: also fit kvtier's learned cache policy (evicts the blocks "
+                             "whose conversation comes back last) at the recommended sizes and "
+                             "write next-use-policy.json for it when, replayed under vLLM's "
+                             "semantics, it is not below vLLM's LRU on later time")
     parser.add_argument("--max-requests", type=int, help="use only the first N requests")
     parser.add_argument("--coarsen", type=int, default=1,
                         help="merge K consecutive prefix blocks into one (exact prefix identity)")
@@ -178,7 +183,36 @@ def recommendation(args):
         rec = recommend(records, inputs, params, step=lambda name: advance())
     engines = ENGINES if args.engine == "all" else (args.engine,)
     written = report.write(rec, Path(args.out), engines)
+    if getattr(args, "next_use_policy", False) and "vllm" in engines:
+        written += _next_use_policy(records, rec, args)
     return rec, written
+
+
+def _next_use_policy(records, rec, args) -> list:
+    """The learned vLLM cache policy's file, when it is safe at the recommended sizes."""
+    from policy.learn.replay import Tiers
+    from policy.learn.vllm_deploy import FILE_NAME, POLICY_SETTINGS, next_use_for_vllm, write
+
+    blocks = rec.evidence.tiers_blocks
+    if blocks is None or blocks.cpu == 0:
+        print("next-use policy: not fitted (no CPU tier recommended)")
+        return []
+    print(f"next-use policy: fitting at GPU {blocks.gpu} / CPU {blocks.cpu} blocks ...")
+    result = next_use_for_vllm(records, Tiers(blocks.gpu, blocks.cpu), args.train_fraction)
+    if result.readout is None:
+        print(f"next-use policy: not written (no readout beat LRU on the training period; "
+              f"vLLM LRU {result.lru_hit_ratio:.4f} on later time)")
+        return []
+    words = (f"{result.readout.label()}: token hit ratio {result.learned_hit_ratio:.4f} vs "
+             f"vLLM LRU {result.lru_hit_ratio:.4f} on later time under vLLM semantics")
+    path = write(result, Path(args.out))
+    if path is None:
+        print(f"next-use policy: not written, UNSAFE ({words})")
+        return []
+    settings = ", ".join(f'"{k}": "{v}"' for k, v in POLICY_SETTINGS.items())
+    print(f"next-use policy: wrote {FILE_NAME} ({words}); load it with {settings} in "
+          f"kv_connector_extra_config and KVTIER_NEXT_USE_MODEL={path.resolve()}")
+    return [path]
 
 
 def _host_limit(args) -> HostLimit | None:

@@ -54,6 +54,13 @@ def learned_factory(model: NextUseModel, readout: Readout, *, shadowed: bool = T
     return build
 
 
+def deployment(model: NextUseModel, readout: Readout) -> dict:
+    """The JSON document the engine plug-in loads: the model and how to read it."""
+    return {"model": model.to_json(),
+            "readout": {"kind": readout.kind, "q": readout.q, "horizon_s": readout.horizon_s,
+                        "last_block_dead": readout.last_block_dead}}
+
+
 def last_block_reuse(records: Sequence[RequestRecord], blocks_of: Callable) -> float:
     """Share of prompts whose last block a later request re-sends (training records)."""
     later: dict = {}

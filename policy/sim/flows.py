@@ -147,12 +147,16 @@ def vllm_flow(config: SimConfig, cpu_tier=None, cpu_admitter=None, offers=None
              ) -> FlowView:
     """vLLM's OffloadingConnector: vLLM's GPU block pool, write-through to vLLM's CPU tier
     (``config.policy``: ``lru`` or ``arc``) gated by ``cpu_admitter`` then store_threshold,
-    every CPU store cascading to the cold (file) tier."""
-    _no_cpu_tier(config, cpu_tier, offers)
+    every CPU store cascading to the cold (file) tier. ``cpu_tier``, when given, is a
+    request-scoped tier of the protocol (an out-of-tree vLLM cache policy's twin)."""
     c = core()
     interner = c.Interner()
     cpu = None
-    if config.cpu_blocks != 0:
+    if cpu_tier is not None and getattr(cpu_tier, "request_scoped", False) and offers is None:
+        cpu, _ = compiled_tier(cpu_tier, interner)
+    else:
+        _no_cpu_tier(config, cpu_tier, offers)
+    if cpu is None and config.cpu_blocks != 0:
         cpu = (c.VllmLru if config.policy == "lru" else c.VllmArc)(config.cpu_blocks)
     cold = c.Lru(config.cold_blocks) if config.cold_blocks != 0 else None
     flow = c.VllmFlow(c.GpuPool(config.gpu_blocks), cpu, cold,
@@ -168,7 +172,8 @@ def _no_cpu_tier(config: SimConfig, cpu_tier, offers=None) -> None:
                          f"{config.semantics!r}")
     if cpu_tier is not None:
         raise ValueError(f"semantics {config.semantics!r} builds its own CPU tier; "
-                         f"cpu_tier works with 'exclusive' only")
+                         f"cpu_tier works with 'exclusive' (and a request-scoped tier with "
+                         f"'vllm') only")
 
 
 def _bind(flow, tier) -> None:

@@ -146,12 +146,13 @@ class RequestTokenAccounting:
                 state.first_token_s = now
 
     def finished(self, request_id: str, *, status: str | None, stop_reason=None,
-                 output_tokens: int | None = None, tags: Mapping | None = None) -> None:
-        """Record the request (nothing if it was never admitted)."""
+                 output_tokens: int | None = None, tags: Mapping | None = None
+                 ) -> RequestRecord | None:
+        """Record the request and return its record (``None`` if it was never admitted)."""
         self._awaiting_first.pop(request_id, None)
         state = self._requests.pop(request_id, None)
         if state is None or not state.admitted:
-            return
+            return None
         now = self._clock()
         first = state.first_token_s
         if first is None and output_tokens:
@@ -175,8 +176,9 @@ class RequestTokenAccounting:
                 **dict(tags or {}))
         except (TypeError, ValueError):  # never break the engine: counted as a rejected call
             self.recorder.rejected_events += 1
-            return
+            return None
         self.recorder.record_request(record)
+        return record
 
 
 def _stop_reason(status: str | None, stop_reason) -> str | None:

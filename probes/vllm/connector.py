@@ -15,7 +15,8 @@ stores, evictions and promotions come from the spec wrapper (``probes/vllm/spec.
 shares the engine's recorder. Only the scheduler-side instance records (the workers' instance
 is vLLM's unchanged), and the recorder is shipped to ``kvtier collect --hooks`` by the
 process's shipper; ``shutdown`` flushes it. Works with vLLM 0.32 and 0.33 (their connector
-API is the same).
+API is the same). With kvtier's learned cache policy (``probes/vllm/next_use_policy.py``) as
+``eviction_policy``, each finished request's record tells the policy how it ended.
 """
 
 from __future__ import annotations
@@ -52,9 +53,12 @@ def _connector_class():
     from probes.vllm.accounting import RequestTokenAccounting, request_tags
     from probes.vllm.recorders import flush, recorder_for
     from probes.vllm.hook_settings import HookSettings
+    from probes.vllm.next_use_policy import note_finished
 
     class KvtierOffloadingConnector(OffloadingConnector):
         """vLLM's OffloadingConnector with per-request accounting (see module doc)."""
+
+        _kvtier_next_use = False  # kvtier's learned cache policy is the eviction_policy
 
         def __init__(self, vllm_config, role, kv_cache_config):
             super().__init__(vllm_config, role, kv_cache_config)
@@ -68,6 +72,8 @@ def _connector_class():
             self._kvtier = RequestTokenAccounting(
                 recorder, vllm_config.cache_config.block_size,
                 model=served_model(vllm_config.model_config))
+            self._kvtier_next_use = (transfer.kv_connector_extra_config.get("eviction_policy")
+                                     == "KvtierNextUsePolicy")
 
         def get_num_new_matched_tokens(self, request, num_computed_tokens):
             external, is_async = super().get_num_new_matched_tokens(request, num_computed_tokens)
@@ -94,10 +100,13 @@ def _connector_class():
 
         def _kvtier_finished(self, request) -> None:
             status = getattr(request.status, "name", None)
-            self._kvtier.finished(
+            record = self._kvtier.finished(
                 request.request_id, status=status, stop_reason=request.stop_reason,
                 output_tokens=request.num_output_tokens,
                 tags=request_tags(request.kv_transfer_params, getattr(request, "session_id", None)))
+            if record is not None and self._kvtier_next_use:
+                note_finished(record.request_id, record.finish_status, record.stop_reason,
+                              record.e2e_latency_s, record.output_tokens)
 
         def request_finished(self, request, block_ids):
             if self._kvtier is not None:

