@@ -19,13 +19,15 @@ import numpy as np
 from policy.cost import CostParams
 from policy.learn.admission_model import ModelConfig
 from policy.learn.compare import Split
+from policy.learn.expiring_retention import expiring
 from policy.learn.pipeline import fit
 from policy.learn.replay import IndexedAdmitter, Replayed, Tiers, replay
+from policy.learn.retention import choose_tau
 from policy.recommend.sweep import THRESHOLDS, best, priority_scores, sweep
 from policy.recommend.token_ranges import band_priorities, range_priorities, retention_classes
 from policy.recommend.value import full_block_value, priorities, value_per_byte
 from policy.recommend.values import HeldOut, ModelCard, SweepPoint
-from policy.writers.trtllm_retention import RetentionClass
+from policy.writers.trtllm_retention import DEFAULT_RETENTION_PRIORITY, RetentionClass
 
 
 @dataclass(frozen=True)
@@ -36,12 +38,13 @@ class Learned:
     priority_by_offer: dict
     classes: tuple[int, ...]
     bands: tuple[tuple[str, int], ...]
-    ranges: tuple[RetentionClass, ...]
+    ranges: tuple[RetentionClass, ...]  # priorities that expire after the decayed value
     points: tuple[SweepPoint, ...]
     chosen: SweepPoint
     chosen_gt: SweepPoint
     range_points: tuple[SweepPoint, ...]
     range_gate: SweepPoint
+    tau_s: float = float("inf")  # the score's decay the ranges' expiries follow
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,12 @@ def learn(split: Split, tiers: Tiers, params: CostParams, block_tokens: int,
     step("sweeping the offload threshold")
     points = tuple(sweep(split.train, tiers, priority_by_offer, validate_from, thresholds))
     ranges = retention_classes(split.records, priority_by_offer, block_tokens)
+    tau_s = float("inf")
+    if any(p > DEFAULT_RETENTION_PRIORITY for c in ranges for p in c.priorities):
+        # the score's decay (learned retention's tau, chosen on the training period) sets
+        # when a priority above the default expires (TensorRT-LLM duration_ms)
+        tau_s, _ = choose_tau(split.train, tiers, fitted.scores)
+        ranges = expiring(ranges, tau_s)
     range_points = tuple(_range_sweep(split, tiers, priority_by_offer, ranges, block_tokens,
                                       validate_from))
     return Learned(
@@ -76,7 +85,7 @@ def learn(split: Split, tiers: Tiers, params: CostParams, block_tokens: int,
         classes=tuple(sorted(set(prio.tolist()))),
         bands=tuple(band_priorities(split.records, priority_by_offer, block_tokens).items()),
         ranges=ranges, points=points, chosen=best(points, "ge"), chosen_gt=best(points, "gt"),
-        range_points=range_points, range_gate=best(range_points, "ge"))
+        range_points=range_points, range_gate=best(range_points, "ge"), tau_s=tau_s)
 
 
 def measure(split: Split, tiers: Tiers, learned: Learned) -> Measured:

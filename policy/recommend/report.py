@@ -181,13 +181,21 @@ def retention_section(settings) -> list[str]:
              (f"Send each class's entry of `{RETENTION_FILE}` as `kv_cache_retention_config` "
               "(LLM API, or Dynamo's TensorRT-LLM handler). A range's priority is the median "
               "learned priority of the blocks created at that prefix depth; a block whose "
-              "priority reaches `offload_min_priority` is offloaded to host."), "",
-             "| request class | prompt tokens | priority |", "|---|---|---|"]
+              "priority reaches `offload_min_priority` is offloaded to host. A priority above "
+              "the default 35 expires (`duration_ms`) when the learned score, decayed with the "
+              "time since use at the rate chosen on the training period, falls to the "
+              "default's; then TensorRT-LLM treats the block as 35."), "",
+             "| request class | prompt tokens | priority | expires after |", "|---|---|---|---|"]
     for c in settings.retention_ranges:
         lines += [f"| {c.name} | {r.token_start}-{r.token_end if r.token_end is not None else 'end'} "
-                  f"| {r.priority} |" for r in c.token_ranges]
-        lines.append(f"| {c.name} | decode | {c.decode_priority} |")
+                  f"| {r.priority} | {_expiry(r.duration_ms)} |" for r in c.token_ranges]
+        lines.append(f"| {c.name} | decode | {c.decode_priority} | "
+                     f"{_expiry(c.decode_duration_ms)} |")
     return lines
+
+
+def _expiry(duration_ms: int | None) -> str:
+    return "never" if duration_ms is None else f"{duration_ms / 1000:g} s"
 
 
 def _plots(rec: Recommendation, out: Path) -> list[Path]:
