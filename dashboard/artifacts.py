@@ -9,7 +9,8 @@ What-if folder: ``*.json`` files in any of three shapes, normalised to points (`
 * ``kvtier simulate --gpu-tokens G --cpu-tokens C --policy P --json``: one replay, a point
   on the CPU-capacity curve (on the GPU curve when it has no CPU tier);
 * ``{"points": [{"policy", "cpu_capacity_tokens", "token_hit_ratio"}, ...], "chosen":
-  {"policy", "cpu_capacity_tokens"}}`` (or a bare list of points): a prepared sweep.
+  {"policy", "cpu_capacity_tokens"}, "note": "how it was replayed"}`` (or a bare list of
+  points): a prepared sweep (``kvtier demo`` writes one).
 
 Policy ``belady`` is the bound.
 
@@ -45,6 +46,7 @@ class WhatIf:
 
     points: pd.DataFrame
     files: tuple[Path, ...]
+    notes: tuple[str, ...] = ()  # what the files say about how they were replayed
 
 
 @dataclass(frozen=True)
@@ -67,19 +69,25 @@ def load_whatif(folder: Path) -> WhatIf | None:
     """The what-if points under ``folder``; ``None`` when there are none. A malformed file
     raises ``ValueError`` naming it."""
     files = tuple(sorted(folder.glob("*.json"))) if folder.is_dir() else ()
-    rows = []
+    rows, notes = [], []
     for path in files:
-        rows.extend(_whatif_rows(path))
+        doc = _read_json(path)
+        rows.extend(_whatif_rows(path, doc))
+        if isinstance(doc, dict) and isinstance(doc.get("note"), str):
+            notes.append(doc["note"])
     if not rows:
         return None
-    return WhatIf(pd.DataFrame(rows), files)
+    return WhatIf(pd.DataFrame(rows), files, tuple(notes))
 
 
-def _whatif_rows(path: Path) -> list[dict]:
+def _read_json(path: Path):
     try:
-        doc = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as error:
         raise ValueError(f"what-if file {path} is not readable JSON: {error}") from error
+
+
+def _whatif_rows(path: Path, doc) -> list[dict]:
     if isinstance(doc, dict) and "curve" in doc:
         return [_point(path, doc.get("policy"), "gpu", p.get("gpu_tokens"), p.get("token_hit_ratio"))
                 for p in doc["curve"] if isinstance(p, dict) and p.get("gpu_tokens") is not None]

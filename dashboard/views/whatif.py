@@ -35,5 +35,7 @@ def render(ctx: PageContext) -> None:
             st.subheader(f"Hit ratio against {tier.upper()} capacity")
             chart(part.sort_values(["policy", "capacity_tokens"]),
                   charts.whatif_curves(tier, sorted(part["policy"].unique())))
+    for note in results.notes:
+        st.caption(note)
     st.caption("Sources: " + ", ".join(f"`{p.name}`" for p in results.files))
     st.dataframe(results.points, hide_index=True)

@@ -1,10 +1,13 @@
 """The demo's what-if curves: token hit ratio against CPU tier capacity, one line per policy.
 
-The requests the GPU-only phase served are replayed in the simulator with the phase's GPU
-tier and a CPU tier of each size, under each eviction policy (Belady's offline optimum is
-the bound), exclusive tiers as in the reference engine. The file is the dashboard's
-prepared-sweep format (``points`` and ``chosen``), the recommended size marked on LRU, the
-reference engine's policy.
+The requests the GPU-only phase served are replayed as ``kvtier recommend`` replays them
+(:func:`policy.learn.compare.compare`): the phase's GPU tier (LRU) and a CPU tier of each
+size under each policy, exclusive tiers as in the reference engine, trained on the earlier
+half of the time span and counted on the later half. Belady's offline optimum in the CPU
+tier is the bound; ``recommended`` is what the recommendation deploys at that size (the
+learned next-use order behind its LRU shadow where a readout beat LRU on the training slice,
+else LRU). The file is the dashboard's prepared-sweep format (``points``, ``chosen`` and a
+``note``), the recommended size marked on LRU, the reference engine's policy.
 """
 
 from __future__ import annotations
@@ -17,29 +20,39 @@ import numpy as np
 
 from collector.events import RequestRecord
 
-POLICIES = ("lru", "arc", "s3fifo", "belady")
+POLICIES = ("lru", "arc", "s3fifo", "belady", "recommended")
 SIZES = 12
+TRAIN_FRACTION = 0.5  # as kvtier recommend's default: the curves count what it measured on
 FILE_NAME = "cpu_sweep.json"
 
 
 def write_cpu_sweep(records: Sequence[RequestRecord], gpu_blocks: int, chosen_blocks: int,
                     folder: Path, policies: Sequence[str] = POLICIES) -> Path:
     """Replay ``records`` at CPU sizes from none to past the chosen one; write the sweep."""
-    from policy.sim.config import SimConfig
-    from policy.sim.simulator import simulate
+    from policy.learn.compare import Split, compare
+    from policy.learn.replay import Tiers
+    from policy.sim.trace import BlockTrace
 
     block_tokens = next((r.block_size_tokens for r in records if r.block_size_tokens), 16)
+    split = Split.by_time(records, TRAIN_FRACTION)
+    split = split.with_traces(BlockTrace.from_records(split.records, block_tokens))
     top = max(2 * chosen_blocks, 64)
     sizes = sorted({*np.linspace(0, top, SIZES).astype(int).tolist(), chosen_blocks})
+    ratios: dict[tuple[str, int], float] = {}
+    for size in sizes:
+        for row in compare(split, Tiers(gpu_blocks, size), policies)["policies"]:
+            ratios[(row["policy"], size)] = row["token_hit_ratio"]
     points = [{"policy": policy, "cpu_capacity_tokens": size * block_tokens,
-               "token_hit_ratio": simulate(records, SimConfig(
-                   gpu_blocks=gpu_blocks, cpu_blocks=size, policy=policy,
-                   default_block_tokens=block_tokens)).token_hit_ratio}
-              for policy in policies for size in sizes]
+               "token_hit_ratio": ratios[(policy, size)]} for policy in policies for size in sizes]
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / FILE_NAME
     path.write_text(json.dumps({
         "points": points, "gpu_tokens": gpu_blocks * block_tokens,
-        "chosen": {"policy": "lru", "cpu_capacity_tokens": chosen_blocks * block_tokens}},
+        "chosen": {"policy": "lru", "cpu_capacity_tokens": chosen_blocks * block_tokens},
+        "note": (f"Replayed as kvtier recommend does: GPU tier LRU, trained on the first "
+                 f"{len(split.train)} requests, counted on the last {len(split.records) - split.count_from}; "
+                 "belady: the CPU tier's offline bound; recommended: what the recommendation deploys at "
+                 "each size (the learned next-use order behind its LRU shadow where it beat LRU on the "
+                 "training slice, else LRU).")},
         indent=1) + "\n")
     return path

@@ -132,6 +132,18 @@ def test_whatif_page_draws_curves_with_bound_and_chosen_point(monkeypatch, full_
     assert set(rows.column("bound").to_pylist()) == {"bound", "policy"}
 
 
+def test_whatif_page_draws_the_demos_sweep_with_the_recommended_policy(monkeypatch, full_segments, tmp_path):
+    from kvtier.demo.whatif import POLICIES, write_cpu_sweep
+    from tests.policy.learn.synthetic import conversations
+
+    write_cpu_sweep(conversations(300, seed=4), gpu_blocks=32, chosen_blocks=96, folder=tmp_path)
+    at = open_page(monkeypatch, full_segments, "whatif", whatif=tmp_path)
+    (spec, rows), = charts(at)
+    assert "recommended" in POLICIES and set(rows.column("policy").to_pylist()) == set(POLICIES)
+    assert spec["layer"][0]["encoding"]["color"]["scale"]["domain"] == sorted(POLICIES)
+    assert any("recommended: what the recommendation deploys" in c.value for c in at.caption)
+
+
 @pytest.mark.timeout(240)
 def test_whatif_page_reads_real_kvtier_simulate_output(monkeypatch, full_segments, tmp_path):
     trace = Path(dashboard.__file__).parents[1] / "kvtier" / "data" / "mooncake_conversation_trace.jsonl.gz"

@@ -94,11 +94,15 @@ def test_the_whatif_curves_mark_the_recommended_size(demo):
     out, _, _ = demo
     rec = from_json(json.loads((out / "recommendation" / "recommendation.json").read_text()))
     sweep = json.loads((out / "whatif" / "cpu_sweep.json").read_text())
-    assert {p["policy"] for p in sweep["points"]} == {"lru", "arc", "s3fifo", "belady"}
+    assert {p["policy"] for p in sweep["points"]} == {"lru", "arc", "s3fifo", "belady", "recommended"}
     chosen_tokens = rec.evidence.size("cpu").chosen_blocks * rec.evidence.block_tokens
     assert sweep["chosen"] == {"policy": "lru", "cpu_capacity_tokens": chosen_tokens}
     at = {(p["policy"], p["cpu_capacity_tokens"]): p["token_hit_ratio"] for p in sweep["points"]}
-    assert at[("belady", chosen_tokens)] >= at[("lru", chosen_tokens)] - 1e-9  # the bound
+    for policy in ("lru", "recommended"):
+        assert at[("belady", chosen_tokens)] >= at[(policy, chosen_tokens)] - 1e-9  # the bound
+    # replayed as the recommendation measured: the same requests counted, the same ratios
+    assert at[("lru", 0)] == pytest.approx(rec.evidence.token_hit_ratio.gpu_only, abs=1e-9)
+    assert at[("lru", chosen_tokens)] == pytest.approx(rec.evidence.token_hit_ratio.cpu_lru_admit_all, abs=1e-9)
 
 
 def test_each_act_records_its_own_budget_and_the_rule_names_its_baseline(demo):
