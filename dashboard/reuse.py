@@ -114,16 +114,37 @@ class ReuseAnalysis:
 
 
 def stores_never_promoted(data: SegmentData, filters: Filters) -> dict:
-    """Blocks written to a lower tier (``store``) and how many were never promoted back:
-    the offload traffic that bought nothing. Keys ``stored_blocks``, ``never_promoted``."""
+    """Blocks written to a lower tier (``store`` into the CPU or cold tier) and how many
+    were never promoted back: the offload traffic that bought nothing. Keys ``stored_blocks``, ``never_promoted``.
+    Counted within each tier configuration, as reuse is: a store's configuration is its
+    request's, or (engines store without naming a request) the one of the latest request
+    that had arrived on its instance."""
     if not data.has_events:
         return {"stored_blocks": 0, "never_promoted": 0}
-    view = data.events_view(filters)
-    where, params = data.where(filters, view)
-    where = and_where(where, "kind IN ('store', 'cpu_promotion', 'cold_promotion')")
+    where, params = data.where(filters, "raw_events")
+    # A store into the GPU tier is a newly computed block, not offload traffic.
+    kinds = "SELECT * FROM raw_events " + and_where(
+        where, "(kind IN ('cpu_promotion', 'cold_promotion') OR (kind = 'store' "
+               "AND coalesce(CAST(tier_to AS VARCHAR), '') <> 'gpu'))")
+    if data.has_requests:
+        labelled = f"""SELECT block_hash, kind, tier_config FROM ({data.with_config(f'({kinds})')})
+                WHERE request_id IS NOT NULL
+            UNION ALL
+            SELECT e.block_hash, e.kind, coalesce(c.tier_config, '{UNLABELLED}') AS tier_config
+                FROM ({kinds}) e ASOF LEFT JOIN request_configs c
+                ON c.instance = e.instance AND e.time_s >= c.arrival_s
+                WHERE e.request_id IS NULL"""
+        params = params + params
+    else:
+        labelled = f"SELECT block_hash, kind, '{UNLABELLED}' AS tier_config FROM ({kinds})"
+    config_where, config_params = "", []
+    if filters.tier_configs:
+        config_where = "WHERE list_contains(?::VARCHAR[], tier_config)"
+        config_params = [list(filters.tier_configs)]
     row = data.df(f"""SELECT count(*) AS stored_blocks, count(*) FILTER (WHERE NOT promoted) AS never_promoted
-        FROM (SELECT block_hash, bool_or(kind <> 'store') AS promoted
-              FROM {view} {where} GROUP BY block_hash HAVING bool_or(kind = 'store'))""", params)
+        FROM (SELECT tier_config, block_hash, bool_or(kind <> 'store') AS promoted
+              FROM ({labelled}) {config_where}
+              GROUP BY tier_config, block_hash HAVING bool_or(kind = 'store'))""", params + config_params)
     return {k: int(row[k].iloc[0]) for k in ("stored_blocks", "never_promoted")}
 
 

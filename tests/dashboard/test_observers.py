@@ -68,6 +68,13 @@ def build(root, *, block_events: bool) -> dict:
                                                  request_id=f"cmpl-{phase_index}-{n}", position=position,
                                                  tier_from=Tier.CPU if kind == Outcome.CPU_PROMOTION else None,
                                                  latency_s=0.001))
+                    if phase_index == 0:  # stores name no request, as engines write them
+                        for position, block_hash in enumerate(hashes[cached:], start=cached):
+                            events.append(BlockEvent(arrival_s + 0.01, Outcome.STORE, block_hash,
+                                                     tier_to=Tier.GPU))  # newly computed
+                            if position >= 3:  # the prompt's own blocks, offloaded
+                                events.append(BlockEvent(arrival_s + 0.02, Outcome.STORE, block_hash,
+                                                         tier_from=Tier.GPU, tier_to=Tier.CPU))
             store.ingest(EventBatch.from_rows(engine, phase_index, events, engine_rows))
             store.ingest(EventBatch.from_rows(probe, phase_index, [], probe_rows))
         export_segments(store, root)
@@ -147,3 +154,17 @@ def test_reuse_counts_uses_within_each_configuration(observed):
 def test_latency_source_must_be_named():
     with SegmentData("/nonexistent") as data, pytest.raises(ValueError, match="purpose must be"):
         data.requests(Filters(), "latency")
+
+
+def test_stores_never_promoted_count_offload_within_each_configuration(observed):
+    """The first configuration offloads each prompt's own blocks to the CPU tier; the second
+    promotes them, but from its own tiers: the first's stores bought nothing. Writes into the
+    GPU tier are newly computed blocks, not offload traffic."""
+    data, _, with_events = observed
+    if not with_events:  # stores are block events: without them there is nothing to count
+        assert reuse.stores_never_promoted(data, Filters()) == {"stored_blocks": 0, "never_promoted": 0}
+        return
+    unique = 2 * REQUESTS
+    assert reuse.stores_never_promoted(data, Filters()) == {"stored_blocks": unique, "never_promoted": unique}
+    assert reuse.stores_never_promoted(data, Filters(tier_configs=(PHASES[0],)))["stored_blocks"] == unique
+    assert reuse.stores_never_promoted(data, Filters(tier_configs=(PHASES[1],)))["stored_blocks"] == 0
