@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["TapStats", "VllmEventTap", "VllmTapConfig"]
 
+_ROUND_MESSAGES = 1000  # messages read from one socket before the next socket's turn
+
 
 def _wire_columns():
     try:
@@ -147,14 +149,21 @@ class VllmEventTap:
 
     def _poll(self, zmq, timeout_s: float, max_messages: int) -> int:
         delivered = 0
-        ready = dict(self._poller.poll(int(timeout_s * 1000)))
+        ready = self._poller.poll(int(timeout_s * 1000))
         while ready and max_messages > 0:
-            for sock in list(ready):
+            for sock, _ in ready:
                 rank = self._rank_of(sock)
-                parts = sock.recv_multipart(zmq.NOBLOCK)
-                delivered += self._on_live(parts) if rank is None else self._on_replay(rank, parts)
-                max_messages -= 1
-            ready = dict(self._poller.poll(0))
+                # read what waits without a poll per message (one costs as much as a small
+                # frame's decode), a round at a time, so replay answers never queue behind a
+                # flood of live frames
+                for _ in range(min(_ROUND_MESSAGES, max_messages)):
+                    try:
+                        parts = sock.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    max_messages -= 1
+                    delivered += self._on_live(parts) if rank is None else self._on_replay(rank, parts)
+            ready = self._poller.poll(0)
         self._expire_replays()
         self.flush()
         return delivered

@@ -84,11 +84,14 @@ class DecodedBatch:
 
 def split_frame(parts: list[bytes]) -> Frame:
     """``[topic, seq, payload]`` (or ``[seq, payload]``) -> :class:`Frame`."""
-    if len(parts) == 2:
-        parts = [b"", *parts]
-    if len(parts) != 3:
+    if len(parts) == 3:
+        topic, seq_bytes, payload = parts
+    elif len(parts) == 2:
+        topic, (seq_bytes, payload) = b"", parts
+    else:
         raise FrameError(f"expected 3 frames [topic, seq, payload], got {len(parts)}")
-    topic, seq_bytes, payload = (p if type(p) is bytes else bytes(p) for p in parts)
+    if type(topic) is not bytes or type(seq_bytes) is not bytes or type(payload) is not bytes:
+        topic, seq_bytes, payload = bytes(topic), bytes(seq_bytes), bytes(payload)
     if len(seq_bytes) != SEQ_BYTES:
         raise FrameError(f"sequence frame must be {SEQ_BYTES} bytes, got {len(seq_bytes)}")
     return Frame(topic, int.from_bytes(seq_bytes, "big", signed=True), payload)

@@ -3,6 +3,8 @@ the documented wire format (tests/probes/vllm/fake_vllm.py)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from collector.store import TraceStore
@@ -272,3 +274,20 @@ def test_coalesced_frames_become_one_batch_per_poll_named_by_the_last_sequence(r
     assert batches[-1].origin.source != batches[0].origin.source
     store = TraceStore(":memory:")
     assert sum(store.ingest(b).block_events for b in batches) == 4
+
+
+def test_replay_answers_are_read_while_a_flood_of_live_frames_waits(rig):
+    pub, tap, batches, _ = rig(receive_hwm=100_000)
+    pub.publish([stored([1])])
+    pub.publish([stored([2])], send=False)  # lost on the wire
+    pub.publish([stored([3])])
+    drain(tap, batches, 2)
+    assert pub.serve_replay() == 1
+    for h in range(4, 3004):  # far more live frames than one round reads
+        pub.publish([stored([h])])
+    time.sleep(0.3)  # all of it waits at the tap's sockets now
+    tap.poll(0.1, max_messages=1500)
+    assert tap.stats.replayed_batches == 1  # the gap healed inside that poll
+    # its three replay messages (seq 1, the duplicate seq 2, the end marker) took three of
+    # the 1500 reads; the live frames the rest
+    assert tap.stats.replay_duplicates == 1 and tap.stats.batches == 2 + 1 + 1497
