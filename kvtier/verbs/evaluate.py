@@ -105,7 +105,7 @@ def evaluation(args, *, keep_ttft_samples: bool = False) -> dict:
     with task("evaluating policies", total=len(policies) + len(external)) as advance:
         output = compare(split, tiers, policies, seed=args.seed, params=params,
                          servers=servers, progress=lambda name: advance(),
-                         keep_ttft_samples=keep_ttft_samples)
+                         keep_ttft_samples=keep_ttft_samples, importance=True)
         output["prefill_servers"] = servers
         if external:
             try:
@@ -206,8 +206,10 @@ def text(output: dict) -> str:
     for part in output.get("instances", ()):
         lines.append(f"instance {part['instance']}:")
         lines += ["  " + line for line in text(part).splitlines()]
+    importance = None
     for name, info in output["learned"].items():
         if "readout" in info:
+            importance = info.get("importance_later") or importance
             shadow = info.get("shadow")
             followed = ""
             if shadow:
@@ -225,7 +227,20 @@ def text(output: dict) -> str:
         auc = "n/a" if held["roc_auc"] is None else f"{held['roc_auc']:.3f}"
         lines.append(f"{name}: threshold {info['threshold']:g} (swept on the training period), "
                      f"held-out ROC AUC {auc}, {info['train_offers']:,} training offers")
+    if importance:
+        lines.append(_importance_line(importance))
     return "\n".join(lines)
+
+
+def _importance_line(importance: dict, top: int = 5) -> str:
+    """The next-use model's signals that mattered on later time, largest loss first."""
+    fmt = lambda v: "-" if v is None else f"{v:+.3f}"
+    parts = [f"{d['feature']} {fmt(d['continuation_auc_drop'])}/{fmt(d['gap_rank_drop'])}"
+             for d in importance["features"][:top]]
+    return (f"next-use signals on later time (permutation importance over "
+            f"{importance['rows']:,} requests: loss of continuation ROC AUC "
+            f"{importance['continuation_auc']} / of gap rank correlation "
+            f"{importance['gap_rank_correlation']} when shuffled): " + ", ".join(parts))
 
 
 def _share(value) -> str:

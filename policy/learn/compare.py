@@ -92,14 +92,16 @@ class Split:
 def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 0,
             params: CostParams = DEFAULT_COSTS, servers: int = 1,
             progress: Callable[[str], None] | None = None,
-            keep_ttft_samples: bool = False) -> dict:
-    """One row per policy (see :func:`row`), plus the LRU->Belady gap each closes."""
+            keep_ttft_samples: bool = False, importance: bool = False) -> dict:
+    """One row per policy (see :func:`row`), plus the LRU->Belady gap each closes.
+    ``importance``: the next-use rows' summaries carry the model's permutation importance
+    on the evaluated requests (:mod:`policy.learn.importance`)."""
     unknown = [p for p in policies if p not in POLICY_NAMES]
     if unknown or not policies:
         raise ValueError(f"unknown policies {', '.join(unknown) or '(none)'}; allowed: "
                          f"{', '.join(POLICY_NAMES)}")
     rows, fitted_by_name, summaries = [], {}, {}
-    choices, deployed = ChoiceCache(split, tiers, seed), {}
+    choices, deployed = ChoiceCache(split, tiers, seed, importance=importance), {}
     for name in policies:
         if progress is not None:
             progress(name)

@@ -24,9 +24,11 @@ NAMES = (NEXT_USE, SAFE, RECOMMENDED)
 class ChoiceCache:
     """One model fit and readout sweep per evaluation, shared by the three rows."""
 
-    def __init__(self, split, tiers: Tiers, seed: int = 0) -> None:
+    def __init__(self, split, tiers: Tiers, seed: int = 0, *, importance: bool = False) -> None:
         self.split, self.tiers, self.seed = split, tiers, seed
+        self.with_importance = importance
         self._choice: Choice | None = None
+        self._importance = None
 
     def get(self) -> Choice:
         if self._choice is None:
@@ -36,6 +38,17 @@ class ChoiceCache:
                                   config=FitConfig(seed=self.seed))
         return self._choice
 
+    def importance(self) -> dict:
+        """The model's permutation importance on the evaluated (later) requests."""
+        if self._importance is None:
+            import numpy as np
+
+            from policy.learn.importance import importance
+
+            self._importance = importance(self.get().model, self.split,
+                                          rng=np.random.default_rng(self.seed)).to_json()
+        return self._importance
+
 
 def policy_for(name: str, cache: ChoiceCache):
     """(CPU policy for :func:`policy.learn.replay.replay`, summary dict, shadow holder)."""
@@ -44,6 +57,8 @@ def policy_for(name: str, cache: ChoiceCache):
     summary = {"readout": best.label(), "chosen_on": "training period's latest slice",
                "sweep": [list(p) for p in choice.sweep],
                "last_block_reuse": choice.last_block_reuse, "model": card(choice)}
+    if cache.with_importance:
+        summary["importance_later"] = cache.importance()
     built: list = []
     if name == RECOMMENDED and choice.readout is None:
         summary["deploys"] = "lru (no learned readout beat LRU on the training slice)"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from policy.learn.request_signals import FEATURES
 from tests.policy.learn import traffic
 from tests.policy.learn.test_evaluate import run_verb, write_mooncake
 
@@ -25,6 +26,10 @@ def test_recommended_stays_with_lru_where_the_learned_order_turned_unsafe(tmp_pa
     learned = json.loads(out)["learned"]["recommended"]
     assert learned["chosen_on"] == "training period's latest slice"
     assert learned["sweep"][0][0] == "lru"
+    # the signals that mattered on later time, for the same model
+    importance = learned["importance_later"]
+    assert importance["rows"] == json.loads(out)["evaluated_requests"]
+    assert {d["feature"] for d in importance["features"]} == set(FEATURES)
 
 
 def test_text_output_flags_unsafe_rows(tmp_path, capsys):
@@ -34,3 +39,4 @@ def test_text_output_flags_unsafe_rows(tmp_path, capsys):
     line = next(line for line in out.splitlines() if line.startswith("learned-next-use "))
     assert line.endswith("UNSAFE")
     assert "UNSAFE: lost to LRU on the evaluated (later) requests" in out
+    assert "next-use signals on later time (permutation importance over " in out
