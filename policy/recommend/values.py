@@ -27,7 +27,8 @@ class Reason:
 
     @property
     def sentence(self) -> str:
-        state = {True: "holds", False: "checked, does not hold", None: "cannot tell"}[self.holds]
+        # the names are reasons not to offload: say which stand, which the data ruled out
+        state = {True: "reason not to offload", False: "ruled out", None: "cannot tell"}[self.holds]
         return f"{state}: {self.name} ({self.evidence})"
 
 
