@@ -52,7 +52,7 @@ class _Req:
 
 def signals_of(record: RequestRecord) -> dict:
     """The per-request signals a gateway passes to the plug-in (``kv_transfer_params``)."""
-    signals = {"arrival_s": record.arrival_s,
+    signals = {"arrival_s": record.arrival_s, "prompt_tokens": record.prompt_tokens,
                "block_tokens": record.block_size_tokens or 16}
     for name in ("session_id", "request_type", "parent_request_id", "model",
                  "finish_status", "stop_reason", "e2e_latency_s", "output_tokens"):
@@ -156,6 +156,8 @@ class VllmNextUseTier:
             prev.chain = "superseded"
         request.chain = key
         bt = int(s.get("block_tokens", 16))
+        # the prompt's tokens when told (the connector, the gateway), else its full blocks'
+        prompt = int(s.get("prompt_tokens") or request.blocks * bt)
         e2e = float(s.get("e2e_latency_s") or 0.0)
         request.finish_s = request.arrival_s + e2e
         cls = finish_class(RequestRecord(request_id="-", arrival_s=0.0, prompt_tokens=0,
@@ -164,11 +166,12 @@ class VllmNextUseTier:
         model = s.get("model")
         depth = prev.row[3] + 1 if prev is not None else 0.0
         request.row = [
-            _log1p(request.blocks * bt), float(s.get("request_type") == "subagent"),
+            _log1p(prompt), float(s.get("request_type") == "subagent"),
             float(self.model.models.get(model, -1)) if model else -1.0, depth,
             _log1p(request.arrival_s - prev.finish_s) if prev else -1.0,
             _log1p(request.blocks - prev.blocks) if prev else _log1p(request.blocks),
-            _log1p(prev.blocks) if prev else 0.0, _log1p(request.arrival_s - start_s), 0.0,
+            _log1p(prev.blocks) if prev else 0.0, _log1p(request.arrival_s - start_s),
+            (prompt % bt) / bt,
             prev.row[12] if prev else -1.0, prev.row[13] if prev else -1.0,
             prev.row[14] if prev else -1.0, float(FINISH_CLASSES.index(cls)), _log1p(e2e),
             _log1p(float(s.get("output_tokens") or 0))]

@@ -106,7 +106,7 @@ def _connector_class():
                 tags=request_tags(request.kv_transfer_params, getattr(request, "session_id", None)))
             if record is not None and self._kvtier_next_use:
                 note_finished(record.request_id, record.finish_status, record.stop_reason,
-                              record.e2e_latency_s, record.output_tokens)
+                              record.e2e_latency_s, record.output_tokens, record.prompt_tokens)
 
         def request_finished(self, request, block_ids):
             if self._kvtier is not None:

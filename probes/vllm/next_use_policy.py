@@ -11,9 +11,9 @@ used request's blocks first. ``KVTIER_NEXT_USE_LOG`` names a file to append each
 Per request it reads what a gateway passes in ``kv_transfer_params["kvtier"]``: the session
 (a conversation; sub-agents under ``parent_request_id``), ``request_type``, ``model``, and
 ``arrival_s`` on the gateway's clock (default: this process's monotonic clock), plus
-``block_tokens``; how a request finished comes from :func:`note_finished` (kvtier's
-connector, ``probes/vllm/connector.py``, calls it with each finished request's record) or
-the same parameters. The order is that of ``policy/learn/nextuse_vllm.py`` (a
+``block_tokens``; how a request finished (and its prompt's length) comes from
+:func:`note_finished` (kvtier's connector, ``probes/vllm/connector.py``, calls it with each
+finished request's record) or the same parameters. The order is that of ``policy/learn/nextuse_vllm.py`` (a
 test holds the two to the same decisions on a serving engine): dead blocks first (the chain
 moved on without them), then the groups of blocks each request last used, by the model's
 readout now (the chain that comes back last first), each deepest block first; the running
@@ -49,11 +49,13 @@ def configure(model: dict | None) -> None:
 
 
 def note_finished(req_id: str, finish_status: str | None, stop_reason: str | None,
-                  e2e_latency_s: float | None = None, output_tokens: int | None = None) -> None:
+                  e2e_latency_s: float | None = None, output_tokens: int | None = None,
+                  prompt_tokens: int | None = None) -> None:
     """How a request ended (the engine's connector calls this when it finishes)."""
     finished = _STATE["finished"]
     finished[req_id] = {"finish_status": finish_status, "stop_reason": stop_reason,
-                        "e2e_latency_s": e2e_latency_s, "output_tokens": output_tokens}
+                        "e2e_latency_s": e2e_latency_s, "output_tokens": output_tokens,
+                        "prompt_tokens": prompt_tokens}
     while len(finished) > MAX_CHAINS:
         finished.pop(next(iter(finished)))
 
@@ -157,18 +159,21 @@ class NextUseState:
             prev.chain = "superseded"
         request.chain = key
         bt = int(s.get("block_tokens", 16))
+        # the prompt's tokens when told (the connector, the gateway), else its full blocks'
+        prompt = int(s.get("prompt_tokens") or request.blocks * bt)
         e2e = float(s.get("e2e_latency_s") or 0.0)
         request.finish_s = request.arrival_s + e2e
         cls = finish_class(s.get("finish_status"), s.get("stop_reason"))
         models = self.model.models if self.model is not None else {}
         name = s.get("model")
         request.row = [
-            _log1p(request.blocks * bt), float(s.get("request_type") == "subagent"),
+            _log1p(prompt), float(s.get("request_type") == "subagent"),
             float(models.get(name, -1)) if name else -1.0,
             prev.row[3] + 1 if prev is not None else 0.0,
             _log1p(request.arrival_s - prev.finish_s) if prev else -1.0,
             _log1p(request.blocks - prev.blocks) if prev else _log1p(request.blocks),
-            _log1p(prev.blocks) if prev else 0.0, _log1p(request.arrival_s - start_s), 0.0,
+            _log1p(prev.blocks) if prev else 0.0, _log1p(request.arrival_s - start_s),
+            (prompt % bt) / bt,
             prev.row[12] if prev else -1.0, prev.row[13] if prev else -1.0,
             prev.row[14] if prev else -1.0, float(FINISH_CLASSES.index(cls)), _log1p(e2e),
             _log1p(float(s.get("output_tokens") or 0))]
