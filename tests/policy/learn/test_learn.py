@@ -107,6 +107,14 @@ def test_training_is_deterministic_given_a_seed(kind):
     assert ((0 <= a) & (a <= 1)).all()
 
 
+def test_the_gbm_scores_offers_as_sklearns_own_predict_does():
+    offers = collect_offers(conversations(600, seed=3), 30, 90)
+    model = train(offers.X, offers.y, ModelConfig(seed=7, max_iter=20))
+    prepared = np.log1p(np.maximum(offers.X, 0.0))  # the model's log-scaled features
+    sklearn_scores = model._calibrator.predict(model._estimator.predict_proba(prepared)[:, 1])
+    assert np.array_equal(model.predict(offers.X), np.clip(sklearn_scores, 0.0, 1.0))
+
+
 def test_training_refuses_one_class():
     X = np.ones((50, len(FEATURES)))
     with pytest.raises(ValueError, match="both labels"):

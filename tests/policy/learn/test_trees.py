@@ -41,3 +41,28 @@ def test_a_tree_pointing_outside_itself_is_refused():
         Trees.from_json(bad)
     with pytest.raises(ValueError, match="not a tree model"):
         Trees.from_json({"kind": "regression"})
+
+
+@pytest.mark.parametrize("classify", [False, True])
+def test_the_compiled_forest_gives_sklearns_raw_values_bit_for_bit(classify):
+    X, y = data(seed=3, n=5000)
+    kind = HistGradientBoostingClassifier if classify else HistGradientBoostingRegressor
+    model = kind(max_iter=40, max_leaf_nodes=9, min_samples_leaf=5, random_state=0)
+    model.fit(X, y > 0 if classify else y)
+    trees = export(model, ("a", "b", "c", "d"))
+    got = trees.raw_rows(X)
+    assert np.array_equal(got, model._raw_predict(X)[:, 0])  # same comparisons, same sum order
+    assert got[:50].tolist() == [trees.raw(row) for row in X[:50].tolist()]
+    if classify:
+        assert np.array_equal(model._loss.predict_proba(got)[:, 1], model.predict_proba(X)[:, 1])
+    with pytest.raises(ValueError, match="rows have 3 features"):
+        trees.raw_rows(X[:, :3])
+
+
+def test_a_compiled_forest_pointing_back_up_its_tree_is_refused():
+    from policy.sim.compiled import core
+
+    with pytest.raises(ValueError, match="back up its tree"):  # a loop would never end
+        core().Forest([0, -1], [0.5, 0.0], [1, 0], [1, 0], [0, 0], [0.0, 1.0], [0], 0.0, 1)
+    with pytest.raises(ValueError, match="starts outside"):
+        core().Forest([-1], [0.0], [0], [0], [0], [1.0], [3], 0.0, 1)
