@@ -20,6 +20,7 @@ floats. Memory is bounded by the resident blocks and the requests that own them.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections import OrderedDict
@@ -73,7 +74,11 @@ class NextUseTier:
         self._dead: OrderedDict = OrderedDict()
         self._group: dict = {}          # block -> owner request
         self._members: dict = {}        # owner -> {block: position}
+        self._deepest: dict = {}        # owner -> heap of (-position, block), lazily pruned
         self._views: dict = {}          # owner -> (table, p, scale) once finished
+        self._arrival_scales: dict = {}  # owner -> arrival scale (its row is fixed while running)
+        elapsed = model.running.elapsed
+        self._grid_sorted = all(a <= b for a, b in zip(elapsed, elapsed[1:]))
         self._epoch = None
         self._heap: list = []
 
@@ -104,8 +109,10 @@ class NextUseTier:
             members = self._members.get(owner)
             if members is None:
                 members = self._members[owner] = {}
+                self._deepest[owner] = []
             fresh = not members
             members[key] = position
+            heapq.heappush(self._deepest[owner], (-position, key))
             self._group[key] = owner
             if fresh and self._epoch == self.now_s:  # ranked this epoch: add it to the heap
                 heapq.heappush(self._heap, (-self.rank(owner, members), owner))
@@ -124,7 +131,12 @@ class NextUseTier:
             del self._dead[key]
             return
         owner = self._group.pop(key)
-        del self._members[owner][key]
+        members = self._members[owner]
+        del members[key]
+        heap = self._deepest[owner]
+        if len(heap) > 2 * len(members) + 8:  # mostly stale: rebuild (memory O(members))
+            heap[:] = [(-position, block) for block, position in members.items()]
+            heapq.heapify(heap)
 
     def pop_victim(self):
         if self._dead:
@@ -142,7 +154,7 @@ class NextUseTier:
                 break
             heapq.heappop(self._heap)
             self._drop_owner(owner)
-        victim = max(members, key=members.__getitem__)
+        victim = self._pop_deepest(owner, members)
         del members[victim]
         del self._group[victim]
         return victim
@@ -161,9 +173,20 @@ class NextUseTier:
             return True
         return self.readout.last_block_dead and position == self.tracker.requests[owner].blocks - 1
 
+    def _pop_deepest(self, owner: int, members: dict):
+        """The group's member at the deepest position (positions are distinct within a
+        request): the heap's top, skipping entries of blocks removed or re-inserted since."""
+        heap = self._deepest[owner]
+        while True:
+            negative, key = heapq.heappop(heap)
+            if members.get(key) == -negative:
+                return key
+
     def _drop_owner(self, owner: int) -> None:
         self._members.pop(owner, None)
+        self._deepest.pop(owner, None)
         self._views.pop(owner, None)
+        self._arrival_scales.pop(owner, None)
 
     def rank(self, owner: int, members: dict) -> float:
         """Eviction priority of a group now: larger goes first."""
@@ -180,10 +203,14 @@ class NextUseTier:
             table, p, scale = view
             waited = now - request.finish_s
         else:
-            row = self.tracker.features(owner, now)
-            scale = self.model.arrival_scale_of(row)
+            scale = self._arrival_scales.get(owner)
+            if scale is None:  # a running request's row is its arrival row until it finishes
+                row = self.tracker.features(owner, now)
+                scale = self._arrival_scales[owner] = self.model.arrival_scale_of(row)
             elapsed = (now - request.arrival_s) / scale
-            k = max(0, sum(1 for e in self.model.running.elapsed if e <= elapsed) - 1)
+            grid = self.model.running.elapsed
+            k = max(0, (bisect.bisect_right(grid, elapsed) if self._grid_sorted
+                        else sum(1 for e in grid if e <= elapsed)) - 1)
             table = self.model.running.tables[k]
             if len(table.quantiles) < 2:
                 return math.inf
