@@ -20,6 +20,7 @@ from collector.segments import has_segments, segments_relation
 from collector.store import TraceStore
 
 _FIELDS = [c.name for c in REQUEST_COLUMNS]
+QUIET = "SET enable_progress_bar = false"  # DuckDB draws it on stdout: maybe a --json answer
 _LOOKUP_LABELS = ", ".join(f"'{o.label}'" for o in sorted(LOOKUP_OUTCOMES))
 
 
@@ -108,6 +109,7 @@ class SegmentReader:
         if not has_segments(self.root, REQUESTS_TABLE):
             return
         con = duckdb.connect()
+        con.execute(QUIET)
         try:
             where, params = _filters(self.tier_config_id, self.instance, self.engine)
             try:

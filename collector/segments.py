@@ -135,6 +135,7 @@ def segment_instances(root: str | Path) -> tuple[str, ...]:
     import duckdb
 
     con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")  # on stdout: maybe a --json answer
     try:
         rows = con.sql(f"SELECT DISTINCT instance FROM {segments_relation(root, REQUESTS_TABLE)} "
                        "WHERE instance IS NOT NULL ORDER BY instance").fetchall()

@@ -121,6 +121,8 @@ def connect(path: str | Path, *, read_only: bool, migrate: bool = True):
                              "another path")
     try:
         con = duckdb.connect(str(path), read_only=read_only)
+        # no progress bar: DuckDB draws it on stdout, which may be a --json answer
+        con.execute("SET enable_progress_bar = false")
     except duckdb.Error as error:
         raise _open_error(path, error) from None
     try:

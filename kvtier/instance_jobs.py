@@ -4,7 +4,10 @@ A store or a folder of segments may hold several serving instances, each with it
 prefix cache: ``simulate``, ``evaluate`` and ``recommend`` then analyse each instance on its
 own and merge (``policy/fleet.py``). ``--jobs N`` runs N instances at a time in spawned
 worker processes, each reading only its instance's segments; results come back in instance
-order, so the output does not depend on N.
+order, so the output does not depend on N. A verb whose per-instance work is small (a
+simulate replay is about a second per MiB of segments here) names ``min_parallel_bytes``:
+below that much trace data the instances run in this process, since starting a worker
+(a fresh interpreter importing numpy, DuckDB and kvtier) would cost more than it saves.
 """
 
 from __future__ import annotations
@@ -76,13 +79,22 @@ def _store_instances(path: Path) -> tuple[str, ...]:
 
 
 def per_instance(function: Callable[[argparse.Namespace], R], args,
-                 instances: tuple[str, ...]) -> list[tuple[str, R]]:
-    """``function(args)`` once per instance (``args.instance`` set), ``args.jobs`` at a time.
+                 instances: tuple[str, ...], *, min_parallel_bytes: int = 0
+                 ) -> list[tuple[str, R]]:
+    """``function(args)`` once per instance (``args.instance`` set), ``args.jobs`` at a time;
+    in this process when the trace holds fewer than ``min_parallel_bytes``.
 
     ``function`` must be importable by name (a module-level function), its result picklable.
     """
     copies = [argparse.Namespace(**{**vars(args), "instance": name}) for name in instances]
     jobs = min(args.jobs, len(instances))
+    if jobs > 1 and min_parallel_bytes:
+        size = trace_bytes(Path(args.trace))
+        if size < min_parallel_bytes:
+            print(f"note: --jobs {args.jobs}: {size / 2**20:.1f} MiB of trace is less work than "
+                  f"starting workers (below {min_parallel_bytes / 2**20:g} MiB); analysed in "
+                  "this process", file=sys.stderr)
+            jobs = 1
     started = time.monotonic()
     if jobs == 1:
         results = []
@@ -102,6 +114,13 @@ def per_instance(function: Callable[[argparse.Namespace], R], args,
             results.append(future.result())  # a worker's KvtierError is raised here
             _done(instances[i], i + 1, len(instances), started)
     return list(zip(instances, results))
+
+
+def trace_bytes(path: Path) -> int:
+    """Bytes of a store file, or of the files under a segment folder."""
+    if path.is_dir():
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    return path.stat().st_size
 
 
 def _worker_setup(threads: int) -> None:

@@ -48,6 +48,9 @@ def add_arguments(parser) -> None:
 
 
 ENGINE_PRESETS = {"vllm": "vllm", "trtllm": "trtllm"}
+# a replay is about a second of work per MiB of segments on this kind of host; below this
+# much, worker processes cost more to start than they save (see kvtier.instance_jobs)
+PARALLEL_BYTES = 1 << 20
 DEFAULT_SWEEP = ("1e4", "3e4", "1e5", "3e5", "1e6", "3e6", "1e7", "3e7", "1e8", "inf")
 
 
@@ -85,7 +88,7 @@ def _fleet(args, instances: tuple[str, ...]) -> dict:
     from kvtier.instance_jobs import per_instance
     from policy.fleet import merge_curves, merge_replays
 
-    parts = per_instance(instance_run, args, instances)
+    parts = per_instance(instance_run, args, instances, min_parallel_bytes=PARALLEL_BYTES)
     skipped = sum(output["skipped_lines"] for _, (output, _) in parts)
     if args.sweep is not None:
         return {**merge_curves([(name, output) for name, (output, _) in parts]),

@@ -27,4 +27,6 @@ def add_trace_arguments(parser) -> None:
     parser.add_argument("--jobs", type=int, default=1,
                         help="a store or segment folder of several instances is analysed per "
                              "instance (each has its own cache) and the results merged: in N "
-                             "worker processes at a time (default 1)")
+                             "worker processes at a time (default 1; simulate stays in one "
+                             "process below 1 MiB of trace, where starting workers costs more "
+                             "than it saves), e.g. --jobs 2")

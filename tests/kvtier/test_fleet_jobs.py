@@ -45,6 +45,19 @@ def test_simulate_is_the_same_with_one_or_two_jobs_and_adds_up(segments, capsys)
     assert one["ttft_p50_s"] <= one["ttft_p99_s"] and low <= one["ttft_p99_s"] <= high
 
 
+def test_simulate_runs_little_work_in_process_and_more_in_workers(segments, capsys,
+                                                                   monkeypatch):
+    args = ["simulate", "--trace", str(segments), *SIM, "--jobs", "2"]
+    assert main(args) == 0  # a few hundred KiB of segments: starting workers would cost more
+    small = capsys.readouterr()
+    assert "analysed in this process" in small.err and "below 1 MiB" in small.err
+    monkeypatch.setattr("kvtier.verbs.simulate.PARALLEL_BYTES", 1)  # as if it were big
+    assert main(args) == 0
+    big = capsys.readouterr()
+    assert "analysed in this process" not in big.err and "done (2/2" in big.err
+    assert json.loads(big.out) == json.loads(small.out)
+
+
 def test_a_capacity_sweep_merges_weighted_by_prompt_tokens(segments, capsys):
     args = ["simulate", "--trace", str(segments), "--sweep", "1e5,1e6,inf", "--json"]
     one = run_json(capsys, [*args, "--jobs", "1"])
