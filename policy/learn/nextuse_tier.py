@@ -100,11 +100,16 @@ class NextUseTier:
         return iter([*self._group, *self._dead])
 
     def insert(self, key, info=None) -> list:
-        if key in self:
+        # the replay's hottest call (every GPU victim): membership, deadness (superseded, or
+        # a last block rarely re-sent) and size written out: a method call costs more than each
+        group, dead = self._group, self._dead
+        if key in group or key in dead:
             return []
-        owner, position = self.tracker.owner[key]
-        if self._is_dead(owner, position):
-            self._dead[key] = None
+        tracker = self.tracker
+        owner, position = tracker.owner[key]
+        if owner in tracker.successor or (self.readout.last_block_dead and
+                                          position == tracker.requests[owner].blocks - 1):
+            dead[key] = None
         else:
             members = self._members.get(owner)
             if members is None:
@@ -113,12 +118,14 @@ class NextUseTier:
             fresh = not members
             members[key] = position
             heapq.heappush(self._deepest[owner], (-position, key))
-            self._group[key] = owner
+            group[key] = owner
             if fresh and self._epoch == self.now_s:  # ranked this epoch: add it to the heap
                 heapq.heappush(self._heap, (-self.rank(owner, members), owner))
-        victims = []
         cap = self.capacity_blocks
-        while cap is not None and len(self) > cap:
+        if cap is None or len(group) + len(dead) <= cap:
+            return []
+        victims = []
+        while len(group) + len(dead) > cap:
             victims.append(self.pop_victim())
         return victims
 
@@ -167,11 +174,6 @@ class NextUseTier:
         return [self.pop_victim() for _ in range(n)]
 
     # ---- ranking
-
-    def _is_dead(self, owner: int, position: int) -> bool:
-        if self.tracker.superseded(owner):
-            return True
-        return self.readout.last_block_dead and position == self.tracker.requests[owner].blocks - 1
 
     def _pop_deepest(self, owner: int, members: dict):
         """The group's member at the deepest position (positions are distinct within a
