@@ -180,6 +180,10 @@ class NextUseState:
         if self.model is not None:
             request.view = self.model.view(request.row)
 
+    def orphan(self, key: int) -> None:
+        """A resident block no request is known to own: evicted first."""
+        self._dead[key] = None
+
     def forget(self, key: int) -> None:
         owner = self._owner.pop(key, None)
         self._dead.pop(key, None)
@@ -255,7 +259,8 @@ def _policy_class():
                 position = self._position(key, req_context[0], request)
             else:
                 request, position = self.storing.pop(key, (None, None))
-                if request is None:
+                if request is None:  # never announced (a store racing a reset): goes first
+                    self.state.orphan(key_hash(key))
                     return
             self.state.used(request, key_hash(key), position, True)
 

@@ -99,3 +99,15 @@ def test_signals_carry_what_a_gateway_knows():
     signals = signals_of(record)
     assert signals["session_id"] == record.session_id and signals["arrival_s"] == 0.0
     assert signals["stop_reason"] in ("tool_use", "end_turn")
+
+
+def test_a_block_no_request_announced_goes_first():
+    state = next_use_policy.NextUseState(None)
+    request = state.request("a", {"kvtier": {"arrival_s": 1.0}})
+    state.used(request, 1, 0, True)
+    state.used(request, 2, 1, True)
+    state.finished("a")
+    state.orphan(3)  # stored without its request (a store racing a cache reset)
+    assert state.order(3, lambda h: False) == [3, 2, 1]
+    state.forget(3)
+    assert state.order(1, lambda h: False) == [2]
