@@ -1,0 +1,143 @@
+"""Per-call cost of kvtier's learned next-use cache policy inside vLLM's CPU offloading
+manager, beside vLLM's own LRU policy on the same call sequence, in the same run.
+
+Run: ``python benchmarks/next_use_policy.py --json`` (needs a vLLM environment,
+``$KVTIER_VLLM_PYTHON`` or ``.venv-vllm``; about a minute). For each CPU tier size, requests
+of ``--blocks`` new blocks in ``--sessions`` conversations (a gateway's session tags, arrival
+times 1 s apart) fill vLLM's real ``CPUOffloadingManager`` and keep it full, so every store
+evicts. The model is fitted on the same synthetic conversations (``policy.learn``), written
+as the JSON the plug-in loads. Printed: microseconds per store call (prepare + complete +
+the request's finish) for ``lru`` and ``KvtierNextUsePolicy``, and the owning requests the
+learned order ranked per eviction (its cost grows with them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def _model_file(path: Path, sessions: int, blocks: int) -> None:
+    """A next-use model of conversations like the benchmark's (main environment)."""
+    from collector.events import RequestRecord
+    from policy.learn.deploy import deployment
+    from policy.learn.nextuse_fit import fit_next_use
+    from policy.learn.nextuse_tier import Readout
+
+    records, history = [], {s: [] for s in range(sessions)}
+    for i in range(sessions * 20):
+        s = (i * 7919) % sessions
+        history[s] = history[s] + [i * 1000 + b for b in range(blocks)]
+        records.append(RequestRecord(f"r{i}", float(i), len(history[s]) * 16,
+                                     block_hashes=tuple(history[s]), block_size_tokens=16,
+                                     session_id=f"s{s}", finish_status="stopped",
+                                     stop_reason="end_turn" if i % 3 else "tool_use",
+                                     e2e_latency_s=0.5, output_tokens=20))
+    model = fit_next_use(records, lambda i: records[i].block_hashes)
+    path.write_text(json.dumps(deployment(model, Readout("next_use"))))
+
+
+def _drive(policy: str, chunks: int, sessions: int, blocks: int, requests: int) -> dict:
+    """In a vLLM process: time ``requests`` stores through vLLM's manager with ``policy``."""
+    from vllm.v1.kv_offload.base import ReqContext, make_offload_key
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+
+    kwargs = {"cache_policy": policy}
+    if policy != "lru":
+        kwargs["cache_policy_module_path"] = "probes.vllm.next_use_policy"
+    manager = CPUOffloadingManager(num_chunks=chunks, **kwargs)
+    lock = getattr(manager, "lock", None) or nullcontext()
+    history = {s: 0 for s in range(sessions)}
+    elapsed, timed, owners = 0.0, 0, []
+    state = getattr(manager._policy, "state", None)
+    for i in range(requests):
+        s = (i * 7919) % sessions
+        first = history[s]
+        history[s] += blocks
+        keys = [make_offload_key((s << 32 | b).to_bytes(32, "big"), 0)
+                for b in range(first, first + blocks)]
+        ctx = ReqContext(f"r{i}", kv_transfer_params={"kvtier": {
+            "session_id": f"s{s}", "arrival_s": float(i), "block_tokens": 16}})
+        for position, key in enumerate(keys):
+            ctx.set_offload_key_position(key, (first + position + 1) * 16)
+        full = i >= chunks // blocks + 1
+        if full and state is not None:
+            owners.append(len(state._members))
+        began = time.perf_counter()
+        with lock:
+            out = manager.prepare_store(keys, ctx)
+            if out is not None:
+                manager.complete_store(out.keys_to_store, ctx)
+            manager.on_request_finished(ctx)
+        if full:
+            elapsed += time.perf_counter() - began
+            timed += 1
+    return {"us_per_store": elapsed / max(1, timed) * 1e6, "timed_stores": timed,
+            "owners_mean": sum(owners) / len(owners) if owners else None}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--chunks", default="1024,4096,16384",
+                        help="CPU tier sizes in chunks, comma-separated")
+    parser.add_argument("--blocks", type=int, default=8, help="new blocks per request")
+    parser.add_argument("--sessions", type=int, default=400, help="conversations")
+    parser.add_argument("--requests", type=int, default=4000, help="requests per size")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--inside", help=argparse.SUPPRESS)  # the vLLM side: policy:chunks
+    args = parser.parse_args()
+    if args.inside:
+        policy, chunks = args.inside.split(":")
+        print("RESULT " + json.dumps(_drive(policy, int(chunks), args.sessions, args.blocks,
+                                            args.requests)))
+        return 0
+    from tests.probes.vllm.environments import VLLM_PYTHONS
+
+    python = VLLM_PYTHONS["0.33"]
+    if not Path(python).exists():
+        print(f"no vLLM environment at {python} (make builds it)", file=sys.stderr)
+        return 2
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        model = Path(tmp) / "next-use.json"
+        _model_file(model, args.sessions, args.blocks)
+        env = dict(os.environ, PYTHONPATH=str(ROOT), KVTIER_NEXT_USE_MODEL=str(model))
+        for chunks in (int(c) for c in args.chunks.split(",")):
+            row = {"chunks": chunks}
+            for policy in ("lru", "KvtierNextUsePolicy"):
+                done = subprocess.run(
+                    [python, __file__, "--inside", f"{policy}:{chunks}", "--blocks",
+                     str(args.blocks), "--sessions", str(args.sessions), "--requests",
+                     str(args.requests)], capture_output=True, text=True, env=env, timeout=600)
+                line = next((l for l in done.stdout.splitlines() if l.startswith("RESULT ")),
+                            None)
+                if line is None:
+                    print(done.stderr[-2000:], file=sys.stderr)
+                    return 1
+                row[policy] = json.loads(line[len("RESULT "):])
+            rows.append(row)
+            if not args.json:
+                lru, learned = row["lru"], row["KvtierNextUsePolicy"]
+                print(f"CPU {chunks:>6} chunks: lru {lru['us_per_store']:8.1f} us/store, "
+                      f"next-use {learned['us_per_store']:8.1f} us/store "
+                      f"({learned['us_per_store'] / lru['us_per_store']:.1f}x), "
+                      f"{learned['owners_mean']:.0f} owning requests ranked per eviction",
+                      flush=True)
+    if args.json:
+        print(json.dumps({"blocks_per_request": args.blocks, "sessions": args.sessions,
+                          "rows": rows, "load_average": os.getloadavg()[0]}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
