@@ -74,7 +74,8 @@ class NextUseTier:
         self._dead: OrderedDict = OrderedDict()
         self._group: dict = {}          # block -> owner request
         self._members: dict = {}        # owner -> {block: position}
-        self._deepest: dict = {}        # owner -> heap of (-position, block), lazily pruned
+        self._slots: dict = {}          # owner -> its members by position (None: not held)
+        self._top: dict = {}            # owner -> no member sits deeper than this position
         self._views: dict = {}          # owner -> (table, p, scale) once finished
         self._arrival_scales: dict = {}  # owner -> arrival scale (its row is fixed while running)
         elapsed = model.running.elapsed
@@ -114,10 +115,18 @@ class NextUseTier:
             members = self._members.get(owner)
             if members is None:
                 members = self._members[owner] = {}
-                self._deepest[owner] = []
             fresh = not members
             members[key] = position
-            heapq.heappush(self._deepest[owner], (-position, key))
+            slots = self._slots.get(owner)
+            if slots is None:
+                slots = self._slots[owner] = [None] * (position + 1)
+                self._top[owner] = position
+            elif position >= len(slots):
+                slots.extend([None] * (position + 1 - len(slots)))
+                self._top[owner] = position
+            elif position > self._top[owner]:
+                self._top[owner] = position
+            slots[position] = key
             group[key] = owner
             if fresh and self._epoch == self.now_s:  # ranked this epoch: add it to the heap
                 heapq.heappush(self._heap, (-self.rank(owner, members), owner))
@@ -139,11 +148,9 @@ class NextUseTier:
             return
         owner = self._group.pop(key)
         members = self._members[owner]
-        del members[key]
-        heap = self._deepest[owner]
-        if len(heap) > 2 * len(members) + 8:  # mostly stale: rebuild (memory O(members))
-            heap[:] = [(-position, block) for block, position in members.items()]
-            heapq.heapify(heap)
+        self._slots[owner][members.pop(key)] = None
+        if not members:
+            self._release_slots(owner)
 
     def pop_victim(self):
         if self._dead:
@@ -161,9 +168,11 @@ class NextUseTier:
                 break
             heapq.heappop(self._heap)
             self._drop_owner(owner)
-        victim = self._pop_deepest(owner, members)
+        victim = self._pop_deepest(owner)
         del members[victim]
         del self._group[victim]
+        if not members:
+            self._release_slots(owner)
         return victim
 
     def evict(self, n: int, protected: Collection = ()) -> list | None:
@@ -175,18 +184,26 @@ class NextUseTier:
 
     # ---- ranking
 
-    def _pop_deepest(self, owner: int, members: dict):
+    def _pop_deepest(self, owner: int):
         """The group's member at the deepest position (positions are distinct within a
-        request): the heap's top, skipping entries of blocks removed or re-inserted since."""
-        heap = self._deepest[owner]
-        while True:
-            negative, key = heapq.heappop(heap)
-            if members.get(key) == -negative:
-                return key
+        request), taken out of its slots: a scan down from the deepest ever held, so
+        evicting a whole group costs its length once, not once per block."""
+        slots = self._slots[owner]
+        top = self._top[owner]
+        while slots[top] is None:
+            top -= 1
+        victim = slots[top]
+        slots[top] = None
+        self._top[owner] = top
+        return victim
+
+    def _release_slots(self, owner: int) -> None:
+        self._slots.pop(owner, None)
+        self._top.pop(owner, None)
 
     def _drop_owner(self, owner: int) -> None:
         self._members.pop(owner, None)
-        self._deepest.pop(owner, None)
+        self._release_slots(owner)
         self._views.pop(owner, None)
         self._arrival_scales.pop(owner, None)
 

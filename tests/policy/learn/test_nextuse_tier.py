@@ -36,6 +36,31 @@ def test_the_chain_that_comes_back_last_goes_first_tail_first(readout):
     assert sorted(tier) == [1, 11, 12, 13]
 
 
+def test_a_group_goes_deepest_first_through_removals_and_returns():
+    import random
+
+    rng = random.Random(5)
+    tier = NextUseTier(None, hand_model(), Readout())
+    blocks = tuple(range(100, 160))
+    one = request(0, blocks, "end_turn", "a")
+    tier.observe_request(0, one, one.block_hashes)
+    held = set()
+    for _ in range(600):  # insert, promote (remove) and evict at random, checked against max()
+        key = rng.choice(blocks)
+        action = rng.random()
+        if action < 0.5:
+            tier.insert(key)
+            held.add(key)
+        elif action < 0.75 and key in held:
+            tier.remove(key)
+            held.discard(key)
+        elif held:
+            deepest = max(held)  # positions follow the hashes here
+            assert tier.evict(1) == [deepest]
+            held.discard(deepest)
+        assert sorted(tier) == sorted(held)
+
+
 def test_blocks_the_chain_moved_on_without_go_before_any_live_chain():
     tier = NextUseTier(3, hand_model(), Readout())
     old = request(0, (1, 2, 3), "tool_use", "a")
