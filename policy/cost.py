@@ -103,23 +103,39 @@ class CostParams:
 
 
 AUTO_SERVERS_UTILISATION = 0.8
+AUTO_SERVERS_WINDOW_S = 600.0  # bursts shorter than this queue; longer ones are sized for
 
 
 def servers_for(records, params: CostParams,
-                utilisation: float = AUTO_SERVERS_UTILISATION) -> int:
+                utilisation: float = AUTO_SERVERS_UTILISATION,
+                window_s: float = AUTO_SERVERS_WINDOW_S) -> int:
     """The fewest prefill servers that keep ``utilisation`` or less when every prompt token
-    of ``records`` is recomputed: a deployment that survives a cold cache. With fewer, the
-    queue model's TTFT grows without bound and says nothing about the tiers."""
+    of ``records`` (in arrival order) is recomputed, over the whole span and over its busiest
+    ``window_s``: a deployment that survives a cold cache at its busiest ten minutes. With
+    fewer, the queue model's TTFT grows through every burst (a trace whose requests crowd
+    into part of its span would read hours of queueing) and says nothing about the tiers."""
     if not 0 < utilisation <= 1:
         raise ValueError(f"utilisation must be in (0, 1], got {utilisation!r}")
+    if not window_s > 0:
+        raise ValueError(f"window_s must be > 0, got {window_s!r}")
     records = list(records)
     if len(records) < 2:
         return 1
-    span = records[-1].arrival_s - records[0].arrival_s
-    work = params.recompute_s(sum(r.prompt_tokens for r in records))
+    arrivals = [r.arrival_s for r in records]
+    span = arrivals[-1] - arrivals[0]
     if span <= 0:
         return 1
-    return max(1, math.ceil(work / (span * utilisation)))
+    work = [params.recompute_s(r.prompt_tokens) for r in records]
+    window = min(window_s, span)
+    busiest, inside, first = 0.0, 0.0, 0
+    for last, arrival in enumerate(arrivals):  # two pointers: work arriving in [t, t + window]
+        inside += work[last]
+        while arrivals[first] < arrival - window:
+            inside -= work[first]
+            first += 1
+        busiest = max(busiest, inside)
+    return max(1, math.ceil(sum(work) / (span * utilisation)),
+               math.ceil(busiest / (window * utilisation)))
 
 
 def parse_servers(text: str) -> int | None:

@@ -108,6 +108,25 @@ def test_auto_servers_keep_the_cold_cache_queue_bounded():
     assert servers_for(records[:1], params) == 1
 
 
+def test_auto_servers_size_for_the_busiest_window_not_the_mean():
+    params = CostParams(prefill_tokens_per_s=Param(1000.0))
+    # 1,000 s of prefill work arriving in 100 s, then one request a day later: the mean over
+    # the span needs one server, the busiest ten minutes three (1,000 / (600 x 0.8) = 2.08)
+    records = [request([i], prompt_tokens=1000, t=i / 10) for i in range(1000)]
+    records.append(request([1000], prompt_tokens=1000, t=86_400.0))
+    assert math.ceil(1001 / (86_400 * 0.8)) == 1
+    servers = servers_for(records, params)
+    assert servers == 3
+    services = [params.recompute_s(r.prompt_tokens) for r in records]
+    arrivals = [r.arrival_s for r in records]
+    # one server queues the burst for minutes; the sized ones keep it under the burst's length
+    assert queue_ttft(arrivals, services, servers=1).p50_s > 400
+    assert queue_ttft(arrivals, services, servers=servers).p50_s < 300
+    assert servers_for(records, params, window_s=86_400.0) == 1
+    with pytest.raises(ValueError, match="window_s must be > 0, got 0"):
+        servers_for(records, params, window_s=0)
+
+
 @pytest.mark.parametrize(("text", "value"), [("auto", None), ("AUTO", None), ("3", 3)])
 def test_parse_servers(text, value):
     assert parse_servers(text) == value
