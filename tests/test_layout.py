@@ -123,8 +123,9 @@ def test_the_repository_speaks_of_the_product_only():
     import re
     import subprocess
 
-    words = re.compile(r"the lead\b|lead's|helper [0-9]|\bissue[- ]?#?[0-9]|shared/reference|"
-                       r"shared/seed|\.\./shared/(?!traces)", re.IGNORECASE)
+    # spelled with character classes so this file does not match its own pattern
+    words = re.compile(r"the [l]ead\b|[l]ead's|[h]elper [0-9]|\b[i]ssue[- ]?#?[0-9]|"
+                       r"[s]hared/reference|[s]hared/seed|\.\./[s]hared/(?!traces)", re.IGNORECASE)
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
                            check=True).stdout.split()
     found = []
@@ -134,6 +135,6 @@ def test_the_repository_speaks_of_the_product_only():
                 and path.name != "Makefile" or not path.is_file():
             continue
         for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
-            if words.search(line) and "test_layout.py" not in name:
+            if words.search(line):
                 found.append(f"{name}:{number}: {line.strip()[:80]}")
     assert not found, "\n".join(found)
