@@ -27,10 +27,9 @@ import math
 from collections import OrderedDict
 from collections.abc import Collection
 
-from collector.events import RequestRecord
+from collector.events import FINISH_CLASSES, RequestRecord, finish_class
 from policy.learn.nextuse import NextUseModel, next_use_s, reuse_within
 from policy.learn.nextuse_tier import Readout
-from policy.learn.request_signals import FINISH_CLASSES, finish_class
 from policy.sim.policies.base import BlockInfo
 
 MAX_CHAINS = 65_536  # chain histories kept (least recently used dropped)
@@ -160,9 +159,7 @@ class VllmNextUseTier:
         prompt = int(s.get("prompt_tokens") or request.blocks * bt)
         e2e = float(s.get("e2e_latency_s") or 0.0)
         request.finish_s = request.arrival_s + e2e
-        cls = finish_class(RequestRecord(request_id="-", arrival_s=0.0, prompt_tokens=0,
-                                         finish_status=s.get("finish_status"),
-                                         stop_reason=s.get("stop_reason")))
+        cls = finish_class(s.get("finish_status"), s.get("stop_reason"))
         model = s.get("model")
         depth = prev.row[3] + 1 if prev is not None else 0.0
         request.row = [

@@ -19,10 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from collector.events import RequestRecord
-
-FINISH_CLASSES = ("tool_use", "end_turn", "length", "stopped", "aborted", "unknown")
-END_TURN_REASONS = ("end_turn", "stop_sequence", "stop")  # a turn handed back to the user
+from collector.events import FINISH_CLASSES, RequestRecord
+from collector.events import finish_class as _finish_class
 FEATURES = (
     "log_prompt_tokens",   # ln(1 + prompt tokens)
     "subagent",            # 1 for a sub-agent's request
@@ -44,19 +42,8 @@ ARRIVAL_FEATURES = len(FEATURES) - 3  # the leading columns known at arrival
 
 
 def finish_class(record: RequestRecord) -> str:
-    """How a request ended, as one of :data:`FINISH_CLASSES`: a tool call (the agent comes
-    straight back), the end of a turn (a person answers, or nobody), cut at the length limit,
-    some other stop, aborted or failed, or not said."""
-    status, reason = record.finish_status, (record.stop_reason or "").lower()
-    if status in ("aborted", "error"):
-        return "aborted"
-    if status == "length":
-        return "length"
-    if reason in ("tool_use", "tool_calls"):
-        return "tool_use"
-    if reason in END_TURN_REASONS:
-        return "end_turn"
-    return "stopped" if status == "stopped" or reason else "unknown"
+    """How ``record`` ended, as one of :data:`FINISH_CLASSES` (``collector.events``'s rule)."""
+    return _finish_class(record.finish_status, record.stop_reason)
 
 
 @dataclass

@@ -15,22 +15,7 @@ from __future__ import annotations
 import bisect
 import math
 
-FINISH_CLASSES = ("tool_use", "end_turn", "length", "stopped", "aborted", "unknown")
-END_TURN_REASONS = ("end_turn", "stop_sequence", "stop")
-
-
-def finish_class(status, reason) -> str:
-    reason = (reason or "").lower()
-    if status in ("aborted", "error"):
-        return "aborted"
-    if status == "length":
-        return "length"
-    if reason in ("tool_use", "tool_calls"):
-        return "tool_use"
-    if reason in END_TURN_REASONS:
-        return "end_turn"
-    return "stopped" if status == "stopped" or reason else "unknown"
-
+from collector.events import FINISH_CLASSES
 
 class _Table:
     def __init__(self, t: dict) -> None:

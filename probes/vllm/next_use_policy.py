@@ -34,8 +34,9 @@ import os
 import time
 from collections import OrderedDict, deque
 
+from collector.events import FINISH_CLASSES, finish_class
 from probes.vllm.block_records import key_hash
-from probes.vllm.next_use_model import FINISH_CLASSES, NextUseReader, finish_class
+from probes.vllm.next_use_model import NextUseReader
 
 MODEL_ENV = "KVTIER_NEXT_USE_MODEL"
 LOG_ENV = "KVTIER_NEXT_USE_LOG"  # append each eviction as a JSON line (an audit trail)

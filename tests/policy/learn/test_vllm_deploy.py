@@ -16,15 +16,8 @@ from policy.learn.nextuse_tier import Readout
 from policy.learn.vllm_deploy import FILE_NAME, VllmNextUse, next_use_for_vllm, write
 from policy.learn.replay import Tiers
 from probes.vllm import next_use_policy
-from probes.vllm.next_use_model import END_TURN_REASONS, FINISH_CLASSES
-from policy.learn import request_signals
 from tests.policy.learn import traffic
 from tests.policy.learn.test_evaluate import write_mooncake
-
-
-def test_the_plug_in_knows_the_finish_classes_the_model_was_trained_on():
-    assert FINISH_CLASSES == request_signals.FINISH_CLASSES
-    assert END_TURN_REASONS == request_signals.END_TURN_REASONS
 
 
 @pytest.fixture(scope="module")
