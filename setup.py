@@ -14,7 +14,9 @@ EXTENSIONS = [
     Extension("probes.vllm.wire_columns", ["probes/vllm/wire_columns.pyx"], language="c++",
               extra_compile_args=NO_DEBUG_INFO),
     # the simulator's replay core: tiers, policies, admitters, flows (includes policy/sim/_*.pxi)
-    Extension("policy.sim._core", ["policy/sim/_core.pyx"], extra_compile_args=["-O2", *NO_DEBUG_INFO]),
+    # -ffp-contract=off: no fused multiply-add, so its float arithmetic is Python's to the bit
+    Extension("policy.sim._core", ["policy/sim/_core.pyx"],
+              extra_compile_args=["-O2", "-ffp-contract=off", *NO_DEBUG_INFO]),
 ]
 
 setup(ext_modules=cythonize(EXTENSIONS, language_level=3),

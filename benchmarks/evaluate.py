@@ -4,7 +4,8 @@ Run: ``python benchmarks/evaluate.py --json`` (needs ``--traces`` with the WEKA 
 
 Each figure is one ``kvtier evaluate`` process (``--split requests --gpu-tokens 409600
 --cpu-tokens 819200``, no ``--coarsen``): ``lru_belady_*`` with ``--policies lru,belady``,
-``learned_*`` adding ``learned,learned-retention`` (skip with ``--skip-learned``). The
+``learned_*`` adding every learned policy (``learned,learned-retention,learned-next-use,
+learned-safe,recommended``; skip with ``--skip-learned``). The
 baseline, measured in the same run, is the floor every evaluate pays: reading the trace into
 its arrays (``read_*``, one process that only reads). ``block_refs`` and ``distinct_blocks``
 size the trace; ``bytes_per_distinct_block`` is the replay's peak RSS over the read's, per
@@ -24,6 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT.parent / "shared" / "traces"
+LEARNED = "lru,belady,learned,learned-retention,learned-next-use,learned-safe,recommended"
 ARGS = ("--split", "requests", "--gpu-tokens", "409600", "--cpu-tokens", "819200", "--json")
 READ = """
 import sys, numpy as np
@@ -74,8 +76,7 @@ def main() -> int:
     out.update(lru_belady_s=wall, lru_belady_peak_rss_mb=rss, token_hit_ratio=rows,
                bytes_per_distinct_block=(rss - read_mb) * 2**20 / distinct)
     if not args.skip_learned:
-        wall, rss, text = measured([*evaluate, "--policies",
-                                    "lru,belady,learned,learned-retention"])
+        wall, rss, text = measured([*evaluate, "--policies", LEARNED])
         out.update(learned_s=wall, learned_peak_rss_mb=rss,
                    learned_token_hit_ratio={r["policy"]: r["token_hit_ratio"]
                                             for r in json.loads(text)["policies"]})

@@ -32,7 +32,7 @@ def _model_file(path: Path, sessions: int, blocks: int) -> None:
     from collector.events import RequestRecord
     from policy.learn.deploy import deployment
     from policy.learn.nextuse_fit import fit_next_use
-    from policy.learn.nextuse_tier import Readout
+    from policy.learn.nextuse import Readout
 
     records, history = [], {s: [] for s in range(sessions)}
     for i in range(sessions * 20):
@@ -43,7 +43,7 @@ def _model_file(path: Path, sessions: int, blocks: int) -> None:
                                      session_id=f"s{s}", finish_status="stopped",
                                      stop_reason="end_turn" if i % 3 else "tool_use",
                                      e2e_latency_s=0.5, output_tokens=20))
-    model = fit_next_use(records, lambda i: records[i].block_hashes)
+    model = fit_next_use(records)
     path.write_text(json.dumps(deployment(model, Readout("next_use"))))
 
 

@@ -11,6 +11,10 @@ Replays (records already in memory, GPU 2,000 / CPU 10,000 / cold 50,000 blocks 
 * ``learned_admission_accesses_per_s`` / ``learned_retention_accesses_per_s``: exclusive GPU
   LRU + CPU tier behind a learned admitter (random scores per offer, threshold 0.5, chained) /
   ordered by learned retention (tau 100 s) — what ``evaluate`` replays for the learned rows;
+* ``learned_next_use_accesses_per_s`` / ``learned_safe_accesses_per_s``: the CPU tier in the
+  learned next-use order (fitted on the first half of the requests, readout ``next_use``),
+  alone / behind its LRU shadow, the model's views of every request computed in the timing;
+  ``python_learned_next_use_accesses_per_s`` the order alone through the per-key oracle;
 * ``python_*_accesses_per_s``: the same replays through the pure-Python flows the core
   replaced (kept as the test oracle in ``tests/policy/sim/oracle``), the baseline;
 * ``libcachesim_accesses_per_s``: libCacheSim's LRU (PyPI ``libcachesim``) fed the single-tier
@@ -71,6 +75,29 @@ def compiled_rates(records, trace: BlockTrace) -> dict:
                        trace=trace), refs)
     out["learned_retention_accesses_per_s"] = rate(
         lambda: replay(records, tiers, factory(scores, 100.0), trace=trace), refs)
+    return out
+
+
+def next_use_rates(records, trace: BlockTrace) -> dict:
+    """The learned next-use order, compiled alone and shadowed, and per key (the oracle)."""
+    from policy.learn.deploy import learned_factory
+    from policy.learn.nextuse import Readout
+    from policy.learn.nextuse_fit import fit_next_use
+    from policy.learn.signal_table import signal_table
+    from tests.policy.learn.oracle_nextuse import NextUseTier, replay_per_key
+
+    model = fit_next_use(records[:len(records) // 2])
+    signals = signal_table(records, trace, model.models)
+    tiers, readout = Tiers(SIZES["gpu_blocks"], SIZES["cpu_blocks"]), Readout()
+    refs = trace.block_refs
+    out = {}
+    for name, shadowed in (("learned_next_use", False), ("learned_safe", True)):
+        build = learned_factory(model, readout, signals, shadowed=shadowed)
+        out[f"{name}_accesses_per_s"] = rate(lambda: replay(records, tiers, build, trace=trace),
+                                             refs)
+    out["python_learned_next_use_accesses_per_s"] = rate(
+        lambda: replay_per_key(records, tiers, lambda c: NextUseTier(c, model, readout)), refs,
+        repeat=1)
     return out
 
 
@@ -147,7 +174,7 @@ def main() -> int:
     records = list(MooncakeReader(MOONCAKE).requests())
     trace = BlockTrace.from_records(records, 512)
     out = {"block_refs": trace.block_refs, **compiled_rates(records, trace),
-           **python_rates(records),
+           **python_rates(records), **next_use_rates(records, trace),
            "libcachesim_accesses_per_s": libcachesim_rate(records, SIZES["cpu_blocks"])}
     base = out["python_vllm_lru_accesses_per_s"]
     out["speedup_vllm_lru"] = out["vllm_lru_accesses_per_s"] / base

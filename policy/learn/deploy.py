@@ -15,12 +15,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from collector.events import RequestRecord
-from policy.learn.nextuse import NextUseModel
+from policy.learn.nextuse import NextUseModel, Readout
 from policy.learn.nextuse_fit import FitConfig, fit_next_use
-from policy.learn.nextuse_tier import NextUseTier, Readout
+from policy.learn.nextuse_tier import NextUseTier, compiled_order, compiled_signals
 from policy.learn.replay import Tiers, replay
-from policy.learn.shadowed import RecencyOrder, Shadowed
-from policy.learn.request_signals import SignalTracker
+from policy.learn.shadowed import Shadowed
+from policy.learn.signal_table import SignalTable, signal_table
+from policy.sim.compiled import core
 from policy.sim.trace import BlockTrace
 
 READOUT_CANDIDATES = (Readout("next_use", q=0.5), Readout("reuse_within", horizon_s=100.0),
@@ -40,17 +41,20 @@ class Choice:
     last_block_reuse: float
 
 
-def learned_factory(model: NextUseModel, readout: Readout, *, shadowed: bool = True,
-                    value_of: Callable[[int], float] | None = None) -> Callable:
-    """``capacity -> tier``: the learned order, alone or behind its LRU shadow."""
+def learned_factory(model: NextUseModel, readout: Readout, signals: SignalTable, *,
+                    shadowed: bool = True) -> Callable:
+    """``capacity -> tier``: the learned order, alone or behind its LRU shadow, for a replay
+    of the requests ``signals`` describes (coded with the model's vocabulary)."""
+    if signals.models != model.models:
+        raise ValueError("the signals were coded with another model vocabulary than the model's")
     if not shadowed:
-        return lambda capacity: NextUseTier(capacity, model, readout, value_of=value_of)
+        return lambda capacity: NextUseTier(capacity, model, readout, signals)
 
     def build(capacity):
-        tracker = SignalTracker(model.models)
-        learned = lambda c: NextUseTier(c, model, readout, tracker=tracker, value_of=value_of)
-        return Shadowed(capacity, [("lru", RecencyOrder), ("learned", learned)],
-                        observers=[tracker.observe])
+        shared = compiled_signals(signals, model)
+        learned = lambda c: compiled_order(c, model, readout, shared)
+        return Shadowed(capacity, [("lru", core().Lru), ("learned", learned)], signals=shared,
+                        block_tokens=signals.block_tokens)
     return build
 
 
@@ -61,28 +65,24 @@ def deployment(model: NextUseModel, readout: Readout) -> dict:
                         "last_block_dead": readout.last_block_dead}}
 
 
-def last_block_reuse(records: Sequence[RequestRecord], blocks_of: Callable) -> float:
-    """Share of prompts whose last block a later request re-sends (training records)."""
-    later: dict = {}
-    reused = 0
-    for i in range(len(records) - 1, -1, -1):
-        blocks = blocks_of(i)
-        if len(blocks):
-            reused += later.get(blocks[-1], 0)
-            for h in blocks:
-                later[h] = 1
-    return reused / max(1, len(records))
+def last_block_reuse(trace: BlockTrace) -> float:
+    """Share of prompts whose last block a later request re-sends (training requests)."""
+    c = core()
+    interner = c.Interner()
+    later = c.next_uses(interner.ids(trace.hashes), len(interner))
+    ends = trace.offsets[1:] - 1
+    ends = ends[trace.offsets[1:] > trace.offsets[:-1]]
+    return int((later[ends] != c.NEVER_USED).sum()) / max(1, len(trace))
 
 
 def choose(train: Sequence[RequestRecord], tiers: Tiers, *, trace: BlockTrace | None = None,
            config: FitConfig = FitConfig(),
-           candidates: Sequence[Readout] = READOUT_CANDIDATES,
-           value_of: Callable[[int], float] | None = None) -> Choice:
+           candidates: Sequence[Readout] = READOUT_CANDIDATES) -> Choice:
     """Fit and choose on ``train`` alone (``trace``: its arrays, when records carry none)."""
-    blocks_of = ((lambda i: trace.blocks(i).tolist()) if trace is not None
-                 else (lambda i: train[i].block_hashes))
-    model = fit_next_use(train, blocks_of, config)
-    reuse = last_block_reuse(train, blocks_of)
+    trace = trace if trace is not None else BlockTrace.from_records(train)
+    signals = signal_table(train, trace)
+    model = fit_next_use(train, signals, config)
+    reuse = last_block_reuse(trace)
     dead = reuse < LAST_BLOCK_DEAD_BELOW
     count_from = int(len(train) * (1 - VALIDATION_FRACTION))
     hit = lambda policy: replay(train, tiers, policy, count_from=count_from,
@@ -91,7 +91,7 @@ def choose(train: Sequence[RequestRecord], tiers: Tiers, *, trace: BlockTrace | 
     best, best_hit = None, sweep[0][1]
     for candidate in candidates:
         readout = Readout(candidate.kind, candidate.q, candidate.horizon_s, dead)
-        ratio = hit(learned_factory(model, readout, shadowed=False, value_of=value_of))
+        ratio = hit(learned_factory(model, readout, signals, shadowed=False))
         sweep.append((readout.label(), ratio))
         if ratio > best_hit:
             best, best_hit = readout, ratio

@@ -11,14 +11,14 @@ ranks are what order eviction. A signal the trees never split on loses nothing.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from policy.learn.compare import Split
 from policy.learn.nextuse import NextUseModel
-from policy.learn.request_signals import FEATURES, SignalTracker
+from policy.learn.request_signals import FEATURES
+from policy.learn.signal_table import SignalTable, signal_table
 from policy.learn.trees import Trees
 
 REPEATS = 3
@@ -77,27 +77,26 @@ def _arrays(trees: Trees) -> tuple:
     return trees.baseline, out
 
 
-def later_rows(split: Split, models: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Rows of the evaluated requests, whether their chain came back, and ln of the gap."""
-    tracker = SignalTracker(models)
-    blocks_of = ((lambda i: split.trace.blocks(i).tolist()) if split.trace is not None
-                 else (lambda i: split.records[i].block_hashes))
-    for i, record in enumerate(split.records):
-        tracker.observe(i, record, blocks_of(i))
-    later = range(split.count_from, len(split.records))
-    X = np.array([tracker.features(i, math.inf) for i in later], dtype=np.float64)
-    succ = np.array([tracker.successor.get(i, -1) for i in later], dtype=int)
+def later_rows(split: Split, signals: SignalTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of the evaluated requests (``signals``: all of ``split.records``'), whether their
+    chain came back, and ln of the gap."""
+    later = slice(split.count_from, len(split.records))
+    X = signals.rows[later]
+    succ = signals.successor[later]
     continued = succ >= 0
-    arrival = np.array([r.arrival_s for r in split.records])
-    finish = np.array([tracker.requests[i].finish_s for i in later])
-    gap = np.where(continued, np.maximum(arrival[np.maximum(succ, 0)] - finish, MIN_GAP_S), 1.0)
-    return X.reshape(len(later), len(FEATURES)), continued, np.log(gap)
+    finish = signals.finish_s[later]
+    gap = np.where(continued, np.maximum(signals.arrival_s[np.maximum(succ, 0)] - finish,
+                                         MIN_GAP_S), 1.0)
+    return X, continued, np.log(gap)
 
 
-def importance(model: NextUseModel, split: Split, *, rng: np.random.Generator,
-               repeats: int = REPEATS) -> Importance:
-    """Permutation importance of ``model``'s features on ``split``'s evaluated requests."""
-    X, continued, log_gap = later_rows(split, model.models)
+def importance(model: NextUseModel, split: Split, signals: SignalTable | None = None, *,
+               rng: np.random.Generator, repeats: int = REPEATS) -> Importance:
+    """Permutation importance of ``model``'s features on ``split``'s evaluated requests
+    (``signals``: the signal table of all ``split.records``, when the caller has it)."""
+    if signals is None:
+        signals = signal_table(split.records, split.trace, model.models)
+    X, continued, log_gap = later_rows(split, signals)
     if len(X) > MAX_ROWS:
         keep = np.linspace(0, len(X) - 1, MAX_ROWS).astype(int)
         X, continued, log_gap = X[keep], continued[keep], log_gap[keep]

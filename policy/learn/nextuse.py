@@ -24,10 +24,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from collector.events import FINISH_CLASSES
+from policy.learn.request_signals import FEATURES
 from policy.learn.trees import Trees
+
+FINISH_COLUMN = FEATURES.index("finish_class")
 
 QUANTILES = 64
 VERSION = 1
+READOUTS = ("next_use", "reuse_within")
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,31 @@ class RunningTable:
 
 
 @dataclass(frozen=True)
+class Readout:
+    """How a tier reads the model: ``next_use`` ranks by the ``q``-quantile of the time to
+    the chain's next request (Belady's order, estimated), ``reuse_within`` by the chance it
+    comes within ``horizon_s``; ``last_block_dead``: a prompt's last block counts as dead."""
+
+    kind: str = "next_use"
+    q: float = 0.5
+    horizon_s: float = 100.0
+    last_block_dead: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in READOUTS:
+            raise ValueError(f"readout must be one of {', '.join(READOUTS)}, got {self.kind!r}")
+        if not 0 < self.q < 1:
+            raise ValueError(f"q must be in (0, 1), got {self.q!r}")
+        if not self.horizon_s > 0:
+            raise ValueError(f"horizon_s must be > 0, got {self.horizon_s!r}")
+
+    def label(self) -> str:
+        if self.kind == "next_use":
+            return f"next_use q={self.q:g}"
+        return f"reuse_within {self.horizon_s:g}s"
+
+
+@dataclass(frozen=True)
 class NextUseModel:
     classes: dict                     # finish class -> GapTable of gap / scale; "*" = all
     running: RunningTable
@@ -104,6 +134,24 @@ class NextUseModel:
 
     def arrival_scale_of(self, row: Sequence[float]) -> float:
         return max(math.exp(self.arrival_scale.predict(row)), 1e-3) if self.arrival_scale else 1.0
+
+    def finished_views(self, rows) -> tuple[list[GapTable], list[float], list[float]]:
+        """:meth:`finished_view` of every row of ``rows`` (a requests x features float array,
+        finish columns filled), as (tables, p, scales); the same numbers, trees compiled."""
+        tables = [self.table(FINISH_CLASSES[int(c)]) for c in rows[:, FINISH_COLUMN].tolist()]
+        p = (self.continuation.predict_rows(rows) if self.continuation
+             else [1.0 - t.never_fraction for t in tables])
+        s = ([math.exp(x) for x in self.gap_scale.predict_rows(rows)] if self.gap_scale
+             else [1.0] * len(tables))
+        return tables, p, [max(x, 1e-3) for x in s]
+
+    def arrival_scales(self, rows) -> list[float]:
+        """:meth:`arrival_scale_of` of every row of ``rows`` (arrival columns read)."""
+        if not self.arrival_scale:
+            return [1.0] * len(rows)
+        width = len(self.arrival_scale.features)
+        return [max(math.exp(x), 1e-3)
+                for x in self.arrival_scale.predict_rows(rows[:, :width])]
 
     def to_json(self) -> dict:
         table = lambda t: {"quantiles": list(t.quantiles), "never_fraction": t.never_fraction,

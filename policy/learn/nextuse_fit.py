@@ -8,16 +8,15 @@ so what the model reads is what a policy can know (:mod:`policy.learn.request_si
 
 from __future__ import annotations
 
-import math
-from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from collector.events import RequestRecord
 from policy.learn.nextuse import GapTable, NextUseModel, RunningTable
-from policy.learn.request_signals import ARRIVAL_FEATURES, FEATURES, SignalTracker, finish_class
+from policy.learn.request_signals import ARRIVAL_FEATURES, FEATURES, finish_class
+from policy.learn.signal_table import SignalTable, signal_table
 from policy.learn.trees import Trees, export
 
 RUNNING_GRID = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
@@ -34,22 +33,21 @@ class FitConfig:
     min_samples_leaf: int = 50
 
 
-def fit_next_use(records: Sequence[RequestRecord], blocks_of: Callable[[int], Sequence[int]],
+def fit_next_use(records: Sequence[RequestRecord], signals: SignalTable | None = None,
                  config: FitConfig = FitConfig()) -> NextUseModel:
-    """The model of the requests ``records`` (the training period; ``blocks_of(i)``: the block
-    hashes of record ``i``)."""
+    """The model of the requests ``records`` (the training period); ``signals``: their
+    :func:`~policy.learn.signal_table.signal_table`, when the caller has it (its
+    vocabulary is the model's)."""
     if not records:
         raise ValueError("need at least one training request")
-    counts = Counter(r.model for r in records if r.model)
-    models = {name: code for code, (name, _) in enumerate(counts.most_common())}
-    tracker = SignalTracker(models)
-    for i, record in enumerate(records):
-        tracker.observe(i, record, blocks_of(i))
+    if signals is None:
+        signals = signal_table(records)
+    if len(signals) != len(records):
+        raise ValueError(f"signals cover {len(signals)} requests, the records {len(records)}")
+    models = signals.models
     n = len(records)
-    rows = np.array([tracker.features(i, math.inf) for i in range(n)], dtype=np.float64)
-    arrival = np.array([r.arrival_s for r in records])
-    finish = np.array([tracker.requests[i].finish_s for i in range(n)])
-    succ = np.array([tracker.successor.get(i, -1) for i in range(n)])
+    rows = signals.rows
+    arrival, finish, succ = signals.arrival_s, signals.finish_s, signals.successor
     continued = succ >= 0
     gap = np.where(continued, np.maximum(arrival[succ] - finish, MIN_GAP_S), np.inf)
     total = np.where(continued, np.maximum(arrival[succ] - arrival, MIN_GAP_S), np.inf)

@@ -29,6 +29,7 @@ class ChoiceCache:
         self.with_importance = importance
         self._choice: Choice | None = None
         self._importance = None
+        self._signals = None
 
     def get(self) -> Choice:
         if self._choice is None:
@@ -38,6 +39,15 @@ class ChoiceCache:
                                   config=FitConfig(seed=self.seed))
         return self._choice
 
+    def signals(self):
+        """The evaluated records' signal table, coded with the model's vocabulary."""
+        if self._signals is None:
+            from policy.learn.signal_table import signal_table
+
+            self._signals = signal_table(self.split.records, self.split.trace,
+                                         self.get().model.models)
+        return self._signals
+
     def importance(self) -> dict:
         """The model's permutation importance on the evaluated (later) requests."""
         if self._importance is None:
@@ -45,7 +55,7 @@ class ChoiceCache:
 
             from policy.learn.importance import importance
 
-            self._importance = importance(self.get().model, self.split,
+            self._importance = importance(self.get().model, self.split, self.signals(),
                                           rng=np.random.default_rng(self.seed)).to_json()
         return self._importance
 
@@ -63,7 +73,7 @@ def policy_for(name: str, cache: ChoiceCache):
     if name == RECOMMENDED and choice.readout is None:
         summary["deploys"] = "lru (no learned readout beat LRU on the training slice)"
         return "lru", summary, built
-    factory = learned_factory(choice.model, best, shadowed=name != NEXT_USE)
+    factory = learned_factory(choice.model, best, cache.signals(), shadowed=name != NEXT_USE)
     summary["deploys"] = ("learned next-use order behind its LRU shadow" if name != NEXT_USE
                           else "learned next-use order alone")
     return (lambda capacity: built.append(factory(capacity)) or built[-1]), summary, built
@@ -78,7 +88,7 @@ def shadow_summary(built: list) -> dict | None:
 
 def _best_learned(choice: Choice):
     from policy.learn.deploy import READOUT_CANDIDATES
-    from policy.learn.nextuse_tier import Readout
+    from policy.learn.nextuse import Readout
 
     learned = [(hit, label) for label, hit in choice.sweep[1:]]
     label = max(learned)[1] if learned else None

@@ -8,236 +8,81 @@ moved on without them (a later request of the chain did not re-send them), or th
 its prompt's last and such blocks are rarely re-sent (:attr:`Readout.last_block_dead`).
 
 A group's rank comes from :class:`~policy.learn.nextuse.NextUseModel` at the time of the
-eviction, by :class:`Readout`: ``next_use`` (the ``q``-quantile of the time left until the
-chain's next request: Belady's order, estimated) or ``reuse_within`` (the chance the chain
-comes back within ``horizon_s``). With ``value_of`` the rank weighs each group by what its
-next block to go would save (recompute minus promotion seconds at its position).
+eviction, by :class:`~policy.learn.nextuse.Readout`: ``next_use`` (the ``q``-quantile of the
+time left until the chain's next request: Belady's order, estimated) or ``reuse_within`` (the
+chance the chain comes back within ``horizon_s``). A finished request's view (its gap table,
+continue probability and gap scale) and a running one's arrival scale are fixed, so they are
+computed for every request at once; the groups are re-ranked when the clock has moved since
+the last eviction.
 
-Per decision: one heap pop, plus a re-rank of the groups (one model readout each) when the
-clock has moved since the last eviction; per block two dict entries; per request a few
-floats. Memory is bounded by the resident blocks and the requests that own them.
+The order runs in the replay core (``NextUseOrder``): per block a few integers, per request a
+few floats. It reads the replayed requests' :class:`~policy.learn.signal_table.SignalTable`
+by request index, so a tier is built for one replay of those requests.
 """
 
 from __future__ import annotations
 
-import bisect
-import heapq
-import math
-from collections import OrderedDict
-from collections.abc import Callable, Collection
-from dataclasses import dataclass
+import numpy as np
 
-from collector.events import RequestRecord
-from policy.learn.nextuse import NextUseModel, next_use_s, reuse_within
-from policy.learn.request_signals import FINISH_CLASSES, SignalTracker
-
-READOUTS = ("next_use", "reuse_within")
-
-
-@dataclass(frozen=True)
-class Readout:
-    kind: str = "next_use"
-    q: float = 0.5
-    horizon_s: float = 100.0
-    last_block_dead: bool = False
-
-    def __post_init__(self) -> None:
-        if self.kind not in READOUTS:
-            raise ValueError(f"readout must be one of {', '.join(READOUTS)}, got {self.kind!r}")
-        if not 0 < self.q < 1:
-            raise ValueError(f"q must be in (0, 1), got {self.q!r}")
-        if not self.horizon_s > 0:
-            raise ValueError(f"horizon_s must be > 0, got {self.horizon_s!r}")
-
-    def label(self) -> str:
-        if self.kind == "next_use":
-            return f"next_use q={self.q:g}"
-        return f"reuse_within {self.horizon_s:g}s"
+from policy.learn.nextuse import NextUseModel, Readout
+from policy.learn.signal_table import SignalTable
+from policy.sim.compiled import core
 
 
 class NextUseTier:
-    """The tier protocol of ``policy.sim.policies`` (exclusive flows) plus ``observe_request``."""
+    """The learned next-use order as a CPU tier (exclusive flows), for one replay of the
+    requests ``signals`` describes."""
 
     name = "learned-next-use"
     reads_info = False
 
     def __init__(self, capacity_blocks: int | None, model: NextUseModel, readout: Readout,
-                 *, tracker: SignalTracker | None = None,
-                 value_of: Callable[[int], float] | None = None) -> None:
+                 signals: SignalTable) -> None:
         self.capacity_blocks = capacity_blocks
         self.model = model
         self.readout = readout
-        self.tracker = tracker if tracker is not None else SignalTracker(model.models)
-        self._own_tracker = tracker is None
-        self.value_of = value_of
-        self.now_s = 0.0
-        self._dead: OrderedDict = OrderedDict()
-        self._group: dict = {}          # block -> owner request
-        self._members: dict = {}        # owner -> {block: position}
-        self._slots: dict = {}          # owner -> its members by position (None: not held)
-        self._top: dict = {}            # owner -> no member sits deeper than this position
-        self._views: dict = {}          # owner -> (table, p, scale) once finished
-        self._arrival_scales: dict = {}  # owner -> arrival scale (its row is fixed while running)
-        elapsed = model.running.elapsed
-        self._grid_sorted = all(a <= b for a, b in zip(elapsed, elapsed[1:]))
-        self._epoch = None
-        self._heap: list = []
+        self.signals = signals
 
-    # ---- what the replay calls
+    def compiled_tier(self, interner):
+        """The core's order, with request signals of its own (bound to the flow)."""
+        return compiled_order(self.capacity_blocks, self.model, self.readout,
+                              compiled_signals(self.signals, self.model))
 
-    def observe_request(self, index: int, record: RequestRecord, blocks) -> None:
-        """A request arrives (before it is served)."""
-        if self._own_tracker:
-            self.tracker.observe(index, record, blocks)
-        self.now_s = record.arrival_s
 
-    def __contains__(self, key) -> bool:
-        return key in self._group or key in self._dead
+def compiled_signals(signals: SignalTable, model: NextUseModel):
+    """The core's ``RequestSignals``: the table's times and successors, and the model's view
+    of every request (what a tier would compute of it when it first ranks it)."""
+    tables = _tables(model)
+    index = {id(t): i for i, t in enumerate(tables)}
+    finished, p, scale = model.finished_views(signals.rows)
+    return core().RequestSignals(signals.arrival_s, signals.finish_s, signals.successor,
+                                 signals.blocks, [index[id(t)] for t in finished], p, scale,
+                                 model.arrival_scales(signals.rows))
 
-    def __len__(self) -> int:
-        return len(self._group) + len(self._dead)
 
-    def __iter__(self):
-        return iter([*self._group, *self._dead])
+def compiled_order(capacity_blocks: int | None, model: NextUseModel, readout: Readout,
+                   request_signals):
+    """The core's ``NextUseOrder`` over ``request_signals`` (shared when several orders read
+    the same requests)."""
+    c = core()
+    return c.NextUseOrder(capacity_blocks, request_signals, gap_tables(model),
+                          0 if readout.kind == "next_use" else 1, readout.q, readout.horizon_s,
+                          readout.last_block_dead)
 
-    def insert(self, key, info=None) -> list:
-        # the replay's hottest call (every GPU victim): membership, deadness (superseded, or
-        # a last block rarely re-sent) and size written out: a method call costs more than each
-        group, dead = self._group, self._dead
-        if key in group or key in dead:
-            return []
-        tracker = self.tracker
-        owner, position = tracker.owner[key]
-        if owner in tracker.successor or (self.readout.last_block_dead and
-                                          position == tracker.requests[owner].blocks - 1):
-            dead[key] = None
-        else:
-            members = self._members.get(owner)
-            if members is None:
-                members = self._members[owner] = {}
-            fresh = not members
-            members[key] = position
-            slots = self._slots.get(owner)
-            if slots is None:
-                slots = self._slots[owner] = [None] * (position + 1)
-                self._top[owner] = position
-            elif position >= len(slots):
-                slots.extend([None] * (position + 1 - len(slots)))
-                self._top[owner] = position
-            elif position > self._top[owner]:
-                self._top[owner] = position
-            slots[position] = key
-            group[key] = owner
-            if fresh and self._epoch == self.now_s:  # ranked this epoch: add it to the heap
-                heapq.heappush(self._heap, (-self.rank(owner, members), owner))
-        cap = self.capacity_blocks
-        if cap is None or len(group) + len(dead) <= cap:
-            return []
-        victims = []
-        while len(group) + len(dead) > cap:
-            victims.append(self.pop_victim())
-        return victims
 
-    def touch(self, key, info=None) -> None:
-        if key not in self:
-            raise KeyError(key)
+def _tables(model: NextUseModel) -> list:
+    """Every gap table the model holds: its finish classes', then its running grid's."""
+    return [*model.classes.values(), *model.running.tables]
 
-    def remove(self, key) -> None:
-        if key in self._dead:
-            del self._dead[key]
-            return
-        owner = self._group.pop(key)
-        members = self._members[owner]
-        self._slots[owner][members.pop(key)] = None
-        if not members:
-            self._release_slots(owner)
 
-    def pop_victim(self):
-        if self._dead:
-            return self._dead.popitem(last=False)[0]
-        if not self._group:
-            raise KeyError("pop_victim from an empty tier")
-        if self._epoch != self.now_s:
-            self._epoch = self.now_s
-            self._heap = [(-self.rank(o, m), o) for o, m in self._members.items() if m]
-            heapq.heapify(self._heap)
-        while True:
-            owner = self._heap[0][1]
-            members = self._members.get(owner)
-            if members:
-                break
-            heapq.heappop(self._heap)
-            self._drop_owner(owner)
-        victim = self._pop_deepest(owner)
-        del members[victim]
-        del self._group[victim]
-        if not members:
-            self._release_slots(owner)
-        return victim
-
-    def evict(self, n: int, protected: Collection = ()) -> list | None:
-        if protected:
-            raise ValueError("learned-next-use evicts in its own order; no protected blocks")
-        if n > len(self):
-            return None
-        return [self.pop_victim() for _ in range(n)]
-
-    # ---- ranking
-
-    def _pop_deepest(self, owner: int):
-        """The group's member at the deepest position (positions are distinct within a
-        request), taken out of its slots: a scan down from the deepest ever held, so
-        evicting a whole group costs its length once, not once per block."""
-        slots = self._slots[owner]
-        top = self._top[owner]
-        while slots[top] is None:
-            top -= 1
-        victim = slots[top]
-        slots[top] = None
-        self._top[owner] = top
-        return victim
-
-    def _release_slots(self, owner: int) -> None:
-        self._slots.pop(owner, None)
-        self._top.pop(owner, None)
-
-    def _drop_owner(self, owner: int) -> None:
-        self._members.pop(owner, None)
-        self._release_slots(owner)
-        self._views.pop(owner, None)
-        self._arrival_scales.pop(owner, None)
-
-    def rank(self, owner: int, members: dict) -> float:
-        """Eviction priority of a group now: larger goes first."""
-        if self.tracker.superseded(owner):
-            return math.inf
-        readout, now = self.readout, self.now_s
-        request = self.tracker.requests[owner]
-        if now >= request.finish_s:
-            view = self._views.get(owner)
-            if view is None:
-                row = self.tracker.features(owner, now)
-                view = self._views[owner] = self.model.finished_view(
-                    FINISH_CLASSES[int(row[12])], row)
-            table, p, scale = view
-            waited = now - request.finish_s
-        else:
-            scale = self._arrival_scales.get(owner)
-            if scale is None:  # a running request's row is its arrival row until it finishes
-                row = self.tracker.features(owner, now)
-                scale = self._arrival_scales[owner] = self.model.arrival_scale_of(row)
-            elapsed = (now - request.arrival_s) / scale
-            grid = self.model.running.elapsed
-            k = max(0, (bisect.bisect_right(grid, elapsed) if self._grid_sorted
-                        else sum(1 for e in grid if e <= elapsed)) - 1)
-            table = self.model.running.tables[k]
-            if len(table.quantiles) < 2:
-                return math.inf
-            p = 1.0 - table.never_fraction
-            waited = (elapsed - self.model.running.elapsed[k]) * scale
-        weight = 1.0
-        if self.value_of is not None:
-            weight = max(self.value_of(max(members.values())), 1e-9)
-        if readout.kind == "next_use":
-            return next_use_s(table, p, scale, waited, readout.q) / weight
-        return -reuse_within(table, p, scale, waited, readout.horizon_s) * weight
+def gap_tables(model: NextUseModel):
+    """The model's gap tables as the core's ``GapTables``."""
+    tables = _tables(model)
+    width = max((len(t.quantiles) for t in tables), default=0)
+    quantiles = np.zeros((len(tables), width))
+    for i, t in enumerate(tables):
+        quantiles[i, :len(t.quantiles)] = t.quantiles
+    first_running = len(model.classes)
+    return core().GapTables(quantiles, [len(t.quantiles) for t in tables],
+                            [t.never_fraction for t in tables], model.running.elapsed,
+                            [first_running + k for k in range(len(model.running.tables))])

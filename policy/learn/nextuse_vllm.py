@@ -29,7 +29,7 @@ from collections.abc import Collection
 
 from collector.events import FINISH_CLASSES, RequestRecord, finish_class
 from policy.learn.nextuse import NextUseModel, next_use_s, reuse_within
-from policy.learn.nextuse_tier import Readout
+from policy.learn.nextuse import Readout
 from policy.sim.policies.base import BlockInfo
 
 MAX_CHAINS = 65_536  # chain histories kept (least recently used dropped)

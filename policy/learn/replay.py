@@ -6,13 +6,13 @@ the cold tier). ``belady`` runs MIN in the CPU tier (the offline bound, fed each
 use); every other name is a registry policy, optionally behind an admitter.
 
 A replay whose CPU tier and admitter have compiled forms (registry policies, learned
-retention, the learned and oracle admitters) runs on the trace's arrays in one call; a policy
+retention, the learned next-use order and its shadowed form, the learned and oracle
+admitters) runs on the trace's arrays in one call; a policy
 written in Python is driven record by record (``observe`` before each request).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -152,9 +152,6 @@ def replay(records: Sequence[RequestRecord], tiers: Tiers,
             cpu = Admitted(cpu, admitter)
     simulator = Simulator(config, cpu_tier=cpu)
     end = len(records) if count_to is None else count_to
-    watcher = _request_watcher(cpu)
-    if watcher is not None:
-        return _watched(simulator, records, watcher, count_from, end, trace, on_request)
     if on_request is None and (cpu is None or _compiled(cpu)):
         trace = trace if trace is not None else BlockTrace.from_records(records, block_tokens)
         done = simulator.replay_trace(trace, count_from=count_from, count_to=end,
@@ -182,36 +179,6 @@ def replay(records: Sequence[RequestRecord], tiers: Tiers,
                                           outcome.recompute_tokens))
         if index + 1 == end:
             break
-        if on_request is not None:
-            on_request(index)
-    return Replayed(simulator.result.minus(start_totals), tuple(counted), tuple(outcomes))
-
-
-def _request_watcher(tier):
-    """A Python CPU tier's ``observe_request(index, record, blocks)``, if it has one (also
-    inside an admitter wrapper)."""
-    inner = getattr(tier, "policy", tier)
-    return getattr(inner, "observe_request", None) if tier is not None else None
-
-
-def _watched(simulator: Simulator, records: Sequence[RequestRecord], watcher,
-             count_from: int, end: int, trace: BlockTrace | None, on_request) -> Replayed:
-    """Serve request by request, showing each to the tier first with its blocks (from the
-    trace's arrays when the records carry none)."""
-    start_totals, counted, outcomes = SimResult(), [], []
-    for index, record in enumerate(records[:end]):
-        if index == count_from:
-            start_totals = simulator.result
-        if trace is not None and not record.block_hashes:
-            record = dataclasses.replace(record,
-                                         block_hashes=tuple(trace.blocks(index).tolist()))
-        watcher(index, record, record.block_hashes)
-        outcome = simulator.serve(record)
-        if index >= count_from:
-            counted.append(record)
-            outcomes.append(RequestTokens(outcome.gpu_hit_tokens, outcome.cpu_promotion_tokens,
-                                          outcome.cold_promotion_tokens,
-                                          outcome.recompute_tokens))
         if on_request is not None:
             on_request(index)
     return Replayed(simulator.result.minus(start_totals), tuple(counted), tuple(outcomes))

@@ -74,8 +74,25 @@ class SignalTracker:
         self._depth: dict[int, int] = {}            # request -> depth in its chain
 
     def observe(self, index: int, record: RequestRecord, blocks) -> None:
+        deepest = None
+        if record.session_id is None:
+            for h in blocks:
+                if h not in self.owner:
+                    break
+                deepest = h
+        self.observe_counted(index, record, len(blocks),
+                             None if deepest is None else self.owner[deepest])
+        for i, h in enumerate(blocks):
+            self.owner[h] = (index, i)
+
+    def observe_counted(self, index: int, record: RequestRecord, blocks: int,
+                        deepest: tuple[int, int] | None) -> None:
+        """:meth:`observe` with the walk over the blocks done by the caller: ``blocks`` is the
+        request's block count, ``deepest`` the (request, position) that last used its
+        deepest leading block already seen (``None``: none), read only without a session
+        id. :attr:`owner` is then left to the caller."""
         now = record.arrival_s
-        chain = self._chain_of(index, record, blocks)
+        chain = self._chain_of(index, record, deepest)
         prev = self._last_of_chain.get(chain)
         if prev is not None:
             self.successor[prev] = index
@@ -84,7 +101,7 @@ class SignalTracker:
         p = self.requests.get(prev) if prev is not None else None
         depth = self._depth[prev] + 1 if p is not None else 0
         self._depth[index] = depth
-        n = len(blocks)
+        n = blocks
         block_tokens = record.block_size_tokens or 16
         tail = record.prompt_tokens % block_tokens
         row = [_log1p(record.prompt_tokens), float(record.request_type == "subagent"),
@@ -97,22 +114,16 @@ class SignalTracker:
                _log1p(record.e2e_latency_s or 0.0), _log1p(record.output_tokens or 0)]
         finish = now + (record.e2e_latency_s or 0.0)
         self.requests[index] = _Request(now, finish, chain, row, n)
-        for i, h in enumerate(blocks):
-            self.owner[h] = (index, i)
 
-    def _chain_of(self, index: int, record: RequestRecord, blocks) -> int:
+    def _chain_of(self, index: int, record: RequestRecord, deepest: tuple[int, int] | None
+                  ) -> int:
         if record.session_id is not None:
             key = (record.session_id,
                    record.parent_request_id if record.request_type == "subagent" else None)
         else:
             key = ("request", index)
-            deepest = None
-            for h in blocks:
-                if h not in self.owner:
-                    break
-                deepest = h
             if deepest is not None:
-                owner, position = self.owner[deepest]
+                owner, position = deepest
                 if position >= max(1, self.requests[owner].blocks - 2):
                     return self.requests[owner].chain  # the next turn of that chat
         return self._chains.setdefault(key, len(self._chains))

@@ -12,49 +12,20 @@ again — ARC's ghost lists and a hill-climbing tuner on the same idea.
 
 The GPU tier is not the CPU tier's to see, but in exclusive tiers it need not be: every
 block of a request lands in the GPU, every GPU victim is offered here, so the set of blocks on
-the GPU is known exactly from the two (``_gpu``). Per block: one id per ghost and per order;
-per request: one prefix walk per ghost.
+the GPU is known exactly from the two. It runs in the replay core (``Shadow``, over the core's
+tiers): per block one byte per ghost and per order besides theirs; per request one prefix
+walk per ghost.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from collector.events import RequestRecord
+from policy.sim.compiled import core
 
 WINDOW_REQUESTS = 500
 MARGIN = 0.002  # of the window's prompt tokens: 0.2 points of hit ratio
-
-
-class RecencyOrder:
-    """LRU over the blocks it is given (exclusive tiers: a block is stored once, used never)."""
-
-    name = "lru"
-
-    def __init__(self, capacity_blocks: int | None) -> None:
-        self.capacity_blocks = capacity_blocks
-        self._order: OrderedDict = OrderedDict()
-
-    def __contains__(self, key) -> bool:
-        return key in self._order
-
-    def __len__(self) -> int:
-        return len(self._order)
-
-    def insert(self, key, info=None) -> list:
-        self._order[key] = None
-        victims = []
-        while self.capacity_blocks is not None and len(self._order) > self.capacity_blocks:
-            victims.append(self._order.popitem(last=False)[0])
-        return victims
-
-    def remove(self, key) -> None:
-        del self._order[key]
-
-    def pop_victim(self):
-        return self._order.popitem(last=False)[0]
 
 
 @dataclass(frozen=True)
@@ -72,17 +43,18 @@ class ShadowStats:
 
 
 class Shadowed:
-    """The tier protocol (exclusive flows) plus ``observe_request``. ``candidates``: (name,
-    factory) pairs, a factory building a tier at a capacity (``None``: unbounded); the first
-    is the baseline and the starting order. ``observers`` see each request first (a shared
-    signal tracker)."""
+    """A CPU tier (exclusive flows) whose ``candidates`` are (name, build) pairs, ``build``
+    making one of the core's tiers at a capacity (``None``: unbounded); the first is the
+    baseline and the starting order. ``signals``: the core's request signals the candidates
+    share (they see each request first); ``block_tokens``: each request's block size as the
+    scores count it (default: the trace's)."""
 
     name = "learned-safe"
     reads_info = False
 
     def __init__(self, capacity_blocks: int, candidates: Sequence[tuple[str, Callable]], *,
-                 window_requests: int = WINDOW_REQUESTS, margin: float = MARGIN,
-                 observers: Sequence[Callable] = ()) -> None:
+                 signals=None, block_tokens=None, window_requests: int = WINDOW_REQUESTS,
+                 margin: float = MARGIN) -> None:
         if len(candidates) < 2:
             raise ValueError("need a baseline and at least one candidate order")
         if window_requests < 1 or not 0 <= margin < 1:
@@ -90,123 +62,24 @@ class Shadowed:
                              f"{window_requests!r} and {margin!r}")
         self.capacity_blocks = capacity_blocks
         self.names = tuple(name for name, _ in candidates)
-        self.ghosts = [factory(capacity_blocks) for _, factory in candidates]
-        self.orders = [factory(None) for _, factory in candidates]
-        self._watchers = [*observers, *(getattr(t, "observe_request", None)
-                                        for t in (*self.ghosts, *self.orders))]
-        self._watchers = [w for w in self._watchers if w is not None]
-        self._real: set = set()
-        self._gpu: set = set()
-        self.mode = 0
-        self._keep = 1.0 - 1.0 / window_requests
-        self._window = window_requests
-        self.margin = margin
-        self._scores = [0.0] * len(candidates)
-        self._real_score = 0.0
-        self._tokens = 0.0
-        self._seen = 0
-        self.switches = 0
-        self._by_mode = [0] * len(candidates)
-        self._worst: float | None = None
-        self._ghost_tokens = [0] * len(candidates)
-        self._real_tokens = 0
+        self._builds = [build for _, build in candidates]
+        self._signals, self._block_tokens = signals, block_tokens
+        self.window_requests, self.margin = window_requests, margin
+        self._core = None
 
-    # ---- per request
-
-    def observe_request(self, index: int, record: RequestRecord, blocks) -> None:
-        for watch in self._watchers:
-            watch(index, record, blocks)
-        keep = self._keep
-        bt = record.block_size_tokens or 16
-        prompt = record.prompt_tokens
-        self._tokens = self._tokens * keep + prompt
-        for k, ghost in enumerate(self.ghosts):
-            served = self._served(ghost, blocks, bt, prompt)
-            self._scores[k] = self._scores[k] * keep + served
-            self._ghost_tokens[k] += served
-        served = self._served(self._real, blocks, bt, prompt)
-        self._real_score = self._real_score * keep + served
-        self._real_tokens += served
-        for h in blocks:  # every block of the request lands on the GPU: out of every ghost
-            for ghost in self.ghosts:
-                if h in ghost:
-                    ghost.remove(h)
-            self._gpu.add(h)
-        self._seen += 1
-        best = max(range(len(self._scores)), key=self._scores.__getitem__)
-        if (best != self.mode
-                and self._scores[best] - self._scores[self.mode] > self.margin * self._tokens):
-            self.mode = best
-            self.switches += 1
-        self._by_mode[self.mode] += 1
-        if self._seen > self._window and self._tokens > 0:
-            lead = (self._real_score - self._scores[0]) / self._tokens
-            self._worst = lead if self._worst is None else min(self._worst, lead)
-
-    def _served(self, tier, blocks, bt: int, prompt: int) -> int:
-        """Tokens ``tier`` would serve past the GPU's prefix (prefix-contiguous lookup)."""
-        served = 0
-        gpu = self._gpu
-        for i, h in enumerate(blocks):
-            if h in gpu:
-                continue
-            if h not in tier:
-                break
-            served += max(0, min(bt, prompt - i * bt))
-        return served
-
-    # ---- the tier protocol
-
-    def __contains__(self, key) -> bool:
-        return key in self._real
-
-    def __len__(self) -> int:
-        return len(self._real)
-
-    def __iter__(self):
-        return iter(list(self._real))
-
-    def insert(self, key, info=None) -> list:
-        self._gpu.discard(key)  # a GPU victim
-        for ghost in self.ghosts:
-            if key not in ghost:
-                ghost.insert(key, info)
-        if key in self._real:
-            return []
-        for order in self.orders:
-            order.insert(key, info)
-        self._real.add(key)
-        victims = []
-        while len(self._real) > self.capacity_blocks:
-            victims.append(self.pop_victim())
-        return victims
-
-    def pop_victim(self):
-        victim = self.orders[self.mode].pop_victim()
-        for k, order in enumerate(self.orders):
-            if k != self.mode and victim in order:
-                order.remove(victim)
-        self._real.discard(victim)
-        return victim
-
-    def remove(self, key) -> None:
-        self._real.remove(key)
-        for order in self.orders:
-            if key in order:
-                order.remove(key)
-
-    def touch(self, key, info=None) -> None:
-        if key not in self._real:
-            raise KeyError(key)
-
-    def evict(self, n: int, protected: Collection = ()) -> list | None:
-        if protected:
-            raise ValueError("learned-safe evicts in its own order; no protected blocks")
-        if n > len(self._real):
-            return None
-        return [self.pop_victim() for _ in range(n)]
+    def compiled_tier(self, interner):
+        """The core's ``Shadow`` (one per replay: it holds the replay's state)."""
+        if self._core is not None:
+            raise ValueError("a shadowed tier serves one replay; build another")
+        cap = self.capacity_blocks
+        self._core = core().Shadow(cap, [b(cap) for b in self._builds],
+                                   [b(None) for b in self._builds], self._block_tokens,
+                                   self._signals, self.window_requests, self.margin)
+        return self._core
 
     def stats(self) -> ShadowStats:
-        return ShadowStats(self.names, tuple(self._by_mode), self.switches,
-                           None if self._worst is None else self._worst * 100,
-                           tuple(self._ghost_tokens), self._real_tokens)
+        if self._core is None:
+            raise ValueError("no replay has run this tier yet")
+        by_mode, switches, worst, ghosts, real = self._core.stats()
+        return ShadowStats(self.names, tuple(by_mode), switches,
+                           None if worst is None else worst * 100, tuple(ghosts), real)

@@ -44,10 +44,17 @@ class Trees:
         return total
 
     def predict(self, row: Sequence[float]) -> float:
-        raw = self.raw(row)
+        return self.link(self.raw(row))
+
+    def link(self, raw: float) -> float:
+        """A raw value as the model's output (a probability for ``"probability"``)."""
         if self.kind == "regression":
             return raw
         return 1.0 / (1.0 + math.exp(-raw)) if raw > -700 else 0.0
+
+    def predict_rows(self, X) -> list[float]:
+        """:meth:`predict` of each row of ``X`` (rows x features), the trees compiled."""
+        return [self.link(raw) for raw in self.raw_rows(X).tolist()]
 
     def forest(self):
         """The compiled form (the core's ``Forest``, built once): every tree over a block of

@@ -19,7 +19,7 @@ from collector.events import RequestRecord
 from policy.learn.compare import Split
 from policy.learn.deploy import choose, deployment
 from policy.learn.nextuse import NextUseModel
-from policy.learn.nextuse_tier import Readout
+from policy.learn.nextuse import Readout
 from policy.learn.nextuse_vllm import VllmNextUseTier
 from policy.learn.replay import Tiers
 

@@ -32,7 +32,7 @@ def test_readouts_condition_on_the_time_already_waited():
 
 def test_fitted_model_learns_that_tool_calls_come_back_sooner_and_round_trips_json():
     records = traffic.agentic(sessions=40, seed=1)
-    model = fit_next_use(records, lambda i: records[i].block_hashes)
+    model = fit_next_use(records)
     assert model.table("tool_use").inverse(0.5) < model.table("end_turn").inverse(0.5)
     assert model.table("end_turn").never_fraction > model.table("tool_use").never_fraction
     again = NextUseModel.from_json(json.loads(json.dumps(model.to_json())))

@@ -76,3 +76,21 @@ def test_sub_agents_have_their_own_chain_under_their_parent():
         tracker.observe(i, r, r.block_hashes)
     assert tracker.successor == {0: 2}
     assert tracker.requests[1].chain != tracker.requests[0].chain
+
+
+@pytest.mark.parametrize("records", [traffic.agentic(sessions=30, seed=4),   # sessions
+                                     traffic.chat(hours=0.1, seed=6)],       # none: block walk
+                         ids=["sessions", "no-sessions"])
+def test_the_signal_table_is_what_the_tracker_knows_of_each_request(records):
+    from policy.learn.signal_table import signal_table, vocabulary
+
+    tracker = SignalTracker(vocabulary(records))
+    for i, r in enumerate(records):
+        tracker.observe(i, r, r.block_hashes)
+    table = signal_table(records)
+    n = len(records)
+    assert table.rows.tolist() == [tracker.features(i, math.inf) for i in range(n)]
+    assert table.successor.tolist() == [tracker.successor.get(i, -1) for i in range(n)]
+    assert table.finish_s.tolist() == [tracker.requests[i].finish_s for i in range(n)]
+    assert table.blocks.tolist() == [len(r.block_hashes) for r in records]
+    assert (table.successor >= 0).sum() > n // 10   # chains were found, with or without ids

@@ -1,16 +1,23 @@
-"""The shadowed tier: its LRU ghost is exact, and it yields to LRU when its order is behind."""
+"""The shadowed tier: its LRU ghost is exact, and it yields to LRU when its order is behind.
 
-from collections import OrderedDict
+The rule is checked on the compiled tier where the core has the orders (LRU, the learned
+next-use order) and on the per-key oracle where a test needs an order of its own (one that
+is bad on purpose)."""
 
 import pytest
 
 from policy.learn.compare import Split
 from policy.learn.deploy import learned_factory
+from policy.learn.nextuse import Readout
 from policy.learn.nextuse_fit import fit_next_use
-from policy.learn.nextuse_tier import Readout
 from policy.learn.replay import Tiers, replay
-from policy.learn.shadowed import RecencyOrder, Shadowed
+from policy.learn.shadowed import Shadowed
+from policy.learn.signal_table import signal_table
+from policy.sim.compiled import core
 from tests.policy.learn import traffic
+from tests.policy.learn.oracle_nextuse import replay_per_key
+from tests.policy.learn.oracle_shadowed import RecencyOrder
+from tests.policy.learn.oracle_shadowed import Shadowed as PerKeyShadowed
 
 
 class NewestFirst(RecencyOrder):
@@ -32,15 +39,20 @@ def hit(records, tiers, policy, split):
     return replay(records, tiers, policy, count_from=split.count_from).result.token_hit_ratio
 
 
-def test_the_lru_ghost_counts_exactly_what_lru_serves():
+@pytest.mark.parametrize("kind", ["compiled", "oracle"])
+def test_the_lru_ghost_counts_exactly_what_lru_serves(kind):
     records = traffic.mixed(hours=0.2, seed=4)
-    split = Split.by_time(records, 0.5)
     tiers = Tiers(300, 800)
     built = []
-    shadowed = lambda c: built.append(Shadowed(c, [("lru", RecencyOrder),
-                                                   ("lru-too", RecencyOrder)])) or built[-1]
+    if kind == "compiled":
+        shadowed = lambda c: built.append(Shadowed(c, [("lru", core().Lru),
+                                                       ("lru-too", core().Lru)])) or built[-1]
+        again = replay(records, tiers, shadowed)
+    else:
+        shadowed = lambda c: built.append(PerKeyShadowed(
+            c, [("lru", RecencyOrder), ("lru-too", RecencyOrder)])) or built[-1]
+        again = replay_per_key(records, tiers, shadowed)
     lru = replay(records, tiers, "lru")
-    again = replay(records, tiers, shadowed)
     assert again.result == lru.result
     stats = built[0].stats()
     assert stats.ghost_tokens == (lru.result.cpu_promotion_tokens,) * 2
@@ -54,8 +66,9 @@ def test_a_bad_order_behind_the_shadow_stays_with_lru():
     lru = hit(records, tiers, "lru", split)
     bad = hit(records, tiers, NewestFirst, split)
     built = []
-    safe = hit(records, tiers, lambda c: built.append(Shadowed(
-        c, [("lru", RecencyOrder), ("newest-first", NewestFirst)])) or built[-1], split)
+    safe = replay_per_key(records, tiers, lambda c: built.append(PerKeyShadowed(
+        c, [("lru", RecencyOrder), ("newest-first", NewestFirst)])) or built[-1],
+        count_from=split.count_from).result.token_hit_ratio
     assert bad < lru - 0.01            # the order alone loses
     assert safe >= lru - 0.005         # behind its shadow it does not
     assert built[0].stats().requests_by_mode[0] > 0.75 * len(records)  # mostly in LRU order
@@ -65,16 +78,20 @@ def test_the_learned_order_trained_before_a_shift_is_kept_safe_after_it():
     # documents stop being asked again half way through: what the model learned is now wrong
     records = traffic.mixed(hours=0.5, seed=0, shift=True)
     split = Split.by_time(records, 0.5)
-    model = fit_next_use(split.train, lambda i: split.train[i].block_hashes)
+    model = fit_next_use(split.train)
     tiers = Tiers(1000, 8000)
     readout = Readout("reuse_within", horizon_s=100.0, last_block_dead=True)
+    signals = signal_table(split.records, None, model.models)
     lru = hit(split.records, tiers, "lru", split)
-    raw = hit(split.records, tiers, learned_factory(model, readout, shadowed=False), split)
-    safe = hit(split.records, tiers, learned_factory(model, readout), split)
+    raw = hit(split.records, tiers, learned_factory(model, readout, signals, shadowed=False),
+              split)
+    safe = hit(split.records, tiers, learned_factory(model, readout, signals), split)
     assert raw < lru - 0.01            # the shift turned the learned order against the traffic
     assert safe >= lru - 0.005         # behind its shadow it is not below LRU
 
 
 def test_shadowed_needs_a_baseline_and_a_candidate():
     with pytest.raises(ValueError, match="baseline and at least one candidate"):
-        Shadowed(10, [("lru", RecencyOrder)])
+        Shadowed(10, [("lru", core().Lru)])
+    with pytest.raises(ValueError, match="compiled tiers"):
+        core().Shadow(10, [core().Lru(10), RecencyOrder(10)], [core().Lru(None)] * 2, None)

@@ -12,7 +12,7 @@ import pytest
 from kvtier.cli import main
 from policy.learn.deploy import deployment
 from policy.learn.nextuse import NextUseModel
-from policy.learn.nextuse_tier import Readout
+from policy.learn.nextuse import Readout
 from policy.learn.vllm_deploy import FILE_NAME, VllmNextUse, next_use_for_vllm, write
 from policy.learn.replay import Tiers
 from probes.vllm import next_use_policy

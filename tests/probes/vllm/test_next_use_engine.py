@@ -21,7 +21,7 @@ import pytest
 from collector.storefile import connect
 from policy.learn.deploy import deployment
 from policy.learn.nextuse_fit import fit_next_use
-from policy.learn.nextuse_tier import Readout
+from policy.learn.nextuse import Readout
 from policy.learn.nextuse_vllm import VllmNextUseTier
 from policy.sim.config import SimConfig
 from policy.sim.simulator import Simulator
@@ -55,7 +55,7 @@ def model_document():
                               t=t + 1000.0 * (i // (SESSIONS * TURNS)), tokens=BLOCK,
                               session_id=f"{session}-{i // (SESSIONS * TURNS)}"))
     records.sort(key=lambda r: r.arrival_s)
-    model = fit_next_use(records, lambda i: records[i].block_hashes)
+    model = fit_next_use(records)
     return deployment(model, Readout("next_use", last_block_dead=False)), model
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from policy.learn.deploy import deployment
 from policy.learn.nextuse_fit import fit_next_use
-from policy.learn.nextuse_tier import Readout
+from policy.learn.nextuse import Readout
 from policy.learn.nextuse_vllm import VllmNextUseTier, signals_of
 from policy.sim.config import SimConfig
 from policy.sim.simulator import Simulator
@@ -68,7 +68,7 @@ def test_the_plug_in_state_evicts_as_the_replay_twin(readout):
     records = [dataclasses.replace(r, block_size_tokens=16,
                                    prompt_tokens=len(r.block_hashes) * 16 + 1)
                for r in traffic.agentic(sessions=30, seed=8, block_tokens=16)]
-    model = fit_next_use(records[:len(records) // 2], lambda i: records[i].block_hashes)
+    model = fit_next_use(records[:len(records) // 2])
     twin = replay_twin(records, readout, model)
     next_use_policy.configure(json.loads(json.dumps(deployment(model, readout))))
     state = next_use_policy.NextUseState(next_use_policy._model())
