@@ -19,7 +19,6 @@ from policy.learn.compare import Split
 from policy.learn.nextuse import NextUseModel
 from policy.learn.request_signals import FEATURES
 from policy.learn.signal_table import SignalTable, signal_table
-from policy.learn.trees import Trees
 
 REPEATS = 3
 MAX_ROWS = 20_000  # evaluated rows scored (an even sample of them beyond)
@@ -48,35 +47,6 @@ class Importance:
         return asdict(self)
 
 
-def raw_many(trees: Trees | list, X: np.ndarray) -> np.ndarray:
-    """:meth:`Trees.raw` of every row of ``X`` at once (the same splits, NaN included);
-    ``trees`` may be :func:`_arrays` of them, converted once."""
-    baseline, arrays = _arrays(trees) if isinstance(trees, Trees) else trees
-    total = np.full(len(X), baseline)
-    rows = np.arange(len(X))
-    for feature, threshold, nan_left, left, right, value in arrays:
-        at = np.zeros(len(X), dtype=int)
-        for _ in range(len(feature)):
-            f = feature[at]
-            inner = f >= 0
-            if not inner.any():
-                break
-            x = X[rows, np.maximum(f, 0)]
-            go_left = np.where(np.isnan(x), nan_left[at], x <= threshold[at])
-            at = np.where(inner, np.where(go_left, left[at], right[at]), at)
-        total += value[at]
-    return total
-
-
-def _arrays(trees: Trees) -> tuple:
-    out = []
-    for nodes in trees.trees:
-        a = np.asarray(nodes, dtype=np.float64)
-        out.append((a[:, 0].astype(int), a[:, 1], a[:, 2] > 0, a[:, 3].astype(int),
-                    a[:, 4].astype(int), a[:, 5]))
-    return trees.baseline, out
-
-
 def later_rows(split: Split, signals: SignalTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows of the evaluated requests (``signals``: all of ``split.records``'), whether their
     chain came back, and ln of the gap."""
@@ -102,12 +72,12 @@ def importance(model: NextUseModel, split: Split, signals: SignalTable | None = 
         X, continued, log_gap = X[keep], continued[keep], log_gap[keep]
     auc = rank = None
     if model.continuation is not None and 0 < continued.sum() < len(X):
-        continuation = _arrays(model.continuation)
-        auc = lambda Z: _auc(raw_many(continuation, Z), continued)
+        continuation = model.continuation
+        auc = lambda Z: _auc(continuation.raw_rows(Z), continued)
     back = continued.nonzero()[0]
     if model.gap_scale is not None and len(back) > 2:
-        gap_scale = _arrays(model.gap_scale)
-        rank = lambda Z: _rank_correlation(raw_many(gap_scale, Z[back]), log_gap[back])
+        gap_scale = model.gap_scale
+        rank = lambda Z: _rank_correlation(gap_scale.raw_rows(Z[back]), log_gap[back])
     base_auc = auc(X) if auc else None
     base_rank = rank(X) if rank else None
     drops = []

@@ -6,10 +6,9 @@ import numpy as np
 import pytest
 
 from policy.learn.compare import Split
-from policy.learn.importance import _auc, importance, later_rows, raw_many
+from policy.learn.importance import _auc, importance
 from policy.learn.nextuse_fit import fit_next_use
 from policy.learn.request_signals import FEATURES
-from policy.learn.signal_table import signal_table
 from tests.policy.learn import traffic
 
 
@@ -18,15 +17,6 @@ def fitted():
     records = traffic.agentic(sessions=120, seed=0)
     split = Split.by_count(records, 0.5)
     return split, fit_next_use(split.train)
-
-
-def test_batched_trees_score_as_the_row_by_row_ones(fitted):
-    split, model = fitted
-    X, _, _ = later_rows(split, signal_table(split.records, None, model.models))
-    X = X.copy()
-    X[::5, 4] = np.nan  # missing values go where training sent them
-    for trees in (model.continuation, model.gap_scale):
-        assert np.array_equal(raw_many(trees, X), [trees.raw(row) for row in X])
 
 
 def test_auc_by_ranks_is_sklearns():
