@@ -53,11 +53,7 @@ class Shadowed:
     def __init__(self, capacity_blocks: int, candidates: Sequence[tuple[str, Callable]], *,
                  window_requests: int = WINDOW_REQUESTS, margin: float = MARGIN,
                  observers: Sequence[Callable] = ()) -> None:
-        if len(candidates) < 2:
-            raise ValueError("need a baseline and at least one candidate order")
-        if window_requests < 1 or not 0 <= margin < 1:
-            raise ValueError(f"window_requests must be >= 1 and margin in [0, 1), got "
-                             f"{window_requests!r} and {margin!r}")
+        # inputs as the product tier validates them (``policy.learn.shadowed.Shadowed``)
         self.capacity_blocks = capacity_blocks
         self.names = tuple(name for name, _ in candidates)
         self.ghosts = [factory(capacity_blocks) for _, factory in candidates]
