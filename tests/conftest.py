@@ -77,9 +77,27 @@ def require_binary(name: str) -> str:
 
 
 def free_port() -> int:
-    """A loopback TCP port free right now (the OS may hand it out again later)."""
+    """A loopback TCP port free right now, outside the kernel's ephemeral range.
+
+    Outside it, because several endpoints here are connected to before they are bound (an
+    engine's ZMQ socket retries every 100 ms until the collector binds): a retried connect to
+    127.0.0.1:P that the kernel gives the ephemeral source port P connects to itself (TCP
+    simultaneous open) and holds P, so the bind fails with "address already in use". The
+    kernel hands out source ports from the ephemeral range only."""
+    import random
     import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    floor = 10000 if low > 12000 else 1024
+    for _ in range(200):
+        port = random.randrange(floor, low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port between {floor} and {low}")
