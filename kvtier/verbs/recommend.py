@@ -192,13 +192,15 @@ def _next_use_policy(records, rec, args) -> list:
     """The learned vLLM cache policy's file, when it is safe at the recommended sizes."""
     from policy.learn.replay import Tiers
     from policy.learn.vllm_deploy import FILE_NAME, POLICY_SETTINGS, next_use_for_vllm, write
+    from probes.vllm.next_use_twin import NextUseTwin
 
     blocks = rec.evidence.tiers_blocks
     if blocks is None or blocks.cpu == 0:
         print("next-use policy: not fitted (no CPU tier recommended)")
         return []
     print(f"next-use policy: fitting at GPU {blocks.gpu} / CPU {blocks.cpu} blocks ...")
-    result = next_use_for_vllm(records, Tiers(blocks.gpu, blocks.cpu), args.train_fraction)
+    result = next_use_for_vllm(records, Tiers(blocks.gpu, blocks.cpu), NextUseTwin,
+                               args.train_fraction)
     if result.readout is None:
         print(f"next-use policy: not written (no readout beat LRU on the training period; "
               f"vLLM LRU {result.lru_hit_ratio:.4f} on later time)")

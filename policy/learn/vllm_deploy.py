@@ -1,17 +1,18 @@
 """The learned next-use order for a vLLM engine: the file kvtier's cache-policy plug-in
 loads, written only when the order is safe under vLLM's own semantics.
 
-:func:`choose` (training period only) picks the readout; the plug-in's replay twin
-(:class:`~policy.learn.nextuse_vllm.VllmNextUseTier`) is then replayed in the simulator's
-vLLM flow (write-through CPU tier, request-scoped) beside vLLM's LRU at the same sizes, and
-counted on later time. The plug-in has no online LRU shadow of its own, so a readout that
+:func:`choose` (training period only) picks the readout; the plug-in itself, as a
+request-scoped tier loading the document it would load (the caller passes it in: the
+plug-in lives with the engine probes), is then replayed in the simulator's vLLM flow
+(write-through CPU tier, request-scoped) beside vLLM's LRU at the same sizes, and counted
+on later time. The plug-in has no online LRU shadow of its own, so a readout that
 lost to LRU there is marked unsafe and no document is produced for it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +21,6 @@ from policy.learn.compare import Split
 from policy.learn.deploy import choose, deployment
 from policy.learn.nextuse import NextUseModel
 from policy.learn.nextuse import Readout
-from policy.learn.nextuse_vllm import VllmNextUseTier
 from policy.learn.replay import Tiers
 
 FILE_NAME = "next-use-policy.json"
@@ -54,7 +54,7 @@ class VllmNextUse:
         return deployment(self.model, self.readout)
 
 
-def later_hit_ratio(split: Split, tiers: Tiers, twin: VllmNextUseTier | None = None) -> float:
+def later_hit_ratio(split: Split, tiers: Tiers, twin=None) -> float:
     """Token hit ratio from ``split.count_from`` on, vLLM flow; ``twin`` None: vLLM's LRU."""
     from policy.sim.config import SimConfig
     from policy.sim.simulator import Simulator
@@ -74,8 +74,11 @@ def later_hit_ratio(split: Split, tiers: Tiers, twin: VllmNextUseTier | None = N
 
 
 def next_use_for_vllm(records: Sequence[RequestRecord], tiers: Tiers,
+                      twin: Callable[[int, dict], object],
                       train_fraction: float = 0.5) -> VllmNextUse:
-    """Choose on the earlier ``train_fraction`` of the time span, measure on the rest."""
+    """Choose on the earlier ``train_fraction`` of the time span, measure on the rest;
+    ``twin(cpu_blocks, document)``: the plug-in as a request-scoped tier
+    (``probes.vllm.next_use_twin.NextUseTwin``)."""
     if tiers.cpu_blocks == 0:
         raise ValueError("the next-use order needs a CPU tier (cpu_blocks 0)")
     split = Split.by_time(records, train_fraction)
@@ -83,9 +86,9 @@ def next_use_for_vllm(records: Sequence[RequestRecord], tiers: Tiers,
     lru = later_hit_ratio(split, tiers)
     if choice.readout is None:
         return VllmNextUse(choice.model, None, lru, None, 0)
-    twin = VllmNextUseTier(tiers.cpu_blocks, choice.model, choice.readout)
-    learned = later_hit_ratio(split, tiers, twin)
-    return VllmNextUse(choice.model, choice.readout, lru, learned, len(twin.decisions))
+    tier = twin(tiers.cpu_blocks, deployment(choice.model, choice.readout))
+    learned = later_hit_ratio(split, tiers, tier)
+    return VllmNextUse(choice.model, choice.readout, lru, learned, len(tier.decisions))
 
 
 def write(result: VllmNextUse, out: Path) -> Path | None:

@@ -13,8 +13,9 @@ Per request it reads what a gateway passes in ``kv_transfer_params["kvtier"]``: 
 ``arrival_s`` on the gateway's clock (default: this process's monotonic clock), plus
 ``block_tokens``; how a request finished (and its prompt's length) comes from
 :func:`note_finished` (kvtier's connector, ``probes/vllm/connector.py``, calls it with each
-finished request's record) or the same parameters. The order is that of ``policy/learn/nextuse_vllm.py`` (a
-test holds the two to the same decisions on a serving engine): dead blocks first (the chain
+finished request's record) or the same parameters. The simulator replays this same order
+(``probes/vllm/next_use_twin.py``; a test holds the replay to a serving engine's decisions):
+dead blocks first (the chain
 moved on without them), then the groups of blocks each request last used, by the model's
 readout now (the chain that comes back last first), each deepest block first; the running
 request's blocks last. State: one entry per resident block, one per request owning
@@ -180,6 +181,13 @@ class NextUseState:
             _log1p(float(s.get("output_tokens") or 0))]
         if self.model is not None:
             request.view = self.model.view(request.row)
+
+    def holds(self, key: int) -> bool:
+        """Whether ``key`` is a resident block the order knows (owned or orphaned)."""
+        return key in self._owner or key in self._dead
+
+    def resident(self) -> int:
+        return len(self._owner) + sum(1 for k in self._dead if k not in self._owner)
 
     def orphan(self, key: int) -> None:
         """A resident block no request is known to own: evicted first."""

@@ -15,6 +15,7 @@ from policy.learn.nextuse import NextUseModel
 from policy.learn.nextuse import Readout
 from policy.learn.vllm_deploy import FILE_NAME, VllmNextUse, next_use_for_vllm, write
 from policy.learn.replay import Tiers
+from probes.vllm.next_use_twin import NextUseTwin
 from probes.vllm import next_use_policy
 from tests.policy.learn import traffic
 from tests.policy.learn.test_evaluate import write_mooncake
@@ -27,7 +28,7 @@ def chat():
 
 @pytest.fixture(scope="module")
 def measured(chat):
-    return next_use_for_vllm(chat, Tiers(400, 800), 0.5)
+    return next_use_for_vllm(chat, Tiers(400, 800), NextUseTwin, 0.5)
 
 
 def test_an_unsafe_order_is_never_written(measured, tmp_path):

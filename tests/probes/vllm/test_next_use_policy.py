@@ -1,97 +1,17 @@
-"""The in-engine learned policy (standard library only) decides as its replay twin does.
-
-The simulator's vLLM flow drives the twin (``policy/learn/nextuse_vllm.py``) over synthetic
-agentic traffic; every call it makes is replayed into the plug-in's state, and every
-eviction must pick the same blocks in the same order. The serving-engine check is in
-``test_next_use_engine.py``.
-"""
+"""The in-engine learned policy's state (standard library only) without vLLM, and the
+signals its replay twin passes it. That the twin, in the simulator's vLLM flow, evicts what a
+serving engine running the plug-in evicts is ``test_next_use_engine.py``."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
 
-from policy.learn.deploy import deployment
-from policy.learn.nextuse_fit import fit_next_use
 from policy.learn.nextuse import Readout
-from policy.learn.nextuse_vllm import VllmNextUseTier, signals_of
-from policy.sim.config import SimConfig
-from policy.sim.simulator import Simulator
 from probes.vllm import next_use_policy
+from probes.vllm.next_use_twin import signals_of
 from tests.policy.learn import traffic
-
-
-class Logged(VllmNextUseTier):
-    """The twin, writing down each call the flow makes."""
-
-    def __init__(self, *args) -> None:
-        super().__init__(*args)
-        self.calls: list = []
-
-    def start(self, signals):
-        self.calls.append(("start", signals))
-        super().start(signals)
-
-    def touch(self, key, info=None):
-        self.calls.append(("used", key, info.position, False))
-        super().touch(key, info)
-
-    def insert(self, key, info=None):
-        self.calls.append(("used", key, info.position, True))
-        return super().insert(key, info)
-
-    def evict(self, n, protected=()):
-        victims = super().evict(n, protected)
-        self.calls.append(("evict", n, tuple(protected), None if victims is None else tuple(victims)))
-        return victims
-
-    def finish(self):
-        super().finish()  # its own touches (GPU hits the tier holds) come first
-        self.calls.append(("finish",))
-
-
-def replay_twin(records, readout, model, gpu_blocks=40, cpu_blocks=120):
-    twin = Logged(cpu_blocks, model, readout)
-    simulator = Simulator(SimConfig(gpu_blocks, cpu_blocks, semantics="vllm",
-                                    default_block_tokens=16), cpu_tier=twin)
-    for i, record in enumerate(records):
-        twin.observe_request(i, record, record.block_hashes)
-        simulator.serve(record)
-    return twin
-
-
-@pytest.mark.parametrize("readout", [Readout("next_use", last_block_dead=True),
-                                     Readout("reuse_within", horizon_s=100.0)])
-def test_the_plug_in_state_evicts_as_the_replay_twin(readout):
-    records = [dataclasses.replace(r, block_size_tokens=16,
-                                   prompt_tokens=len(r.block_hashes) * 16 + 1)
-               for r in traffic.agentic(sessions=30, seed=8, block_tokens=16)]
-    model = fit_next_use(records[:len(records) // 2])
-    twin = replay_twin(records, readout, model)
-    next_use_policy.configure(json.loads(json.dumps(deployment(model, readout))))
-    state = next_use_policy.NextUseState(next_use_policy._model())
-    evictions, req = 0, None
-    for call in twin.calls:
-        if call[0] == "start":
-            req = f"r{state._seq + 1}"
-            state.request(req, {"kvtier": call[1]})
-        elif call[0] == "used":
-            state.used(state._requests[req], call[1], call[2], call[3])
-        elif call[0] == "finish":
-            state.finished(req)
-        else:
-            _, n, protected, expected = call
-            busy = set(protected)
-            got = state.order(n, lambda h: h in busy)
-            got = tuple(got) if len(got) >= n else None
-            assert got == expected
-            for h in got or ():
-                state.forget(h)
-            evictions += 1
-    assert evictions > 50  # the tier was under pressure the whole time
-    next_use_policy.configure(None)
 
 
 def test_signals_carry_what_a_gateway_knows():
@@ -111,3 +31,35 @@ def test_a_block_no_request_announced_goes_first():
     assert state.order(3, lambda h: False) == [3, 2, 1]
     state.forget(3)
     assert state.order(1, lambda h: False) == [2]
+
+
+@pytest.mark.parametrize("readout", [Readout("next_use", q=0.7),
+                                     Readout("reuse_within", horizon_s=60.0)],
+                         ids=lambda r: r.label())
+def test_the_engines_reader_ranks_as_the_trained_model(readout):
+    """The plug-in reads the model file with the standard library; its views and readouts
+    are the trained model's numbers (what the simulator's exclusive rows rank by)."""
+    import math
+
+    from collector.events import FINISH_CLASSES
+    from policy.learn.deploy import deployment
+    from policy.learn.nextuse import next_use_s, reuse_within
+    from policy.learn.nextuse_fit import fit_next_use
+    from policy.learn.signal_table import signal_table
+    from probes.vllm.next_use_model import NextUseReader
+
+    records = traffic.agentic(sessions=60, seed=5)
+    model = fit_next_use(records)
+    reader = NextUseReader(json.loads(json.dumps(deployment(model, readout))))
+    rows = signal_table(records, None, model.models).rows.tolist()
+    finite = 0
+    for i, row in enumerate(rows[::7]):
+        table, p, scale = model.finished_view(FINISH_CLASSES[int(row[12])], row)
+        view = reader.view(row)
+        assert (view[1], view[2]) == (p, scale)
+        waited = [0.0, 1.0, 30.0, 900.0][i % 4]
+        expected = (next_use_s(table, p, scale, waited, readout.q) if readout.kind == "next_use"
+                    else -reuse_within(table, p, scale, waited, readout.horizon_s))
+        assert reader.rank(view, waited) == expected
+        finite += math.isfinite(expected)
+    assert finite > 20 and model.continuation is not None and model.gap_scale is not None
