@@ -1,9 +1,30 @@
-"""The compiled extensions (Cython, built ahead of time at install); everything else about the
-package is in pyproject.toml. Build them in place in a checkout with ``make ext``. One list for
-every package: add an ``Extension`` per ``.pyx`` here."""
+"""The package map and the compiled extensions; everything else about the package is in
+pyproject.toml.
+
+One import namespace: the repository keeps its parts in top-level folders (``collector/``,
+``policy/``, ``probes/``, ``dashboard/``, ``refengine/``) beside the command line (``kvtier/``),
+and the build installs each of them under ``kvtier`` (``collector/`` -> ``kvtier.collector``), so
+an installed kvtier is one top-level package and clashes with nothing (an engine's environment
+may well hold another ``collector``). A checkout resolves the same names through
+``kvtier/__init__.py``.
+
+The extensions are Cython, built ahead of time at install; build them in place in a checkout
+with ``make ext``. One list for every package: add an ``Extension`` per ``.pyx`` here."""
 
 from Cython.Build import cythonize
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
+
+# the folders installed under the kvtier namespace (kvtier/__init__.py names the same ones)
+PARTS = ("collector", "policy", "probes", "refengine", "dashboard")
+
+
+def namespace() -> tuple[list[str], dict[str, str]]:
+    """(every package's installed name, the folder of each top-level part)."""
+    packages = ["kvtier", *(f"kvtier.{sub}" for sub in find_packages("kvtier"))]
+    for part in PARTS:
+        packages += [f"kvtier.{part}", *(f"kvtier.{part}.{sub}" for sub in find_packages(part))]
+    return packages, {"kvtier": "kvtier", **{f"kvtier.{part}": part for part in PARTS}}
+
 
 # Python's own CFLAGS carry -g: debug info for generated C more than doubles the compile (it
 # dominated a fresh `make demo`'s install), and nobody steps through it; -g0 comes last, so wins.
@@ -11,13 +32,15 @@ NO_DEBUG_INFO = ["-g0"]
 
 EXTENSIONS = [
     # vLLM KV-event payloads -> block-event columns (the collector's vLLM tap)
-    Extension("probes.vllm.wire_columns", ["probes/vllm/wire_columns.pyx"], language="c++",
+    Extension("kvtier.probes.vllm.wire_columns", ["probes/vllm/wire_columns.pyx"], language="c++",
               extra_compile_args=NO_DEBUG_INFO),
     # the simulator's replay core: tiers, policies, admitters, flows (includes policy/sim/_*.pxi)
     # -ffp-contract=off: no fused multiply-add, so its float arithmetic is Python's to the bit
-    Extension("policy.sim._core", ["policy/sim/_core.pyx"],
+    Extension("kvtier.policy.sim._core", ["policy/sim/_core.pyx"],
               extra_compile_args=["-O2", "-ffp-contract=off", *NO_DEBUG_INFO]),
 ]
 
-setup(ext_modules=cythonize(EXTENSIONS, language_level=3),
+PACKAGES, PACKAGE_DIR = namespace()
+setup(packages=PACKAGES, package_dir=PACKAGE_DIR,
+      ext_modules=cythonize(EXTENSIONS, language_level=3),
       options={"build_ext": {"parallel": 2}})  # the extensions compile side by side

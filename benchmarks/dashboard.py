@@ -37,11 +37,11 @@ import duckdb  # noqa: E402
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
-from collector.batch import EventBatch  # noqa: E402
-from collector.columns import BLOCK_EVENT_COLUMNS, REQUEST_COLUMNS, enum_array  # noqa: E402
-from collector.events import Origin  # noqa: E402
-from collector.segments import export_segments  # noqa: E402
-from collector.store import TraceStore  # noqa: E402
+from kvtier.collector.batch import EventBatch  # noqa: E402
+from kvtier.collector.columns import BLOCK_EVENT_COLUMNS, REQUEST_COLUMNS, enum_array  # noqa: E402
+from kvtier.collector.events import Origin  # noqa: E402
+from kvtier.collector.segments import export_segments  # noqa: E402
+from kvtier.collector.store import TraceStore  # noqa: E402
 
 PHASES = ("gpu-only", "gpu+cpu", "gpu+cpu+cold")
 # Outcome probabilities (gpu_hit, cpu_promotion, cold_promotion, recompute_miss) per phase.
@@ -143,8 +143,7 @@ def collector(store_path: Path, batch_requests: int) -> None:
 def render_overview(root: Path) -> dict:
     from streamlit.testing.v1 import AppTest
 
-    import dashboard
-
+    from kvtier import dashboard
     os.environ["KVTIER_DASHBOARD_SEGMENTS"] = str(root)
     at = AppTest.from_file(str(Path(dashboard.__file__).with_name("app.py")), default_timeout=120)
     at.query_params["page"] = "overview"
@@ -158,9 +157,9 @@ def render_overview(root: Path) -> dict:
 
 
 def overview_queries(root: Path) -> dict:
-    from dashboard import queries
-    from dashboard.data import Filters, SegmentData
-    from dashboard.facets import read_facets
+    from kvtier.dashboard import queries
+    from kvtier.dashboard.data import Filters, SegmentData
+    from kvtier.dashboard.facets import read_facets
 
     started = time.perf_counter()
     with SegmentData(root) as data:

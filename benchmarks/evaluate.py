@@ -29,9 +29,9 @@ LEARNED = "lru,belady,learned,learned-retention,learned-next-use,learned-safe,re
 ARGS = ("--split", "requests", "--gpu-tokens", "409600", "--cpu-tokens", "819200", "--json")
 READ = """
 import sys, numpy as np
-from policy.readers import WekaReader
-from policy.sim.compiled import core
-from policy.sim.trace import strip_blocks
+from kvtier.policy.readers import WekaReader
+from kvtier.policy.sim.compiled import core
+from kvtier.policy.sim.trace import strip_blocks
 records, trace = strip_blocks(WekaReader(sys.argv[1]).requests())
 interner = core().Interner()
 interner.ids(trace.hashes)

@@ -33,10 +33,10 @@ import duckdb  # noqa: E402
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
-from collector.ddl import BLOCK_EVENTS_TABLE, create_table, enum_types  # noqa: E402
-from collector.events import Origin, Outcome, Tier  # noqa: E402
-from collector.recorder import Recorder  # noqa: E402
-from collector.store import TraceStore  # noqa: E402
+from kvtier.collector.ddl import BLOCK_EVENTS_TABLE, create_table, enum_types  # noqa: E402
+from kvtier.collector.events import Origin, Outcome, Tier  # noqa: E402
+from kvtier.collector.recorder import Recorder  # noqa: E402
+from kvtier.collector.store import TraceStore  # noqa: E402
 
 LOOKUPS = (Outcome.GPU_HIT, Outcome.CPU_PROMOTION, Outcome.COLD_PROMOTION, Outcome.RECOMPUTE_MISS)
 FROM_TIER = {Outcome.GPU_HIT: None, Outcome.CPU_PROMOTION: Tier.CPU,

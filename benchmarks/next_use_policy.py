@@ -5,7 +5,7 @@ Run: ``python benchmarks/next_use_policy.py --json`` (needs a vLLM environment,
 ``$KVTIER_VLLM_PYTHON`` or ``.venv-vllm``; about a minute). For each CPU tier size, requests
 of ``--blocks`` new blocks in ``--sessions`` conversations (a gateway's session tags, arrival
 times 1 s apart) fill vLLM's real ``CPUOffloadingManager`` and keep it full, so every store
-evicts. The model is fitted on the same synthetic conversations (``policy.learn``), written
+evicts. The model is fitted on the same synthetic conversations (``kvtier.policy.learn``), written
 as the JSON the plug-in loads. Printed: microseconds per store call (prepare + complete +
 the request's finish) for ``lru`` and ``KvtierNextUsePolicy``, and the owning requests the
 learned order ranked per eviction (its cost grows with them).
@@ -29,10 +29,10 @@ sys.path.insert(0, str(ROOT))
 
 def _model_file(path: Path, sessions: int, blocks: int) -> None:
     """A next-use model of conversations like the benchmark's (main environment)."""
-    from collector.events import RequestRecord
-    from policy.learn.deploy import deployment
-    from policy.learn.nextuse_fit import fit_next_use
-    from policy.learn.nextuse import Readout
+    from kvtier.collector.events import RequestRecord
+    from kvtier.policy.learn.deploy import deployment
+    from kvtier.policy.learn.nextuse_fit import fit_next_use
+    from kvtier.policy.learn.nextuse import Readout
 
     records, history = [], {s: [] for s in range(sessions)}
     for i in range(sessions * 20):
@@ -54,7 +54,7 @@ def _drive(policy: str, chunks: int, sessions: int, blocks: int, requests: int) 
 
     kwargs = {"cache_policy": policy}
     if policy != "lru":
-        kwargs["cache_policy_module_path"] = "probes.vllm.next_use_policy"
+        kwargs["cache_policy_module_path"] = "kvtier.probes.vllm.next_use_policy"
     manager = CPUOffloadingManager(num_chunks=chunks, **kwargs)
     lock = getattr(manager, "lock", None) or nullcontext()
     history = {s: 0 for s in range(sessions)}

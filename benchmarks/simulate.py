@@ -38,13 +38,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from policy.curves import lru_curve  # noqa: E402
-from policy.learn.replay import IndexedAdmitter, Tiers, replay  # noqa: E402
-from policy.learn.retention import factory  # noqa: E402
-from policy.readers import MooncakeReader, WekaReader  # noqa: E402
-from policy.sim.config import SimConfig  # noqa: E402
-from policy.sim.simulator import Simulator  # noqa: E402
-from policy.sim.trace import BlockTrace  # noqa: E402
+from kvtier.policy.curves import lru_curve  # noqa: E402
+from kvtier.policy.learn.replay import IndexedAdmitter, Tiers, replay  # noqa: E402
+from kvtier.policy.learn.retention import factory  # noqa: E402
+from kvtier.policy.readers import MooncakeReader, WekaReader  # noqa: E402
+from kvtier.policy.sim.config import SimConfig  # noqa: E402
+from kvtier.policy.sim.simulator import Simulator  # noqa: E402
+from kvtier.policy.sim.trace import BlockTrace  # noqa: E402
 
 TRACES = ROOT.parent / "shared" / "traces"
 MOONCAKE = ROOT / "kvtier" / "data" / "mooncake_conversation_trace.jsonl.gz"
@@ -80,10 +80,10 @@ def compiled_rates(records, trace: BlockTrace) -> dict:
 
 def next_use_rates(records, trace: BlockTrace) -> dict:
     """The learned next-use order, compiled alone and shadowed, and per key (the oracle)."""
-    from policy.learn.deploy import learned_factory
-    from policy.learn.nextuse import Readout
-    from policy.learn.nextuse_fit import fit_next_use
-    from policy.learn.signal_table import signal_table
+    from kvtier.policy.learn.deploy import learned_factory
+    from kvtier.policy.learn.nextuse import Readout
+    from kvtier.policy.learn.nextuse_fit import fit_next_use
+    from kvtier.policy.learn.signal_table import signal_table
     from tests.policy.learn.oracle_nextuse import NextUseTier, replay_per_key
 
     model = fit_next_use(records[:len(records) // 2])
@@ -102,7 +102,7 @@ def next_use_rates(records, trace: BlockTrace) -> dict:
 
 
 def learned_scores(records, tiers: Tiers) -> dict:
-    from policy.learn.offers import collect_offers
+    from kvtier.policy.learn.offers import collect_offers
 
     offers = collect_offers(records, tiers.gpu_blocks, tiers.cpu_blocks, label=False)
     rng = random.Random(0)
@@ -140,7 +140,7 @@ def libcachesim_rate(records, capacity_blocks: int) -> float | None:
 
 
 def weka_replays(path: Path) -> dict:
-    from policy.sim.trace import strip_blocks
+    from kvtier.policy.sim.trace import strip_blocks
 
     start = time.perf_counter()
     _, trace = strip_blocks(WekaReader(path).requests())

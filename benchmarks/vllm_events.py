@@ -6,9 +6,9 @@ Run: ``python benchmarks/vllm_events.py --json`` (prints one JSON object; about 
 * ``events_per_s``: block events decoded and committed per second, end to end. A publisher
   process (as an engine is) sends ``--frames`` vLLM-format frames (``[topic, seq, msgpack
   [ts, events, dp]]``, map events, uint64 hashes) on 127.0.0.1; once all are queued at the
-  tap's socket, the :class:`probes.vllm.tap.VllmEventTap` drains them as the collector runs it
+  tap's socket, the :class:`kvtier.probes.vllm.tap.VllmEventTap` drains them as the collector runs it
   (coalescing the frames of each poll, up to ``max_rows_per_batch`` rows per store batch) into
-  a file-backed :class:`collector.store.TraceStore`; the clock runs from the first poll to the
+  a file-backed :class:`kvtier.collector.store.TraceStore`; the clock runs from the first poll to the
   last commit. Best of ``--repeat`` runs. Two shapes: ``stored`` (one ``BlockStored`` of
   ``--events-per-frame`` hashes per frame, alternately GPU and CPU) and ``mixed`` (what a vLLM
   step sends: ``BlockStored`` events of 4 hashes with their 64 token ids, group index and spec
@@ -95,8 +95,8 @@ def events_per_s(frames: int, per_frame: int, shape: str, *, fast: bool = True,
                  coalesce: bool = True, folder: str) -> tuple[float, float]:
     """One run: frames queued at the tap by a publisher process, then drained into a file.
     Events per wall second, and per CPU second of this process (DuckDB's threads included)."""
-    from collector.store import TraceStore
-    from probes.vllm.tap import VllmEventTap, VllmTapConfig
+    from kvtier.collector.store import TraceStore
+    from kvtier.probes.vllm.tap import VllmEventTap, VllmTapConfig
 
     store = TraceStore(Path(tempfile.mkdtemp(dir=folder)) / "bench.duckdb")
     stored = [0]
@@ -149,10 +149,10 @@ def spec_overhead(rounds: int = 3000, repeats: int = 7) -> dict:
     from vllm.v1.kv_offload.base import ReqContext, make_offload_key
     from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
-    from collector.events import Origin
-    from collector.recorder import Recorder
-    from probes.vllm.recording import ManagerRecorder
-    from probes.vllm.spec import RecordingOffloadingManager
+    from kvtier.collector.events import Origin
+    from kvtier.collector.recorder import Recorder
+    from kvtier.probes.vllm.recording import ManagerRecorder
+    from kvtier.probes.vllm.spec import RecordingOffloadingManager
 
     keys = [make_offload_key(i.to_bytes(32, "big"), 0) for i in range(rounds * 4)]
 

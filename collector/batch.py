@@ -11,8 +11,8 @@ from typing import Iterable
 
 import pyarrow as pa
 
-from collector.columns import Rejections, columns_table, empty_table, rows_to_table
-from collector.events import BlockEvent, Origin, RequestRecord
+from kvtier.collector.columns import Rejections, columns_table, empty_table, rows_to_table
+from kvtier.collector.events import BlockEvent, Origin, RequestRecord
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class EventBatch:
     def from_columns(cls, origin: Origin, sequence: int, block_events: dict,
                      nulls: dict | None = None, rejected: Rejections | None = None) -> "EventBatch":
         """Build a batch of block events from whole numpy columns (no Python object per row;
-        see :func:`collector.columns.columns_table`). ``rejected`` counts rows the producer
+        see :func:`kvtier.collector.columns.columns_table`). ``rejected`` counts rows the producer
         already left out; rows the schema refuses here are added to it."""
         events, more = columns_table(BlockEvent, block_events, nulls)
         counted = Rejections(rejected or {})

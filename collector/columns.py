@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collector.events import (
+from kvtier.collector.events import (
     FINISH_STATUSES,
     NON_NEGATIVE_BLOCK_FIELDS,
     NON_NEGATIVE_REQUEST_FIELDS,

@@ -7,7 +7,7 @@ halves the bytes a commit writes. The ``*_with_origin`` views join the two back.
 
 from __future__ import annotations
 
-from collector.columns import (
+from kvtier.collector.columns import (
     BLOCK_EVENT_COLUMNS,
     ENUM_SQL_NAMES,
     REQUEST_COLUMNS,

@@ -11,10 +11,10 @@ import logging
 import threading
 from typing import Callable
 
-from collector.batch import EventBatch
-from collector.periodic import Periodic
-from collector.recorder import Recorder
-from collector.store import IngestResult, TraceStore
+from kvtier.collector.batch import EventBatch
+from kvtier.collector.periodic import Periodic
+from kvtier.collector.recorder import Recorder
+from kvtier.collector.store import IngestResult, TraceStore
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
-from collector.shipment import ShipmentError, decode
+from kvtier.collector.shipment import ShipmentError, decode
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class HooksTapStats:
 
 class HooksTap:
     """PULL shipped batches; hand each to ``on_batch`` (see module doc). A
-    :class:`collector.taps.Tap`: the service's runner opens it, polls it from one thread and
+    :class:`kvtier.collector.taps.Tap`: the service's runner opens it, polls it from one thread and
     closes it."""
 
     poll_every_s = 0.0  # poll() itself waits
@@ -201,8 +201,8 @@ class HooksTap:
 
     def samples(self):
         """Drop and loss counters per engine and instance (summed over its streams), as
-        ``collector.exports.prometheus.Sample`` values."""
-        from collector.exports.prometheus import Sample
+        ``kvtier.collector.exports.prometheus.Sample`` values."""
+        from kvtier.collector.exports.prometheus import Sample
 
         totals: dict[tuple[str, str], list[int]] = {}
         with self._lock:

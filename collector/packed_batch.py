@@ -1,8 +1,8 @@
 """One drain of a recorder, still packed: what an engine process ships to the collector.
 
-:meth:`collector.recorder.Recorder.take_packed` returns it without any Arrow work (an engine
+:meth:`kvtier.collector.recorder.Recorder.take_packed` returns it without any Arrow work (an engine
 process has no pyarrow); :meth:`PackedBatch.to_event_batch` turns it into the validated
-:class:`collector.batch.EventBatch` the store ingests, in the collector's process (or in the
+:class:`kvtier.collector.batch.EventBatch` the store ingests, in the collector's process (or in the
 same process, for an in-process flusher). The records' ``request_key`` indexes
 ``request_names``; the names are per batch, so a batch decodes on its own.
 """
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collector.events import Origin, RequestRecord
-from collector.record_layout import DTYPE, NULL_BIT, RECORD_BYTES
+from kvtier.collector.events import Origin, RequestRecord
+from kvtier.collector.record_layout import DTYPE, NULL_BIT, RECORD_BYTES
 
 REJECTED_CALL_REASON = "wrong type in record() call"
 
@@ -47,8 +47,8 @@ class PackedBatch:
 
     def to_event_batch(self, sequence: int):
         """The validated ``EventBatch`` (imports pyarrow: call it in the collector)."""
-        from collector.batch import EventBatch
-        from collector.columns import rows_to_table
+        from kvtier.collector.batch import EventBatch
+        from kvtier.collector.columns import rows_to_table
 
         events, rejections = decode_records(self.records, self.request_names)
         rejections.add(REJECTED_CALL_REASON, self.rejected_calls)
@@ -62,14 +62,14 @@ def decode_records(data: bytes, request_names):
     names no entry of ``request_names`` or whose enum code is unknown is left out, counted."""
     import pyarrow as pa
 
-    from collector.columns import (
+    from kvtier.collector.columns import (
         BLOCK_EVENT_COLUMNS,
         Rejections,
         enum_array,
         unknown_codes,
         validate_table,
     )
-    from collector.events import BlockEvent
+    from kvtier.collector.events import BlockEvent
 
     packed = np.frombuffer(data, dtype=DTYPE)
     nulls = packed["nulls"]

@@ -13,11 +13,11 @@ from typing import Iterator
 
 import duckdb
 
-from collector.columns import REQUEST_COLUMNS
-from collector.ddl import BLOCK_EVENTS_TABLE, REQUESTS_TABLE, TABLE_COLUMNS, WITH_ORIGIN
-from collector.events import LOOKUP_OUTCOMES, RequestRecord
-from collector.segments import has_segments, segments_relation
-from collector.store import TraceStore
+from kvtier.collector.columns import REQUEST_COLUMNS
+from kvtier.collector.ddl import BLOCK_EVENTS_TABLE, REQUESTS_TABLE, TABLE_COLUMNS, WITH_ORIGIN
+from kvtier.collector.events import LOOKUP_OUTCOMES, RequestRecord
+from kvtier.collector.segments import has_segments, segments_relation
+from kvtier.collector.store import TraceStore
 
 _FIELDS = [c.name for c in REQUEST_COLUMNS]
 QUIET = "SET enable_progress_bar = false"  # DuckDB draws it on stdout: maybe a --json answer
@@ -146,9 +146,9 @@ def open_store(path: str | Path, *, tier_config_id: str | None = None,
 
     A store locked by a running collector is read through the Parquet segments that collector
     exports (``SegmentReader.note`` says so), if they can be found; otherwise
-    :class:`collector.storefile.StoreLockedError` says which folder to pass instead.
+    :class:`kvtier.collector.storefile.StoreLockedError` says which folder to pass instead.
     """
-    from collector.storefile import StoreLockedError, segments_of
+    from kvtier.collector.storefile import StoreLockedError, segments_of
 
     try:
         return StoreReader(TraceStore(path, read_only=True), tier_config_id=tier_config_id,

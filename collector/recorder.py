@@ -24,9 +24,9 @@ from typing import Callable
 
 import numpy as np
 
-from collector.events import Origin, RequestRecord
-from collector.packed_batch import PackedBatch
-from collector.record_layout import DTYPE, HASH_AT, NULL_BIT, RECORD, RECORD_BYTES, RUN_NULLS
+from kvtier.collector.events import Origin, RequestRecord
+from kvtier.collector.packed_batch import PackedBatch
+from kvtier.collector.record_layout import DTYPE, HASH_AT, NULL_BIT, RECORD, RECORD_BYTES, RUN_NULLS
 
 
 class _RequestKeys:

@@ -20,14 +20,14 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from collector.ddl import (
+from kvtier.collector.ddl import (
     BLOCK_EVENTS_TABLE,
     EXPORTS_TABLE,
     REQUESTS_TABLE,
     TIME_COLUMN,
     WITH_ORIGIN,
 )
-from collector.store import TraceStore
+from kvtier.collector.store import TraceStore
 
 SEGMENT_TABLES = (BLOCK_EVENTS_TABLE, REQUESTS_TABLE)
 

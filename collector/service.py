@@ -1,7 +1,7 @@
 """The collector service (``kvtier collect``): taps in, one store, exports out.
 
 Event taps (vLLM's ZMQ KV events, TensorRT-LLM's ``/kv_cache_events``; whoever runs the
-service builds them and hands them in as factories, see :mod:`collector.taps`) give batches
+service builds them and hands them in as factories, see :mod:`kvtier.collector.taps`) give batches
 to ``CollectorService.ingest``, which stores them idempotently and folds them into the
 metrics that ``/metrics`` and OTLP export. A maintenance thread writes Parquet segments for
 the dashboard and other readers, and applies retention. Nothing here runs inside an engine:
@@ -10,7 +10,7 @@ taps read what engines publish, so a slow disk slows only the collector.
 :meth:`CollectorService.start` opens the store, binds ``/metrics`` (and ``/healthz`` beside
 it) and opens every tap before it returns, so a service that cannot collect fails at once
 (:class:`ServiceStartError`, with what it opened closed again); a tap that fails later is
-supervised by its :class:`collector.taps.TapRunner` and reported by :meth:`health`.
+supervised by its :class:`kvtier.collector.taps.TapRunner` and reported by :meth:`health`.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from collector.batch import EventBatch
-from collector.exports.aggregate import MetricsState
-from collector.exports.prometheus import KvtierCollector, MetricsServer, Sample
-from collector.periodic import Periodic
-from collector.store import IngestResult, TraceStore
-from collector.storefile import clear_note, segments_note
-from collector.taps import Backoff, Tap, TapFactory, TapHealth, TapRunner, describe
+from kvtier.collector.batch import EventBatch
+from kvtier.collector.exports.aggregate import MetricsState
+from kvtier.collector.exports.prometheus import KvtierCollector, MetricsServer, Sample
+from kvtier.collector.periodic import Periodic
+from kvtier.collector.store import IngestResult, TraceStore
+from kvtier.collector.storefile import clear_note, segments_note
+from kvtier.collector.taps import Backoff, Tap, TapFactory, TapHealth, TapRunner, describe
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ class CollectorService:
 
     def _open_parts(self) -> None:
         if self.config.metrics_port is not None:
-            from collector.exports.recommendation import RecommendationLabels
+            from kvtier.collector.exports.recommendation import RecommendationLabels
 
             recommendation = (RecommendationLabels(self.config.recommendation_path)
                               if self.config.recommendation_path else (lambda: None))
@@ -167,7 +167,7 @@ class CollectorService:
             finally:
                 self._runners.append(runner)  # stop() closes whatever it opened
         if self.config.otlp:
-            from collector.exports.otlp import (
+            from kvtier.collector.exports.otlp import (
                 OtlpMetricsPusher,
                 RequestSpans,
                 tracer_provider,
@@ -217,7 +217,7 @@ class CollectorService:
         """Write new segments now (if a segment folder is configured); returns files written."""
         if self.config.segments_dir is None:
             return 0
-        from collector.segments import export_segments
+        from kvtier.collector.segments import export_segments
 
         try:
             return len(export_segments(self.store, self.config.segments_dir).files)

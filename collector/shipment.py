@@ -21,9 +21,9 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-from collector.events import Origin, RequestRecord
-from collector.packed_batch import PackedBatch
-from collector.record_layout import RECORD_BYTES
+from kvtier.collector.events import Origin, RequestRecord
+from kvtier.collector.packed_batch import PackedBatch
+from kvtier.collector.record_layout import RECORD_BYTES
 
 FORMAT = "kvtier.hooks/1"
 _COUNTERS = ("sequence", "first_event", "dropped_events_total", "dropped_requests_total")

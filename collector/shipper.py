@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from collector.shipment import Shipment, encode
+from kvtier.collector.shipment import Shipment, encode
 
 log = logging.getLogger(__name__)
 

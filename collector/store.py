@@ -7,7 +7,7 @@ acknowledged survives a crash and a replayed batch is skipped.
 
 DuckDB locks the file against every other process, readers included. Other processes read
 the Parquet segments this store exports (``collector/segments.py``); a process that opens the
-file itself to read it does so ``read_only`` (:mod:`collector.storefile`), which never changes
+file itself to read it does so ``read_only`` (:mod:`kvtier.collector.storefile`), which never changes
 a byte of it.
 """
 
@@ -24,9 +24,9 @@ from typing import Callable
 import duckdb
 import pyarrow as pa
 
-from collector.batch import EventBatch
-from collector.columns import Rejections
-from collector.ddl import (
+from kvtier.collector.batch import EventBatch
+from kvtier.collector.columns import Rejections
+from kvtier.collector.ddl import (
     BLOCK_EVENTS_TABLE,
     LEDGER_TABLE,
     REQUESTS_TABLE,
@@ -68,7 +68,7 @@ class TraceStore:
 
     ``path`` is a file or ``":memory:"``. A writer creates a new file with its schema, brings
     an older kvtier store up to date (``migrate``) and refuses any other file; ``read_only``
-    opens an existing store without changing it (see :mod:`collector.storefile` for the
+    opens an existing store without changing it (see :mod:`kvtier.collector.storefile` for the
     errors). ``clock`` gives the current Unix time in seconds (injected for tests).
     """
 
@@ -78,7 +78,7 @@ class TraceStore:
         self.read_only = read_only
         self._clock = clock
         self._lock = threading.Lock()
-        from collector.storefile import check_schema, connect
+        from kvtier.collector.storefile import check_schema, connect
 
         if self.path == ":memory:":
             self._con = duckdb.connect(self.path)

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from collector.ddl import (
+from kvtier.collector.ddl import (
     BLOCK_EVENTS_TABLE,
     EXPORTS_TABLE,
     LEDGER_TABLE,
@@ -208,7 +208,7 @@ def clear_note(store_path: str | Path) -> None:
 def segments_of(store_path: str | Path) -> Path | None:
     """The Parquet segment folder the store's writer exports to, if it is known and holds
     segments: from the writer's note, else a ``segments`` folder beside the store."""
-    from collector.segments import has_segments
+    from kvtier.collector.segments import has_segments
 
     store_path = Path(store_path)
     candidates = []

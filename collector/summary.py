@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collector.ddl import BLOCK_EVENTS_TABLE, LEDGER_TABLE, REQUESTS_TABLE
-from collector.store import TraceStore
+from kvtier.collector.ddl import BLOCK_EVENTS_TABLE, LEDGER_TABLE, REQUESTS_TABLE
+from kvtier.collector.store import TraceStore
 
 
 def store_summary(store: TraceStore) -> dict:

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from collector.batch import EventBatch
+from kvtier.collector.batch import EventBatch
 
 log = logging.getLogger(__name__)
 

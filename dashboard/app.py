@@ -12,10 +12,10 @@ from datetime import UTC, datetime, timedelta
 
 import streamlit as st
 
-from dashboard.data import Filters, SegmentData, segment_signature
-from dashboard.facets import Facets, read_facets
-from dashboard.sources import DashboardConfig
-from dashboard.views import PAGES, PageContext, explain_no_data
+from kvtier.dashboard.data import Filters, SegmentData, segment_signature
+from kvtier.dashboard.facets import Facets, read_facets
+from kvtier.dashboard.sources import DashboardConfig
+from kvtier.dashboard.views import PAGES, PageContext, explain_no_data
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ What-if folder: ``*.json`` files in any of three shapes, normalised to points (`
 Policy ``belady`` is the bound.
 
 Recommendation folder: ``recommendation.json`` as ``kvtier recommend`` writes it, read
-through policy's typed values (:func:`policy.recommend.recommendation.from_json`), and the
+through policy's typed values (:func:`kvtier.policy.recommend.recommendation.from_json`), and the
 generated engine configs next to it (any other file).
 """
 
@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from policy.recommend.recommendation import Recommendation as TypedRecommendation
-from policy.recommend.recommendation import from_json
+from kvtier.policy.recommend.recommendation import Recommendation as TypedRecommendation
+from kvtier.policy.recommend.recommendation import from_json
 
 BOUND_POLICIES = frozenset({"belady"})
 RECOMMENDATION_FILE = "recommendation.json"
@@ -52,7 +52,7 @@ class WhatIf:
 @dataclass(frozen=True)
 class RecommendationFolder:
     """A recommendation folder: ``rec`` is ``recommendation.json`` read as kvtier's typed
-    :class:`policy.recommend.recommendation.Recommendation` (``None`` when the file is not in
+    :class:`kvtier.policy.recommend.recommendation.Recommendation` (``None`` when the file is not in
     that format: ``problem`` says why and ``doc`` holds it raw); ``configs`` are the engine
     configs next to it as (file name, language, text); ``plots`` the report's PNGs;
     ``report`` the text of ``report.md`` if present."""

@@ -6,7 +6,7 @@ Each builder takes the column names its query returns and nothing else; data is 
 
 from __future__ import annotations
 
-from dashboard.queries import OUTCOME_ORDER
+from kvtier.dashboard.queries import OUTCOME_ORDER
 
 OUTCOME_COLOURS = ("#2ca02c", "#1f77b4", "#9467bd", "#d62728")
 QUANTILES = ("p50", "p95", "p99")

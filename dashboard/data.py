@@ -32,8 +32,8 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from collector.ddl import BLOCK_EVENTS_TABLE, REQUESTS_TABLE
-from collector.segments import has_segments, segments_relation
+from kvtier.collector.ddl import BLOCK_EVENTS_TABLE, REQUESTS_TABLE
+from kvtier.collector.segments import has_segments, segments_relation
 
 UNLABELLED = "(unlabelled)"
 # Engines whose records come from replays rather than a serving engine: their latencies are

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from collector.ddl import BLOCK_EVENTS_TABLE
-from collector.segments import segment_glob
-from dashboard.data import SERVED, SIMULATED_ENGINES, UNLABELLED, Filters, SegmentData
+from kvtier.collector.ddl import BLOCK_EVENTS_TABLE
+from kvtier.collector.segments import segment_glob
+from kvtier.dashboard.data import SERVED, SIMULATED_ENGINES, UNLABELLED, Filters, SegmentData
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from collector.events import LOOKUP_OUTCOMES
-from dashboard.data import SEEN, SERVED, Filters, SegmentData, and_where, bucket_width_s, empty_frame
+from kvtier.collector.events import LOOKUP_OUTCOMES
+from kvtier.dashboard.data import SEEN, SERVED, Filters, SegmentData, and_where, bucket_width_s, empty_frame
 
 # Lookup outcomes in order of quality (best first), for stacking and colours.
 OUTCOME_ORDER = ("gpu_hit", "cpu_promotion", "cold_promotion", "recompute_miss")

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from dashboard.data import SERVED, UNLABELLED, Filters, SegmentData, and_where, empty_frame
-from dashboard.queries import REUSE_CLASSES
+from kvtier.dashboard.data import SERVED, UNLABELLED, Filters, SegmentData, and_where, empty_frame
+from kvtier.dashboard.queries import REUSE_CLASSES
 
 _LOOKUPS = "('gpu_hit', 'cpu_promotion', 'cold_promotion', 'recompute_miss')"
 # Reuse-time histogram edges: log10 of seconds, quarter-decade bins from 1 ms to ~1 day.

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from policy.recommend.values import RollbackRule
+from kvtier.policy.recommend.values import RollbackRule
 
 
 def act_of(tier_config: str) -> str:

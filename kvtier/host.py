@@ -9,10 +9,10 @@ from __future__ import annotations
 
 
 def measured_host_limit(root: str = "/"):
-    """A :class:`policy.recommend.headroom.HostLimit` from the probe's defaults (10% of the
+    """A :class:`kvtier.policy.recommend.headroom.HostLimit` from the probe's defaults (10% of the
     bound, at least 1 GiB, kept free), or ``None`` if this host's memory cannot be read."""
-    from policy.recommend.headroom import HostLimit
-    from probes.active.headroom import HeadroomConfig, measure_headroom
+    from kvtier.policy.recommend.headroom import HostLimit
+    from kvtier.probes.active.headroom import HeadroomConfig, measure_headroom
 
     try:
         headroom = measure_headroom(HeadroomConfig(root=root))

@@ -44,8 +44,8 @@ def _instances(args) -> tuple[str, ...]:
     if args.format not in (None, "store") or not path.exists():
         return ()
     if path.is_dir():
-        from collector.segments import segment_instances
-        from policy.readers import sniff_format
+        from kvtier.collector.segments import segment_instances
+        from kvtier.policy.readers import sniff_format
 
         if sniff_format(path) != "store":
             return ()
@@ -62,7 +62,7 @@ def _store_instances(path: Path) -> tuple[str, ...]:
     schema is left to the reader, which reports it (or reads a running collector's segments)."""
     import duckdb
 
-    from collector.storefile import NotAStoreError, StoreLockedError, StoreSchemaError, connect
+    from kvtier.collector.storefile import NotAStoreError, StoreLockedError, StoreSchemaError, connect
 
     try:
         con = connect(path, read_only=True)

@@ -7,16 +7,16 @@ import itertools
 import time
 from pathlib import Path
 
-from collector.batch import EventBatch
-from collector.events import Origin
+from kvtier.collector.batch import EventBatch
+from kvtier.collector.events import Origin
 from kvtier.errors import KvtierError
 from kvtier.traces import bundled_trace
-from probes.active.client import stream_completion
-from probes.active.load import LoadConfig, LoadResult, run_load
+from kvtier.probes.active.client import stream_completion
+from kvtier.probes.active.load import LoadConfig, LoadResult, run_load
 
 
 def run_load_from_args(args, concurrency: tuple[int, ...], progress) -> LoadResult:
-    from policy.readers import open_trace
+    from kvtier.policy.readers import open_trace
 
     trace_path = Path(args.trace) if args.trace else bundled_trace()
     if args.offset < 0 or args.max_blocks < 1:
@@ -69,7 +69,7 @@ def check_server(url: str, flag: str) -> None:
 
 def store_result(result: LoadResult, path: str, url: str, *, clock=time.time) -> int:
     """Ingest the run's request rows as one batch; returns rows stored."""
-    from collector.store import TraceStore
+    from kvtier.collector.store import TraceStore
 
     origin = Origin("load-probe", url, f"load-probe/{result.run_id}")
     with TraceStore(path) as store:

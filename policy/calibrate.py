@@ -13,7 +13,7 @@ From a store's records (``kvtier calibrate STORE``):
   line (a loaded host's slow outliers would drag a least-squares line off the median).
 * **KV bytes per token**: the promotion and store events' ``size_bytes`` over the block size.
 
-Every fitted value is a ``"measured"`` :class:`policy.cost.Param`; what the store cannot tell
+Every fitted value is a ``"measured"`` :class:`kvtier.policy.cost.Param`; what the store cannot tell
 (no cold promotions) keeps its default. :meth:`Calibration.to_json` writes the parameters as
 ``kvtier simulate --cost-params`` and ``recommend`` read them (``measured_cost_params``).
 """
@@ -26,9 +26,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from collector.events import RequestRecord
-from policy.cost import CostParams, Param
-from policy.geometry import KVGeometry
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.cost import CostParams, Param
+from kvtier.policy.geometry import KVGeometry
 
 MIN_JOBS_FOR_A_LINE = 3
 _NOTE = "fitted by kvtier calibrate from the store's measured latencies"

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from policy.geometry import DEFAULT_GEOMETRY, KVGeometry, geometry
+from kvtier.policy.geometry import DEFAULT_GEOMETRY, KVGeometry, geometry
 
 SOURCES = ("measured", "default")
 

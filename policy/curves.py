@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collector.events import RequestRecord
-from policy.runs import RunTrace, find_runs, run_distances
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.runs import RunTrace, find_runs, run_distances
 
 FIRST_USE = np.iinfo(np.int64).max  # distance of a first reference: a miss at every capacity
 

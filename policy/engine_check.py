@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collector.events import RequestRecord
-from policy.cost import CostParams, queue_ttft
-from policy.sim.config import SimConfig
-from policy.sim.simulator import RequestOutcome, iter_outcomes
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.cost import CostParams, queue_ttft
+from kvtier.policy.sim.config import SimConfig
+from kvtier.policy.sim.simulator import RequestOutcome, iter_outcomes
 
 TIERS = ("gpu", "cpu", "cold", "recompute")
 
@@ -119,9 +119,9 @@ def check_ttft(pairs: Sequence[tuple[RequestRecord, RequestOutcome]], params: Co
                servers: int = 1) -> TtftCheck:
     """Measured TTFT percentiles against the cost model's over the predicted split (the
     queue model with ``servers`` prefill servers, at the recorded arrival times), over the
-    requests that ran alone (``policy.calibrate.ran_alone``: a concurrent request's TTFT holds
+    requests that ran alone (``kvtier.policy.calibrate.ran_alone``: a concurrent request's TTFT holds
     the engine's batching, which the queue model does not describe)."""
-    from policy.calibrate import ran_alone
+    from kvtier.policy.calibrate import ran_alone
 
     alone = ran_alone([r for r, _ in pairs])
     timed = [(r, o) for (r, o), ok in zip(pairs, alone) if ok and r.ttft_s is not None]

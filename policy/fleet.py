@@ -19,9 +19,9 @@ from typing import Sequence
 
 import numpy as np
 
-from policy.cost import TtftEstimate, ttft_summary
-from policy.sim.result import SimResult
-from policy.whatif import WhatIf
+from kvtier.policy.cost import TtftEstimate, ttft_summary
+from kvtier.policy.sim.result import SimResult
+from kvtier.policy.whatif import WhatIf
 
 #: evaluate's per-policy counts that add up across instances
 SUMMED_ROW_FIELDS = ("gpu_hit_tokens", "cpu_promotion_tokens", "cold_promotion_tokens",
@@ -111,8 +111,8 @@ def merge_policy_rows(per_instance: Sequence[Sequence[dict]]) -> list[dict]:
 
 
 def _gap_closed(rows: list[dict]) -> None:
-    # the same rule as policy.learn.compare.add_gap_closed, on the merged ratios
-    from policy.learn.compare import add_gap_closed
+    # the same rule as kvtier.policy.learn.compare.add_gap_closed, on the merged ratios
+    from kvtier.policy.learn.compare import add_gap_closed
 
     add_gap_closed(rows)
 

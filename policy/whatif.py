@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from collector.events import RequestRecord
-from policy.cost import CostParams, TtftEstimate, queue_ttft_samples, ttft_summary
-from policy.sim.config import SimConfig
-from policy.sim.result import SimResult
-from policy.sim.simulator import Simulator
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.cost import CostParams, TtftEstimate, queue_ttft_samples, ttft_summary
+from kvtier.policy.sim.config import SimConfig
+from kvtier.policy.sim.result import SimResult
+from kvtier.policy.sim.simulator import Simulator
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Scrapers expose ``poll()`` (one round, never raises for network or data problems) and
 ``start()``/``stop()`` which run ``poll()`` every ``interval_s`` in a daemon thread; tests
 call ``poll()`` directly. Event pollers that feed the collector are taps instead
-(:mod:`collector.taps`): their ``poll()`` raises :class:`FetchError` so the service can
+(:mod:`kvtier.collector.taps`): their ``poll()`` raises :class:`FetchError` so the service can
 report and retry the engine.
 """
 

@@ -2,7 +2,7 @@
 
 Real attention over a real KV cache, real data movement between tiers (GPU pool -> CPU tier
 -> one file per block), instrumented as kvtier instruments real engines: every block outcome
-goes to a :class:`collector.recorder.Recorder`, vLLM-format KV events go out over ZMQ, and a
+goes to a :class:`kvtier.collector.recorder.Recorder`, vLLM-format KV events go out over ZMQ, and a
 vLLM-style ``/metrics`` subset is served. Small enough for two CPU cores.
 
 The request path, file by file: ``config`` -> ``hashing`` -> ``sequence`` -> ``scheduler``

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from refengine.device import host_buffer
-from refengine.eviction import EvictionOrder
+from kvtier.refengine.device import host_buffer
+from kvtier.refengine.eviction import EvictionOrder
 
 
 class CpuTier:

@@ -18,16 +18,16 @@ from typing import Callable
 
 import torch
 
-from collector.events import RequestRecord
-from refengine.config import EngineConfig, TierConfig
-from refengine.device import compute_device, torch_dtype
-from refengine.hashing import chain_hashes
-from refengine.kv_events import KvEventBuffer, encode_batch
-from refengine.kv_manager import KvCacheManager
-from refengine.model import TinyDecoder
-from refengine.scheduler import Scheduler
-from refengine.sequence import Sequence
-from refengine.transfer_stats import TransferStats
+from kvtier.collector.events import RequestRecord
+from kvtier.refengine.config import EngineConfig, TierConfig
+from kvtier.refengine.device import compute_device, torch_dtype
+from kvtier.refengine.hashing import chain_hashes
+from kvtier.refengine.kv_events import KvEventBuffer, encode_batch
+from kvtier.refengine.kv_manager import KvCacheManager
+from kvtier.refengine.model import TinyDecoder
+from kvtier.refengine.scheduler import Scheduler
+from kvtier.refengine.sequence import Sequence
+from kvtier.refengine.transfer_stats import TransferStats
 
 
 class ReferenceEngine:

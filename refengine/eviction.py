@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Callable, Iterator
 
-from refengine.config import EVICTION_POLICIES
+from kvtier.refengine.config import EVICTION_POLICIES
 
 
 class EvictionOrder:

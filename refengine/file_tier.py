@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from refengine.eviction import EvictionOrder
+from kvtier.refengine.eviction import EvictionOrder
 
 SUFFIX, TMP_SUFFIX = ".kv", ".kv.tmp"
 

@@ -12,7 +12,7 @@ from collections import deque
 
 import torch
 
-from refengine.eviction import EvictionOrder
+from kvtier.refengine.eviction import EvictionOrder
 
 
 class GpuPool:

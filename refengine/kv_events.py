@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 
-from collector.events import Tier
+from kvtier.collector.events import Tier
 
 MEDIUM = {Tier.GPU: "GPU", Tier.CPU: "CPU", Tier.COLD: "STORAGE"}
 

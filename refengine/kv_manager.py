@@ -13,17 +13,17 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from collector.events import Outcome, Tier
-from refengine.config import EngineConfig
-from refengine.cpu_tier import CpuTier
-from refengine.device import synchronize
-from refengine.file_tier import FileTier
-from refengine.gpu_pool import GpuPool
-from refengine.hashing import block_hash, chain_hashes
-from refengine.kv_events import KvEventBuffer
-from refengine.offload import TierCascade
-from refengine.sequence import Sequence
-from refengine.transfer_stats import TransferStats
+from kvtier.collector.events import Outcome, Tier
+from kvtier.refengine.config import EngineConfig
+from kvtier.refengine.cpu_tier import CpuTier
+from kvtier.refengine.device import synchronize
+from kvtier.refengine.file_tier import FileTier
+from kvtier.refengine.gpu_pool import GpuPool
+from kvtier.refengine.hashing import block_hash, chain_hashes
+from kvtier.refengine.kv_events import KvEventBuffer
+from kvtier.refengine.offload import TierCascade
+from kvtier.refengine.sequence import Sequence
+from kvtier.refengine.transfer_stats import TransferStats
 
 _MAX_TRACKED_USES = 1 << 20
 

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from refengine.config import EngineConfig
+from kvtier.refengine.config import EngineConfig
 
 
 class _Layer(nn.Module):

@@ -12,10 +12,10 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from collector.events import Outcome, Tier
-from refengine.cpu_tier import CpuTier
-from refengine.file_tier import FileTier
-from refengine.kv_events import KvEventBuffer, block_removed, block_stored
+from kvtier.collector.events import Outcome, Tier
+from kvtier.refengine.cpu_tier import CpuTier
+from kvtier.refengine.file_tier import FileTier
+from kvtier.refengine.kv_events import KvEventBuffer, block_removed, block_stored
 
 
 class TierCascade:

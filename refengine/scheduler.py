@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from refengine.kv_manager import KvCacheManager
-from refengine.sequence import Sequence
+from kvtier.refengine.kv_manager import KvCacheManager
+from kvtier.refengine.sequence import Sequence
 
 
 class Scheduler:

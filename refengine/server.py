@@ -19,13 +19,13 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from collector.events import Origin
-from collector.recorder import Recorder
-from refengine.api import ApiError, chunk_body, completion_body, parse_completion, tier_tokens, usage
-from refengine.config import EngineConfig, TierConfig
-from refengine.engine import ReferenceEngine
-from refengine.metrics import EngineMetrics
-from refengine.sequence import Sequence
+from kvtier.collector.events import Origin
+from kvtier.collector.recorder import Recorder
+from kvtier.refengine.api import ApiError, chunk_body, completion_body, parse_completion, tier_tokens, usage
+from kvtier.refengine.config import EngineConfig, TierConfig
+from kvtier.refengine.engine import ReferenceEngine
+from kvtier.refengine.metrics import EngineMetrics
+from kvtier.refengine.sequence import Sequence
 
 log = logging.getLogger(__name__)
 MODEL_NAME = "kvtier-reference"
@@ -71,7 +71,7 @@ class EngineServer:
     def _publisher(settings: ServerSettings):
         if settings.kv_events_endpoint is None:
             return None
-        from refengine.kv_publisher import KvEventPublisher
+        from kvtier.refengine.kv_publisher import KvEventPublisher
 
         return KvEventPublisher(settings.kv_events_endpoint, settings.kv_events_replay_endpoint,
                                 topic=settings.kv_events_topic)
@@ -82,8 +82,8 @@ class EngineServer:
     # ---- lifecycle
     def start(self) -> "EngineServer":
         if self.settings.store_path:
-            from collector.flusher import Flusher
-            from collector.store import TraceStore
+            from kvtier.collector.flusher import Flusher
+            from kvtier.collector.store import TraceStore
 
             self._store = TraceStore(self.settings.store_path)
             self._flusher = Flusher(self.recorder, self._store, interval_s=0.5).start()

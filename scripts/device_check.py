@@ -51,7 +51,7 @@ def engine_setup(cuda: bool, work: Path, hooks: str) -> EngineSetup:
     return EngineSetup(
         port=free_port(), hooks=hooks, instance="device-check", block_size=16,
         kv_cache_bytes=16 << 20, cpu_bytes=8 << 20,
-        extra={"spec_name": "KvtierTieringOffloadingSpec", "spec_module_path": "probes.vllm.spec",
+        extra={"spec_name": "KvtierTieringOffloadingSpec", "spec_module_path": "kvtier.probes.vllm.spec",
                "secondary_tiers": [{"type": "fs", "root_dir": str(fs_root)}]})
 
 

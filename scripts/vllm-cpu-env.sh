@@ -25,7 +25,7 @@ import vllm
 for name in ("pyarrow", "duckdb", "sklearn", "streamlit"):
     if importlib.util.find_spec(name) is not None:
         sys.exit(f"{name} is in the engine environment: kvtier must work without it")
-from probes.vllm import connector, recorders  # kvtier's in-engine modules, from the install
+from kvtier.probes.vllm import connector, recorders  # kvtier's in-engine modules, from the install
 print(f"vLLM {vllm.__version__} CPU environment ready, kvtier installed without dependencies")
 PY
 echo "built $VENV in $(( $(date +%s) - started )) s"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.events import Origin
-from collector.store import TraceStore
+from kvtier.collector.events import Origin
+from kvtier.collector.store import TraceStore
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -48,7 +48,7 @@ def host_headroom(monkeypatch):
     push (they measure /proc otherwise, which differs from machine to machine)."""
 
     def set_to(headroom_bytes: int) -> None:
-        from policy.recommend.headroom import HostLimit
+        from kvtier.policy.recommend.headroom import HostLimit
 
         monkeypatch.setattr("kvtier.host.measured_host_limit",
                             lambda root="/": HostLimit(headroom_bytes, 0, "the test's host"))

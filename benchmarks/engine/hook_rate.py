@@ -17,11 +17,11 @@ import time
 def main(endpoint: str, rate: float, seconds: float) -> dict:
     from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
-    from collector import shipper
-    from probes.vllm.hook_settings import HookSettings
-    from probes.vllm.recorders import recorder_for
-    from probes.vllm.recording import ManagerRecorder
-    from probes.vllm.spec import RecordingOffloadingManager
+    from kvtier.collector import shipper
+    from kvtier.probes.vllm.hook_settings import HookSettings
+    from kvtier.probes.vllm.recorders import recorder_for
+    from kvtier.probes.vllm.recording import ManagerRecorder
+    from kvtier.probes.vllm.spec import RecordingOffloadingManager
 
     settings = HookSettings.from_extra_config({"kvtier_collector": endpoint,
                                                "kvtier_instance": "rate-bench"})
@@ -69,11 +69,11 @@ def cost(endpoint: str, rounds: int, block: int = 500) -> dict:
     """Process CPU time per round, bare vs wrapped, in alternating blocks of rounds."""
     from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
-    from collector import shipper
-    from probes.vllm.hook_settings import HookSettings
-    from probes.vllm.recorders import recorder_for
-    from probes.vllm.recording import ManagerRecorder
-    from probes.vllm.spec import RecordingOffloadingManager
+    from kvtier.collector import shipper
+    from kvtier.probes.vllm.hook_settings import HookSettings
+    from kvtier.probes.vllm.recorders import recorder_for
+    from kvtier.probes.vllm.recording import ManagerRecorder
+    from kvtier.probes.vllm.spec import RecordingOffloadingManager
 
     recorder = recorder_for("cost-bench", HookSettings.from_extra_config({"kvtier_collector": endpoint}))
     bare = CPUOffloadingManager(num_chunks=4096, enable_events=True)

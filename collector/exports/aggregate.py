@@ -17,8 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collector.batch import EventBatch
-from collector.events import Outcome, Tier
+from kvtier.collector.batch import EventBatch
+from kvtier.collector.events import Outcome, Tier
 
 # Bucket upper bounds in seconds (Prometheus ``le``); +Inf is implied.
 PROMOTION_BUCKETS_S = (25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025,

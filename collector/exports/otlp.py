@@ -20,9 +20,9 @@ from typing import Mapping
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collector.batch import EventBatch
-from collector.exports.aggregate import HistogramState, MetricsSnapshot, MetricsState
-from collector.periodic import Periodic
+from kvtier.collector.batch import EventBatch
+from kvtier.collector.exports.aggregate import HistogramState, MetricsSnapshot, MetricsState
+from kvtier.collector.periodic import Periodic
 
 log = logging.getLogger(__name__)
 SCOPE = "kvtier.collector"

@@ -31,7 +31,7 @@ from prometheus_client.core import (
     InfoMetricFamily,
 )
 
-from collector.exports.aggregate import HistogramState, MetricsSnapshot, MetricsState
+from kvtier.collector.exports.aggregate import HistogramState, MetricsSnapshot, MetricsState
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +150,7 @@ class MetricsServer:
 
     def __init__(self, collector: KvtierCollector, host: str = "127.0.0.1", port: int = 0,
                  health: Callable[[], tuple[bool, dict]] | None = None):
-        from collector.exports.http import serve
+        from kvtier.collector.exports.http import serve
 
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(collector)

@@ -1,8 +1,8 @@
 """The dashboard's pages. Each is ``render(ctx: PageContext)``; ``PAGES`` maps the slug used
 in ``?page=`` to its title and renderer, in sidebar order."""
 
-from dashboard.views import latency, overview, recommendation, reuse, whatif
-from dashboard.views.base import PageContext, explain_no_data
+from kvtier.dashboard.views import latency, overview, recommendation, reuse, whatif
+from kvtier.dashboard.views.base import PageContext, explain_no_data
 
 PAGES = {
     "overview": ("Hit quality", overview.render),

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
-from dashboard import queries, reuse
-from dashboard.data import Filters, SegmentData
-from dashboard.facets import Facets
-from dashboard.sources import DashboardConfig
+from kvtier.dashboard import queries, reuse
+from kvtier.dashboard.data import Filters, SegmentData
+from kvtier.dashboard.facets import Facets
+from kvtier.dashboard.sources import DashboardConfig
 
 # A tier configuration with fewer requests than this is reported as still rolling out and
 # its percentiles as provisional.

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import charts
-from dashboard.views.base import (
+from kvtier.dashboard import charts
+from kvtier.dashboard.views.base import (
     MIN_PHASE_REQUESTS,
     PageContext,
     chart,

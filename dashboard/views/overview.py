@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import charts, queries
-from dashboard.views.base import PageContext, chart, rollout_in_progress
+from kvtier.dashboard import charts, queries
+from kvtier.dashboard.views.base import PageContext, chart, rollout_in_progress
 
 
 def render(ctx: PageContext) -> None:

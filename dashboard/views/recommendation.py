@@ -10,10 +10,10 @@ import json
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, rollouts
-from dashboard.artifacts import RECOMMENDATION_FILE, RecommendationFolder, load_recommendation
-from dashboard.views.base import PageContext, chart
-from policy.recommend.recommendation import Recommendation
+from kvtier.dashboard import charts, rollouts
+from kvtier.dashboard.artifacts import RECOMMENDATION_FILE, RecommendationFolder, load_recommendation
+from kvtier.dashboard.views.base import PageContext, chart
+from kvtier.policy.recommend.recommendation import Recommendation
 
 MIB = 1 << 20
 TOKEN_METRICS = ("gpu_hit_tokens", "cpu_promotion_tokens", "cold_promotion_tokens",

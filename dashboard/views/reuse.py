@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import charts
-from dashboard.views.base import PageContext, chart
+from kvtier.dashboard import charts
+from kvtier.dashboard.views.base import PageContext, chart
 
 
 def render(ctx: PageContext) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import charts
-from dashboard.artifacts import load_whatif
-from dashboard.views.base import PageContext, chart
+from kvtier.dashboard import charts
+from kvtier.dashboard.artifacts import load_whatif
+from kvtier.dashboard.views.base import PageContext, chart
 
 
 def render(ctx: PageContext) -> None:

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from collector.batch import EventBatch
-from collector.events import Origin, RequestRecord
-from collector.store import TraceStore
+from kvtier.collector.batch import EventBatch
+from kvtier.collector.events import Origin, RequestRecord
+from kvtier.collector.store import TraceStore
 from kvtier.demo.workloads import Workload
 
 LOAD_PROBE = "load-probe"
@@ -34,10 +34,10 @@ class Engine:
 @contextlib.contextmanager
 def engine(store: TraceStore, out_dir: Path, block_tokens: int, gpu_blocks: int) -> Iterator[Engine]:
     """Start the engine (GPU tier only), flush into ``store`` while it runs, stop it."""
-    from collector.flusher import Flusher
-    from collector.recorder import Recorder
-    from refengine.config import EngineConfig, TierConfig
-    from refengine.server import EngineServer, ServerSettings
+    from kvtier.collector.flusher import Flusher
+    from kvtier.collector.recorder import Recorder
+    from kvtier.refengine.config import EngineConfig, TierConfig
+    from kvtier.refengine.server import EngineServer, ServerSettings
 
     # One source per run: the store's ledger must not mistake this run's batches for an earlier run's.
     recorder = Recorder(Origin("reference", "demo-engine", f"demo-engine/{time.time_ns()}"),
@@ -58,7 +58,7 @@ def run_act(running: Engine, workload: Workload, records: Sequence[RequestRecord
     """The rollout of ``workload`` under ``plan``; every phase's rows land in ``store``."""
     from kvtier.rollout.drive import phase_driver
     from kvtier.rollout.runner import EngineAdminSwitcher, run_rollout
-    from probes.active.load import LoadConfig
+    from kvtier.probes.active.load import LoadConfig
 
     load = LoadConfig(concurrency=workload.concurrency, requests_per_level=workload.requests_per_level,
                       max_tokens=workload.max_tokens, block_tokens=workload.block_tokens,

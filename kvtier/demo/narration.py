@@ -2,16 +2,16 @@
 set, the expected TTFT change with its interval, the rollback rule to deploy with it).
 
 Every figure comes from a rollout report (measured on the engine, client side) or from the
-recommendation (:class:`policy.recommend.recommendation.Recommendation`, as written to
+recommendation (:class:`kvtier.policy.recommend.recommendation.Recommendation`, as written to
 ``recommendation.json``); nothing here computes a new one.
 """
 
 from __future__ import annotations
 
 from kvtier.demo.sized_plan import BUDGET_MARGIN
-from policy.recommend.recommendation import Recommendation
-from policy.recommend.sizing import human_bytes
-from policy.rollback.rule import LatencyBudget
+from kvtier.policy.recommend.recommendation import Recommendation
+from kvtier.policy.recommend.sizing import human_bytes
+from kvtier.policy.rollback.rule import LatencyBudget
 
 def phase_table(report) -> list[str]:
     """One line per phase: where prompt tokens came from, TTFT and ITL, and what the rule
@@ -31,7 +31,7 @@ def phase_table(report) -> list[str]:
 
 
 def _held(phase) -> str:
-    from policy.rollback.decide import sustained_p99
+    from kvtier.policy.rollback.decide import sustained_p99
 
     budget = phase.budget
     if budget is None:

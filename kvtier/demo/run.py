@@ -39,14 +39,14 @@ class DemoResult:
     store: Path
     segments: Path
     acts: tuple  # kvtier.rollout.runner.RolloutReport per act
-    recommendation: object | None  # policy.recommend.recommendation.Recommendation
+    recommendation: object | None  # kvtier.policy.recommend.recommendation.Recommendation
     seconds: float
 
 
 def run_demo(config: DemoConfig, *, clock: Callable[[], float] = time.time, say=print) -> DemoResult:
     """Run the demo, printing as it goes; the result holds what it measured and decided."""
-    from collector.segments import export_segments
-    from collector.store import TraceStore
+    from kvtier.collector.segments import export_segments
+    from kvtier.collector.store import TraceStore
     from kvtier.demo import workloads
     from kvtier.demo.live import engine, run_act
     from kvtier.demo.sized_plan import SizedPlan
@@ -106,7 +106,7 @@ def _decide(config: DemoConfig, act, segments: Path, probes: dict, budget, out: 
     import json
 
     from kvtier.demo.steps import run_verb
-    from policy.recommend.recommendation import from_json
+    from kvtier.policy.recommend.recommendation import from_json
 
     select = ["--trace", str(segments), "--tier-config", f"{act.name}/gpu-only",
               "--source-engine", "load-probe", "--model", "kvtier-reference",
@@ -133,11 +133,11 @@ def _decide(config: DemoConfig, act, segments: Path, probes: dict, budget, out: 
 def _curve_sizes(segments: Path, act, say) -> Sizes:
     """Without the recommendation: the CPU tier at the curve's knee, the cost model's
     defaults for the reference engine (no cold tier)."""
-    from policy.cost import CostParams
-    from policy.curves import lru_curve
-    from policy.geometry import geometry
-    from policy.readers import open_trace
-    from policy.recommend.sizing import tier_size
+    from kvtier.policy.cost import CostParams
+    from kvtier.policy.curves import lru_curve
+    from kvtier.policy.geometry import geometry
+    from kvtier.policy.readers import open_trace
+    from kvtier.policy.recommend.sizing import tier_size
 
     records = list(open_trace(segments, tier_config_id=f"{act.name}/gpu-only",
                               engine="load-probe").requests())
@@ -191,7 +191,7 @@ def _show_act(report, store, say) -> None:
 
 def _write_whatif(segments: Path, act, cpu_blocks: int, folder: Path, say) -> None:
     from kvtier.demo.whatif import write_cpu_sweep
-    from policy.readers import open_trace
+    from kvtier.policy.readers import open_trace
 
     records = list(open_trace(segments, tier_config_id=f"{act.name}/gpu-only",
                               engine="load-probe").requests())
@@ -200,7 +200,7 @@ def _write_whatif(segments: Path, act, cpu_blocks: int, folder: Path, say) -> No
 
 
 def _write_rollout(report, act: str, folder: Path) -> None:
-    """The act's rollout as the dashboard reads it (``dashboard.artifacts.load_rollouts``):
+    """The act's rollout as the dashboard reads it (``kvtier.dashboard.artifacts.load_rollouts``):
     each act is held to its own budget, set by its own GPU-only phase."""
     import json
 
@@ -255,7 +255,7 @@ def _clear_previous_run(out: Path, say) -> None:
 def _check_replaceable(store_path: Path) -> None:
     """The demo replaces its own previous store, never someone else's file: raise unless
     ``store_path`` is a kvtier store (of any schema) that no process holds."""
-    from collector.storefile import NotAStoreError, StoreSchemaError, connect
+    from kvtier.collector.storefile import NotAStoreError, StoreSchemaError, connect
 
     try:
         connect(store_path, read_only=True).close()

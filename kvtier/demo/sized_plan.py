@@ -2,7 +2,7 @@
 
 Both acts start with the GPU tier alone. Its measured tail sets the budget every later phase
 is held to: ``BUDGET_MARGIN`` times the highest p99 TTFT and ITL the baseline sustained for
-the rule's interval (:func:`policy.rollback.decide.budget_from_baseline`), so the rule keeps a
+the rule's interval (:func:`kvtier.policy.rollback.decide.budget_from_baseline`), so the rule keeps a
 tier unless it makes the tail clearly worse than running without it. Windows are scaled to
 phases that last seconds (production runs the same rule over minutes).
 
@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kvtier.rollout.plan import PhaseTiers
-from policy.rollback.rule import LatencyBudget
+from kvtier.policy.rollback.rule import LatencyBudget
 
 BUDGET_MARGIN = 1.25
 WINDOW_S, SUSTAINED_S = 5, 5
@@ -43,7 +43,7 @@ class BaselineBudget:
 
     def budget_for(self, done: Sequence, records: Sequence) -> LatencyBudget:
         if self.budget is None:
-            from policy.rollback.decide import budget_from_baseline
+            from kvtier.policy.rollback.decide import budget_from_baseline
 
             self.budget = budget_from_baseline(records, self.margin, self.window_s,
                                                self.sustained_s)

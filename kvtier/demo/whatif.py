@@ -1,7 +1,7 @@
 """The demo's what-if curves: token hit ratio against CPU tier capacity, one line per policy.
 
 The requests the GPU-only phase served are replayed as ``kvtier recommend`` replays them
-(:func:`policy.learn.compare.compare`): the phase's GPU tier (LRU) and a CPU tier of each
+(:func:`kvtier.policy.learn.compare.compare`): the phase's GPU tier (LRU) and a CPU tier of each
 size under each policy, exclusive tiers as in the reference engine, trained on the earlier
 half of the time span and counted on the later half. Belady's offline optimum in the CPU
 tier is the bound; ``recommended`` is what the recommendation deploys at that size (the
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from collector.events import RequestRecord
+from kvtier.collector.events import RequestRecord
 
 POLICIES = ("lru", "arc", "s3fifo", "belady", "recommended")
 SIZES = 12
@@ -29,9 +29,9 @@ FILE_NAME = "cpu_sweep.json"
 def write_cpu_sweep(records: Sequence[RequestRecord], gpu_blocks: int, chosen_blocks: int,
                     folder: Path, policies: Sequence[str] = POLICIES) -> Path:
     """Replay ``records`` at CPU sizes from none to past the chosen one; write the sweep."""
-    from policy.learn.compare import Split, compare
-    from policy.learn.replay import Tiers
-    from policy.sim.trace import BlockTrace
+    from kvtier.policy.learn.compare import Split, compare
+    from kvtier.policy.learn.replay import Tiers
+    from kvtier.policy.sim.trace import BlockTrace
 
     block_tokens = next((r.block_size_tokens for r in records if r.block_size_tokens), 16)
     split = Split.by_time(records, TRAIN_FRACTION)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from collector.events import RequestRecord
+from kvtier.collector.events import RequestRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +50,8 @@ class Workload:
 
     def records(self) -> list[RequestRecord]:
         """The trace requests the load probe sends (first ``requests``, coarsened)."""
-        from policy.learn.subset import limited
-        from policy.readers import open_trace
+        from kvtier.policy.learn.subset import limited
+        from kvtier.policy.readers import open_trace
 
         reader = open_trace(self.trace)
         records = list(limited(reader.requests(), self.requests_per_level * len(self.concurrency),

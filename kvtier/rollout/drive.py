@@ -6,7 +6,7 @@ import functools
 from dataclasses import replace
 from typing import Callable, Sequence
 
-from collector.events import RequestRecord
+from kvtier.collector.events import RequestRecord
 from kvtier.rollout.plan import PhaseTiers
 
 
@@ -18,8 +18,8 @@ def phase_driver(endpoint: str, trace: Sequence[RequestRecord], load_config, *,
     Every phase sends ``trace`` with ``load_config``'s ramp; the phase's name is stamped on
     records the server does not label itself.
     """
-    from probes.active.client import stream_completion
-    from probes.active.load import run_load
+    from kvtier.probes.active.client import stream_completion
+    from kvtier.probes.active.load import run_load
 
     send = functools.partial(stream_completion, endpoint.rstrip("/"))  # send(prompt_ids, max_tokens)
 

@@ -44,13 +44,13 @@ def _check(args) -> None:
 
 
 def run_from_args(args, progress):
-    from policy.rollback.rule import LatencyBudget
+    from kvtier.policy.rollback.rule import LatencyBudget
     from kvtier.traces import bundled_trace
-    from policy.readers import open_trace
+    from kvtier.policy.readers import open_trace
     from kvtier.rollout.drive import phase_driver
     from kvtier.rollout.plan import RolloutPlan
     from kvtier.rollout.runner import EngineAdminSwitcher, OperatorSwitcher, run_rollout
-    from probes.active.load import LoadConfig
+    from kvtier.probes.active.load import LoadConfig
     from kvtier.load import check_server, store_result
 
     _check(args)
@@ -79,8 +79,8 @@ def _cold_cost(fs_json: str | None, block_tokens: int):
     """The measured cold-promotion cost from a file-tier probe's JSON, or ``None``."""
     if not fs_json:
         return None
-    from policy.recommend.cold_tier import cost_from_params
-    from policy.cost import measured_cost_params
+    from kvtier.policy.recommend.cold_tier import cost_from_params
+    from kvtier.policy.cost import measured_cost_params
 
     try:
         return cost_from_params(measured_cost_params(fs_json), block_tokens)

@@ -5,7 +5,7 @@ only if retention value justifies it. Whether it does is decided between phases 
 trace itself: a cold promotion must cost less than recomputing the block (``cold_cost``, or
 the cost model's defaults), replaying the same requests in the simulator with and without
 the file tier must gain at least ``min_cold_gain`` of prompt tokens served from cache
-(both checked by :func:`policy.recommend.cold_tier.decide`, as ``kvtier recommend`` does for vLLM),
+(both checked by :func:`kvtier.policy.recommend.cold_tier.decide`, as ``kvtier recommend`` does for vLLM),
 and the CPU phase must not have been rolled back.
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from policy.rollback.rule import LatencyBudget
-from policy.recommend.cold_tier import MIN_COLD_GAIN, ColdCost
+from kvtier.policy.rollback.rule import LatencyBudget
+from kvtier.policy.recommend.cold_tier import MIN_COLD_GAIN, ColdCost
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +72,8 @@ class RolloutPlan:
         cpu = next((p for p in done if p.tiers.cpu_blocks and not p.tiers.cold_blocks), None)
         if cpu is None:
             return "the CPU phase did not run"
-        from policy.cost import CostParams
-        from policy.recommend.cold_tier import cost_from_params, decide
+        from kvtier.policy.cost import CostParams
+        from kvtier.policy.recommend.cold_tier import cost_from_params, decide
 
         gain = cold_tier_gain(cpu.records, self, block_tokens)
         decision = decide(gain, self.min_cold_gain,
@@ -89,8 +89,8 @@ def cold_tier_gain(records, plan: RolloutPlan, block_tokens: int) -> float:
 
     ``records`` are the phase's requests as the engine sees them (block ids per engine block).
     """
-    from policy.sim.config import SimConfig
-    from policy.sim.simulator import Simulator
+    from kvtier.policy.sim.config import SimConfig
+    from kvtier.policy.sim.simulator import Simulator
 
     records = list(records)
 

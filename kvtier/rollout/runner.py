@@ -4,7 +4,7 @@ Each phase replays the same slice of the trace with the same load ramp (model, b
 traffic held fixed), so only the cache dimension differs between phases. Against kvtier's
 reference engine the tiers are switched through its ``/admin/tiers`` endpoint; against a real
 engine an ``OperatorSwitcher`` writes the next configuration and waits for the operator to
-restart the engine. After each phase the rollback rule (``policy.rollback.decide``) decides
+restart the engine. After each phase the rollback rule (``kvtier.policy.rollback.decide``) decides
 whether the newest tier must go; a rolled-back phase ends the rollout. What runs next, what
 is skipped and the budget come from a :class:`Plan`: :class:`~kvtier.rollout.plan.RolloutPlan`
 (three fixed phases, one budget) or one that decides between phases (the demo sizes its
@@ -19,9 +19,9 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
-from collector.events import RequestRecord
+from kvtier.collector.events import RequestRecord
 from kvtier.rollout.plan import PhaseTiers
-from policy.rollback.rule import LatencyBudget
+from kvtier.policy.rollback.rule import LatencyBudget
 
 
 class Switcher(Protocol):
@@ -122,7 +122,7 @@ def run_rollout(plan: Plan, switcher: Switcher, run_phase: RunPhase, *,
                 after_phase: Callable[[PhaseTiers], None] = lambda tiers: None) -> RolloutReport:
     """Run the phases in order. ``run_phase(tiers)`` drives the load and returns the phase's
     request records (each with ``tier_config_id``) and its error count."""
-    from policy.rollback.decide import decide
+    from kvtier.policy.rollback.decide import decide
 
     outcomes: list[PhaseOutcome] = []
     skipped: list[tuple[str, str]] = []
@@ -153,7 +153,7 @@ def run_rollout(plan: Plan, switcher: Switcher, run_phase: RunPhase, *,
 def summarise(records: Sequence[RequestRecord]) -> dict:
     """Hit quality (shares of prompt tokens per outcome) and latency p50/p95/p99
     (``None`` where no request measured it)."""
-    from probes.active.stats import percentiles
+    from kvtier.probes.active.stats import percentiles
 
     tokens = {name: sum(getattr(r, name) or 0 for r in records)
               for name in ("gpu_hit_tokens", "cpu_promotion_tokens", "cold_promotion_tokens", "recomputed_tokens")}

@@ -53,18 +53,18 @@ def run(args) -> int:
     if args.json:
         print_json(report)
     else:
-        from policy.reuse import render
+        from kvtier.policy.reuse import render
 
         print(render(report))
     return 0
 
 
 def _report(records, block_tokens: int, model, gpu_blocks, args) -> dict:
-    from policy.cost import CostParams
+    from kvtier.policy.cost import CostParams
 
-    from policy.curves import lru_curve_of
-    from policy.reuse import report_from_stats
-    from policy.reuse.collect import collect_with_trace
+    from kvtier.policy.curves import lru_curve_of
+    from kvtier.policy.reuse import report_from_stats
+    from kvtier.policy.reuse.collect import collect_with_trace
 
     if args.drop_below is not None and not 0 <= args.drop_below <= 1:
         raise KvtierError(f"--drop-below must be in [0, 1], got {args.drop_below}")
@@ -74,7 +74,7 @@ def _report(records, block_tokens: int, model, gpu_blocks, args) -> dict:
         gpu_ratio = lru_curve_of(trace).token_hit_ratio(gpu_blocks)
     host_cap = None
     if args.headroom_json:
-        from policy.recommend.headroom import from_probe_json
+        from kvtier.policy.recommend.headroom import from_probe_json
 
         try:
             host_cap = from_probe_json(args.headroom_json).cap_bytes
@@ -86,7 +86,7 @@ def _report(records, block_tokens: int, model, gpu_blocks, args) -> dict:
 
 
 def _write(folder: Path, report: dict) -> None:
-    from policy.reuse import render
+    from kvtier.policy.reuse import render
 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "reuse_report.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -34,7 +34,7 @@ def run(args) -> int:
 
     from kvtier.errors import KvtierError
     from kvtier.verbs.common import print_json
-    from policy.calibrate import calibrate
+    from kvtier.policy.calibrate import calibrate
 
     from kvtier.verbs.checks import output_file
 
@@ -72,9 +72,9 @@ def run(args) -> int:
 def _check(args, requests, params, jobs, bytes_per_token) -> dict:
     """The tier-split check and the TTFT check, in sample and fitted on the earlier half."""
     from kvtier.errors import KvtierError
-    from policy.calibrate import calibrate
-    from policy.engine_check import check_tier_split, check_ttft, replay
-    from policy.sim.config import SimConfig
+    from kvtier.policy.calibrate import calibrate
+    from kvtier.policy.engine_check import check_tier_split, check_ttft, replay
+    from kvtier.policy.sim.config import SimConfig
 
     block_tokens = requests[0].block_size_tokens or 16
     try:
@@ -101,9 +101,9 @@ def _check(args, requests, params, jobs, bytes_per_token) -> dict:
 
 def _read(store, instance, engine=None, tier_config=None):
     """Engine request records with a tier split, promotion jobs, KV bytes per token."""
-    from collector.events import RequestRecord
-    from collector.storefile import connect
-    from policy.calibrate import PromotionJob
+    from kvtier.collector.events import RequestRecord
+    from kvtier.collector.storefile import connect
+    from kvtier.policy.calibrate import PromotionJob
 
     where, params = "", []
     for column, value in (("instance", instance), ("engine", engine)):

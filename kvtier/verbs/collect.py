@@ -39,7 +39,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from kvtier.verbs.checks import positive
-    from policy.rollback.rule import LatencyBudget
+    from kvtier.policy.rollback.rule import LatencyBudget
 
     positive(args.ttft_p99_budget_s, "--ttft-p99-budget-s")
     positive(args.itl_p99_budget_s, "--itl-p99-budget-s")
@@ -53,9 +53,9 @@ def run(args) -> int:
 def _emit(folder: str, budget) -> int:
     import json
 
-    from collector.exports.grafana import dashboard
+    from kvtier.collector.exports.grafana import dashboard
     from kvtier.verbs.checks import output_dir
-    from policy.rollback.alerts import rules_yaml
+    from kvtier.policy.rollback.alerts import rules_yaml
 
     from kvtier.errors import failure
 
@@ -76,7 +76,7 @@ def _config(args):
     """The service configuration the flags describe; ``KvtierError`` naming a bad flag."""
     from pathlib import Path
 
-    from collector.service import CollectorConfig
+    from kvtier.collector.service import CollectorConfig
     from kvtier.errors import KvtierError
     from kvtier.verbs.checks import non_empty, output_dir, positive
     from kvtier.verbs.store import parse_duration_s
@@ -147,7 +147,7 @@ def _serve(args) -> int:
     import signal
     import threading
 
-    from collector.service import CollectorService, ServiceStartError
+    from kvtier.collector.service import CollectorService, ServiceStartError
     from kvtier.verbs.checks import address_error, warn_if_exposed, zmq_host
 
     config = _config(args)
@@ -203,7 +203,7 @@ def _taps(args, instance: str, services: list) -> tuple[list, dict[str, str]]:
 
     taps, flags = [], {}
     if args.hooks:
-        from collector.hooks_tap import HooksTap, HooksTapConfig
+        from kvtier.collector.hooks_tap import HooksTap, HooksTapConfig
 
         try:
             config = HooksTapConfig(endpoints=tuple(dict.fromkeys(args.hooks)))
@@ -216,7 +216,7 @@ def _taps(args, instance: str, services: list) -> tuple[list, dict[str, str]]:
         taps.append(functools.partial(HooksTap, config, resume=resume))
         flags[",".join(config.endpoints)] = "--hooks"
     if args.vllm_events:
-        from probes.vllm.tap import VllmEventTap, VllmTapConfig
+        from kvtier.probes.vllm.tap import VllmEventTap, VllmTapConfig
 
         try:  # the user typed the address: a non-loopback bind is warned about, not refused
             # one store batch per stream per poll: the store's cost is per batch
@@ -228,7 +228,7 @@ def _taps(args, instance: str, services: list) -> tuple[list, dict[str, str]]:
         taps.append(functools.partial(VllmEventTap, config))
         flags[",".join(config.endpoints)] = "--vllm-events"
     for url in args.trtllm_events:
-        from probes.trtllm.events import TrtllmEventPoller, TrtllmPollerConfig
+        from kvtier.probes.trtllm.events import TrtllmEventPoller, TrtllmPollerConfig
 
         if not url.startswith(("http://", "https://")):
             raise KvtierError(f"--trtllm-events {url!r} is not an http(s) URL; give e.g. "

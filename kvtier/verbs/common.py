@@ -9,11 +9,11 @@ import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from collector.events import RequestRecord
+from kvtier.collector.events import RequestRecord
 from kvtier.errors import KvtierError
 from kvtier.progress import track
-from policy.geometry import KVGeometry, geometry, parse_capacity_tokens
-from policy.readers import WekaLayout, WekaReader, open_trace
+from kvtier.policy.geometry import KVGeometry, geometry, parse_capacity_tokens
+from kvtier.policy.readers import WekaLayout, WekaReader, open_trace
 
 
 DEFAULT_MODEL = "llama-3.1-8b"

@@ -37,7 +37,7 @@ def config_from_args(args):
     """The engine configuration the flags describe; ``KvtierError`` naming a bad flag."""
     from kvtier.errors import KvtierError
     from kvtier.errors import flag_names
-    from refengine.config import EngineConfig, TierConfig
+    from kvtier.refengine.config import EngineConfig, TierConfig
 
     if args.block_size < 1:
         raise KvtierError(f"--block-size must be >= 1 tokens, got {args.block_size}")
@@ -64,7 +64,7 @@ def config_from_args(args):
 
 def _settings(args):
     from kvtier.errors import KvtierError
-    from refengine.server import ServerSettings
+    from kvtier.refengine.server import ServerSettings
 
     if not 0 <= args.port < 65536:
         raise KvtierError(f"--port must be in 0..65535 (0: any free port), got {args.port}")
@@ -122,7 +122,7 @@ def run(args) -> int:
 
     from kvtier.errors import KvtierError
     from kvtier.signals import stop_on_signals
-    from refengine.server import EngineServer
+    from kvtier.refengine.server import EngineServer
 
     config = config_from_args(args)
     if args.torch_threads < 1:

@@ -59,7 +59,7 @@ def run(args) -> int:
 
     instances = fleet_instances(args)
     if instances:  # each instance trains and replays on its own; the rows are merged
-        from policy.fleet import merge_evaluations
+        from kvtier.policy.fleet import merge_evaluations
 
         output = merge_evaluations(per_instance(instance_evaluation, args, instances))
     else:
@@ -80,9 +80,9 @@ def evaluation(args, *, keep_ttft_samples: bool = False) -> dict:
     """The evaluation of one trace (or one instance of it)."""
     from kvtier.progress import task
     from kvtier.verbs.common import check_subset, model_geometry
-    from policy.cost import CostParams
-    from policy.learn.compare import POLICY_NAMES, Split, add_gap_closed, compare, mark_unsafe
-    from policy.learn.external import external_rows
+    from kvtier.policy.cost import CostParams
+    from kvtier.policy.learn.compare import POLICY_NAMES, Split, add_gap_closed, compare, mark_unsafe
+    from kvtier.policy.learn.external import external_rows
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     bad = [p for p in policies if p not in POLICY_NAMES]
@@ -121,7 +121,7 @@ def evaluation(args, *, keep_ttft_samples: bool = False) -> dict:
 
 
 def _servers(text, split: Split, params: CostParams) -> int:
-    from policy.cost import parse_servers, servers_for
+    from kvtier.policy.cost import parse_servers, servers_for
 
     try:
         servers = parse_servers(text)
@@ -133,7 +133,7 @@ def _servers(text, split: Split, params: CostParams) -> int:
 
 
 def _external_names(text: str) -> list[str]:
-    from policy.learn.external import EXTERNAL
+    from kvtier.policy.learn.external import EXTERNAL
 
     names = [n.strip() for n in (text or "").split(",") if n.strip()]
     if names == ["all"]:
@@ -148,8 +148,8 @@ def _external_names(text: str) -> list[str]:
 def _read(args, path: str, flag: str) -> tuple:
     """The trace's records without their blocks, and its blocks as arrays (read once)."""
     from kvtier.verbs.common import open_records
-    from policy.learn.subset import limited
-    from policy.sim.trace import strip_blocks
+    from kvtier.policy.learn.subset import limited
+    from kvtier.policy.sim.trace import strip_blocks
 
     args.trace, original = path, args.trace
     try:  # the readers' errors name the file and line
@@ -161,7 +161,7 @@ def _read(args, path: str, flag: str) -> tuple:
 
 def _tiers(args, block_tokens: int, model) -> Tiers:
     from kvtier.verbs.common import capacity_blocks, capacity_model
-    from policy.learn.replay import Tiers
+    from kvtier.policy.learn.replay import Tiers
 
     if args.gpu_tokens is None or args.cpu_tokens is None:
         raise KvtierError("--gpu-tokens and --cpu-tokens are required (e.g. --gpu-tokens 1M "

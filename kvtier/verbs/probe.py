@@ -88,7 +88,7 @@ def _ints(text: str, name: str) -> tuple[int, ...]:
 
 
 def _transfer(args):
-    from probes.active.transfer import DEFAULT_SIZES, TransferConfig, run_transfer
+    from kvtier.probes.active.transfer import DEFAULT_SIZES, TransferConfig, run_transfer
 
     if args.torch_threads is not None:
         import torch
@@ -103,7 +103,7 @@ def _transfer(args):
 
 
 def _sizes(text: str) -> tuple[int, ...]:
-    from probes.active.stats import parse_sizes
+    from kvtier.probes.active.stats import parse_sizes
 
     try:
         return parse_sizes(text)
@@ -112,7 +112,7 @@ def _sizes(text: str) -> tuple[int, ...]:
 
 
 def _fs(args):
-    from probes.active.fs import FsConfig, run_fs
+    from kvtier.probes.active.fs import FsConfig, run_fs
 
     from kvtier.errors import failure
 
@@ -134,7 +134,7 @@ def _fs(args):
 
 def _bytes(text: str) -> int:
     """One size; ``0`` allowed (no margin, no reserve)."""
-    from probes.active.stats import parse_sizes
+    from kvtier.probes.active.stats import parse_sizes
 
     return 0 if text.strip() == "0" else parse_sizes(text)[0]
 
@@ -152,7 +152,7 @@ class _WithBlocks:
 
 
 def _headroom(args):
-    from probes.active.headroom import HeadroomConfig, measure_headroom
+    from kvtier.probes.active.headroom import HeadroomConfig, measure_headroom
 
     sizes = {}
     for flag, text in (("--margin-min", args.margin_min), ("--reserve", args.reserve)):

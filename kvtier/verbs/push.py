@@ -28,7 +28,7 @@ def run(args) -> int:
     from dataclasses import replace
 
     from kvtier.errors import KvtierError, failure
-    from policy.writers.push import PushRefused, apply, load_recommendation, plan
+    from kvtier.policy.writers.push import PushRefused, apply, load_recommendation, plan
 
     if args.host_headroom_bytes is not None and args.host_headroom_bytes < 0:
         raise KvtierError(f"--host-headroom-bytes must be >= 0, got {args.host_headroom_bytes}")

@@ -138,12 +138,12 @@ def recommendation(args):
     """Recommend for one trace (or one instance of it) and write the report: ``(rec, files)``."""
     from kvtier.progress import task
     from kvtier.verbs.common import capacity_blocks, capacity_model, model_geometry, open_records
-    from policy.cost import CostParams, measured_cost_params, parse_servers
-    from policy.learn.subset import limited
-    from policy.recommend import report
-    from policy.recommend.build import Inputs, recommend
-    from policy.recommend.measured import store_costs
-    from policy.writers import ENGINES
+    from kvtier.policy.cost import CostParams, measured_cost_params, parse_servers
+    from kvtier.policy.learn.subset import limited
+    from kvtier.policy.recommend import report
+    from kvtier.policy.recommend.build import Inputs, recommend
+    from kvtier.policy.recommend.measured import store_costs
+    from kvtier.policy.writers import ENGINES
 
     reader, records = open_records(args)
     records = list(limited(records, args.max_requests, args.coarsen))
@@ -190,9 +190,9 @@ def recommendation(args):
 
 def _next_use_policy(records, rec, args) -> list:
     """The learned vLLM cache policy's file, when it is safe at the recommended sizes."""
-    from policy.learn.replay import Tiers
-    from policy.learn.vllm_deploy import FILE_NAME, POLICY_SETTINGS, next_use_for_vllm, write
-    from probes.vllm.next_use_twin import NextUseTwin
+    from kvtier.policy.learn.replay import Tiers
+    from kvtier.policy.learn.vllm_deploy import FILE_NAME, POLICY_SETTINGS, next_use_for_vllm, write
+    from kvtier.probes.vllm.next_use_twin import NextUseTwin
 
     blocks = rec.evidence.tiers_blocks
     if blocks is None or blocks.cpu == 0:
@@ -220,7 +220,7 @@ def _next_use_policy(records, rec, args) -> list:
 def _host_limit(args) -> HostLimit | None:
     """Told a number (--host-headroom-bytes, --headroom-json), else this host measured now."""
     from kvtier.host import measured_host_limit
-    from policy.recommend.headroom import from_bytes, from_probe_json
+    from kvtier.policy.recommend.headroom import from_bytes, from_probe_json
 
     if getattr(args, "headroom_json", None):
         return from_probe_json(args.headroom_json)

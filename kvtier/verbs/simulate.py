@@ -86,7 +86,7 @@ def instance_run(args) -> tuple[dict, object]:
 def _fleet(args, instances: tuple[str, ...]) -> dict:
     """Each instance replayed with its own tiers (``--jobs`` at a time), then merged."""
     from kvtier.instance_jobs import per_instance
-    from policy.fleet import merge_curves, merge_replays
+    from kvtier.policy.fleet import merge_curves, merge_replays
 
     parts = per_instance(instance_run, args, instances, min_parallel_bytes=PARALLEL_BYTES)
     skipped = sum(output["skipped_lines"] for _, (output, _) in parts)
@@ -114,7 +114,7 @@ def _gpu_blocks(args, block_tokens: int) -> int | None:
 
 def build_config(args, block_tokens: int, model) -> SimConfig:
     from kvtier.verbs.common import capacity_blocks, capacity_model
-    from policy.sim.config import PriorityRule, SimConfig
+    from kvtier.policy.sim.config import PriorityRule, SimConfig
 
     if args.gpu_tokens is None:
         raise KvtierError("--gpu-tokens is required (or use --sweep for a capacity curve)")
@@ -135,9 +135,9 @@ def build_config(args, block_tokens: int, model) -> SimConfig:
 
 
 def _replay(args, records, block_tokens: int, model) -> tuple[dict, object]:
-    from policy.cost import CostParams
+    from kvtier.policy.cost import CostParams
 
-    from policy.whatif import what_if
+    from kvtier.policy.whatif import what_if
 
     config = build_config(args, block_tokens, model)
     if not args.prefill_servers >= 1:
@@ -157,8 +157,8 @@ def _cost_params(path, base):
     import json
     from pathlib import Path
 
-    from policy.calibrate import geometry_for
-    from policy.cost import measured_cost_params
+    from kvtier.policy.calibrate import geometry_for
+    from kvtier.policy.cost import measured_cost_params
 
     try:
         body = json.loads(Path(path).read_text())
@@ -175,19 +175,19 @@ def _cost_params(path, base):
 
 def _sweep(args, records, block_tokens: int, model) -> dict:
     from kvtier.verbs.common import capacity_blocks, capacity_model
-    from policy.sim.config import SimConfig
-    from policy.sim.policies import POLICIES
+    from kvtier.policy.sim.config import SimConfig
+    from kvtier.policy.sim.policies import POLICIES
 
     capacities = args.sweep.split(",") if args.sweep else list(DEFAULT_SWEEP)
     blocks = [capacity_blocks(c.strip(), block_tokens, capacity_model(args), "--sweep") for c in capacities]
     if args.policy == "lru":
-        from policy.curves import lru_curve
+        from kvtier.policy.curves import lru_curve
 
         curve = lru_curve(records, block_tokens)
         ratios = [curve.token_hit_ratio(b) for b in blocks]
         method, prompt_tokens = "stack_distance", curve.prompt_tokens
     elif args.policy in POLICIES:
-        from policy.sim.simulator import simulate
+        from kvtier.policy.sim.simulator import simulate
 
         records = list(records)
         results = [simulate(records, SimConfig(gpu_blocks=b, policy=args.policy,

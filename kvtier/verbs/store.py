@@ -50,7 +50,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from collector.store import TraceStore
+    from kvtier.collector.store import TraceStore
     from kvtier.errors import KvtierError
 
     path = Path(args.store)
@@ -71,7 +71,7 @@ def run(args) -> int:
 def _info(store, args) -> int:
     import json
 
-    from collector.summary import store_summary
+    from kvtier.collector.summary import store_summary
 
     summary = store_summary(store)
     if args.json:
@@ -83,7 +83,7 @@ def _info(store, args) -> int:
 
 
 def _export(store, args) -> int:
-    from collector.segments import export_segments
+    from kvtier.collector.segments import export_segments
 
     from kvtier.errors import failure
 

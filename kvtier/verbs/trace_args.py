@@ -1,7 +1,7 @@
 """Command-line options the policy verbs share. Standard library only: this runs while
 ``kvtier --help`` builds its parser."""
 
-TRACE_FORMATS = ("mooncake", "weka", "bailian", "store")  # policy.readers.FORMATS
+TRACE_FORMATS = ("mooncake", "weka", "bailian", "store")  # kvtier.policy.readers.FORMATS
 
 
 def add_trace_arguments(parser) -> None:

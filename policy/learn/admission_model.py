@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from policy.learn.features import FEATURES
-from policy.learn.trees import export
+from kvtier.policy.learn.features import FEATURES
+from kvtier.policy.learn.trees import export
 
 KINDS = ("gbm", "logistic")
 

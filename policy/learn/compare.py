@@ -16,17 +16,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collector.events import RequestRecord
-from policy.cost import CostParams, queue_ttft, queue_ttft_samples
-from policy.learn.admission_model import ModelConfig
-from policy.learn.nextuse_rows import NAMES as NEXT_USE_NAMES
-from policy.learn.nextuse_rows import ChoiceCache, policy_for, shadow_summary
-from policy.learn.pipeline import fit, score_offers
-from policy.learn.replay import IndexedAdmitter, Replayed, Tiers, replay
-from policy.learn.retention import choose_tau
-from policy.learn.retention import factory as retention_factory
-from policy.sim.compiled import core
-from policy.sim.trace import BlockTrace
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.cost import CostParams, queue_ttft, queue_ttft_samples
+from kvtier.policy.learn.admission_model import ModelConfig
+from kvtier.policy.learn.nextuse_rows import NAMES as NEXT_USE_NAMES
+from kvtier.policy.learn.nextuse_rows import ChoiceCache, policy_for, shadow_summary
+from kvtier.policy.learn.pipeline import fit, score_offers
+from kvtier.policy.learn.replay import IndexedAdmitter, Replayed, Tiers, replay
+from kvtier.policy.learn.retention import choose_tau
+from kvtier.policy.learn.retention import factory as retention_factory
+from kvtier.policy.sim.compiled import core
+from kvtier.policy.sim.trace import BlockTrace
 
 DEFAULT_COSTS = CostParams()
 BASE_POLICIES = ("lru", "arc", "s3fifo", "belady")
@@ -51,7 +51,7 @@ class Split:
 
     def with_traces(self, trace: BlockTrace, train_trace: BlockTrace | None = None) -> Split:
         """This split with its records' blocks as arrays (records may then carry none:
-        see :func:`policy.sim.trace.strip_blocks`). A training prefix shares ``trace``."""
+        see :func:`kvtier.policy.sim.trace.strip_blocks`). A training prefix shares ``trace``."""
         if train_trace is None and self.count_from > 0:
             train_trace = trace.requests(0, self.count_from)
         return dataclasses.replace(self, trace=trace, train_trace=train_trace)
@@ -95,7 +95,7 @@ def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 
             keep_ttft_samples: bool = False, importance: bool = False) -> dict:
     """One row per policy (see :func:`row`), plus the LRU->Belady gap each closes.
     ``importance``: the next-use rows' summaries carry the model's permutation importance
-    on the evaluated requests (:mod:`policy.learn.importance`)."""
+    on the evaluated requests (:mod:`kvtier.policy.learn.importance`)."""
     unknown = [p for p in policies if p not in POLICY_NAMES]
     if unknown or not policies:
         raise ValueError(f"unknown policies {', '.join(unknown) or '(none)'}; allowed: "

@@ -4,7 +4,7 @@ training period only.
 :func:`choose` fits the next-use model on the training requests, replays each candidate
 readout (:data:`READOUT_CANDIDATES`) on them and counts the latest :data:`VALIDATION_FRACTION`
 (earlier ones only warm the tiers), beside LRU on the same slice. The best readout is
-deployed inside :class:`~policy.learn.shadowed.Shadowed` (so it yields to LRU whenever it falls
+deployed inside :class:`~kvtier.policy.learn.shadowed.Shadowed` (so it yields to LRU whenever it falls
 behind online); when no readout beat LRU on the slice, the deployment is plain LRU. Nothing
 after the training period is read.
 """
@@ -14,15 +14,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from collector.events import RequestRecord
-from policy.learn.nextuse import NextUseModel, Readout
-from policy.learn.nextuse_fit import FitConfig, fit_next_use
-from policy.learn.nextuse_tier import NextUseTier, compiled_order, compiled_signals
-from policy.learn.replay import Tiers, replay
-from policy.learn.shadowed import Shadowed
-from policy.learn.signal_table import SignalTable, signal_table
-from policy.sim.compiled import core
-from policy.sim.trace import BlockTrace
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.learn.nextuse import NextUseModel, Readout
+from kvtier.policy.learn.nextuse_fit import FitConfig, fit_next_use
+from kvtier.policy.learn.nextuse_tier import NextUseTier, compiled_order, compiled_signals
+from kvtier.policy.learn.replay import Tiers, replay
+from kvtier.policy.learn.shadowed import Shadowed
+from kvtier.policy.learn.signal_table import SignalTable, signal_table
+from kvtier.policy.sim.compiled import core
+from kvtier.policy.sim.trace import BlockTrace
 
 READOUT_CANDIDATES = (Readout("next_use", q=0.5), Readout("reuse_within", horizon_s=100.0),
                       Readout("reuse_within", horizon_s=1000.0))

@@ -1,13 +1,13 @@
 """The decayed value as TensorRT-LLM priorities that expire.
 
-Learned retention values a block at ``p * exp(-age / tau)`` (:mod:`policy.learn.retention`):
+Learned retention values a block at ``p * exp(-age / tau)`` (:mod:`kvtier.policy.learn.retention`):
 the chance of reuse fades while the block goes unused. TensorRT-LLM cannot decay a priority,
 but it can expire one: a token range's ``priority`` holds for ``duration_ms`` after the block
 is first made available for reuse, then falls back to the default 35 (TensorRT-LLM
 ``executor.h``, ``KvCacheRetentionConfig``; ``batch_manager/evictionPolicy.cpp``:
 ``LRUEvictionPolicy::releaseBlock`` sets the expiry for a priority other than 35, ``refresh``
 re-queues expired blocks at the default). kvtier's priorities are linear in the
-value (:func:`policy.recommend.value.priorities`: 100 is a block reused for sure), so a
+value (:func:`kvtier.policy.recommend.value.priorities`: 100 is a block reused for sure), so a
 priority ``P`` above the default decays to the default's value after
 ``tau * ln(P / 35)``: that is its ``duration_ms``. A priority at or below the default only
 falls further under decay, so it never expires (an expiry would raise it back to 35), and
@@ -20,7 +20,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
-from policy.writers.trtllm_retention import DEFAULT_RETENTION_PRIORITY, RetentionClass
+from kvtier.policy.writers.trtllm_retention import DEFAULT_RETENTION_PRIORITY, RetentionClass
 
 
 def expiry_ms(priority: int, tau_s: float,

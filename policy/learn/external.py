@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from collector.events import RequestRecord
+from kvtier.collector.events import RequestRecord
 
 # row name -> (libCacheSim class, admissioner class or None)
 EXTERNAL = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from collector.events import RequestRecord
+from kvtier.collector.events import RequestRecord
 
 FEATURES = (
     "reuse_count",             # references of the block so far (the first one included)

@@ -1,7 +1,7 @@
 """Which request signals the next-use model leans on, measured on later time.
 
 Permutation importance: the model's two tree ensembles are scored on the rows of the
-*evaluated* requests (what a policy knew of each once it finished, :mod:`policy.learn
+*evaluated* requests (what a policy knew of each once it finished, :mod:`kvtier.policy.learn
 .request_signals`), then again with one feature's column shuffled among those rows; the loss
 is what that signal was worth on traffic the model had not seen. Continuation (will the
 chain come back?) is scored by ROC AUC; the gap scale (when?) by the rank correlation of its
@@ -15,10 +15,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from policy.learn.compare import Split
-from policy.learn.nextuse import NextUseModel
-from policy.learn.request_signals import FEATURES
-from policy.learn.signal_table import SignalTable, signal_table
+from kvtier.policy.learn.compare import Split
+from kvtier.policy.learn.nextuse import NextUseModel
+from kvtier.policy.learn.request_signals import FEATURES
+from kvtier.policy.learn.signal_table import SignalTable, signal_table
 
 REPEATS = 3
 MAX_ROWS = 20_000  # evaluated rows scored (an even sample of them beyond)

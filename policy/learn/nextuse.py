@@ -13,7 +13,7 @@ for the request that last used a block, the distribution of that arrival as know
   still running after the same normalised time (:class:`RunningTable`).
 
 Conditioned on the time already waited, two readouts rank blocks (:func:`next_use_s`,
-:func:`reuse_within`). Everything here is numbers and trees (:mod:`policy.learn.trees`) and
+:func:`reuse_within`). Everything here is numbers and trees (:mod:`kvtier.policy.learn.trees`) and
 round-trips through JSON (:meth:`NextUseModel.to_json`); the engine plug-in reads that file.
 """
 
@@ -24,9 +24,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from collector.events import FINISH_CLASSES
-from policy.learn.request_signals import FEATURES
-from policy.learn.trees import Trees
+from kvtier.collector.events import FINISH_CLASSES
+from kvtier.policy.learn.request_signals import FEATURES
+from kvtier.policy.learn.trees import Trees
 
 FINISH_COLUMN = FEATURES.index("finish_class")
 

@@ -1,9 +1,9 @@
-"""Train a :class:`~policy.learn.nextuse.NextUseModel` on the training period of a trace.
+"""Train a :class:`~kvtier.policy.learn.nextuse.NextUseModel` on the training period of a trace.
 
 Labels come from the training requests alone: a request's chain continued if a later
 training request of its chain arrived (one after the training period is unknown then, and
 counts as not continued, as it would have in production). Rows are the signal tracker's,
-so what the model reads is what a policy can know (:mod:`policy.learn.request_signals`).
+so what the model reads is what a policy can know (:mod:`kvtier.policy.learn.request_signals`).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collector.events import RequestRecord
-from policy.learn.nextuse import GapTable, NextUseModel, RunningTable
-from policy.learn.request_signals import ARRIVAL_FEATURES, FEATURES, finish_class
-from policy.learn.signal_table import SignalTable, signal_table
-from policy.learn.trees import Trees, export
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.learn.nextuse import GapTable, NextUseModel, RunningTable
+from kvtier.policy.learn.request_signals import ARRIVAL_FEATURES, FEATURES, finish_class
+from kvtier.policy.learn.signal_table import SignalTable, signal_table
+from kvtier.policy.learn.trees import Trees, export
 
 RUNNING_GRID = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 MIN_ROWS = 200  # fewer training requests: no trees, class tables only
@@ -36,7 +36,7 @@ class FitConfig:
 def fit_next_use(records: Sequence[RequestRecord], signals: SignalTable | None = None,
                  config: FitConfig = FitConfig()) -> NextUseModel:
     """The model of the requests ``records`` (the training period); ``signals``: their
-    :func:`~policy.learn.signal_table.signal_table`, when the caller has it (its
+    :func:`~kvtier.policy.learn.signal_table.signal_table`, when the caller has it (its
     vocabulary is the model's)."""
     if not records:
         raise ValueError("need at least one training request")

@@ -3,7 +3,7 @@ kvtier would deploy (``recommended``), all chosen on the training period only.
 
 * ``learned-next-use``: the learned order alone, with the readout that did best on the
   training period's latest slice (even if LRU did better there);
-* ``learned-safe``: the same order inside its LRU shadow (:mod:`policy.learn.shadowed`);
+* ``learned-safe``: the same order inside its LRU shadow (:mod:`kvtier.policy.learn.shadowed`);
 * ``recommended``: ``learned-safe`` when a readout beat LRU on that slice, else LRU — what
   ``kvtier recommend`` writes for these tier sizes.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from policy.learn.deploy import Choice, choose, learned_factory
-from policy.learn.replay import Tiers
+from kvtier.policy.learn.deploy import Choice, choose, learned_factory
+from kvtier.policy.learn.replay import Tiers
 
 NEXT_USE = "learned-next-use"
 SAFE = "learned-safe"
@@ -33,7 +33,7 @@ class ChoiceCache:
 
     def get(self) -> Choice:
         if self._choice is None:
-            from policy.learn.nextuse_fit import FitConfig
+            from kvtier.policy.learn.nextuse_fit import FitConfig
 
             self._choice = choose(self.split.train, self.tiers, trace=self.split.train_trace,
                                   config=FitConfig(seed=self.seed))
@@ -42,7 +42,7 @@ class ChoiceCache:
     def signals(self):
         """The evaluated records' signal table, coded with the model's vocabulary."""
         if self._signals is None:
-            from policy.learn.signal_table import signal_table
+            from kvtier.policy.learn.signal_table import signal_table
 
             self._signals = signal_table(self.split.records, self.split.trace,
                                          self.get().model.models)
@@ -53,7 +53,7 @@ class ChoiceCache:
         if self._importance is None:
             import numpy as np
 
-            from policy.learn.importance import importance
+            from kvtier.policy.learn.importance import importance
 
             self._importance = importance(self.get().model, self.split, self.signals(),
                                           rng=np.random.default_rng(self.seed)).to_json()
@@ -61,7 +61,7 @@ class ChoiceCache:
 
 
 def policy_for(name: str, cache: ChoiceCache):
-    """(CPU policy for :func:`policy.learn.replay.replay`, summary dict, shadow holder)."""
+    """(CPU policy for :func:`kvtier.policy.learn.replay.replay`, summary dict, shadow holder)."""
     choice = cache.get()
     best = choice.readout or _best_learned(choice)
     summary = {"readout": best.label(), "chosen_on": "training period's latest slice",
@@ -87,8 +87,8 @@ def shadow_summary(built: list) -> dict | None:
 
 
 def _best_learned(choice: Choice):
-    from policy.learn.deploy import READOUT_CANDIDATES
-    from policy.learn.nextuse import Readout
+    from kvtier.policy.learn.deploy import READOUT_CANDIDATES
+    from kvtier.policy.learn.nextuse import Readout
 
     learned = [(hit, label) for label, hit in choice.sweep[1:]]
     label = max(learned)[1] if learned else None

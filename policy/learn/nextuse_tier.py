@@ -7,8 +7,8 @@ prefix serves nothing). Ranked first, before any group: *dead* blocks — the ow
 moved on without them (a later request of the chain did not re-send them), or the block is
 its prompt's last and such blocks are rarely re-sent (:attr:`Readout.last_block_dead`).
 
-A group's rank comes from :class:`~policy.learn.nextuse.NextUseModel` at the time of the
-eviction, by :class:`~policy.learn.nextuse.Readout`: ``next_use`` (the ``q``-quantile of the
+A group's rank comes from :class:`~kvtier.policy.learn.nextuse.NextUseModel` at the time of the
+eviction, by :class:`~kvtier.policy.learn.nextuse.Readout`: ``next_use`` (the ``q``-quantile of the
 time left until the chain's next request: Belady's order, estimated) or ``reuse_within`` (the
 chance the chain comes back within ``horizon_s``). A finished request's view (its gap table,
 continue probability and gap scale) and a running one's arrival scale are fixed, so they are
@@ -16,7 +16,7 @@ computed for every request at once; the groups are re-ranked when the clock has 
 the last eviction.
 
 The order runs in the replay core (``NextUseOrder``): per block a few integers, per request a
-few floats. It reads the replayed requests' :class:`~policy.learn.signal_table.SignalTable`
+few floats. It reads the replayed requests' :class:`~kvtier.policy.learn.signal_table.SignalTable`
 by request index, so a tier is built for one replay of those requests.
 """
 
@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from policy.learn.nextuse import NextUseModel, Readout
-from policy.learn.signal_table import SignalTable
-from policy.sim.compiled import core
+from kvtier.policy.learn.nextuse import NextUseModel, Readout
+from kvtier.policy.learn.signal_table import SignalTable
+from kvtier.policy.sim.compiled import core
 
 
 class NextUseTier:

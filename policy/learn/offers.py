@@ -16,13 +16,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collector.events import RequestRecord
-from policy.learn.features import FEATURES
-from policy.sim.compiled import core
-from policy.sim.config import SimConfig
-from policy.sim.policies import NEVER, Belady, make_policy
-from policy.sim.simulator import Simulator, next_use_indices
-from policy.sim.trace import BlockTrace
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.learn.features import FEATURES
+from kvtier.policy.sim.compiled import core
+from kvtier.policy.sim.config import SimConfig
+from kvtier.policy.sim.policies import NEVER, Belady, make_policy
+from kvtier.policy.sim.simulator import Simulator, next_use_indices
+from kvtier.policy.sim.trace import BlockTrace
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collector.events import RequestRecord
-from policy.learn.admission_model import AdmissionModel, ModelConfig, train
-from policy.learn.offers import OfferScores, collect_offers, score_offers_streamed
-from policy.learn.replay import IndexedAdmitter, Tiers, replay
-from policy.sim.trace import BlockTrace
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.learn.admission_model import AdmissionModel, ModelConfig, train
+from kvtier.policy.learn.offers import OfferScores, collect_offers, score_offers_streamed
+from kvtier.policy.learn.replay import IndexedAdmitter, Tiers, replay
+from kvtier.policy.sim.trace import BlockTrace
 
 # 0 admits every offer (plain LRU): the sweep can always fall back to the default
 THRESHOLDS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7)

@@ -19,16 +19,16 @@ from itertools import pairwise
 
 import numpy as np
 
-from collector.events import RequestRecord
-from policy.learn.offers import _block_tokens, _futures
-from policy.sim.compiled import core
-from policy.sim.config import SimConfig
-from policy.sim.flows import runs_compiled
-from policy.sim.policies import Admitted, CachePolicy, make_policy
-from policy.sim.policies.admission import Admitter
-from policy.sim.result import SimResult
-from policy.sim.simulator import Simulator
-from policy.sim.trace import BlockTrace
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.learn.offers import _block_tokens, _futures
+from kvtier.policy.sim.compiled import core
+from kvtier.policy.sim.config import SimConfig
+from kvtier.policy.sim.flows import runs_compiled
+from kvtier.policy.sim.policies import Admitted, CachePolicy, make_policy
+from kvtier.policy.sim.policies.admission import Admitter
+from kvtier.policy.sim.result import SimResult
+from kvtier.policy.sim.simulator import Simulator
+from kvtier.policy.sim.trace import BlockTrace
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from collector.events import FINISH_CLASSES, RequestRecord
-from collector.events import finish_class as _finish_class
+from kvtier.collector.events import FINISH_CLASSES, RequestRecord
+from kvtier.collector.events import finish_class as _finish_class
 FEATURES = (
     "log_prompt_tokens",   # ln(1 + prompt tokens)
     "subagent",            # 1 for a sub-agent's request
@@ -42,7 +42,7 @@ ARRIVAL_FEATURES = len(FEATURES) - 3  # the leading columns known at arrival
 
 
 def finish_class(record: RequestRecord) -> str:
-    """How ``record`` ended, as one of :data:`FINISH_CLASSES` (``collector.events``'s rule)."""
+    """How ``record`` ended, as one of :data:`FINISH_CLASSES` (``kvtier.collector.events``'s rule)."""
     return _finish_class(record.finish_status, record.stop_reason)
 
 

@@ -21,11 +21,11 @@ import heapq
 import math
 from collections.abc import Sequence
 
-from collector.events import RequestRecord
-from policy.learn.replay import Tiers, replay, score_arrays
-from policy.sim.compiled import core
-from policy.sim.trace import BlockTrace
-from policy.sim.policies.base import BlockInfo, CachePolicy, Key
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.learn.replay import Tiers, replay, score_arrays
+from kvtier.policy.sim.compiled import core
+from kvtier.policy.sim.trace import BlockTrace
+from kvtier.policy.sim.policies.base import BlockInfo, CachePolicy, Key
 
 TAUS_S = (10.0, 30.0, 100.0, 300.0, math.inf)
 VALIDATION_FRACTION = 0.2
@@ -103,7 +103,7 @@ class LearnedRetention(CachePolicy):
 
 
 def factory(scores: dict, tau_s: float):
-    """A ``capacity -> LearnedRetention`` builder for :func:`policy.learn.replay.replay`."""
+    """A ``capacity -> LearnedRetention`` builder for :func:`kvtier.policy.learn.replay.replay`."""
     return lambda capacity: LearnedRetention(capacity, scores, tau_s)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from policy.sim.compiled import core
+from kvtier.policy.sim.compiled import core
 
 WINDOW_REQUESTS = 500
 MARGIN = 0.002  # of the window's prompt tokens: 0.2 points of hit ratio

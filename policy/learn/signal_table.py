@@ -1,4 +1,4 @@
-"""Every request's signals at once: what :class:`~policy.learn.request_signals.SignalTracker`
+"""Every request's signals at once: what :class:`~kvtier.policy.learn.request_signals.SignalTracker`
 knows of each request, as arrays, built once per trace.
 
 The next-use model trains on these rows, and the compiled next-use order reads them by
@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collector.events import RequestRecord
-from policy.learn.request_signals import FEATURES, SignalTracker
-from policy.sim.compiled import core
-from policy.sim.trace import BlockTrace
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.learn.request_signals import FEATURES, SignalTracker
+from kvtier.policy.sim.compiled import core
+from kvtier.policy.sim.trace import BlockTrace
 
 
 @dataclass(frozen=True, eq=False)
@@ -28,7 +28,7 @@ class SignalTable:
     """Per request, in arrival order: ``arrival_s``, ``finish_s`` (arrival plus latency),
     ``successor`` (the next request of its chain, -1: none), ``blocks`` (its block count),
     ``block_tokens`` (its block size, 16 when the trace gives none), ``rows`` (its
-    :data:`~policy.learn.request_signals.FEATURES`, finish columns filled in) and ``models``
+    :data:`~kvtier.policy.learn.request_signals.FEATURES`, finish columns filled in) and ``models``
     (the model vocabulary the rows were coded with)."""
 
     arrival_s: np.ndarray

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Iterator
 
-from collector.events import RequestRecord
+from kvtier.collector.events import RequestRecord
 
 
 def coarsen(record: RequestRecord, factor: int) -> RequestRecord:

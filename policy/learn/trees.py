@@ -62,7 +62,7 @@ class Trees:
         scoring one row needs the standard library only)."""
         built = self.__dict__.get("_forest")
         if built is None:
-            from policy.sim.compiled import core
+            from kvtier.policy.sim.compiled import core
 
             columns: tuple[list, ...] = ([], [], [], [], [], [])
             roots = []

@@ -16,16 +16,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from collector.events import RequestRecord
-from policy.learn.compare import Split
-from policy.learn.deploy import choose, deployment
-from policy.learn.nextuse import NextUseModel
-from policy.learn.nextuse import Readout
-from policy.learn.replay import Tiers
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.learn.compare import Split
+from kvtier.policy.learn.deploy import choose, deployment
+from kvtier.policy.learn.nextuse import NextUseModel
+from kvtier.policy.learn.nextuse import Readout
+from kvtier.policy.learn.replay import Tiers
 
 FILE_NAME = "next-use-policy.json"
 POLICY_SETTINGS = {"eviction_policy": "KvtierNextUsePolicy",
-                   "cache_policy_module_path": "probes.vllm.next_use_policy"}
+                   "cache_policy_module_path": "kvtier.probes.vllm.next_use_policy"}
 
 
 @dataclass(frozen=True)
@@ -56,8 +56,8 @@ class VllmNextUse:
 
 def later_hit_ratio(split: Split, tiers: Tiers, twin=None) -> float:
     """Token hit ratio from ``split.count_from`` on, vLLM flow; ``twin`` None: vLLM's LRU."""
-    from policy.sim.config import SimConfig
-    from policy.sim.simulator import Simulator
+    from kvtier.policy.sim.config import SimConfig
+    from kvtier.policy.sim.simulator import Simulator
 
     block_tokens = split.records[0].block_size_tokens or 16
     simulator = Simulator(SimConfig(tiers.gpu_blocks, tiers.cpu_blocks, semantics="vllm",
@@ -78,7 +78,7 @@ def next_use_for_vllm(records: Sequence[RequestRecord], tiers: Tiers,
                       train_fraction: float = 0.5) -> VllmNextUse:
     """Choose on the earlier ``train_fraction`` of the time span, measure on the rest;
     ``twin(cpu_blocks, document)``: the plug-in as a request-scoped tier
-    (``probes.vllm.next_use_twin.NextUseTwin``)."""
+    (``kvtier.probes.vllm.next_use_twin.NextUseTwin``)."""
     if tiers.cpu_blocks == 0:
         raise ValueError("the next-use order needs a CPU tier (cpu_blocks 0)")
     split = Split.by_time(records, train_fraction)

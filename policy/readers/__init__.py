@@ -1,4 +1,4 @@
-"""Trace readers: public trace formats as :class:`collector.events.TraceReader` values.
+"""Trace readers: public trace formats as :class:`kvtier.collector.events.TraceReader` values.
 
 ``open_trace(path, format=None)`` picks the reader by name or sniffs the format from the path
 and its first record. Each reader yields ``RequestRecord`` values in arrival order.
@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from policy.readers.bailian import BailianReader
-from policy.readers.base import TraceFormatError, open_text
-from policy.readers.mooncake import MooncakeReader
-from policy.readers.weka import WekaLayout, WekaReader
+from kvtier.policy.readers.bailian import BailianReader
+from kvtier.policy.readers.base import TraceFormatError, open_text
+from kvtier.policy.readers.mooncake import MooncakeReader
+from kvtier.policy.readers.weka import WekaLayout, WekaReader
 
 READERS = {"mooncake": MooncakeReader, "weka": WekaReader, "bailian": BailianReader}
-# The store and Parquet segments are read by collector.reader .
+# The store and Parquet segments are read by kvtier.collector.reader .
 FORMATS = (*READERS, "store")
 
 __all__ = [
@@ -63,7 +63,7 @@ def open_trace(path: str | Path, format: str | None = None, *, skip_bad: bool = 
 def _store_reader(path: Path, instance: str | None = None, tier_config_id: str | None = None,
                   engine: str | None = None):
     """The store readers: a folder of Parquet segments or a DuckDB store file (read-only)."""
-    from collector.reader import SegmentReader, open_store  # DuckDB: imported on use
+    from kvtier.collector.reader import SegmentReader, open_store  # DuckDB: imported on use
 
     if path.is_dir():
         return SegmentReader(path, instance=instance, tier_config_id=tier_config_id,

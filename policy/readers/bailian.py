@@ -15,8 +15,8 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
-from collector.events import RequestRecord
-from policy.readers.base import (
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.readers.base import (
     BadLine,
     JsonLinesReader,
     check_fields,

@@ -1,7 +1,7 @@
 """What every trace reader shares: the format error, line-level validation, and skip counting.
 
-A reader turns one public trace format into :class:`collector.events.RequestRecord` values in
-arrival order (the :class:`collector.events.TraceReader` protocol). Bad input never escapes as a
+A reader turns one public trace format into :class:`kvtier.collector.events.RequestRecord` values in
+arrival order (the :class:`kvtier.collector.events.TraceReader` protocol). Bad input never escapes as a
 traceback: each problem raises :class:`TraceFormatError` naming the file and line, or, when the
 reader was built with ``skip_bad=True``, the line is skipped and counted in ``skipped``.
 """
@@ -18,7 +18,7 @@ from typing import IO
 
 import numpy as np
 
-from collector.events import UINT64_MAX
+from kvtier.collector.events import UINT64_MAX
 
 
 class TraceFormatError(ValueError):

@@ -37,8 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
-from collector.events import RequestRecord
-from policy.readers.base import (
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.readers.base import (
     BadLine,
     SkipCounter,
     TraceFormatError,

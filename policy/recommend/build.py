@@ -3,16 +3,16 @@
 Steps: split by time; replay the GPU tier alone; size the CPU tier from the one-pass LRU
 curve of all the requests (a size must hold the traffic's working set; the gate below is
 trained on the earlier part and measured on the later) and the cost model, capped at the
-host headroom when one is given (:mod:`policy.recommend.sizing`); ask the reuse analysis
+host headroom when one is given (:mod:`kvtier.policy.recommend.sizing`); ask the reuse analysis
 for its verdict on the same inputs ``kvtier analyze`` takes, refined by that size
-(:mod:`policy.recommend.decision`);
+(:mod:`kvtier.policy.recommend.decision`);
 if offloading pays, train and sweep the learned offload gate at that size and measure it on
 the later, held-out time against the default (LRU, admit all) and against the GPU tier alone,
-with bootstrap intervals (:mod:`policy.recommend.gate`, :mod:`policy.recommend.expected`).
+with bootstrap intervals (:mod:`kvtier.policy.recommend.gate`, :mod:`kvtier.policy.recommend.expected`).
 The cold tier is sized from the same curve above GPU + CPU at its (measured) cost; vLLM gets
 its ``eviction_policy`` and ``store_threshold`` and the file-tier decision
-(:func:`policy.recommend.cold_tier.decide`) from replays under its own semantics. Every step
-returns a typed value (:mod:`policy.recommend.values`).
+(:func:`kvtier.policy.recommend.cold_tier.decide`) from replays under its own semantics. Every step
+returns a typed value (:mod:`kvtier.policy.recommend.values`).
 """
 
 from __future__ import annotations
@@ -23,23 +23,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collector.events import RequestRecord
-from policy.cost import CostParams, servers_for
-from policy.curves import HitRatioCurve, lru_curve
-from policy.learn.compare import Split
-from policy.learn.replay import Replayed, Tiers, replay
-from policy.recommend import engines
-from policy.recommend.cold_tier import MIN_COLD_GAIN, ColdCost, cost_from_params
-from policy.recommend.cold_tier import decide as decide_cold_tier
-from policy.recommend.decision import decide
-from policy.recommend.expected import expected_changes
-from policy.recommend.gate import Learned, Measured, learn, measure
-from policy.recommend.headroom import NOT_CHECKED, HostLimit
-from policy.recommend.knobs import cpu_knobs, file_knob, guardrails
-from policy.recommend.recommendation import Recommendation
-from policy.recommend.sizing import DEFAULT_MIN_GAIN_PER_GIB, cold_free_cap, tier_size
-from policy.recommend.sweep import THRESHOLDS
-from policy.recommend.values import (
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.cost import CostParams, servers_for
+from kvtier.policy.curves import HitRatioCurve, lru_curve
+from kvtier.policy.learn.compare import Split
+from kvtier.policy.learn.replay import Replayed, Tiers, replay
+from kvtier.policy.recommend import engines
+from kvtier.policy.recommend.cold_tier import MIN_COLD_GAIN, ColdCost, cost_from_params
+from kvtier.policy.recommend.cold_tier import decide as decide_cold_tier
+from kvtier.policy.recommend.decision import decide
+from kvtier.policy.recommend.expected import expected_changes
+from kvtier.policy.recommend.gate import Learned, Measured, learn, measure
+from kvtier.policy.recommend.headroom import NOT_CHECKED, HostLimit
+from kvtier.policy.recommend.knobs import cpu_knobs, file_knob, guardrails
+from kvtier.policy.recommend.recommendation import Recommendation
+from kvtier.policy.recommend.sizing import DEFAULT_MIN_GAIN_PER_GIB, cold_free_cap, tier_size
+from kvtier.policy.recommend.sweep import THRESHOLDS
+from kvtier.policy.recommend.values import (
     ColdTierDecision,
     Evidence,
     HitRatios,
@@ -51,8 +51,8 @@ from policy.recommend.values import (
     TierSize,
     Verdict,
 )
-from policy.recommend.vllm_sweep import best_cpu_setting, cold_tier_gain
-from policy.rollback.rule import LatencyBudget
+from kvtier.policy.recommend.vllm_sweep import best_cpu_setting, cold_tier_gain
+from kvtier.policy.rollback.rule import LatencyBudget
 
 VALIDATION_FRACTION = 0.2
 DEFAULT_COSTS = CostParams()
@@ -68,7 +68,7 @@ class Inputs:
     cpu_blocks: int | None = None
     train_fraction: float = 0.5
     seed: int = 0
-    prefill_servers: int | None = None  # None: size with policy.cost.servers_for
+    prefill_servers: int | None = None  # None: size with kvtier.policy.cost.servers_for
     windows: int = 10
     thresholds: tuple[int, ...] = THRESHOLDS
     host: HostLimit | None = None  # None: the CPU size is not checked against host memory
@@ -243,8 +243,8 @@ def _cold_tier(train: Sequence[RequestRecord], inputs: Inputs, size: TierSize | 
 def _reuse_verdict(records: Sequence[RequestRecord], gpu_ratio: float, params: CostParams,
                    inputs: Inputs) -> Verdict:
     """The reuse analysis's verdict on the same inputs ``kvtier analyze`` takes."""
-    from policy.reuse.collect import collect
-    from policy.reuse.verdict import verdict
+    from kvtier.policy.reuse.collect import collect
+    from kvtier.policy.reuse.verdict import verdict
 
     block_tokens = next((r.block_size_tokens for r in records if r.block_size_tokens), 16)
     return verdict(collect(records, block_tokens), params, gpu_token_hit_ratio=gpu_ratio,

@@ -4,15 +4,15 @@ The seed's rule: a secondary tier only if its retention value justifies it. Two 
 order: (1) a cold promotion of a block (file -> CPU -> GPU) must cost less than recomputing
 the block's tokens, else a hit in the file tier is no better than a miss, whatever the
 simulated hit gain; (2) the simulated gain in prompt tokens served from cache must reach the
-bar. The costs come from the cost model (:mod:`policy.cost`: its defaults, or the file-tier
+bar. The costs come from the cost model (:mod:`kvtier.policy.cost`: its defaults, or the file-tier
 probe's measurements, ``kvtier probe fs --json``) or from a store's own measured latencies.
 ``kvtier recommend`` (vLLM) and ``kvtier rollout`` both decide with :func:`decide`.
 """
 
 from __future__ import annotations
 
-from policy.cost import CostParams
-from policy.recommend.values import ColdCost, ColdTierDecision
+from kvtier.policy.cost import CostParams
+from kvtier.policy.recommend.values import ColdCost, ColdTierDecision
 
 MIN_COLD_GAIN = 0.02  # the rollout plan's default bar
 

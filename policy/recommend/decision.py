@@ -1,11 +1,11 @@
 """The recommendation's verdict: the reuse analysis's, and what recommend checks on top.
 
-``kvtier analyze`` and ``kvtier recommend`` call the same :func:`policy.reuse.verdict.verdict`
+``kvtier analyze`` and ``kvtier recommend`` call the same :func:`kvtier.policy.reuse.verdict.verdict`
 with the same inputs (the GPU-only hit ratio, the p99 TTFT budget, the host headroom), so
 given those they agree. Recommend checks two more things itself and says in one line
 (``Verdict.note``) when that changes the answer:
 
-* the CPU tier's size from the curve (:mod:`policy.recommend.sizing`): when no size pays
+* the CPU tier's size from the curve (:mod:`kvtier.policy.recommend.sizing`): when no size pays
   (or the cap leaves no block), it is do-not-offload although no reuse reason holds;
 * an inconclusive analysis (a check it could not make) becomes offload when no reason not to
   offload holds and the curve gives the CPU tier a size: the gain is then measured by replay
@@ -14,7 +14,7 @@ given those they agree. Recommend checks two more things itself and says in one 
 
 from __future__ import annotations
 
-from policy.recommend.values import Reason, TierSize, Verdict
+from kvtier.policy.recommend.values import Reason, TierSize, Verdict
 
 SIZED = "no CPU tier size pays"
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from policy.recommend.values import ColdTierDecision
-from policy.writers import ENGINES, writer
-from policy.writers.settings import EngineSettings
-from policy.writers.trtllm_retention import RetentionClass
+from kvtier.policy.recommend.values import ColdTierDecision
+from kvtier.policy.writers import ENGINES, writer
+from kvtier.policy.writers.settings import EngineSettings
+from kvtier.policy.writers.trtllm_retention import RetentionClass
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 The evaluation period is cut, in time order, into ``windows`` windows of equal request
 counts (arrivals tie on coarse clocks, so equal spans could be empty); each is priced on
-its own (the FIFO queueing model of :mod:`policy.cost`), giving per-window token totals and
+its own (the FIFO queueing model of :mod:`kvtier.policy.cost`), giving per-window token totals and
 TTFT percentiles for the baseline and the candidate. The change is the mean per-window
 difference; its interval is the 5th-95th percentile of that mean over windows resampled
 with replacement (a paired bootstrap, ``rng`` injected).
@@ -14,9 +14,9 @@ from itertools import pairwise
 
 import numpy as np
 
-from policy.cost import CostParams, queue_ttft
-from policy.learn.replay import Replayed
-from policy.recommend.values import Change
+from kvtier.policy.cost import CostParams, queue_ttft
+from kvtier.policy.learn.replay import Replayed
+from kvtier.policy.recommend.values import Change
 
 TOKEN_METRICS = ("gpu_hit_tokens", "cpu_promotion_tokens", "cold_promotion_tokens",
                  "recompute_tokens")

@@ -2,9 +2,9 @@
 priorities, sweep the offload threshold, and measure the chosen gate on later time.
 
 The model is trained on the training period at the CPU tier's size; each offer's score
-becomes a value per byte and a priority (:mod:`policy.recommend.value`); the threshold is
+becomes a value per byte and a priority (:mod:`kvtier.policy.recommend.value`); the threshold is
 swept on the training period's latest slice for both TRT-LLM comparisons
-(:mod:`policy.recommend.sweep`); the priorities are summarised as per-request-class token
+(:mod:`kvtier.policy.recommend.sweep`); the priorities are summarised as per-request-class token
 ranges for TRT-LLM and its threshold swept over those; the chosen gate is replayed against
 the default (LRU, admit every block) on the later, held-out time.
 """
@@ -16,18 +16,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from policy.cost import CostParams
-from policy.learn.admission_model import ModelConfig
-from policy.learn.compare import Split
-from policy.learn.expiring_retention import expiring
-from policy.learn.pipeline import fit
-from policy.learn.replay import IndexedAdmitter, Replayed, Tiers, replay
-from policy.learn.retention import choose_tau
-from policy.recommend.sweep import THRESHOLDS, best, priority_scores, sweep
-from policy.recommend.token_ranges import band_priorities, range_priorities, retention_classes
-from policy.recommend.value import full_block_value, priorities, value_per_byte
-from policy.recommend.values import HeldOut, ModelCard, SweepPoint
-from policy.writers.trtllm_retention import DEFAULT_RETENTION_PRIORITY, RetentionClass
+from kvtier.policy.cost import CostParams
+from kvtier.policy.learn.admission_model import ModelConfig
+from kvtier.policy.learn.compare import Split
+from kvtier.policy.learn.expiring_retention import expiring
+from kvtier.policy.learn.pipeline import fit
+from kvtier.policy.learn.replay import IndexedAdmitter, Replayed, Tiers, replay
+from kvtier.policy.learn.retention import choose_tau
+from kvtier.policy.recommend.sweep import THRESHOLDS, best, priority_scores, sweep
+from kvtier.policy.recommend.token_ranges import band_priorities, range_priorities, retention_classes
+from kvtier.policy.recommend.value import full_block_value, priorities, value_per_byte
+from kvtier.policy.recommend.values import HeldOut, ModelCard, SweepPoint
+from kvtier.policy.writers.trtllm_retention import DEFAULT_RETENTION_PRIORITY, RetentionClass
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from policy.recommend.values import HostCheck
+from kvtier.policy.recommend.values import HostCheck
 
 SAFETY_MARGIN_FRACTION = 0.10
 SAFETY_MARGIN_MIN_BYTES = 1 << 30

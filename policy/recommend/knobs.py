@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from policy.recommend.headroom import HostLimit
-from policy.recommend.values import ColdTierDecision, Knob, SweepPoint, TierSize
-from policy.writers.settings import Guardrails
+from kvtier.policy.recommend.headroom import HostLimit
+from kvtier.policy.recommend.values import ColdTierDecision, Knob, SweepPoint, TierSize
+from kvtier.policy.writers.settings import Guardrails
 
 
 def guardrails(host: HostLimit | None) -> Guardrails:

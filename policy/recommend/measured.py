@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from policy.cost import CostParams, Param
-from policy.recommend.cold_tier import cost_from_latencies
-from policy.recommend.values import ColdCost
+from kvtier.policy.cost import CostParams, Param
+from kvtier.policy.recommend.cold_tier import cost_from_latencies
+from kvtier.policy.recommend.values import ColdCost
 
 FOLDED_OP_LATENCY_S = 1e-9  # the path's fixed cost is inside the measured per-token figure
 
@@ -36,7 +36,7 @@ def per_token_latencies(reader) -> tuple[dict[str, float], str | None]:
     elif root is not None:
         import duckdb
 
-        from collector.segments import has_segments, segments_relation
+        from kvtier.collector.segments import has_segments, segments_relation
 
         if not has_segments(root, "block_events"):
             return {}, None

@@ -3,7 +3,7 @@ the dashboard.
 
 It holds the verdict (offload or not, the checks behind it), the engine-neutral settings plus
 the ones each engine can express, the knobs in words, the expected change against the
-baseline with bootstrap intervals, and the typed :class:`~policy.recommend.values.Evidence`.
+baseline with bootstrap intervals, and the typed :class:`~kvtier.policy.recommend.values.Evidence`.
 ``to_json`` is the form ``kvtier push --recommendation`` and the collector's recommendation
 export read: ``settings`` and ``guardrails`` at the top, everything else under ``evidence``
 (``evidence.verdict`` is the outcome as a string); :func:`from_json` reads it back. Standard
@@ -15,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from policy.recommend.values import Change, Evidence, Knob, Reason, Verdict, decode, encode
-from policy.writers.settings import EngineSettings, Guardrails
+from kvtier.policy.recommend.values import Change, Evidence, Knob, Reason, Verdict, decode, encode
+from kvtier.policy.writers.settings import EngineSettings, Guardrails
 
 KIND, VERSION = "kvtier.recommendation", 2
 # what to_json writes under "evidence" besides the Evidence fields

@@ -7,11 +7,11 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from policy.recommend.plots import bar_chart, line_chart
-from policy.recommend.recommendation import Recommendation, settings_dict
-from policy.recommend.sizing import human_bytes
-from policy.recommend.values import HostCheck, PrefillServers, TierSize
-from policy.writers import writer
+from kvtier.policy.recommend.plots import bar_chart, line_chart
+from kvtier.policy.recommend.recommendation import Recommendation, settings_dict
+from kvtier.policy.recommend.sizing import human_bytes
+from kvtier.policy.recommend.values import HostCheck, PrefillServers, TierSize
+from kvtier.policy.writers import writer
 
 CONFIG_FILES = {"vllm": "vllm.json", "trtllm": "trtllm.yaml", "lmcache": "lmcache.yaml",
                 "sglang": "sglang.args", "dynamo": "dynamo.env"}

@@ -3,9 +3,9 @@
 A tier stacked above ``offset_blocks`` of faster cache (the CPU tier above the GPU, the cold
 tier above both; exclusive tiers, as in kvtier's reference engine and the simulator's
 default semantics) serves, at ``c`` blocks, what LRU with ``offset + c`` blocks serves beyond
-LRU with ``offset``; :func:`policy.curves.lru_curve` gives that at every capacity in one pass
+LRU with ``offset``; :func:`kvtier.policy.curves.lru_curve` gives that at every capacity in one pass
 (a test checks it against the simulator's replay). Each prompt token the tier serves saves
-``saved_s_per_token`` = recompute - promotion (:mod:`policy.cost`, measured where a probe or
+``saved_s_per_token`` = recompute - promotion (:mod:`kvtier.policy.cost`, measured where a probe or
 the store measured it). The gain of the next GiB at size ``c`` is that saving times the
 tokens the GiB adds, per second of the records' span: the share of one prefill server's
 time it frees. The **knee** is the smallest size beyond which no further GiB frees
@@ -20,8 +20,8 @@ import shutil
 
 import numpy as np
 
-from policy.curves import HitRatioCurve
-from policy.recommend.values import CurvePoint, TierSize
+from kvtier.policy.curves import HitRatioCurve
+from kvtier.policy.recommend.values import CurvePoint, TierSize
 
 GIB = 1 << 30
 # The next GiB must free at least 0.1% of one prefill server's time: a GiB of host DRAM costs

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from collector.events import RequestRecord
-from policy.learn.replay import IndexedAdmitter, Tiers, replay
-from policy.recommend.values import SweepPoint
-from policy.sim.policies.admission import COMPARISONS
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.learn.replay import IndexedAdmitter, Tiers, replay
+from kvtier.policy.recommend.values import SweepPoint
+from kvtier.policy.sim.policies.admission import COMPARISONS
 
 THRESHOLDS = (0, 10, 20, 30, 40, 50, 60, 70)
 

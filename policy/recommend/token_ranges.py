@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from collector.events import RequestRecord
-from policy.writers.trtllm_retention import RetentionClass, TokenRange
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.writers.trtllm_retention import RetentionClass, TokenRange
 
 BANDS_BLOCKS = ((0, 1), (1, 4), (4, 16), (16, None))
 DEFAULT_CLASS = "default"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from policy.cost import CostParams
+from kvtier.policy.cost import CostParams
 
 PRIORITY_STEP = 10
 

@@ -1,7 +1,7 @@
 """The recommendation's typed values: what ``kvtier recommend`` decided, and its evidence.
 
-Every value is a frozen dataclass; :func:`~policy.recommend.codec.encode` turns one into
-JSON-ready data and :func:`~policy.recommend.codec.decode` reads it back, checking types and
+Every value is a frozen dataclass; :func:`~kvtier.policy.recommend.codec.encode` turns one into
+JSON-ready data and :func:`~kvtier.policy.recommend.codec.decode` reads it back, checking types and
 naming the path of a bad one. This module imports only the standard library, so the
 dashboard reads a ``recommendation.json`` through it without pulling in the analysis.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from policy.recommend.codec import decode, encode, keyed, pairs  # noqa: F401  (decode, encode: re-exported)
+from kvtier.policy.recommend.codec import decode, encode, keyed, pairs  # noqa: F401  (decode, encode: re-exported)
 
 OUTCOMES = ("offload", "do_not_offload", "inconclusive")
 
@@ -235,7 +235,7 @@ class HitRatios:
 class RollbackRule:
     """The rollback rule to deploy with the recommendation: when the p99 TTFT (or ITL, when
     budgeted) of the newest tier configuration stays over budget for ``sustained_s``, p99 over
-    ``window_s`` windows, disable that tier (:mod:`policy.rollback.rule`)."""
+    ``window_s`` windows, disable that tier (:mod:`kvtier.policy.rollback.rule`)."""
 
     ttft_p99_s: float
     sustained_s: int

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from collector.events import RequestRecord
-from policy.sim.config import SimConfig
-from policy.sim.simulator import Simulator
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.sim.config import SimConfig
+from kvtier.policy.sim.simulator import Simulator
 
 STORE_THRESHOLDS = (0, 2, 3)
 CPU_POLICIES = ("lru", "arc")  # what vLLM 0.33 ships

@@ -8,19 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from collector.events import RequestRecord
-from policy.cost import CostParams
-from policy.recommend.values import encode
-from policy.reuse.collect import collect
-from policy.reuse.questions import (
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.cost import CostParams
+from kvtier.policy.recommend.values import encode
+from kvtier.policy.reuse.collect import collect
+from kvtier.policy.reuse.questions import (
     block_sizing,
     drop_candidates,
     reuse_timing,
     shared_prefixes,
 )
-from policy.reuse.render import render
-from policy.reuse.stats import ReuseStats
-from policy.reuse.verdict import verdict
+from kvtier.policy.reuse.render import render
+from kvtier.policy.reuse.stats import ReuseStats
+from kvtier.policy.reuse.verdict import verdict
 
 __all__ = ["ReuseStats", "analyze", "collect", "render", "report_from_stats"]
 
@@ -39,7 +39,7 @@ def report_from_stats(stats: ReuseStats, params: CostParams = CostParams(), *,
                       host_cap_bytes: int | None = None, top: int = 10,
                       drop_below: float = 0.05) -> dict:
     """A JSON-ready dict: trace totals, the four answers, and the verdict (its JSON form,
-    :func:`policy.recommend.values.encode` of :func:`policy.reuse.verdict.verdict`)."""
+    :func:`kvtier.policy.recommend.values.encode` of :func:`kvtier.policy.reuse.verdict.verdict`)."""
     return {
         "trace": {"requests": stats.requests, "prompt_tokens": stats.prompt_tokens,
                   "block_refs": stats.block_refs, "duration_s": stats.duration_s,

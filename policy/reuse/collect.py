@@ -18,10 +18,10 @@ from typing import Iterable
 
 import numpy as np
 
-from collector.events import RequestRecord
-from policy.runs import RunTrace, RunTraceBuilder
-from policy.reuse.stats import ALL, BlockStats, ReuseStats, turn_bucket
-from policy.reuse.histogram import LogHistogram
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.runs import RunTrace, RunTraceBuilder
+from kvtier.policy.reuse.stats import ALL, BlockStats, ReuseStats, turn_bucket
+from kvtier.policy.reuse.histogram import LogHistogram
 
 
 class _Requests:
@@ -49,7 +49,7 @@ def collect(records: Iterable[RequestRecord], default_block_tokens: int = 16) ->
 
 def collect_with_trace(records: Iterable[RequestRecord], default_block_tokens: int = 16
                        ) -> tuple[ReuseStats, RunTrace]:
-    """:func:`collect` and the flattened trace (for :func:`policy.curves.lru_curve_of`)."""
+    """:func:`collect` and the flattened trace (for :func:`kvtier.policy.curves.lru_curve_of`)."""
     builder, columns = RunTraceBuilder(default_block_tokens), _Requests()
     for record in records:
         builder.add(record)

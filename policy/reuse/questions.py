@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from policy.cost import CostParams
-from policy.reuse.stats import ALL, ReuseStats
-from policy.reuse.histogram import LogHistogram
+from kvtier.policy.cost import CostParams
+from kvtier.policy.reuse.stats import ALL, ReuseStats
+from kvtier.policy.reuse.histogram import LogHistogram
 
 DEPTH_BUCKETS = ((0, 0), (1, 3), (4, 15), (16, 63), (64, 255), (256, None))
 REUSE_WINDOWS_S = (10.0, 60.0, 600.0, 3600.0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def render(report: dict) -> str:
-    """Plain text of a report from :func:`policy.reuse.report_from_stats`."""
+    """Plain text of a report from :func:`kvtier.policy.reuse.report_from_stats`."""
     lines: list[str] = []
     trace = report["trace"]
     lines.append(f"trace: {trace['requests']:,} requests, {trace['prompt_tokens']:,} prompt tokens, "

@@ -1,10 +1,10 @@
-"""What the reuse pass gathers: per distinct block and per reuse (see :func:`policy.reuse.collect.collect`)."""
+"""What the reuse pass gathers: per distinct block and per reuse (see :func:`kvtier.policy.reuse.collect.collect`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from policy.reuse.histogram import LogHistogram
+from kvtier.policy.reuse.histogram import LogHistogram
 
 ALL = "all"
 
@@ -22,7 +22,7 @@ class BlockStats:
 
 @dataclass
 class ReuseStats:
-    """Totals of one pass (see the module docstring). Built by :func:`policy.reuse.collect.collect`."""
+    """Totals of one pass (see the module docstring). Built by :func:`kvtier.policy.reuse.collect.collect`."""
 
     blocks: dict[int, BlockStats] = field(default_factory=dict)
     requests: int = 0

@@ -5,16 +5,16 @@ or ``None`` (the inputs cannot tell; the evidence says what would). The verdict 
 ``"do_not_offload"`` when any reason holds, ``"offload"`` when the first three (unique
 prompts, GPU not the limit, tail budget) are checked and fail, else ``"inconclusive"``.
 ``kvtier analyze`` and ``kvtier recommend`` both call :func:`verdict`, so given the same
-inputs they say the same (:class:`policy.recommend.values.Verdict`).
+inputs they say the same (:class:`kvtier.policy.recommend.values.Verdict`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from policy.cost import CostParams
-from policy.recommend.values import Reason, Verdict
-from policy.reuse.stats import ReuseStats
+from kvtier.policy.cost import CostParams
+from kvtier.policy.recommend.values import Reason, Verdict
+from kvtier.policy.reuse.stats import ReuseStats
 
 UNIQUE_PROMPTS_BELOW = 0.10    # ideal token hit ratio under which prompts count as unique
 GPU_CAPTURES_AT_LEAST = 0.90   # share of the ideal reuse the GPU tier alone already captures

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from policy.rollback.rule import LatencyBudget
+from kvtier.policy.rollback.rule import LatencyBudget
 
 ACTION_LABEL = "kvtier_action"
 ROLLBACK_ACTION = "disable_newest_tier"

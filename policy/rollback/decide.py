@@ -1,6 +1,6 @@
 """The rollback rule over request records: the offline twin of the Prometheus alerts.
 
-Same budget (:class:`policy.rollback.rule.LatencyBudget`) and the same meaning as the
+Same budget (:class:`kvtier.policy.rollback.rule.LatencyBudget`) and the same meaning as the
 rules ``policy/rollback/alerts.py`` writes: at each evaluation instant ``t`` (every
 ``step_s``, Prometheus's evaluation interval) the p99 of the requests that arrived in
 ``(t - window_s, t]`` is compared with the budget, per tier configuration; an empty window
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collector.events import RequestRecord
-from policy.rollback.rule import LatencyBudget
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.rollback.rule import LatencyBudget
 
 METRICS = {"ttft": ("ttft_s", "ttft_p99_s"), "itl": ("itl_s", "itl_p99_s")}
 UNKNOWN_CONFIG = "unknown"

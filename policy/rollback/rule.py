@@ -2,8 +2,8 @@
 latency, of the tier configuration in service stays above its budget for a sustained interval,
 disable the newest tier and return to the configuration before it.
 
-:func:`policy.rollback.decide.decide` applies it to request records (the rollout and the
-demo); :func:`policy.rollback.alerts.rules_yaml` renders it as Prometheus alerting rules over
+:func:`kvtier.policy.rollback.decide.decide` applies it to request records (the rollout and the
+demo); :func:`kvtier.policy.rollback.alerts.rules_yaml` renders it as Prometheus alerting rules over
 kvtier's metrics, for an operator's Alertmanager.
 """
 

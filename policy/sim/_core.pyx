@@ -2,7 +2,7 @@
 """The compiled replay core: tiers, policies, admitters and flows over dense block ids.
 
 Pure: arrays of block ids per request in, totals, per-request outcomes and movement events
-out. ``policy.sim.simulator`` is its Python face; the pure-Python flows kept under tests/ are
+out. ``kvtier.policy.sim.simulator`` is its Python face; the pure-Python flows kept under tests/ are
 the oracle it is compared against.
 """
 

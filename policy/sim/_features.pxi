@@ -1,5 +1,5 @@
 # Per-block features at the moment a tier would admit a block, from the past only: the
-# compiled form of policy.learn.features.FeatureTracker (same values, bit for bit).
+# compiled form of kvtier.policy.learn.features.FeatureTracker (same values, bit for bit).
 
 DEF N_FEATURES = 22
 

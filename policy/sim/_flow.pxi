@@ -16,7 +16,7 @@ TOTALS = ("requests", "prompt_tokens", "gpu_hit_tokens", "cpu_promotion_tokens",
           "cpu_evictions_total", "cold_evictions_total", "drops_total")
 OUTCOME_COLUMNS = ("gpu_hit_tokens", "cpu_promotion_tokens", "cold_promotion_tokens",
                    "recompute_tokens")
-# movement event kinds (collector.events.Outcome values) and tiers (Tier values, -1: none)
+# movement event kinds (kvtier.collector.events.Outcome values) and tiers (Tier values, -1: none)
 EV_STORE = 4
 EV_EVICT = 5
 EV_DROP = 6

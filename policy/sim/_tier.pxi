@@ -208,7 +208,7 @@ cdef class Tier:
 
 
 cdef class PyTier(Tier):
-    """A tier implemented in Python (the per-key protocol of ``policy.sim.policies``:
+    """A tier implemented in Python (the per-key protocol of ``kvtier.policy.sim.policies``:
     ``__contains__``, ``touch``, ``insert -> victims``, ``remove``, ``evict``, ``begin``,
     ``finish``), driven by a compiled flow. Keys are block hashes; slow, for policies that
     have no compiled form."""

@@ -11,11 +11,11 @@ _core = None
 
 
 def core():
-    """The ``policy.sim._core`` extension module."""
+    """The ``kvtier.policy.sim._core`` extension module."""
     global _core
     if _core is None:
         try:
-            from policy.sim import _core as module
+            from kvtier.policy.sim import _core as module
         except ImportError as error:
             raise ImportError(
                 f"the simulator's compiled core is not built in {Path(__file__).parent} "

@@ -27,9 +27,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from collector.events import PRIORITY_MAX, PRIORITY_MIN
-from policy.sim.policies import POLICIES
-from policy.sim.policies.admission import COMPARISONS
+from kvtier.collector.events import PRIORITY_MAX, PRIORITY_MIN
+from kvtier.policy.sim.policies import POLICIES
+from kvtier.policy.sim.policies.admission import COMPARISONS
 
 SEMANTICS = ("exclusive", "vllm", "trtllm")
 VLLM_CPU_POLICIES = ("lru", "arc")

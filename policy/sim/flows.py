@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from policy.sim.compiled import core
-from policy.sim.config import SimConfig
-from policy.sim.policies import Admitted, BlockInfo, KeyedTier, OfferCountAdmitter, PriorityAdmitter
+from kvtier.policy.sim.compiled import core
+from kvtier.policy.sim.config import SimConfig
+from kvtier.policy.sim.policies import Admitted, BlockInfo, KeyedTier, OfferCountAdmitter, PriorityAdmitter
 
-TIERS = (0, 1, 2)  # GPU, CPU, cold, as the core numbers them (collector.events.Tier values)
+TIERS = (0, 1, 2)  # GPU, CPU, cold, as the core numbers them (kvtier.collector.events.Tier values)
 
 
 class TierView:
@@ -52,7 +52,7 @@ def _rule(config: SimConfig):
 
 
 def _policy(name: str, capacity: int | None):
-    from policy.sim.policies import make_policy
+    from kvtier.policy.sim.policies import make_policy
 
     return make_policy(name, capacity).compiled()
 

@@ -9,7 +9,7 @@ per the configured semantics. Requests take zero service time (a cache-content r
 cost model turns outcomes into latency).
 
 The replay runs in the compiled core (``policy/sim/_core.pyx``); records are turned into
-arrays of dense block ids a chunk at a time, and a :class:`policy.sim.trace.BlockTrace` is
+arrays of dense block ids a chunk at a time, and a :class:`kvtier.policy.sim.trace.BlockTrace` is
 replayed without a Python object per request (:meth:`Simulator.replay_trace`).
 """
 
@@ -21,14 +21,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from collector.events import BlockEvent, Outcome, RequestRecord, Tier
-from policy.sim.compiled import NEVER_ID, core
-from policy.sim.config import SimConfig
-from policy.sim.flows import build_flow
-from policy.sim.policies import NEVER
-from policy.sim.policies.admission import Admitter
-from policy.sim.result import SimResult
-from policy.sim.trace import BlockTrace
+from kvtier.collector.events import BlockEvent, Outcome, RequestRecord, Tier
+from kvtier.policy.sim.compiled import NEVER_ID, core
+from kvtier.policy.sim.config import SimConfig
+from kvtier.policy.sim.flows import build_flow
+from kvtier.policy.sim.policies import NEVER
+from kvtier.policy.sim.policies.admission import Admitter
+from kvtier.policy.sim.result import SimResult
+from kvtier.policy.sim.trace import BlockTrace
 
 _OUTCOME_OF_TIER = (Outcome.GPU_HIT, Outcome.CPU_PROMOTION, Outcome.COLD_PROMOTION)
 _TIER_FROM = {Outcome.CPU_PROMOTION: Tier.CPU, Outcome.COLD_PROMOTION: Tier.COLD}

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collector.events import RequestRecord
+from kvtier.collector.events import RequestRecord
 
 
 @dataclass(frozen=True, eq=False)

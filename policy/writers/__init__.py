@@ -1,4 +1,4 @@
-"""Engine config writers: render :class:`policy.writers.settings.EngineSettings` into each
+"""Engine config writers: render :class:`kvtier.policy.writers.settings.EngineSettings` into each
 engine's own config format (one module per engine, standard library only).
 
 Each writer module has ``ENGINE``, ``FORMATS`` (file suffixes it edits), ``validate(settings)``
@@ -18,4 +18,4 @@ def writer(engine: str) -> ModuleType:
     """The writer module for ``engine``; ``ValueError`` naming the known engines."""
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
-    return importlib.import_module(f"policy.writers.{engine}")
+    return importlib.import_module(f"kvtier.policy.writers.{engine}")

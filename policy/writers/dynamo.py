@@ -2,7 +2,7 @@
 ``set -a; . FILE``).
 
 Mapping (NVIDIA Dynamo, ``lib/runtime/src/config/environment_names.rs`` at ``628d4ec`` and the KVBM guide): ``cpu_tier_bytes`` -> ``DYN_KVBM_CPU_CACHE_GB``
-(GiB rounded down, see :func:`policy.writers.settings.gib`); a cold tier ->
+(GiB rounded down, see :func:`kvtier.policy.writers.settings.gib`); a cold tier ->
 ``DYN_KVBM_DISK_CACHE_GB`` and ``DYN_KVBM_DISK_CACHE_DIR`` (KVBM needs a CPU tier for a
 disk tier); ``offload_min_priority`` -> ``DYN_KVBM_HOST_OFFLOAD_PREFIX_MIN_PRIORITY``
 (0-100; offload stops at the first block below it); ``kv_events`` -> ``DYN_KVBM_METRICS``
@@ -11,8 +11,8 @@ is left alone (metrics are a separate opt-in) and noted.
 
 from __future__ import annotations
 
-from policy.writers.settings import EngineSettings, Rendered, gib
-from policy.writers.textedit import env_get, env_set
+from kvtier.policy.writers.settings import EngineSettings, Rendered, gib
+from kvtier.policy.writers.textedit import env_get, env_set
 
 ENGINE = "dynamo"
 FORMATS = (".env",)

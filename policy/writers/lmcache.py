@@ -10,8 +10,8 @@ Mapping (LMCache, ``lmcache/v1/config.py`` ``_CONFIG_DEFINITIONS`` at ``3ecd72f`
 
 from __future__ import annotations
 
-from policy.writers.settings import EngineSettings, Rendered, gib
-from policy.writers.yamledit import yaml_set
+from kvtier.policy.writers.settings import EngineSettings, Rendered, gib
+from kvtier.policy.writers.yamledit import yaml_set
 
 ENGINE = "lmcache"
 FORMATS = (".yaml", ".yml")

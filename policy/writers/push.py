@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from policy.writers import writer
-from policy.writers.settings import EngineSettings, Guardrails
+from kvtier.policy.writers import writer
+from kvtier.policy.writers.settings import EngineSettings, Guardrails
 
 
 class PushRefused(ValueError):
@@ -111,7 +111,7 @@ def plan(settings: EngineSettings, guardrails: Guardrails, engine: str,
          path: str | Path) -> PushPlan:
     """Render and diff without writing; :class:`PushRefused` if a guardrail is broken or the
     file cannot be parsed or edited safely."""
-    from policy.writers.yamledit import ConfigFileError
+    from kvtier.policy.writers.yamledit import ConfigFileError
 
     path = Path(path)
     problems = guardrails.violations(settings)

@@ -17,7 +17,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from policy.writers.trtllm_retention import RetentionClass, parse_classes
+from kvtier.policy.writers.trtllm_retention import RetentionClass, parse_classes
 
 PRIORITY_MIN, PRIORITY_MAX = 0, 100
 EVICTION_POLICIES = ("lru", "arc", "lfu", "fifo", "slru", "priority")
@@ -41,7 +41,7 @@ class EngineSettings:
     * ``retention_classes``: request class name -> retention priority (0..100), for the
       gateway's per-class ``KvCacheRetentionConfig`` (TensorRT-LLM); JSON form is an object.
     * ``retention_ranges``: per request class, a priority per prompt token range and one
-      for decoded tokens (:class:`policy.writers.trtllm_retention.RetentionClass`, TensorRT-LLM's
+      for decoded tokens (:class:`kvtier.policy.writers.trtllm_retention.RetentionClass`, TensorRT-LLM's
       ``KvCacheRetentionConfig``); JSON form ``{class: {"token_range_retention_configs":
       [...], "decode_retention_priority": p, "decode_duration_ms": null}}``.
     * ``save_priority_limit``: LMCache ``priority_limit`` (skip saving requests whose

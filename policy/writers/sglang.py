@@ -11,8 +11,8 @@ it overrides ``--hicache-ratio``, which is removed); 0 turns HiCache off; a cold
 
 from __future__ import annotations
 
-from policy.writers.settings import EngineSettings, Rendered
-from policy.writers.textedit import args_set
+from kvtier.policy.writers.settings import EngineSettings, Rendered
+from kvtier.policy.writers.textedit import args_set
 
 ENGINE = "sglang"
 FORMATS = (".args", ".txt", ".conf")

@@ -1,6 +1,6 @@
 """Line editors that change a few keys in a config file and keep everything else as written
 (comments, order, other keys), so the diff a push shows is only what kvtier changed. YAML
-files are edited by :mod:`policy.writers.yamledit`.
+files are edited by :mod:`kvtier.policy.writers.yamledit`.
 
 * env files: ``KEY=value`` / ``export KEY=value``.
 * argument files: one ``--flag value`` (or ``--flag=value``, or a bare ``--flag``) per line.

@@ -18,9 +18,9 @@ from __future__ import annotations
 import json
 from typing import Mapping
 
-from policy.writers.trtllm_retention import DEFAULT_RETENTION_PRIORITY
-from policy.writers.settings import EngineSettings, Rendered
-from policy.writers.yamledit import ConfigFileError, yaml_set
+from kvtier.policy.writers.trtllm_retention import DEFAULT_RETENTION_PRIORITY
+from kvtier.policy.writers.settings import EngineSettings, Rendered
+from kvtier.policy.writers.yamledit import ConfigFileError, yaml_set
 
 ENGINE = "trtllm"
 FORMATS = (".yaml", ".yml", ".json")  # .json: the gateway's per-class retention configs

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import json
 
-from policy.writers.settings import EngineSettings, Rendered, gib
-from policy.writers.yamledit import ConfigFileError, yaml_get, yaml_set
+from kvtier.policy.writers.settings import EngineSettings, Rendered, gib
+from kvtier.policy.writers.yamledit import ConfigFileError, yaml_get, yaml_set
 
 ENGINE = "vllm"
 FORMATS = (".json", ".yaml", ".yml")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from probes.active.stats import LinearFit, fit_latency, percentiles
+from kvtier.probes.active.stats import LinearFit, fit_latency, percentiles
 
 DIRECT_MODES = ("auto", "on", "off")
 ALIGN_BYTES = 4096

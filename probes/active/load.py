@@ -15,10 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from collector.events import RequestRecord
-from probes.active.client import Completion
-from probes.active.prompts import PromptBuilder
-from probes.active.stats import percentiles
+from kvtier.collector.events import RequestRecord
+from kvtier.probes.active.client import Completion
+from kvtier.probes.active.prompts import PromptBuilder
+from kvtier.probes.active.stats import percentiles
 
 METRICS = ("ttft_s", "itl_s", "e2e_latency_s")
 

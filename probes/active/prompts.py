@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from collector.events import RequestRecord
+from kvtier.collector.events import RequestRecord
 
 
 class PromptBuilder:

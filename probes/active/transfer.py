@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from probes.active.stats import LinearFit, fit_latency, percentiles
+from kvtier.probes.active.stats import LinearFit, fit_latency, percentiles
 
 DEFAULT_SIZES = (16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
 

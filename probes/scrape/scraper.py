@@ -17,7 +17,7 @@ trtllm     :8000/prometheus/metrics    ``trtllm_*``
 =========  ==========================  =============================================
 
 :class:`MetricScraper` turns each scrape after the first into a
-:class:`probes.scrape.intervals.ScrapeInterval` handed to ``on_interval``.
+:class:`kvtier.probes.scrape.intervals.ScrapeInterval` handed to ``on_interval``.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from probes.scrape.intervals import ScrapeInterval, Snapshot, interval_between, parse_snapshot
-from probes.polling import DEFAULT_HOST, FetchError, PollLoop, fetch
+from kvtier.probes.scrape.intervals import ScrapeInterval, Snapshot, interval_between, parse_snapshot
+from kvtier.probes.polling import DEFAULT_HOST, FetchError, PollLoop, fetch
 
 log = logging.getLogger(__name__)
 

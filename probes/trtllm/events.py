@@ -26,11 +26,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from collector.batch import EventBatch
-from collector.events import (
+from kvtier.collector.batch import EventBatch
+from kvtier.collector.events import (
     PRIORITY_MAX, PRIORITY_MIN, UINT64_MAX, BlockEvent, Origin, Outcome, Tier,
 )
-from probes.polling import DEFAULT_HOST, FetchError, fetch
+from kvtier.probes.polling import DEFAULT_HOST, FetchError, fetch
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +223,7 @@ class TrtllmEventPoller:
     def poll(self, timeout_s: float = 0.0) -> int:
         """One drain; returns the number of block events delivered. A bad body is counted and
         skipped; an engine that cannot be reached or answers an error raises
-        :class:`probes.polling.FetchError` (an ``OSError``), for the service to retry."""
+        :class:`kvtier.probes.polling.FetchError` (an ``OSError``), for the service to retry."""
         self.stats.polls += 1
         try:
             body = fetch(self.config.url, method="POST", timeout_s=self.config.timeout_s)

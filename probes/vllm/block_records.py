@@ -1,9 +1,9 @@
 """The hooks' hot path: one manager call's block events appended to a recorder at once.
 
 A manager call reports several chunks that share every field but the hash (kind, time,
-request, size, tiers, latency). :meth:`collector.recorder.Recorder.record` packs them one
+request, size, tiers, latency). :meth:`kvtier.collector.recorder.Recorder.record` packs them one
 by one (about 0.9 µs each, most of it keyword-argument handling and ``None`` checks);
-:meth:`~collector.recorder.Recorder.record_run` packs the shared record once and appends
+:meth:`~kvtier.collector.recorder.Recorder.record_run` packs the shared record once and appends
 the whole run in one C call, so a run is never split by the drainer.
 
 The hash needs no ``int``: the schema's hash is the 8 bytes before the group index read

@@ -1,7 +1,7 @@
 """A vLLM CPU-tier cache policy that lets a kvtier admission score decide what goes first.
 
 Load it with ``"eviction_policy": "KvtierScoredLRUPolicy", "cache_policy_module_path":
-"probes.vllm.cache_policy"`` in ``kv_connector_extra_config`` (vLLM 0.33.0's out-of-tree
+"kvtier.probes.vllm.cache_policy"`` in ``kv_connector_extra_config`` (vLLM 0.33.0's out-of-tree
 ``CachePolicy`` hook; 0.32 too). It is vLLM's own LRU policy, except that chunks whose score is below
 the threshold are evicted first (oldest first), before any chunk that scored well: the
 "drop at once" half of admission. With no scorer configured it is exactly LRU.
@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
-from probes.vllm.block_records import key_hash
+from kvtier.probes.vllm.block_records import key_hash
 
 _SCORER: dict = {"fn": None, "threshold": 0.0}
 

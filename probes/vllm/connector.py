@@ -5,9 +5,9 @@ Load it in place of vLLM's ``OffloadingConnector`` (same ``kv_connector_extra_co
 the ``kvtier_*`` keys of ``probes/vllm/hook_settings.py``)::
 
     --kv-transfer-config '{"kv_connector": "KvtierOffloadingConnector",
-      "kv_connector_module_path": "probes.vllm.connector", "kv_role": "kv_both",
+      "kv_connector_module_path": "kvtier.probes.vllm.connector", "kv_role": "kv_both",
       "kv_connector_extra_config": {"spec_name": "KvtierCPUOffloadingSpec",
-        "spec_module_path": "probes.vllm.spec", "cpu_bytes_to_use": 10737418240,
+        "spec_module_path": "kvtier.probes.vllm.spec", "cpu_bytes_to_use": 10737418240,
         "kvtier_collector": "tcp://127.0.0.1:5570"}}'
 
 What it records, and where each field comes from: ``probes/vllm/accounting.py``. Per-block
@@ -50,10 +50,10 @@ def _connector_class():
         OffloadingConnector,
     )
 
-    from probes.vllm.accounting import RequestTokenAccounting, request_tags
-    from probes.vllm.recorders import flush, recorder_for
-    from probes.vllm.hook_settings import HookSettings
-    from probes.vllm.next_use_policy import note_finished
+    from kvtier.probes.vllm.accounting import RequestTokenAccounting, request_tags
+    from kvtier.probes.vllm.recorders import flush, recorder_for
+    from kvtier.probes.vllm.hook_settings import HookSettings
+    from kvtier.probes.vllm.next_use_policy import note_finished
 
     class KvtierOffloadingConnector(OffloadingConnector):
         """vLLM's OffloadingConnector with per-request accounting (see module doc)."""

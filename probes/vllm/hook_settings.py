@@ -9,7 +9,7 @@ not know, so this is the one channel for configuring kvtier inside the engine:
 ``kvtier_collector``       where to ship records: a ZMQ endpoint of ``kvtier collect --hooks``
                            (default: ``$KVTIER_COLLECTOR``, else ``tcp://127.0.0.1:5570``), or
                            ``in-process`` for an application that drains
-                           ``probes.vllm.recorders.active_recorders()`` itself
+                           ``kvtier.probes.vllm.recorders.active_recorders()`` itself
 ``kvtier_ship_interval_s`` how often the shipper drains the recorders (default 0.25)
 ``kvtier_flush_timeout_s`` how long a shutdown flush may wait for a collector (default 2.0)
 =========================  =================================================================
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from collector.shipper import ShipperConfig, endpoint_from
+from kvtier.collector.shipper import ShipperConfig, endpoint_from
 
 IN_PROCESS = "in-process"
 

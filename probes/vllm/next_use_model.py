@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 import math
 
-from collector.events import FINISH_CLASSES
+from kvtier.collector.events import FINISH_CLASSES
 
 class _Table:
     def __init__(self, t: dict) -> None:
@@ -86,7 +86,7 @@ class NextUseReader:
         return table, p, s
 
     def rank(self, view: tuple, waited_s: float) -> float:
-        """Larger goes first (the readout of ``policy.learn.nextuse``): two table look-ups."""
+        """Larger goes first (the readout of ``kvtier.policy.learn.nextuse``): two table look-ups."""
         table, p, s = view
         e = waited_s / s
         f0 = table.cdf(e)

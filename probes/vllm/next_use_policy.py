@@ -1,7 +1,7 @@
 """kvtier's learned vLLM CPU-tier cache policy: evict the blocks whose conversation comes back last.
 
 Load it with ``"eviction_policy": "KvtierNextUsePolicy", "cache_policy_module_path":
-"probes.vllm.next_use_policy"`` in ``kv_connector_extra_config`` (vLLM's out-of-tree
+"kvtier.probes.vllm.next_use_policy"`` in ``kv_connector_extra_config`` (vLLM's out-of-tree
 ``CachePolicy`` hook, 0.32 and 0.33) and point ``KVTIER_NEXT_USE_MODEL`` at the JSON file
 ``kvtier recommend --next-use-policy`` writes (``{"model": ..., "readout": ...}``: tables
 and trees, no pickle; read by ``probes/vllm/next_use_model.py``), or call :func:`configure`
@@ -35,9 +35,9 @@ import os
 import time
 from collections import OrderedDict, deque
 
-from collector.events import FINISH_CLASSES, finish_class
-from probes.vllm.block_records import key_hash
-from probes.vllm.next_use_model import NextUseReader
+from kvtier.collector.events import FINISH_CLASSES, finish_class
+from kvtier.probes.vllm.block_records import key_hash
+from kvtier.probes.vllm.next_use_model import NextUseReader
 
 MODEL_ENV = "KVTIER_NEXT_USE_MODEL"
 LOG_ENV = "KVTIER_NEXT_USE_LOG"  # append each eviction as a JSON line (an audit trail)

@@ -1,6 +1,6 @@
 """The in-engine next-use policy as a tier of the simulator's vLLM flow: its replay twin.
 
-The twin is the plug-in's own order (:class:`~probes.vllm.next_use_policy.NextUseState`,
+The twin is the plug-in's own order (:class:`~kvtier.probes.vllm.next_use_policy.NextUseState`,
 reading the same ``{"model", "readout"}`` file) behind the request-scoped tier protocol the
 vLLM flow drives: ``observe_request`` before each request, ``touch`` for the blocks it loaded
 from the CPU tier, ``evict`` to make room around the request's blocks, ``insert`` for each
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from collector.events import RequestRecord
-from probes.vllm.next_use_model import NextUseReader
-from probes.vllm.next_use_policy import NextUseState
+from kvtier.collector.events import RequestRecord
+from kvtier.probes.vllm.next_use_model import NextUseReader
+from kvtier.probes.vllm.next_use_policy import NextUseState
 
 SIGNALS = ("session_id", "request_type", "parent_request_id", "model", "finish_status",
            "stop_reason", "e2e_latency_s", "output_tokens")

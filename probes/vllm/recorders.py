@@ -1,4 +1,4 @@
-"""The recorders of one engine process: one :class:`collector.recorder.Recorder` per engine.
+"""The recorders of one engine process: one :class:`kvtier.collector.recorder.Recorder` per engine.
 
 vLLM builds kvtier's spec, connector and cache policy by module path inside its own processes,
 with no channel to hand them a recorder; they find their engine's here by ``engine_id``. A
@@ -11,8 +11,8 @@ from __future__ import annotations
 import threading
 import time
 
-from collector.events import Origin
-from probes.vllm.hook_settings import HookSettings
+from kvtier.collector.events import Origin
+from kvtier.probes.vllm.hook_settings import HookSettings
 
 _RECORDERS: dict[str, object] = {}
 _RECORDERS_LOCK = threading.Lock()
@@ -20,8 +20,8 @@ _RECORDERS_LOCK = threading.Lock()
 
 def recorder_for(engine_id: str, settings: HookSettings = HookSettings(), *, clock=time.time):
     """The process-wide recorder of one engine (created, and shipped, on first use)."""
-    from collector.recorder import Recorder
-    from collector.shipper import ship, wake_on_sigterm
+    from kvtier.collector.recorder import Recorder
+    from kvtier.collector.shipper import ship, wake_on_sigterm
 
     with _RECORDERS_LOCK:
         recorder = _RECORDERS.get(engine_id)
@@ -44,6 +44,6 @@ def active_recorders() -> dict[str, object]:
 
 def flush(timeout_s: float | None = None) -> None:
     """Ship what this process's recorders hold, bounded (engine shutdown)."""
-    from collector.shipper import flush_all
+    from kvtier.collector.shipper import flush_all
 
     flush_all(timeout_s)

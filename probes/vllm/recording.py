@@ -1,6 +1,6 @@
 """What kvtier's vLLM offloading spec records, free of vLLM types.
 
-The spec (:mod:`probes.vllm.spec`, loaded by vLLM with ``spec_module_path: probes.vllm.spec``)
+The spec (:mod:`kvtier.probes.vllm.spec`, loaded by vLLM with ``spec_module_path: kvtier.probes.vllm.spec``)
 wraps vLLM's own offloading manager and calls one :class:`ManagerRecorder` method per manager
 call; the recorder records, per chunk key:
 
@@ -13,7 +13,7 @@ call; the recorder records, per chunk key:
 * ``take_events`` -> ``STORE`` CPU->COLD for chunks a secondary tier stored (only reported
   when vLLM's KV events are enabled).
 
-Events go to the engine's process-wide recorder (:func:`probes.vllm.recorders.recorder_for`).
+Events go to the engine's process-wide recorder (:func:`kvtier.probes.vllm.recorders.recorder_for`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable
 from itertools import repeat
 
-from collector.events import Origin, Outcome, Tier
-from probes.vllm.block_records import BlockRecords, key_hash
+from kvtier.collector.events import Origin, Outcome, Tier
+from kvtier.probes.vllm.block_records import BlockRecords, key_hash
 
 _COLD_SOURCES = frozenset({"disk", "p2p"})
 _MAX_REQUESTS_TRACKED = 100_000
@@ -43,7 +43,7 @@ class ManagerRecorder:
     Keys are ``OffloadKey`` bytes; ``request_id`` is vLLM's ``req_id``; ``size_bytes`` is the
     chunk size (every worker together). Pending prepare times are kept per key. Runs on the
     engine's scheduler thread: each call reads the clock once and appends its events as runs
-    (:class:`probes.vllm.block_records.BlockRecords`), nothing per chunk but dict updates.
+    (:class:`kvtier.probes.vllm.block_records.BlockRecords`), nothing per chunk but dict updates.
     """
 
     def __init__(self, recorder, *, chunk_bytes: int | None = None,

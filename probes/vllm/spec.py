@@ -4,12 +4,12 @@ Load it with (vLLM 0.32 and 0.33, ``OffloadingConnector`` with an out-of-tree sp
 
     --kv-transfer-config '{"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
       "kv_connector_extra_config": {"spec_name": "KvtierCPUOffloadingSpec",
-        "spec_module_path": "probes.vllm.spec", "cpu_bytes_to_use": 10737418240}}'
+        "spec_module_path": "kvtier.probes.vllm.spec", "cpu_bytes_to_use": 10737418240}}'
 
 (``KvtierTieringOffloadingSpec`` for a CPU + ``fs`` configuration.)
 
 ``RecordingOffloadingManager`` delegates every call to vLLM's own manager and reports what
-happened to a :class:`probes.vllm.recording.ManagerRecorder`; the two specs build it around
+happened to a :class:`kvtier.probes.vllm.recording.ManagerRecorder`; the two specs build it around
 the manager their vLLM base class builds. The ``kvtier_*`` keys of the extra config
 (``probes/vllm/hook_settings.py``) say where the records are shipped.
 
@@ -27,9 +27,9 @@ from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
 from vllm.v1.kv_offload.tiering.spec import TieringOffloadingSpec
 
-from probes.vllm.recorders import flush, recorder_for
-from probes.vllm.recording import ManagerRecorder
-from probes.vllm.hook_settings import HookSettings
+from kvtier.probes.vllm.recorders import flush, recorder_for
+from kvtier.probes.vllm.recording import ManagerRecorder
+from kvtier.probes.vllm.hook_settings import HookSettings
 
 _MISS = LookupResult.MISS
 

@@ -8,8 +8,8 @@ engines, told apart by ``topic``). Each data-parallel rank has its own publisher
 configured port plus the rank.
 
 The tap owns its sockets and is driven by :meth:`VllmEventTap.poll` from one thread (the
-collector service's :class:`collector.taps.TapRunner`, or a test). Every
-decoded vLLM batch becomes one :class:`collector.batch.EventBatch` handed to ``on_batch``,
+collector service's :class:`kvtier.collector.taps.TapRunner`, or a test). Every
+decoded vLLM batch becomes one :class:`kvtier.collector.batch.EventBatch` handed to ``on_batch``,
 with the publisher's sequence number as the batch sequence and a ``source`` that is fresh
 per publisher incarnation (so a replayed batch is stored once, and a restarted publisher,
 whose sequence restarts at 0, is not mistaken for a replay).
@@ -24,12 +24,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
-from collector.batch import EventBatch
-from collector.columns import Rejections
-from collector.events import Origin
-from probes.vllm.streams import StreamState
-from probes.vllm.tap_config import TapStats, VllmTapConfig
-from probes.vllm.wire import Frame, FrameError, decode_payload, decoded_columns, split_frame
+from kvtier.collector.batch import EventBatch
+from kvtier.collector.columns import Rejections
+from kvtier.collector.events import Origin
+from kvtier.probes.vllm.streams import StreamState
+from kvtier.probes.vllm.tap_config import TapStats, VllmTapConfig
+from kvtier.probes.vllm.wire import Frame, FrameError, decode_payload, decoded_columns, split_frame
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ _ROUND_MESSAGES = 1000  # messages read from one socket before the next socket's
 
 def _wire_columns():
     try:
-        from probes.vllm import wire_columns
+        from kvtier.probes.vllm import wire_columns
     except ImportError as error:  # a checkout whose extensions were never built
         raise ImportError(f"{error}; build kvtier's compiled extensions: `make ext` in a "
                           "checkout (pip install builds them)") from None

@@ -1,4 +1,4 @@
-"""Configuration and counters of the vLLM KV-event tap (:mod:`probes.vllm.tap`)."""
+"""Configuration and counters of the vLLM KV-event tap (:mod:`kvtier.probes.vllm.tap`)."""
 
 from __future__ import annotations
 

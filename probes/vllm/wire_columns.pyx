@@ -3,16 +3,16 @@
 """vLLM KV-event payloads straight into block-event columns: no Python object per event.
 
 :class:`FrameColumns` walks one msgpack payload (``[ts, events, dp_rank?]``; events as maps
-keyed by ``"type"`` or as legacy tagged arrays; see :mod:`probes.vllm.wire` for the format and
+keyed by ``"type"`` or as legacy tagged arrays; see :mod:`kvtier.probes.vllm.wire` for the format and
 the mapping to rows) and appends one row per block hash to C++ vectors. It accepts only what it
 is sure of; on anything else (a bad or unusual event, a non-ASCII medium, an ext type, a
 ``block_size`` the schema cannot hold) it appends nothing and answers :data:`FALLBACK`, and the
-caller decodes that frame with :func:`probes.vllm.wire.decode_payload`, which is also the oracle
+caller decodes that frame with :func:`kvtier.probes.vllm.wire.decode_payload`, which is also the oracle
 the tests compare this module against.
 
 :class:`StreamColumns` holds a stream's rows until the tap flushes them, applying GPU residency
 on the way in (an ``AllBlocksCleared`` becomes one evict per resident GPU block, in hash order,
-as :mod:`probes.vllm.streams` describes), with the resident hashes in a :class:`ResidentSet`.
+as :mod:`kvtier.probes.vllm.streams` describes), with the resident hashes in a :class:`ResidentSet`.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
@@ -27,7 +27,7 @@ include "resident_set.pxi"
 DECODED = 0
 FALLBACK = 1
 
-# Outcome / Tier codes of collector.events (tests pin them to the enums)
+# Outcome / Tier codes of kvtier.collector.events (tests pin them to the enums)
 cdef enum:
     STORE = 4
     EVICT = 5

@@ -13,7 +13,7 @@ import pytest
 import zmq
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.service import CollectorConfig
+from kvtier.collector.service import CollectorConfig
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.timeout(90)
@@ -95,9 +95,9 @@ def test_collect_hooks_stores_shipped_batches_and_exports_the_engines_drops(tmp_
     """`kvtier collect --hooks`: an engine-side shipper that started before the collector
     dropped a batch (counted); once the collector is up its batches are stored and the count
     reaches /metrics as kvtier_recorder_dropped_events_total."""
-    from collector.events import Origin, Outcome, RequestRecord
-    from collector.recorder import Recorder
-    from collector.shipper import Shipper, ShipperConfig
+    from kvtier.collector.events import Origin, Outcome, RequestRecord
+    from kvtier.collector.recorder import Recorder
+    from kvtier.collector.shipper import Shipper, ShipperConfig
 
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     store = tmp_path / "kvtier.duckdb"

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from collector.store import TraceStore
+from kvtier.collector.store import TraceStore
 
 WRITER = Path(__file__).with_name("writer_process.py")
 BATCHES, ROWS = 150, 1000

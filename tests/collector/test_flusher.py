@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collector.events import Outcome
-from collector.flusher import Flusher
-from collector.recorder import Recorder
-from collector.store import TraceStore
+from kvtier.collector.events import Outcome
+from kvtier.collector.flusher import Flusher
+from kvtier.collector.recorder import Recorder
+from kvtier.collector.store import TraceStore
 
 
 def test_background_flusher_stores_everything_by_stop(origin, file_store):

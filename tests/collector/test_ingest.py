@@ -7,8 +7,8 @@ import logging
 import pyarrow as pa
 import pytest
 
-from collector.batch import EventBatch
-from collector.events import BlockEvent, Origin, Outcome, RequestRecord, Tier
+from kvtier.collector.batch import EventBatch
+from kvtier.collector.events import BlockEvent, Origin, Outcome, RequestRecord, Tier
 
 
 def lookups(n, start_s=1_800_000_000.0, request_id="r"):
@@ -44,7 +44,7 @@ def test_malformed_rows_are_counted_logged_and_the_rest_stored(store, origin, ca
         {"time_s": 1.0, "kind": "teleport", "block_hash": 7},
         {"time_s": 1.0, "kind": "store", "block_hash": 8, "tier_from": "gpu", "tier_to": "cpu"},
     ]
-    with caplog.at_level(logging.WARNING, logger="collector.columns"):
+    with caplog.at_level(logging.WARNING, logger="kvtier.collector.columns"):
         batch = EventBatch.from_rows(origin, 0, rows)
     result = store.ingest(batch)
     assert result.block_events == 4

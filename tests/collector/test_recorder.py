@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from collector.events import Outcome, RequestRecord, Tier
-from collector.recorder import Recorder, _RequestKeys
+from kvtier.collector.events import Outcome, RequestRecord, Tier
+from kvtier.collector.recorder import Recorder, _RequestKeys
 
 
 def test_recorded_fields_come_back_with_nulls_where_none_was_given(origin, clock):

@@ -7,8 +7,8 @@ import typing
 
 import pytest
 
-from collector.batch import EventBatch
-from collector.events import (
+from kvtier.collector.batch import EventBatch
+from kvtier.collector.events import (
     BlockEvent, Outcome, RequestRecord, Tier, block_hash_from_bytes, parse_outcome, parse_tier,
 )
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from collector.batch import EventBatch
-from collector.events import BlockEvent, Origin, Outcome, RequestRecord
-from collector.reader import SegmentReader, StoreReader
-from collector.segments import export_segments, segments_relation
+from kvtier.collector.batch import EventBatch
+from kvtier.collector.events import BlockEvent, Origin, Outcome, RequestRecord
+from kvtier.collector.reader import SegmentReader, StoreReader
+from kvtier.collector.segments import export_segments, segments_relation
 
 WRITER = Path(__file__).with_name("writer_process.py")
 DAY_S = 86400.0

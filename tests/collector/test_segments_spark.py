@@ -10,10 +10,10 @@ import shutil
 import numpy as np
 import pytest
 
-from collector.batch import EventBatch
-from collector.events import Origin, RequestRecord
-from collector.segments import export_segments, segments_relation
-from collector.store import TraceStore
+from kvtier.collector.batch import EventBatch
+from kvtier.collector.events import Origin, RequestRecord
+from kvtier.collector.segments import export_segments, segments_relation
+from kvtier.collector.store import TraceStore
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600),
               pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")]

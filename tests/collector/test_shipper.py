@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from collector.events import Origin, Outcome, RequestRecord, Tier
-from collector.hooks_tap import HooksTap, HooksTapConfig
-from collector.recorder import Recorder
-from collector.shipper import Shipper, ShipperConfig, endpoint_from
-from collector.taps import TapRunner
+from kvtier.collector.events import Origin, Outcome, RequestRecord, Tier
+from kvtier.collector.hooks_tap import HooksTap, HooksTapConfig
+from kvtier.collector.recorder import Recorder
+from kvtier.collector.shipper import Shipper, ShipperConfig, endpoint_from
+from kvtier.collector.taps import TapRunner
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.timeout(60)
@@ -144,7 +144,7 @@ def test_recording_never_waits_for_the_shipper():
 
 
 def test_a_batch_lost_in_transit_is_counted_from_the_sequence_gap(store):
-    from collector.shipment import Shipment, encode
+    from kvtier.collector.shipment import Shipment, encode
 
     where = endpoint()
     tap = HooksTap(HooksTapConfig((where,)), store.ingest)

@@ -13,12 +13,12 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from collector.batch import EventBatch
-from collector.events import BlockEvent, Origin, Outcome, RequestRecord
-from collector.reader import SegmentReader, StoreReader, open_store
-from collector.segments import export_segments
-from collector.store import TraceStore
-from collector.storefile import NotAStoreError, StoreLockedError, StoreSchemaError, segments_note
+from kvtier.collector.batch import EventBatch
+from kvtier.collector.events import BlockEvent, Origin, Outcome, RequestRecord
+from kvtier.collector.reader import SegmentReader, StoreReader, open_store
+from kvtier.collector.segments import export_segments
+from kvtier.collector.store import TraceStore
+from kvtier.collector.storefile import NotAStoreError, StoreLockedError, StoreSchemaError, segments_note
 
 pytestmark = pytest.mark.timeout(60)
 ORIGIN = Origin("reference", "node-1", "storefile-test")

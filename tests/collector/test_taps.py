@@ -10,11 +10,11 @@ import urllib.request
 
 import pytest
 
-from collector.service import CollectorConfig, CollectorService, ServiceStartError
-from collector.store import TraceStore
-from collector.taps import Backoff, TapRunner
-from probes.trtllm.events import TrtllmEventPoller, TrtllmPollerConfig
-from probes.vllm.tap import VllmEventTap, VllmTapConfig
+from kvtier.collector.service import CollectorConfig, CollectorService, ServiceStartError
+from kvtier.collector.store import TraceStore
+from kvtier.collector.taps import Backoff, TapRunner
+from kvtier.probes.trtllm.events import TrtllmEventPoller, TrtllmPollerConfig
+from kvtier.probes.vllm.tap import VllmEventTap, VllmTapConfig
 from tests.conftest import FixedClock
 from tests.probes.fake_http import FakeEngineHttp
 
@@ -61,7 +61,7 @@ def test_a_failing_tap_is_logged_once_counted_backed_off_and_recovers(caplog):
     runner.open()
     assert runner.step() == 0.5 and runner.health().up
     tap.down = True
-    with caplog.at_level(logging.DEBUG, logger="collector.taps"):
+    with caplog.at_level(logging.DEBUG, logger="kvtier.collector.taps"):
         waits = [runner.step() for _ in range(5)]
     assert waits == [1, 2, 4, 8, 8]  # the first failure closes the tap; reopening fails too
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
@@ -72,7 +72,7 @@ def test_a_failing_tap_is_logged_once_counted_backed_off_and_recovers(caplog):
     assert tap.closes == 1  # closed once, when it broke; the failed reopens hold nothing
     tap.down = False
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="collector.taps"):
+    with caplog.at_level(logging.WARNING, logger="kvtier.collector.taps"):
         assert runner.step() == 0.5
     assert runner.health().up and runner.health().failures_total == 5
     assert ["works again after 5 failed attempt(s)" in r.getMessage() for r in caplog.records] == [True]

@@ -17,10 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from collector.batch import EventBatch  # noqa: E402
-from collector.events import BlockEvent, Origin, Outcome, RequestRecord  # noqa: E402
-from collector.segments import export_segments  # noqa: E402
-from collector.store import TraceStore  # noqa: E402
+from kvtier.collector.batch import EventBatch  # noqa: E402
+from kvtier.collector.events import BlockEvent, Origin, Outcome, RequestRecord  # noqa: E402
+from kvtier.collector.segments import export_segments  # noqa: E402
+from kvtier.collector.store import TraceStore  # noqa: E402
 
 ORIGIN = Origin("reference", "node-1", "crash-test")
 

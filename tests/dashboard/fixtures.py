@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-from collector.events import Origin, Outcome, RequestRecord, Tier
-from collector.recorder import Recorder
-from collector.segments import export_segments
-from collector.store import TraceStore
+from kvtier.collector.events import Origin, Outcome, RequestRecord, Tier
+from kvtier.collector.recorder import Recorder
+from kvtier.collector.segments import export_segments
+from kvtier.collector.store import TraceStore
 
 T0_S = 1_800_000_000.0
 BLOCK_TOKENS = 16
@@ -121,9 +121,9 @@ def write_recommendation(folder: Path, ttft_p99_budget_s: float | None = 2.0,
     ``baseline`` tier configuration's requests (``None``: not recorded)."""
     import dataclasses
 
-    from policy.recommend import report
-    from policy.recommend.values import RollbackRule
-    from policy.writers import ENGINES
+    from kvtier.policy.recommend import report
+    from kvtier.policy.recommend.values import RollbackRule
+    from kvtier.policy.writers import ENGINES
 
     rec = _recommendation()
     rule = None if ttft_p99_budget_s is None else RollbackRule(ttft_p99_budget_s, 300, 120, 1.0, baseline)
@@ -138,7 +138,7 @@ _CACHE: dict = {}
 def _recommendation():
     """One real recommendation per test process (it takes a few seconds)."""
     if "rec" not in _CACHE:
-        from policy.recommend.build import Inputs, recommend
+        from kvtier.policy.recommend.build import Inputs, recommend
         from tests.policy.learn.synthetic import conversations
 
         _CACHE["rec"] = recommend(conversations(600, seed=8, block_tokens=512),

@@ -10,13 +10,13 @@ import json
 import pandas as pd
 import pytest
 
-from dashboard import rollouts
-from dashboard.sources import ENV_ROLLOUTS
+from kvtier.dashboard import rollouts
+from kvtier.dashboard.sources import ENV_ROLLOUTS
 from kvtier.demo.run import _write_rollout
 from kvtier.rollout.plan import PhaseTiers
 from kvtier.rollout.runner import PhaseOutcome, RolloutReport
-from policy.recommend.values import RollbackRule
-from policy.rollback.rule import LatencyBudget
+from kvtier.policy.recommend.values import RollbackRule
+from kvtier.policy.rollback.rule import LatencyBudget
 from tests.dashboard.fixtures import Scenario, build_segments, write_recommendation
 from tests.dashboard.test_app import open_page
 

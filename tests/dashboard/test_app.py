@@ -12,10 +12,10 @@ import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
 
-import dashboard
-from dashboard.sources import ENV_RECOMMENDATION, ENV_SEGMENTS, ENV_WHATIF
-from dashboard.views import PAGES
-from policy.recommend.recommendation import from_json
+from kvtier import dashboard
+from kvtier.dashboard.sources import ENV_RECOMMENDATION, ENV_SEGMENTS, ENV_WHATIF
+from kvtier.dashboard.views import PAGES
+from kvtier.policy.recommend.recommendation import from_json
 from tests.dashboard.fixtures import PHASES, write_recommendation
 
 WRITER = Path(__file__).resolve().parents[1] / "collector" / "writer_process.py"
@@ -251,9 +251,9 @@ def test_time_range_slider_limits_the_overview_to_the_early_phase(monkeypatch, f
 
 
 def test_new_segments_show_up_on_the_next_run_despite_caching(monkeypatch, tmp_path, store, origin):
-    from collector.batch import EventBatch
-    from collector.events import BlockEvent, Outcome
-    from collector.segments import export_segments
+    from kvtier.collector.batch import EventBatch
+    from kvtier.collector.events import BlockEvent, Outcome
+    from kvtier.collector.segments import export_segments
 
     def ingest(sequence: int, blocks: int) -> None:
         events = [BlockEvent(1_800_000_000.0 + sequence * 60 + i, Outcome.GPU_HIT, 1000 * sequence + i,

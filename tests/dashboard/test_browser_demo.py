@@ -62,7 +62,7 @@ def _open(browser, url: str, slug: str, charts: int):
 
 
 def test_whatif_after_the_demo_draws_one_line_per_policy(demo_dashboard, browser):
-    from dashboard.charts import POLICY_COLOURS
+    from kvtier.dashboard.charts import POLICY_COLOURS
 
     url, out = demo_dashboard
     sweep = json.loads((out / "whatif" / "cpu_sweep.json").read_text())

@@ -9,13 +9,13 @@ import duckdb
 import numpy as np
 import pytest
 
-from collector.batch import EventBatch
-from collector.events import BlockEvent, Origin, Outcome, RequestRecord, Tier
-from collector.reader import SegmentReader
-from collector.segments import export_segments, segments_relation
-from dashboard import queries, reuse
-from dashboard.data import Filters, SegmentData, bucket_width_s, segment_signature
-from dashboard.facets import read_facets
+from kvtier.collector.batch import EventBatch
+from kvtier.collector.events import BlockEvent, Origin, Outcome, RequestRecord, Tier
+from kvtier.collector.reader import SegmentReader
+from kvtier.collector.segments import export_segments, segments_relation
+from kvtier.dashboard import queries, reuse
+from kvtier.dashboard.data import Filters, SegmentData, bucket_width_s, segment_signature
+from kvtier.dashboard.facets import read_facets
 from tests.dashboard.fixtures import PHASES
 
 

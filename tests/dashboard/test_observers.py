@@ -9,13 +9,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from collector.batch import EventBatch
-from collector.events import BlockEvent, Origin, Outcome, RequestRecord, Tier
-from collector.segments import export_segments
-from collector.store import TraceStore
-from dashboard import queries, reuse
-from dashboard.data import Filters, SegmentData
-from dashboard.facets import read_facets
+from kvtier.collector.batch import EventBatch
+from kvtier.collector.events import BlockEvent, Origin, Outcome, RequestRecord, Tier
+from kvtier.collector.segments import export_segments
+from kvtier.collector.store import TraceStore
+from kvtier.dashboard import queries, reuse
+from kvtier.dashboard.data import Filters, SegmentData
+from kvtier.dashboard.facets import read_facets
 
 T0_S = 1_800_000_000.0
 BLOCK_TOKENS = 16

@@ -72,7 +72,7 @@ def test_segments_that_is_a_file_is_refused(tmp_path):
 @pytest.mark.timeout(60)
 def test_cli_path_does_not_import_streamlit_or_duckdb():
     code = ("import sys, kvtier.cli; kvtier.cli.build_parser(); "
-            "print(sorted(m for m in ('streamlit', 'duckdb', 'dashboard.data') if m in sys.modules))")
+            "print(sorted(m for m in ('streamlit', 'duckdb', 'kvtier.dashboard.data') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=False).stdout
-    assert "streamlit" not in out and "dashboard.data" not in out
+    assert "streamlit" not in out and "kvtier.dashboard.data" not in out

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import duckdb
 
-from collector.batch import EventBatch
-from collector.events import Origin
-from collector.segments import export_segments
-from collector.store import TraceStore
+from kvtier.collector.batch import EventBatch
+from kvtier.collector.events import Origin
+from kvtier.collector.segments import export_segments
+from kvtier.collector.store import TraceStore
 from kvtier.traces import bundled_trace
 
 GiB = 1 << 30
@@ -87,7 +87,7 @@ def _tar(members: dict[str, bytes]) -> bytes:
 def stores(out: Path, trace: Path) -> None:
     """kvtier.duckdb with segments/ beside it (what a collector with --segments leaves), a
     store without segments, an older-schema store, and files that are not kvtier stores."""
-    from policy.readers import open_trace
+    from kvtier.policy.readers import open_trace
 
     out.mkdir()
     records = list(open_trace(trace).requests())[:120]

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from collector.batch import EventBatch
-from collector.events import Origin
-from collector.segments import export_segments
-from collector.store import TraceStore
-from policy.readers import open_trace
+from kvtier.collector.batch import EventBatch
+from kvtier.collector.events import Origin
+from kvtier.collector.segments import export_segments
+from kvtier.collector.store import TraceStore
+from kvtier.policy.readers import open_trace
 
 MOONCAKE = Path(__file__).resolve().parents[2] / "kvtier" / "data" / "mooncake_conversation_trace.jsonl.gz"
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import random
 
-from collector.batch import EventBatch
-from collector.events import BlockEvent, Origin, Outcome, Tier
-from collector.store import TraceStore
+from kvtier.collector.batch import EventBatch
+from kvtier.collector.events import BlockEvent, Origin, Outcome, Tier
+from kvtier.collector.store import TraceStore
 from kvtier.cli import main
 from tests.policy.test_calibrate import engine_records, promotion_jobs
 

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from policy.recommend.recommendation import from_json
+from kvtier.policy.recommend.recommendation import from_json
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.timeout(600)
@@ -41,7 +41,7 @@ def test_both_acts_run_and_each_phase_is_explained(demo):
 
 def test_the_summary_states_what_the_cpu_phase_measured(demo):
     out, _, summary = demo
-    from collector.store import TraceStore
+    from kvtier.collector.store import TraceStore
 
     with TraceStore(out / "kvtier.duckdb") as store:
         rows = store.query("""

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from collector.events import RequestRecord
+from kvtier.collector.events import RequestRecord
 from kvtier.demo.sized_plan import BUDGET_MARGIN, FixedPlan, SizedPlan, Sizes
 from kvtier.rollout.plan import PhaseTiers
 from kvtier.rollout.runner import run_rollout
-from policy.rollback.decide import budget_from_baseline, decide, sustained_p99
+from kvtier.policy.rollback.decide import budget_from_baseline, decide, sustained_p99
 
 
 class Recording:

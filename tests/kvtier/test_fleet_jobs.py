@@ -112,9 +112,9 @@ def test_bad_jobs_is_one_line_and_a_store_file_splits_too(segments, tmp_path, ca
     assert main(["simulate", "--trace", str(segments), *SIM, "--jobs", "0"]) == 2
     assert "--jobs must be" in capsys.readouterr().err
     store = tmp_path / "both.duckdb"
-    from collector.batch import EventBatch
-    from collector.events import Origin, RequestRecord
-    from collector.store import TraceStore
+    from kvtier.collector.batch import EventBatch
+    from kvtier.collector.events import Origin, RequestRecord
+    from kvtier.collector.store import TraceStore
 
     with TraceStore(store) as db:
         for name in ("x", "y"):

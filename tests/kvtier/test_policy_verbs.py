@@ -119,9 +119,9 @@ def test_trtllm_priority_gate_from_the_command_line(tiny_trace, capsys):
 
 
 def test_analyze_gpu_ratio_equals_a_gpu_only_lru_replay(tiny_trace, capsys):
-    from policy.readers import MooncakeReader
-    from policy.sim.config import SimConfig
-    from policy.sim.simulator import simulate
+    from kvtier.policy.readers import MooncakeReader
+    from kvtier.policy.sim.config import SimConfig
+    from kvtier.policy.sim.simulator import simulate
     out = run_json(capsys, ["analyze", "--trace", str(tiny_trace), "--gpu-tokens", "1024", "--json"])
     replay = simulate(MooncakeReader(tiny_trace).requests(), SimConfig(gpu_blocks=2))
     evidence = out["offloading"]["reasons"][1]["evidence"]

@@ -149,7 +149,7 @@ def test_engine_flushes_its_store_and_closes_its_port(start, tmp_path, sig):
         urllib.request.urlopen(request, timeout=60).read()
     code, stderr = stop_and_check(process, sig, descendants(process.pid))
     assert code == 0, stderr
-    from collector.store import TraceStore
+    from kvtier.collector.store import TraceStore
 
     with TraceStore(tmp_path / "store.duckdb") as store:
         assert store.count("requests") == 3  # every finished request reached the store
@@ -178,7 +178,7 @@ def test_demo_stops_its_engine_and_keeps_what_it_stored(start, tmp_path):
     time.sleep(3)  # mid-phase: requests in flight, rows waiting in the recorder
     code, stderr = stop_and_check(process, signal.SIGTERM, descendants(process.pid))
     assert code == 128 + signal.SIGTERM and "stopped by SIGTERM" in stderr, stderr
-    from collector.store import TraceStore
+    from kvtier.collector.store import TraceStore
 
     with TraceStore(tmp_path / "out" / "kvtier.duckdb") as store:  # closed cleanly, readable
         assert store.count("block_events") > 0

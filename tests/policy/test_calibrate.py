@@ -9,11 +9,11 @@ import random
 
 import pytest
 
-from collector.events import RequestRecord
-from policy.calibrate import PromotionJob, calibrate, geometry_for, ran_alone
-from policy.cost import CostParams, measured_cost_params
-from policy.engine_check import check_tier_split, check_ttft, replay
-from policy.sim.config import SimConfig
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.calibrate import PromotionJob, calibrate, geometry_for, ran_alone
+from kvtier.policy.cost import CostParams, measured_cost_params
+from kvtier.policy.engine_check import check_tier_split, check_ttft, replay
+from kvtier.policy.sim.config import SimConfig
 
 TRUE = {"overhead_s": 0.004, "prefill_tokens_per_s": 20_000.0, "op_s": 0.0005, "bandwidth": 2e9}
 
@@ -83,7 +83,7 @@ def test_only_requests_that_ran_alone_are_fitted():
 def test_the_simulator_check_says_which_requests_it_predicted_exactly():
     """Records whose split the simulator itself produced are predicted exactly; a record with
     a different measured split is reported with both."""
-    from policy.sim.simulator import iter_outcomes
+    from kvtier.policy.sim.simulator import iter_outcomes
 
     config = SimConfig(gpu_blocks=4, cpu_blocks=8, semantics="vllm", default_block_tokens=16)
     trace = [RequestRecord(f"q{i}", float(i), 16 * len(ids) + 1, block_hashes=tuple(ids), block_size_tokens=16,

@@ -5,10 +5,10 @@ import math
 import pytest
 from tests.policy.sim.simtools import request
 
-from policy.cost import CostParams, Param, parse_servers, queue_ttft, servers_for
-from policy.geometry import KVGeometry, geometry, parse_capacity_tokens
-from policy.sim.config import SimConfig
-from policy.whatif import what_if
+from kvtier.policy.cost import CostParams, Param, parse_servers, queue_ttft, servers_for
+from kvtier.policy.geometry import KVGeometry, geometry, parse_capacity_tokens
+from kvtier.policy.sim.config import SimConfig
+from kvtier.policy.whatif import what_if
 
 LLAMA8B = geometry("llama-3.1-8b")
 
@@ -139,7 +139,7 @@ def test_parse_servers_rejects(text):
 
 
 def test_prefill_seconds_grow_with_the_position_of_the_recomputed_tokens():
-    from policy.cost import CostParams
+    from kvtier.policy.cost import CostParams
 
     params = CostParams()
     head, tail = params.prefill_s(0, 1024), params.prefill_s(60_000, 1024)

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from tests.policy.sim.simtools import random_prefix_trace
 
-from policy.curves import FIRST_USE, lru_curve, stack_distances
-from policy.readers import MooncakeReader
-from policy.sim.config import SimConfig
-from policy.sim.simulator import simulate
+from kvtier.policy.curves import FIRST_USE, lru_curve, stack_distances
+from kvtier.policy.readers import MooncakeReader
+from kvtier.policy.sim.config import SimConfig
+from kvtier.policy.sim.simulator import simulate
 
 
 def test_stack_distances_by_hand():

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from policy.cost import CostParams
-from policy.fleet import merge_policy_rows, merge_replays, merge_ttft
-from policy.sim.config import SimConfig
-from policy.readers import open_trace
-from policy.whatif import what_if
+from kvtier.policy.cost import CostParams
+from kvtier.policy.fleet import merge_policy_rows, merge_replays, merge_ttft
+from kvtier.policy.sim.config import SimConfig
+from kvtier.policy.readers import open_trace
+from kvtier.policy.whatif import what_if
 from tests.kvtier.fleet_segments import MOONCAKE
 
 

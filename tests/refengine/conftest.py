@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from collector.events import Origin
-from collector.recorder import Recorder
-from refengine.config import EngineConfig, TierConfig
-from refengine.engine import ReferenceEngine
-from refengine.sequence import Sequence
+from kvtier.collector.events import Origin
+from kvtier.collector.recorder import Recorder
+from kvtier.refengine.config import EngineConfig, TierConfig
+from kvtier.refengine.engine import ReferenceEngine
+from kvtier.refengine.sequence import Sequence
 
 BLOCK = 4
 

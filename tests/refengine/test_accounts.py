@@ -8,10 +8,10 @@ from collections import Counter
 
 import pytest
 
-from refengine.config import TierConfig
-from refengine.kv_publisher import KvEventPublisher
-from probes.vllm.tap import VllmEventTap
-from probes.vllm.tap_config import VllmTapConfig
+from kvtier.refengine.config import TierConfig
+from kvtier.refengine.kv_publisher import KvEventPublisher
+from kvtier.probes.vllm.tap import VllmEventTap
+from kvtier.probes.vllm.tap_config import VllmTapConfig
 from tests.refengine.conftest import prompt, run, tiny_config
 
 LOOKUP_FIELDS = {"gpu_hit": "gpu_hit_tokens", "cpu_promotion": "cpu_promotion_tokens",

@@ -74,7 +74,7 @@ def test_decode_filled_blocks_are_reused(make_engine):
 
 def test_batched_decode_gives_each_request_its_solo_output(make_engine):
     """Requests of different lengths decoded together (padded, masked) match running alone."""
-    from refengine.sequence import Sequence
+    from kvtier.refengine.sequence import Sequence
 
     prompts = [prompt(i, length) for i, length in ((1, 13), (2, 5), (3, 22), (4, 1))]
     solo = [run(make_engine(tiny_config(gpu_blocks=10)), f"solo{i}", p, max_tokens=6).output

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from refengine.file_tier import SUFFIX, TMP_SUFFIX
+from kvtier.refengine.file_tier import SUFFIX, TMP_SUFFIX
 from tests.conftest import free_port
 from tests.refengine.conftest import prompt
 
@@ -55,7 +55,7 @@ def test_sigterm_flushes_every_finished_request(tmp_path):
         assert process.wait(timeout=60) == 0
     finally:
         stop(process)
-    from collector.store import TraceStore
+    from kvtier.collector.store import TraceStore
 
     with TraceStore(tmp_path / "store.duckdb") as store:
         assert statuses == [200] * 6 and store.count("requests") == 6
@@ -77,7 +77,7 @@ def test_sigkill_mid_load_leaves_a_consistent_store_and_whole_blocks(tmp_path):
             worker.join(timeout=60)
     finally:
         stop(process)
-    from collector.store import TraceStore
+    from kvtier.collector.store import TraceStore
 
     with TraceStore(tmp_path / "store.duckdb") as store:  # opens: committed batches are whole
         ledger = store.query("SELECT coalesce(sum(block_events), 0) AS e, coalesce(sum(requests), 0) AS r "
@@ -92,7 +92,7 @@ def test_sigkill_mid_load_leaves_a_consistent_store_and_whole_blocks(tmp_path):
     if leftovers:
         import torch
 
-        from refengine.file_tier import FileTier
+        from kvtier.refengine.file_tier import FileTier
 
         FileTier(tmp_path / "files", 4, (2, 2, 4, 2, 16), torch.float32, "lru", 1).close()
         assert list((tmp_path / "files").glob("*" + TMP_SUFFIX)) == []

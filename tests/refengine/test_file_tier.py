@@ -11,7 +11,7 @@ import textwrap
 import pytest
 import torch
 
-from refengine.file_tier import SUFFIX, TMP_SUFFIX, FileTier
+from kvtier.refengine.file_tier import SUFFIX, TMP_SUFFIX, FileTier
 
 SHAPE = (2, 2, 4, 2, 8)
 BLOCK_BYTES = 2 * 2 * 4 * 2 * 8 * 4
@@ -59,7 +59,7 @@ def test_a_write_interrupted_before_the_rename_leaves_no_block(tmp_path, monkeyp
 
 WRITER = textwrap.dedent("""
     import sys, torch
-    from refengine.file_tier import FileTier
+    from kvtier.refengine.file_tier import FileTier
     files = FileTier(sys.argv[1], 1 << 30, {shape}, torch.float32, "fifo", threads=4)
     block = torch.randn({shape})
     for h in range(1 << 30):

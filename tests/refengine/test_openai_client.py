@@ -6,7 +6,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from refengine.server import MODEL_NAME, EngineServer, ServerSettings
+from kvtier.refengine.server import MODEL_NAME, EngineServer, ServerSettings
 from tests.refengine.conftest import prompt, tiny_config
 
 pytestmark = pytest.mark.timeout(120)

@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from refengine.server import MODEL_NAME, EngineServer, ServerSettings
-from probes.scrape.scraper import MetricScraper, ScraperConfig
+from kvtier.refengine.server import MODEL_NAME, EngineServer, ServerSettings
+from kvtier.probes.scrape.scraper import MetricScraper, ScraperConfig
 from tests.refengine.conftest import prompt, run, tiny_config
 
 pytestmark = pytest.mark.timeout(120)
@@ -147,7 +147,7 @@ def test_requests_reach_the_store_and_agree_with_their_block_events(tmp_path):
             complete(srv, prompt(i))
     finally:
         srv.stop()
-    from collector.store import TraceStore
+    from kvtier.collector.store import TraceStore
 
     with TraceStore(path) as store:
         assert store.count("requests") == 7

@@ -7,15 +7,15 @@ capacity_blocks)`` is the registry; names are :data:`POLICIES`.
 
 from __future__ import annotations
 
-from policy.sim.policies.admission import (
+from kvtier.policy.sim.policies.admission import (
     Admitted,
     Admitter,
     OfferCountAdmitter,
     PriorityAdmitter,
     ScoreAdmitter,
 )
-from policy.sim.policies.base import NEVER, BlockInfo, CachePolicy
-from policy.sim.policies.keyed import (
+from kvtier.policy.sim.policies.base import NEVER, BlockInfo, CachePolicy
+from kvtier.policy.sim.policies.keyed import (
     ARC,
     LRU,
     S3FIFO,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Hashable, Iterator, Sequence
 
-from policy.sim.compiled import NEVER_ID, core
-from policy.sim.policies.base import DEFAULT_INFO, BlockInfo
+from kvtier.policy.sim.compiled import NEVER_ID, core
+from kvtier.policy.sim.policies.base import DEFAULT_INFO, BlockInfo
 
 Key = Hashable
 

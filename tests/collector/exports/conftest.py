@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from collector.events import Origin, Outcome, RequestRecord, Tier
-from collector.recorder import Recorder
+from kvtier.collector.events import Origin, Outcome, RequestRecord, Tier
+from kvtier.collector.recorder import Recorder
 from tests.collector.exports.otlp_receiver import OtlpReceiver
 
 T0 = 1_800_000_000.0

@@ -7,9 +7,9 @@ import subprocess
 
 import pytest
 
-from policy.rollback.alerts import alert_rules, rules_yaml
-from policy.rollback.rule import LatencyBudget
-from collector.exports.grafana import dashboard, panel_queries
+from kvtier.policy.rollback.alerts import alert_rules, rules_yaml
+from kvtier.policy.rollback.rule import LatencyBudget
+from kvtier.collector.exports.grafana import dashboard, panel_queries
 from tests.conftest import require_binary
 
 

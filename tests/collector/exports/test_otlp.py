@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collector.exports.aggregate import MetricsState
-from collector.exports.otlp import OtlpMetricsPusher, RequestSpans, tracer_provider
+from kvtier.collector.exports.aggregate import MetricsState
+from kvtier.collector.exports.otlp import OtlpMetricsPusher, RequestSpans, tracer_provider
 from tests.collector.exports.conftest import CPU_LATENCIES_S, T0, sample_batch
 
 

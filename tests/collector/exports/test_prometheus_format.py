@@ -6,8 +6,8 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.exports.aggregate import MetricsState
-from collector.exports.prometheus import KvtierCollector, MetricsServer, Sample, recorder_samples
+from kvtier.collector.exports.aggregate import MetricsState
+from kvtier.collector.exports.prometheus import KvtierCollector, MetricsServer, Sample, recorder_samples
 from tests.collector.exports.conftest import CPU_LATENCIES_S, sample_batch
 
 
@@ -44,8 +44,8 @@ def test_outcome_counters_and_promotion_histogram(clock):
 
 
 def test_live_sources_and_recommendation_are_read_at_scrape_time(origin, clock):
-    from collector.events import Outcome
-    from collector.recorder import Recorder
+    from kvtier.collector.events import Outcome
+    from kvtier.collector.recorder import Recorder
 
     recorder = Recorder(origin, capacity_events=1)
     recorder.record(Outcome.GPU_HIT, 1)
@@ -66,7 +66,7 @@ def test_live_sources_and_recommendation_are_read_at_scrape_time(origin, clock):
 
 
 def test_rejections_are_exported_by_reason(origin, clock):
-    from collector.batch import EventBatch
+    from kvtier.collector.batch import EventBatch
 
     state = MetricsState(clock=clock)
     state.observe(EventBatch.from_rows(origin, 0, [{"time_s": 1.0, "kind": "gpu_hit", "block_hash": 1, "tier_to": "hbm"}]))
@@ -77,7 +77,7 @@ def test_recommendation_file_becomes_an_info_metric_and_follows_changes(tmp_path
     import json
     import os
 
-    from collector.exports.recommendation import RecommendationLabels
+    from kvtier.collector.exports.recommendation import RecommendationLabels
 
     path = tmp_path / "recommendation.json"
     labels = RecommendationLabels(path)

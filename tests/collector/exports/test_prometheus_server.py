@@ -10,8 +10,8 @@ import urllib.request
 
 import pytest
 
-from collector.exports.aggregate import MetricsState
-from collector.exports.prometheus import KvtierCollector, MetricsServer
+from kvtier.collector.exports.aggregate import MetricsState
+from kvtier.collector.exports.prometheus import KvtierCollector, MetricsServer
 from tests.conftest import free_port, require_binary
 from tests.collector.exports.conftest import sample_batch
 
@@ -79,7 +79,7 @@ def test_prometheus_scrapes_outcomes_and_promotion_quantiles(prometheus, clock):
 
 
 def test_every_grafana_query_is_valid_promql_with_data(prometheus, clock):
-    from collector.exports.grafana import panel_queries
+    from kvtier.collector.exports.grafana import panel_queries
 
     state = MetricsState(clock=clock)
     state.observe(sample_batch())

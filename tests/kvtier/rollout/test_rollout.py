@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from collector.events import RequestRecord
-from policy.rollback.rule import LatencyBudget
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.rollback.rule import LatencyBudget
 from kvtier.rollout.plan import PhaseTiers, RolloutPlan
 from kvtier.rollout.runner import OperatorSwitcher, run_rollout
 

@@ -7,9 +7,9 @@ import pytest
 from kvtier.rollout.drive import phase_driver
 from kvtier.rollout.plan import RolloutPlan
 from kvtier.rollout.runner import EngineAdminSwitcher, run_rollout
-from probes.active.load import LoadConfig
-from refengine.config import EngineConfig, TierConfig
-from refengine.server import EngineServer, ServerSettings
+from kvtier.probes.active.load import LoadConfig
+from kvtier.refengine.config import EngineConfig, TierConfig
+from kvtier.refengine.server import EngineServer, ServerSettings
 from tests.kvtier.rollout.test_rollout import looping_trace
 
 pytestmark = pytest.mark.timeout(180)

@@ -12,20 +12,20 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 
-from collector.events import RequestRecord
-from policy.learn.nextuse import NextUseModel, Readout, next_use_s, reuse_within
-from policy.learn.replay import Replayed, RequestTokens, Tiers
-from policy.learn.request_signals import FINISH_CLASSES, SignalTracker
-from policy.sim.config import SimConfig
-from policy.sim.result import SimResult
-from policy.sim.simulator import Simulator
-from policy.sim.trace import BlockTrace
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.learn.nextuse import NextUseModel, Readout, next_use_s, reuse_within
+from kvtier.policy.learn.replay import Replayed, RequestTokens, Tiers
+from kvtier.policy.learn.request_signals import FINISH_CLASSES, SignalTracker
+from kvtier.policy.sim.config import SimConfig
+from kvtier.policy.sim.result import SimResult
+from kvtier.policy.sim.simulator import Simulator
+from kvtier.policy.sim.trace import BlockTrace
 
 
 def replay_per_key(records: Sequence[RequestRecord], tiers: Tiers, build: Callable, *,
                    count_from: int = 0, trace: BlockTrace | None = None) -> Replayed:
-    """:func:`policy.learn.replay.replay` for a per-key CPU tier with ``observe_request``."""
-    from policy.learn.offers import _block_tokens
+    """:func:`kvtier.policy.learn.replay.replay` for a per-key CPU tier with ``observe_request``."""
+    from kvtier.policy.learn.offers import _block_tokens
 
     config = SimConfig(gpu_blocks=tiers.gpu_blocks, cpu_blocks=tiers.cpu_blocks,
                        cold_blocks=tiers.cold_blocks, policy="lru",
@@ -60,7 +60,7 @@ def _watched(simulator: Simulator, records: Sequence[RequestRecord], watcher,
 
 
 class NextUseTier:
-    """The learned next-use order per key: the tier protocol of ``policy.sim.policies``
+    """The learned next-use order per key: the tier protocol of ``kvtier.policy.sim.policies``
     (exclusive flows) plus ``observe_request``."""
 
     name = "learned-next-use"

@@ -1,4 +1,4 @@
-"""The pure-Python reference of ``policy.learn.offers.collect_offers``: the CPU tier's offers
+"""The pure-Python reference of ``kvtier.policy.learn.offers.collect_offers``: the CPU tier's offers
 of a replay through the oracle simulator, with the Python ``FeatureTracker``'s rows and
 Belady-boundary labels. The compiled offer log is compared against it."""
 
@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collector.events import RequestRecord, Tier
-from policy.learn.features import FEATURES, FeatureTracker
-from policy.learn.offers import Offers
-from policy.sim.config import SimConfig
+from kvtier.collector.events import RequestRecord, Tier
+from kvtier.policy.learn.features import FEATURES, FeatureTracker
+from kvtier.policy.learn.offers import Offers
+from kvtier.policy.sim.config import SimConfig
 from tests.policy.sim.oracle import NEVER, Belady, CachePolicy, make_policy
 from tests.policy.sim.oracle.simulator import Simulator, next_use_indices
 
@@ -114,8 +114,8 @@ def _block_tokens(records: Sequence[RequestRecord]) -> int:
 
 def oracle_replay(records, tiers, cpu_tier, admitter=None):
     """The totals of a replay through the oracle flows, the CPU tier given whole (a Python
-    policy of the oracle), fed as ``policy.learn.replay`` fed it before it ran compiled."""
-    from policy.learn.replay import IndexedAdmitter, _note_parents
+    policy of the oracle), fed as ``kvtier.policy.learn.replay`` fed it before it ran compiled."""
+    from kvtier.policy.learn.replay import IndexedAdmitter, _note_parents
     from tests.policy.sim.oracle import Admitted
 
     block_tokens = _block_tokens(records)

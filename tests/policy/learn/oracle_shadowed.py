@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 
-from collector.events import RequestRecord
-from policy.learn.shadowed import MARGIN, WINDOW_REQUESTS, ShadowStats
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.learn.shadowed import MARGIN, WINDOW_REQUESTS, ShadowStats
 
 
 class RecencyOrder:
@@ -53,7 +53,7 @@ class Shadowed:
     def __init__(self, capacity_blocks: int, candidates: Sequence[tuple[str, Callable]], *,
                  window_requests: int = WINDOW_REQUESTS, margin: float = MARGIN,
                  observers: Sequence[Callable] = ()) -> None:
-        # inputs as the product tier validates them (``policy.learn.shadowed.Shadowed``)
+        # inputs as the product tier validates them (``kvtier.policy.learn.shadowed.Shadowed``)
         self.capacity_blocks = capacity_blocks
         self.names = tuple(name for name, _ in candidates)
         self.ghosts = [factory(capacity_blocks) for _, factory in candidates]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from collector.events import RequestRecord
+from kvtier.collector.events import RequestRecord
 
 SYSTEM = (0, 1)
 

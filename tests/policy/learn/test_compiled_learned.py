@@ -9,10 +9,10 @@ import random
 import numpy as np
 import pytest
 
-from policy.learn.compare import ReusedLaterAdmitter
-from policy.learn.offers import collect_offers
-from policy.learn.replay import IndexedAdmitter, Tiers, replay
-from policy.learn.retention import LearnedRetention, factory
+from kvtier.policy.learn.compare import ReusedLaterAdmitter
+from kvtier.policy.learn.offers import collect_offers
+from kvtier.policy.learn.replay import IndexedAdmitter, Tiers, replay
+from kvtier.policy.learn.retention import LearnedRetention, factory
 from tests.policy.learn.oracle_offers import collect_offers as oracle_offers
 from tests.policy.learn.oracle_offers import oracle_replay
 from tests.policy.learn.synthetic import conversations
@@ -103,8 +103,8 @@ def test_a_python_policy_without_a_compiled_form_still_replays():
 
 
 def test_evaluate_on_stripped_records_and_their_trace_equals_evaluate_on_records():
-    from policy.learn.compare import Split, compare
-    from policy.sim.trace import strip_blocks
+    from kvtier.policy.learn.compare import Split, compare
+    from kvtier.policy.sim.trace import strip_blocks
 
     records = trace(7)
     light, blocks = strip_blocks(records)
@@ -128,7 +128,7 @@ def test_a_row_cap_keeps_every_kth_offer_with_its_label():
 
 
 def test_streamed_scores_are_the_scores_of_every_offer():
-    from policy.learn.offers import score_offers_streamed
+    from kvtier.policy.learn.offers import score_offers_streamed
 
     records = trace(9)
     offers = collect_offers(records, 20, 60, label=False)

@@ -9,9 +9,9 @@ import pytest
 
 from kvtier.errors import KvtierError
 from kvtier.verbs import evaluate
-from policy.learn.compare import Split, compare
-from policy.learn.replay import Tiers
-from policy.learn.subset import coarsen, limited
+from kvtier.policy.learn.compare import Split, compare
+from kvtier.policy.learn.replay import Tiers
+from kvtier.policy.learn.subset import coarsen, limited
 from tests.policy.learn.synthetic import conversations, record
 
 KEYS = ("policy", "token_hit_ratio", "gpu_hit_tokens", "cpu_promotion_tokens",
@@ -136,7 +136,7 @@ def test_evaluate_split_option(trace, capsys):
 
 
 def test_oracle_reused_admits_exactly_the_blocks_referenced_again():
-    from policy.learn.compare import ReusedLaterAdmitter
+    from kvtier.policy.learn.compare import ReusedLaterAdmitter
 
     records = [record(0, [1, 2]), record(1, [3]), record(2, [1, 4])]
     oracle = ReusedLaterAdmitter(records)
@@ -158,8 +158,8 @@ def test_oracle_reused_is_a_ceiling_row_between_lru_and_belady():
 
 
 def test_evaluate_sizes_the_prefill_servers_unless_told(trace, capsys):
-    from policy.cost import CostParams, servers_for
-    from policy.readers import open_trace
+    from kvtier.policy.cost import CostParams, servers_for
+    from kvtier.policy.readers import open_trace
 
     argv = ["--trace", str(trace), "--gpu-tokens", "15360", "--cpu-tokens", "51200",
             "--policies", "lru", "--json"]

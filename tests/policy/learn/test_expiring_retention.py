@@ -6,12 +6,12 @@ import math
 
 import pytest
 
-from policy.cost import CostParams
-from policy.learn.compare import Split
-from policy.learn.expiring_retention import expiring, expiry_ms
-from policy.learn.replay import Tiers
-from policy.recommend.gate import learn
-from policy.writers.trtllm_retention import RetentionClass, TokenRange
+from kvtier.policy.cost import CostParams
+from kvtier.policy.learn.compare import Split
+from kvtier.policy.learn.expiring_retention import expiring, expiry_ms
+from kvtier.policy.learn.replay import Tiers
+from kvtier.policy.recommend.gate import learn
+from kvtier.policy.writers.trtllm_retention import RetentionClass, TokenRange
 from tests.policy.learn.synthetic import conversations
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from policy.learn.compare import Split
-from policy.learn.importance import _auc, importance
-from policy.learn.nextuse_fit import fit_next_use
-from policy.learn.request_signals import FEATURES
+from kvtier.policy.learn.compare import Split
+from kvtier.policy.learn.importance import _auc, importance
+from kvtier.policy.learn.nextuse_fit import fit_next_use
+from kvtier.policy.learn.request_signals import FEATURES
 from tests.policy.learn import traffic
 
 

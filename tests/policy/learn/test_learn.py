@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from policy.learn.features import FEATURES, FeatureTracker
-from policy.learn.admission_model import ModelConfig, train
-from policy.learn.offers import collect_offers
-from policy.learn.pipeline import fit, smoothed_best
-from policy.learn.replay import IndexedAdmitter, Tiers, replay
+from kvtier.policy.learn.features import FEATURES, FeatureTracker
+from kvtier.policy.learn.admission_model import ModelConfig, train
+from kvtier.policy.learn.offers import collect_offers
+from kvtier.policy.learn.pipeline import fit, smoothed_best
+from kvtier.policy.learn.replay import IndexedAdmitter, Tiers, replay
 from tests.policy.learn.synthetic import conversations, record
 
 

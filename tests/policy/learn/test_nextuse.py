@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from policy.learn.nextuse import GapTable, NextUseModel, next_use_s, reuse_within
-from policy.learn.nextuse_fit import fit_next_use
+from kvtier.policy.learn.nextuse import GapTable, NextUseModel, next_use_s, reuse_within
+from kvtier.policy.learn.nextuse_fit import fit_next_use
 from tests.policy.learn import traffic
 
 

@@ -5,13 +5,13 @@ on the per-key oracle, so both are held to the rules themselves, not only to eac
 
 import pytest
 
-from policy.learn.compare import Split
-from policy.learn.deploy import learned_factory
-from policy.learn.nextuse import GapTable, NextUseModel, Readout, RunningTable
-from policy.learn.nextuse_fit import fit_next_use
-from policy.learn.nextuse_tier import compiled_order, compiled_signals
-from policy.learn.replay import Tiers, replay
-from policy.learn.signal_table import signal_table
+from kvtier.policy.learn.compare import Split
+from kvtier.policy.learn.deploy import learned_factory
+from kvtier.policy.learn.nextuse import GapTable, NextUseModel, Readout, RunningTable
+from kvtier.policy.learn.nextuse_fit import fit_next_use
+from kvtier.policy.learn.nextuse_tier import compiled_order, compiled_signals
+from kvtier.policy.learn.replay import Tiers, replay
+from kvtier.policy.learn.signal_table import signal_table
 from tests.policy.learn import traffic
 from tests.policy.learn.oracle_nextuse import NextUseTier
 from tests.policy.learn.synthetic import record

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from policy.learn.request_signals import FEATURES
+from kvtier.policy.learn.request_signals import FEATURES
 from tests.policy.learn import traffic
 from tests.policy.learn.test_evaluate import run_verb, write_mooncake
 

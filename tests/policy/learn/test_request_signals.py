@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from collector.events import RequestRecord
-from policy.learn.request_signals import ARRIVAL_FEATURES, FEATURES, SignalTracker, finish_class
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.learn.request_signals import ARRIVAL_FEATURES, FEATURES, SignalTracker, finish_class
 from tests.policy.learn import traffic
 from tests.policy.learn.synthetic import record
 
@@ -82,7 +82,7 @@ def test_sub_agents_have_their_own_chain_under_their_parent():
                                      traffic.chat(hours=0.1, seed=6)],       # none: block walk
                          ids=["sessions", "no-sessions"])
 def test_the_signal_table_is_what_the_tracker_knows_of_each_request(records):
-    from policy.learn.signal_table import signal_table, vocabulary
+    from kvtier.policy.learn.signal_table import signal_table, vocabulary
 
     tracker = SignalTracker(vocabulary(records))
     for i, r in enumerate(records):

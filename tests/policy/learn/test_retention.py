@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from policy.learn.compare import Split, compare
-from policy.learn.replay import Tiers
-from policy.learn.retention import LearnedRetention, choose_tau
+from kvtier.policy.learn.compare import Split, compare
+from kvtier.policy.learn.replay import Tiers
+from kvtier.policy.learn.retention import LearnedRetention, choose_tau
 from tests.policy.learn.synthetic import conversations, record
 
 
@@ -67,8 +67,8 @@ def test_tau_is_the_best_on_the_training_slice_and_the_row_reports_it():
     by = {r["policy"]: r["token_hit_ratio"] for r in out["policies"]}
     assert by["learned-retention"] <= by["belady"] + 1e-12
     # choose_tau on its own agrees with what compare did, given the same scores
-    from policy.learn.admission_model import ModelConfig
-    from policy.learn.pipeline import fit
+    from kvtier.policy.learn.admission_model import ModelConfig
+    from kvtier.policy.learn.pipeline import fit
 
     fitted = fit(split.train, split.records, tiers, ModelConfig(), thresholds=())
     assert choose_tau(split.train, tiers, fitted.scores)[0] == chosen

@@ -6,14 +6,14 @@ is bad on purpose)."""
 
 import pytest
 
-from policy.learn.compare import Split
-from policy.learn.deploy import learned_factory
-from policy.learn.nextuse import Readout
-from policy.learn.nextuse_fit import fit_next_use
-from policy.learn.replay import Tiers, replay
-from policy.learn.shadowed import Shadowed
-from policy.learn.signal_table import signal_table
-from policy.sim.compiled import core
+from kvtier.policy.learn.compare import Split
+from kvtier.policy.learn.deploy import learned_factory
+from kvtier.policy.learn.nextuse import Readout
+from kvtier.policy.learn.nextuse_fit import fit_next_use
+from kvtier.policy.learn.replay import Tiers, replay
+from kvtier.policy.learn.shadowed import Shadowed
+from kvtier.policy.learn.signal_table import signal_table
+from kvtier.policy.sim.compiled import core
 from tests.policy.learn import traffic
 from tests.policy.learn.oracle_nextuse import replay_per_key
 from tests.policy.learn.oracle_shadowed import RecencyOrder

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 
-from policy.learn.trees import Trees, export
+from kvtier.policy.learn.trees import Trees, export
 
 
 def data(seed=0, n=600):
@@ -60,7 +60,7 @@ def test_the_compiled_forest_gives_sklearns_raw_values_bit_for_bit(classify):
 
 
 def test_a_compiled_forest_pointing_back_up_its_tree_is_refused():
-    from policy.sim.compiled import core
+    from kvtier.policy.sim.compiled import core
 
     with pytest.raises(ValueError, match="back up its tree"):  # a loop would never end
         core().Forest([0, -1], [0.5, 0.0], [1, 0], [1, 0], [0, 0], [0.0, 1.0], [0], 0.0, 1)

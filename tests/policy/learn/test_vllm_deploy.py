@@ -10,13 +10,13 @@ import json
 import pytest
 
 from kvtier.cli import main
-from policy.learn.deploy import deployment
-from policy.learn.nextuse import NextUseModel
-from policy.learn.nextuse import Readout
-from policy.learn.vllm_deploy import FILE_NAME, VllmNextUse, next_use_for_vllm, write
-from policy.learn.replay import Tiers
-from probes.vllm.next_use_twin import NextUseTwin
-from probes.vllm import next_use_policy
+from kvtier.policy.learn.deploy import deployment
+from kvtier.policy.learn.nextuse import NextUseModel
+from kvtier.policy.learn.nextuse import Readout
+from kvtier.policy.learn.vllm_deploy import FILE_NAME, VllmNextUse, next_use_for_vllm, write
+from kvtier.policy.learn.replay import Tiers
+from kvtier.probes.vllm.next_use_twin import NextUseTwin
+from kvtier.probes.vllm import next_use_policy
 from tests.policy.learn import traffic
 from tests.policy.learn.test_evaluate import write_mooncake
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from collector.events import RequestRecord
+from kvtier.collector.events import RequestRecord
 
 
 class _Ids:

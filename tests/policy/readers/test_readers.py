@@ -7,8 +7,8 @@ import tarfile
 
 import pytest
 
-from collector.events import UINT64_MAX
-from policy.readers import (
+from kvtier.collector.events import UINT64_MAX
+from kvtier.policy.readers import (
     BailianReader,
     MooncakeReader,
     TraceFormatError,

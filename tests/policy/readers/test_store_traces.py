@@ -1,17 +1,17 @@
 """Simulated replays written into kvtier's DuckDB store read back through ``--format store``
-with the same hit ratio (the store reader is collector.reader; this checks the seam)."""
+with the same hit ratio (the store reader is kvtier.collector.reader; this checks the seam)."""
 
 import json
 
 import pytest
 
-from collector.events import Origin
-from collector.recorder import Recorder
-from collector.store import TraceStore
+from kvtier.collector.events import Origin
+from kvtier.collector.recorder import Recorder
+from kvtier.collector.store import TraceStore
 from kvtier.cli import main
-from policy.readers import open_trace
-from policy.sim.config import SimConfig
-from policy.sim.simulator import Simulator, simulate
+from kvtier.policy.readers import open_trace
+from kvtier.policy.sim.config import SimConfig
+from kvtier.policy.sim.simulator import Simulator, simulate
 from tests.policy.sim.simtools import random_prefix_trace
 
 
@@ -44,9 +44,9 @@ def test_store_trace_replays_like_the_original(store_path, capsys):
 
 
 def test_a_store_and_its_segments_yield_one_engine_and_phase_when_asked(tmp_path, capsys):
-    from collector.batch import EventBatch
-    from collector.events import RequestRecord
-    from collector.segments import export_segments
+    from kvtier.collector.batch import EventBatch
+    from kvtier.collector.events import RequestRecord
+    from kvtier.collector.segments import export_segments
 
     path = tmp_path / "two.duckdb"
     with TraceStore(path) as store:

@@ -8,13 +8,13 @@ from dataclasses import replace
 
 import pytest
 
-from collector.batch import EventBatch
-from collector.events import BlockEvent, Origin, Outcome, Tier
-from collector.store import TraceStore
-from policy.cost import CostParams
-from policy.recommend.cold_tier import ColdCost, cost_from_params, decide
+from kvtier.collector.batch import EventBatch
+from kvtier.collector.events import BlockEvent, Origin, Outcome, Tier
+from kvtier.collector.store import TraceStore
+from kvtier.policy.cost import CostParams
+from kvtier.policy.recommend.cold_tier import ColdCost, cost_from_params, decide
 from kvtier.rollout.plan import RolloutPlan
-from policy.cost import measured_cost_params
+from kvtier.policy.cost import measured_cost_params
 from tests.policy.learn.synthetic import conversations
 from tests.policy.learn.test_evaluate import write_mooncake
 from tests.policy.recommend.test_recommend import run_verb

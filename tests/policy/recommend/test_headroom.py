@@ -7,11 +7,11 @@ import json
 import pytest
 
 from kvtier.cli import main
-from policy.cost import CostParams
-from policy.recommend.build import Inputs, recommend
-from policy.recommend.headroom import HostLimit, from_bytes, from_probe_json
-from policy.writers.textedit import args_get, env_get
-from policy.writers.yamledit import yaml_get
+from kvtier.policy.cost import CostParams
+from kvtier.policy.recommend.build import Inputs, recommend
+from kvtier.policy.recommend.headroom import HostLimit, from_bytes, from_probe_json
+from kvtier.policy.writers.textedit import args_get, env_get
+from kvtier.policy.writers.yamledit import yaml_get
 from tests.policy.learn.synthetic import conversations
 from tests.policy.learn.test_evaluate import write_mooncake
 from tests.policy.recommend.test_recommend import run_verb

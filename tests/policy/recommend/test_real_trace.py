@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from policy.learn.offers import collect_offers
-from policy.learn.replay import IndexedAdmitter, Tiers, replay
-from policy.readers import open_trace
+from kvtier.policy.learn.offers import collect_offers
+from kvtier.policy.learn.replay import IndexedAdmitter, Tiers, replay
+from kvtier.policy.readers import open_trace
 
 BUNDLED = Path(__file__).resolve().parents[3] / "kvtier" / "data" / "mooncake_conversation_trace.jsonl.gz"
 

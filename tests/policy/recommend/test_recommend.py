@@ -10,14 +10,14 @@ import pytest
 
 from kvtier.errors import KvtierError
 from kvtier.verbs import recommend as verb
-from policy.cost import CostParams
-from policy.learn.replay import Tiers, replay
-from policy.recommend.build import Inputs, recommend
-from policy.recommend.expected import expected_changes
-from policy.recommend.sweep import sweep
-from policy.recommend.value import full_block_value, priorities, value_per_byte
-from policy.writers.push import load_recommendation
-from policy.writers.yamledit import yaml_get
+from kvtier.policy.cost import CostParams
+from kvtier.policy.learn.replay import Tiers, replay
+from kvtier.policy.recommend.build import Inputs, recommend
+from kvtier.policy.recommend.expected import expected_changes
+from kvtier.policy.recommend.sweep import sweep
+from kvtier.policy.recommend.value import full_block_value, priorities, value_per_byte
+from kvtier.policy.writers.push import load_recommendation
+from kvtier.policy.writers.yamledit import yaml_get
 from tests.policy.learn.synthetic import conversations, record
 from tests.policy.learn.test_evaluate import write_mooncake
 
@@ -106,7 +106,7 @@ def test_gt_points_derived_from_ge_match_a_replay():
     records = conversations(400, seed=9)
     tiers = Tiers(30, 120)
     rng = np.random.default_rng(0)
-    from policy.learn.offers import collect_offers
+    from kvtier.policy.learn.offers import collect_offers
 
     offers = collect_offers(records, 30, 120, label=False)
     prio = {(int(i), int(k)): int(rng.integers(0, 11)) * 10
@@ -131,9 +131,9 @@ def test_identical_replays_change_nothing_and_the_bootstrap_is_seeded():
 
 
 def test_recommend_reads_a_store(tmp_path, capsys):
-    from collector.batch import EventBatch
-    from collector.events import Origin
-    from collector.store import TraceStore
+    from kvtier.collector.batch import EventBatch
+    from kvtier.collector.events import Origin
+    from kvtier.collector.store import TraceStore
 
     path = tmp_path / "store.duckdb"
     origin = Origin(engine="reference", instance="node-1", source="node-1/test")
@@ -147,8 +147,8 @@ def test_recommend_reads_a_store(tmp_path, capsys):
 
 
 def test_vllm_eviction_policy_and_store_threshold_are_chosen_by_replay():
-    from policy.recommend.vllm_sweep import best_cpu_setting, recomputed_tokens
-    from policy.sim.config import SimConfig
+    from kvtier.policy.recommend.vllm_sweep import best_cpu_setting, recomputed_tokens
+    from kvtier.policy.sim.config import SimConfig
 
     # one-shot prompts (3 blocks) flush a 4-block CPU tier that should keep two hot 2-block
     # prefixes: storing only on the 2nd offer keeps the one-shots out and halves recompute

@@ -10,15 +10,15 @@ import pytest
 
 from kvtier.verbs import analyze as analyze_verb
 from kvtier.verbs import recommend as recommend_verb
-from policy.cost import CostParams
-from policy.curves import HitRatioCurve, lru_curve
-from policy.recommend import report
-from policy.recommend.build import Inputs, recommend
-from policy.recommend.headroom import HostLimit
-from policy.recommend.recommendation import from_json
-from policy.recommend.sizing import GIB, cold_free_cap, tier_size
-from policy.sim.config import SimConfig
-from policy.sim.simulator import simulate
+from kvtier.policy.cost import CostParams
+from kvtier.policy.curves import HitRatioCurve, lru_curve
+from kvtier.policy.recommend import report
+from kvtier.policy.recommend.build import Inputs, recommend
+from kvtier.policy.recommend.headroom import HostLimit
+from kvtier.policy.recommend.recommendation import from_json
+from kvtier.policy.recommend.sizing import GIB, cold_free_cap, tier_size
+from kvtier.policy.sim.config import SimConfig
+from kvtier.policy.sim.simulator import simulate
 from tests.policy.learn.synthetic import conversations
 from tests.policy.learn.test_evaluate import write_mooncake
 

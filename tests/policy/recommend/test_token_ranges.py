@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from policy.recommend.token_ranges import (
+from kvtier.policy.recommend.token_ranges import (
     band_priorities,
     range_priorities,
     retention_classes,
 )
-from policy.writers.trtllm_retention import RetentionClass, TokenRange
+from kvtier.policy.writers.trtllm_retention import RetentionClass, TokenRange
 from tests.policy.learn.synthetic import record
 
 CHAT = list(range(1, 21))  # 20 blocks of 16 tokens: depths 0..19

@@ -8,13 +8,13 @@ import sys
 
 import pytest
 
-from collector.exports.recommendation import RecommendationLabels
-from policy.recommend import report
-from policy.recommend.build import Inputs, recommend
-from policy.recommend.recommendation import from_json
-from policy.recommend.values import Evidence, HitRatios, HostCheck, Reason, Verdict, decode, encode
-from policy.writers import ENGINES
-from policy.writers.push import load_recommendation
+from kvtier.collector.exports.recommendation import RecommendationLabels
+from kvtier.policy.recommend import report
+from kvtier.policy.recommend.build import Inputs, recommend
+from kvtier.policy.recommend.recommendation import from_json
+from kvtier.policy.recommend.values import Evidence, HitRatios, HostCheck, Reason, Verdict, decode, encode
+from kvtier.policy.writers import ENGINES
+from kvtier.policy.writers.push import load_recommendation
 from tests.policy.learn.synthetic import conversations, record
 
 
@@ -80,7 +80,7 @@ def test_other_versions_are_refused_with_a_way_out(offload):
 
 
 def test_the_values_import_nothing_but_the_standard_library():
-    code = ("import sys; import policy.recommend.recommendation; "
+    code = ("import sys; import kvtier.policy.recommend.recommendation; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('numpy', 'pandas', 'duckdb', 'pyarrow', 'sklearn', 'torch')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

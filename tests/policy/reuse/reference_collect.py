@@ -1,4 +1,4 @@
-"""The reuse pass as a plain per-reference loop: the oracle :func:`policy.reuse.collect.collect`
+"""The reuse pass as a plain per-reference loop: the oracle :func:`kvtier.policy.reuse.collect.collect`
 is checked against.
 
 Per distinct block: references, depth (position in the prompt), parent, tokens, and when it
@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from collector.events import RequestRecord
-from policy.reuse.histogram import LogHistogram
-from policy.reuse.stats import ALL, BlockStats, ReuseStats, turn_bucket
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.reuse.histogram import LogHistogram
+from kvtier.policy.reuse.stats import ALL, BlockStats, ReuseStats, turn_bucket
 
 def reference_collect(records: Iterable[RequestRecord], default_block_tokens: int = 16) -> ReuseStats:
     """Gather :class:`ReuseStats` from arrival-ordered records."""

@@ -5,8 +5,8 @@ from dataclasses import replace
 
 import pytest
 
-from policy.readers import MooncakeReader
-from policy.reuse import collect, report_from_stats
+from kvtier.policy.readers import MooncakeReader
+from kvtier.policy.reuse import collect, report_from_stats
 from tests.policy.reuse.reference_collect import reference_collect
 from tests.policy.sim.simtools import random_prefix_trace, request
 

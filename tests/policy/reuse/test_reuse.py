@@ -5,10 +5,10 @@ import json
 import pytest
 from tests.policy.sim.simtools import request
 
-from policy.cost import CostParams, Param
-from policy.reuse import analyze, collect, render
-from policy.reuse.histogram import LogHistogram
-from policy.reuse.questions import drop_candidates, shared_prefixes
+from kvtier.policy.cost import CostParams, Param
+from kvtier.policy.reuse import analyze, collect, render
+from kvtier.policy.reuse.histogram import LogHistogram
+from kvtier.policy.reuse.questions import drop_candidates, shared_prefixes
 
 
 def small_trace():
@@ -78,7 +78,7 @@ def test_worth_trying_when_reuse_outgrows_the_gpu_and_promotions_fit_the_slo():
 
 
 def test_report_is_json_and_renders(mooncake_path):
-    from policy.readers import MooncakeReader
+    from kvtier.policy.readers import MooncakeReader
     report = analyze(MooncakeReader(mooncake_path).requests())
     assert report["shared_prefixes"]["ideal_token_hit_ratio"] == pytest.approx(0.3736, abs=0.001)
     assert report["shared_prefixes"]["blocks_used_once_fraction"] == pytest.approx(0.758, abs=0.001)

@@ -1,6 +1,6 @@
 """The rollback rule and the Prometheus alerts agree on the same request records.
 
-The same records go (a) to ``policy.rollback.decide.decide`` and (b) through kvtier's own
+The same records go (a) to ``kvtier.policy.rollback.decide.decide`` and (b) through kvtier's own
 Prometheus exporter (``MetricsState`` + ``KvtierCollector``, scraped once a minute) into the
 input series of a ``promtool test rules`` unit test of ``rules_yaml``; promtool must see an
 alert fire, at some point, for exactly the configurations ``decide`` rolls back.
@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import subprocess
 
-from collector.batch import EventBatch
-from collector.events import Origin, RequestRecord
-from collector.exports.aggregate import MetricsState
-from policy.rollback.alerts import alert_rules, rules_yaml
-from policy.rollback.rule import LatencyBudget
-from collector.exports.prometheus import KvtierCollector
-from policy.rollback.decide import METRICS, decide
+from kvtier.collector.batch import EventBatch
+from kvtier.collector.events import Origin, RequestRecord
+from kvtier.collector.exports.aggregate import MetricsState
+from kvtier.policy.rollback.alerts import alert_rules, rules_yaml
+from kvtier.policy.rollback.rule import LatencyBudget
+from kvtier.collector.exports.prometheus import KvtierCollector
+from kvtier.policy.rollback.decide import METRICS, decide
 from tests.conftest import require_binary
 
 BUDGET = LatencyBudget(ttft_p99_s=2.0, itl_p99_s=0.1, sustained_s=300, window_s=120)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from collector.events import RequestRecord
-from policy.rollback.rule import LatencyBudget
-from policy.rollback.decide import decide
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.rollback.rule import LatencyBudget
+from kvtier.policy.rollback.decide import decide
 
 BUDGET = LatencyBudget(ttft_p99_s=1.0, itl_p99_s=0.1, sustained_s=60, window_s=30)
 

@@ -2,7 +2,7 @@
 
 import random
 
-from collector.events import RequestRecord
+from kvtier.collector.events import RequestRecord
 
 
 def request(hashes, prompt_tokens=None, block_tokens=4, rid="r", t=0.0):

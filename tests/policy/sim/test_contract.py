@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from policy.sim.policies import (
+from kvtier.policy.sim.policies import (
     POLICIES,
     Admitted,
     BlockInfo,
@@ -14,8 +14,8 @@ from policy.sim.policies import (
 )
 
 
-from policy.learn.retention import LearnedRetention
-from policy.sim.policies import VllmARC, VllmLRU
+from kvtier.policy.learn.retention import LearnedRetention
+from kvtier.policy.sim.policies import VllmARC, VllmLRU
 
 EXTRA = {
     "admitted-lru": lambda c: Admitted(make_policy("lru", c), OfferCountAdmitter(min_offers=0)),

@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from collector.events import Outcome
-from policy.readers import MooncakeReader
-from policy.sim.config import PriorityRule, SimConfig
-from policy.sim.simulator import Simulator, simulate
+from kvtier.collector.events import Outcome
+from kvtier.policy.readers import MooncakeReader
+from kvtier.policy.sim.config import PriorityRule, SimConfig
+from kvtier.policy.sim.simulator import Simulator, simulate
 from tests.policy.sim.oracle.simulator import Simulator as OracleSimulator
 from tests.policy.sim.simtools import random_prefix_trace, request
 

@@ -4,9 +4,9 @@ prefix hits equal on the same block streams. Skipped when libcachesim is not ins
 import pytest
 from tests.policy.sim.simtools import random_prefix_trace
 
-from policy.readers import MooncakeReader
-from policy.sim.config import SimConfig
-from policy.sim.simulator import simulate
+from kvtier.policy.readers import MooncakeReader
+from kvtier.policy.sim.config import SimConfig
+from kvtier.policy.sim.simulator import simulate
 
 lcs = pytest.importorskip("libcachesim")
 

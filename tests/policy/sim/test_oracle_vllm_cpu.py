@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from tests.policy.sim.simtools import random_prefix_trace
 
-from collector.events import Outcome
-from policy.sim.config import SimConfig
-from policy.sim.simulator import Simulator
+from kvtier.collector.events import Outcome
+from kvtier.policy.sim.config import SimConfig
+from kvtier.policy.sim.simulator import Simulator
 
 SIDE_PYTHON = os.environ.get("KVTIER_VLLM_PYTHON", "/tmp/kvt-vllm-side/bin/python")
 ORACLE = Path(__file__).with_name("vllm_cpu_oracle.py")

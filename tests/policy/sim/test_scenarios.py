@@ -2,7 +2,7 @@
 
 import pytest
 
-from policy.sim.policies import (
+from kvtier.policy.sim.policies import (
     ARC,
     LRU,
     S3FIFO,

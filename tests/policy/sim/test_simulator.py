@@ -3,10 +3,10 @@
 import pytest
 from tests.policy.sim.simtools import random_prefix_trace, request
 
-from collector.events import Outcome
-from policy.readers import MooncakeReader
-from policy.sim.config import PriorityRule, SimConfig, blocks_from_tokens
-from policy.sim.simulator import Simulator, next_use_indices, simulate
+from kvtier.collector.events import Outcome
+from kvtier.policy.readers import MooncakeReader
+from kvtier.policy.sim.config import PriorityRule, SimConfig, blocks_from_tokens
+from kvtier.policy.sim.simulator import Simulator, next_use_indices, simulate
 
 
 def reference_lru_prefix_hits(records, capacity):

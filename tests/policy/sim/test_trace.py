@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from policy.sim.config import SimConfig
-from policy.sim.simulator import Simulator, simulate
-from policy.sim.trace import BlockTrace, strip_blocks
+from kvtier.policy.sim.config import SimConfig
+from kvtier.policy.sim.simulator import Simulator, simulate
+from kvtier.policy.sim.trace import BlockTrace, strip_blocks
 from tests.policy.sim.simtools import random_prefix_trace, request
 
 

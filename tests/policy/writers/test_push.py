@@ -9,8 +9,8 @@ import stat
 import pytest
 
 from kvtier.cli import main
-from policy.writers.push import PushRefused, apply, load_recommendation, plan
-from policy.writers.settings import EngineSettings, Guardrails
+from kvtier.policy.writers.push import PushRefused, apply, load_recommendation, plan
+from kvtier.policy.writers.settings import EngineSettings, Guardrails
 
 GiB = 1 << 30
 TRT = "# tuned by hand\nkv_cache_config:\n  free_gpu_memory_fraction: 0.85\n  host_cache_size: 1000\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from policy.writers.textedit import args_get, args_set, env_get, env_set
+from kvtier.policy.writers.textedit import args_get, args_set, env_get, env_set
 
 def test_env_and_args_files():
     env = "# kvbm\nexport DYN_KVBM_CPU_CACHE_GB=4\nOTHER=x\n"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from policy.writers import writer
-from policy.writers.settings import EngineSettings
+from kvtier.policy.writers import writer
+from kvtier.policy.writers.settings import EngineSettings
 
 SIDE_PYTHON = os.environ.get("KVTIER_VLLM_PYTHON", "/tmp/kvt-vllm-side/bin/python")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180),

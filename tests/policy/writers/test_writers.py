@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from policy.writers import trtllm, vllm, writer
-from policy.writers.settings import EngineSettings, Guardrails
-from policy.writers.textedit import args_get, env_get
-from policy.writers.yamledit import yaml_get
+from kvtier.policy.writers import trtllm, vllm, writer
+from kvtier.policy.writers.settings import EngineSettings, Guardrails
+from kvtier.policy.writers.textedit import args_get, env_get
+from kvtier.policy.writers.yamledit import yaml_get
 
 GiB = 1 << 30
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from policy.writers.yamledit import ConfigFileError, yaml_get, yaml_set
+from kvtier.policy.writers.yamledit import ConfigFileError, yaml_get, yaml_set
 
 TRT = """\
 # hand-tuned

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from probes.active.headroom import GIB, HeadroomConfig, measure_headroom
+from kvtier.probes.active.headroom import GIB, HeadroomConfig, measure_headroom
 
 
 def write(root: Path, path: str, text: str) -> None:

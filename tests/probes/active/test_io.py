@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from probes.active.fs import FsConfig, direct_supported, run_fs
-from probes.active.stats import fit_latency, parse_sizes, percentiles
-from probes.active.transfer import TransferConfig, run_transfer
+from kvtier.probes.active.fs import FsConfig, direct_supported, run_fs
+from kvtier.probes.active.stats import fit_latency, parse_sizes, percentiles
+from kvtier.probes.active.transfer import TransferConfig, run_transfer
 
 
 def test_fit_recovers_a_linear_cost():
@@ -96,7 +96,7 @@ def test_fs_config_refuses_bad_values(kwargs, fragment):
 def test_probe_results_feed_the_cost_model(tmp_path):
     import json
 
-    from policy.cost import measured_cost_params
+    from kvtier.policy.cost import measured_cost_params
 
     transfer = run_transfer(TransferConfig(sizes_bytes=(4096, 1 << 16), repeats=2, warmup=0))
     fs_file = tmp_path / "fs.json"

@@ -9,12 +9,12 @@ import random
 
 import pytest
 
-from collector.events import RequestRecord
-from probes.active.client import stream_completion
-from probes.active.load import LoadConfig, run_load
+from kvtier.collector.events import RequestRecord
+from kvtier.probes.active.client import stream_completion
+from kvtier.probes.active.load import LoadConfig, run_load
 from kvtier.load import store_result
-from probes.active.prompts import PromptBuilder
-from refengine.server import MODEL_NAME, EngineServer, ServerSettings
+from kvtier.probes.active.prompts import PromptBuilder
+from kvtier.refengine.server import MODEL_NAME, EngineServer, ServerSettings
 from tests.refengine.conftest import tiny_config
 
 
@@ -86,7 +86,7 @@ def test_ramp_records_every_request_and_store_percentiles_agree(server, tmp_path
 
     path = tmp_path / "load.duckdb"
     assert store_result(result, str(path), server.url) == 16
-    from collector.store import TraceStore
+    from kvtier.collector.store import TraceStore
 
     with TraceStore(path) as store:
         for metric in ("ttft_s", "itl_s", "e2e_latency_s"):
@@ -126,7 +126,7 @@ def test_load_verb_stores_rows_named_by_phase(server, tmp_path, capsys):
                  "--vocab-size", "97", "--phase", "baseline", "--store", str(store), "--json"]) == 0
     body = json.loads(capsys.readouterr().out)
     assert body["requests"] == 4 and body["errors"] == 0
-    from collector.store import TraceStore
+    from kvtier.collector.store import TraceStore
 
     with TraceStore(store) as s:
         rows = s.query("SELECT tier_config_id, block_hashes FROM requests ORDER BY arrival_s").to_pylist()

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from tests.probes.fake_http import FakeEngineHttp
-from probes.scrape.intervals import HistogramDelta, SeriesKey, parse_snapshot
-from probes.scrape.scraper import MetricScraper, ScraperConfig
+from kvtier.probes.scrape.intervals import HistogramDelta, SeriesKey, parse_snapshot
+from kvtier.probes.scrape.scraper import MetricScraper, ScraperConfig
 
 pytestmark = pytest.mark.timeout(20)
 

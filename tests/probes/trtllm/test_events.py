@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from collector.events import Outcome, Tier
-from collector.store import TraceStore
+from kvtier.collector.events import Outcome, Tier
+from kvtier.collector.store import TraceStore
 from tests.probes.fake_http import FakeEngineHttp
-from probes.trtllm.events import (
+from kvtier.probes.trtllm.events import (
     EventError, TrtllmEventMapper, TrtllmEventPoller, TrtllmPollerConfig, to_block_hash,
 )
 

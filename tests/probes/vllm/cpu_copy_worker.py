@@ -97,7 +97,7 @@ def _with_copy_worker(base):
 def __getattr__(name: str):
     # vLLM's OffloadingSpecFactory does getattr(import_module(spec_module_path), spec_name).
     if name == "KvtierCopyWorkerSpec":
-        from probes.vllm.spec import KvtierCPUOffloadingSpec
+        from kvtier.probes.vllm.spec import KvtierCPUOffloadingSpec
 
         return _with_copy_worker(KvtierCPUOffloadingSpec)
     if name == "VllmCopyWorkerSpec":

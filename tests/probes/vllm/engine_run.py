@@ -127,7 +127,7 @@ def run_scenario(python: str, workdir: Path) -> EngineRun:
     b = VllmServer(python, model, EngineSetup(
         port=free_port(), hooks=hooks, instance="tiny-vllm-b", ship_interval_s=3600,
         extra={"eviction_policy": "KvtierScoredLRUPolicy",
-               "cache_policy_module_path": "probes.vllm.cache_policy"}), workdir)
+               "cache_policy_module_path": "kvtier.probes.vllm.cache_policy"}), workdir)
     collector = None
     try:
         a.start(), b.start()

@@ -20,11 +20,11 @@ def main() -> None:
     from vllm.v1.kv_offload.base import ReqContext, make_offload_key
     from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
-    from probes.vllm import next_use_policy
+    from kvtier.probes.vllm import next_use_policy
 
     next_use_policy.configure(None)
     manager = CPUOffloadingManager(num_chunks=4, cache_policy="KvtierNextUsePolicy",
-                                   cache_policy_module_path="probes.vllm.next_use_policy")
+                                   cache_policy_module_path="kvtier.probes.vllm.next_use_policy")
     key = lambda i: make_offload_key((1000 + i).to_bytes(32, "big"), 0)
     evicted = []
 

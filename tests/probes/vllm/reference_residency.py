@@ -3,7 +3,7 @@ against (``probes/vllm/wire_columns.pyx``)."""
 
 from __future__ import annotations
 
-from collector.events import Outcome, Tier
+from kvtier.collector.events import Outcome, Tier
 
 
 def apply_residency(resident: set, decoded, max_tracked: int) -> list[dict]:

@@ -6,7 +6,7 @@ read its Prometheus counters::
 
     setup = EngineSetup(port=free_port(), hooks="tcp://127.0.0.1:5570",
                         extra={"eviction_policy": "KvtierScoredLRUPolicy",
-                               "cache_policy_module_path": "probes.vllm.cache_policy"})
+                               "cache_policy_module_path": "kvtier.probes.vllm.cache_policy"})
     with VllmServer(VLLM_PYTHONS["0.32"], model_dir, setup, tmp_path) as engine:
         engine.wait_ready()
         ...engine.url, engine.counter("vllm:prefix_cache_hits_total")...
@@ -69,7 +69,7 @@ class EngineSetup:
             if self.hooks:
                 extra["kvtier_collector"] = self.hooks
             config = {"kv_connector": "KvtierOffloadingConnector",
-                      "kv_connector_module_path": "probes.vllm.connector"}
+                      "kv_connector_module_path": "kvtier.probes.vllm.connector"}
         elif self.connector == "vllm":
             extra["spec_name"] = "VllmCopyWorkerSpec"
             config = {"kv_connector": "OffloadingConnector"}

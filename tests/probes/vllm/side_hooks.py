@@ -28,8 +28,8 @@ def drained(recorder):
     """The recorder's batch as row dicts (labels for enums, None for nulls), without pyarrow."""
     import numpy as np
 
-    from collector.events import Outcome, Tier
-    from collector.record_layout import DTYPE, NULL_BIT
+    from kvtier.collector.events import Outcome, Tier
+    from kvtier.collector.record_layout import DTYPE, NULL_BIT
 
     packed = recorder.take_packed()
     if packed is None:
@@ -128,9 +128,9 @@ def run(mode, fs_root):
     from vllm.v1.kv_offload.base import ReqContext
     from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 
-    from probes.vllm.recorders import active_recorders
+    from kvtier.probes.vllm.recorders import active_recorders
 
-    extra = {"spec_module_path": "probes.vllm.spec", "cpu_bytes_to_use": 4 * 4096,
+    extra = {"spec_module_path": "kvtier.probes.vllm.spec", "cpu_bytes_to_use": 4 * 4096,
              "eviction_policy": "lru", "kvtier_instance": "side-test", **IN_PROCESS}
     if mode == "cpu":
         extra["spec_name"] = "KvtierCPUOffloadingSpec"
@@ -181,11 +181,11 @@ def run_policy():
     from vllm.v1.kv_offload.base import ReqContext
     from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
-    from probes.vllm import cache_policy
+    from kvtier.probes.vllm import cache_policy
 
     cache_policy.configure(lambda h: 0.1 if h % 2 else 0.9, threshold=0.5)
     manager = CPUOffloadingManager(num_chunks=4, cache_policy="KvtierScoredLRUPolicy",
-                                   cache_policy_module_path="probes.vllm.cache_policy")
+                                   cache_policy_module_path="kvtier.probes.vllm.cache_policy")
     did = {"stored": [], "evicted": [], "loaded": []}
     ctx = ReqContext("req-p")
     store(manager, [key(0), key(1), key(2), key(3)], ctx, did)   # 1001, 1003 score low
@@ -209,13 +209,13 @@ def run_connector():
     )
     from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
-    from collector.events import Origin
-    from collector.recorder import Recorder
-    from probes.vllm.accounting import RequestTokenAccounting
-    from probes.vllm.hook_settings import HookSettings
+    from kvtier.collector.events import Origin
+    from kvtier.collector.recorder import Recorder
+    from kvtier.probes.vllm.accounting import RequestTokenAccounting
+    from kvtier.probes.vllm.hook_settings import HookSettings
 
     cls = KVConnectorFactory.get_connector_class(KVTransferConfig(
-        kv_connector="KvtierOffloadingConnector", kv_connector_module_path="probes.vllm.connector",
+        kv_connector="KvtierOffloadingConnector", kv_connector_module_path="kvtier.probes.vllm.connector",
         kv_role="kv_both", kv_connector_extra_config={"cpu_bytes_to_use": 1 << 20}))
     connector = object.__new__(cls)
     connector._bounding_group_ids = ()
@@ -257,10 +257,10 @@ def run_exact():
     from vllm.v1.kv_offload.base import ReqContext
     from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
-    from collector.events import Origin
-    from collector.recorder import Recorder
-    from probes.vllm.recording import ManagerRecorder
-    from probes.vllm.spec import RecordingOffloadingManager
+    from kvtier.collector.events import Origin
+    from kvtier.collector.recorder import Recorder
+    from kvtier.probes.vllm.recording import ManagerRecorder
+    from kvtier.probes.vllm.spec import RecordingOffloadingManager
 
     now = [100.0]
     clock = lambda: now[0]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from collector.events import Origin
-from collector.recorder import Recorder
-from probes.vllm.accounting import RequestTokenAccounting, request_tags
+from kvtier.collector.events import Origin
+from kvtier.collector.recorder import Recorder
+from kvtier.probes.vllm.accounting import RequestTokenAccounting, request_tags
 
 
 class Clock:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.hooks_tap import HooksTap, HooksTapConfig
-from collector.taps import TapRunner
+from kvtier.collector.hooks_tap import HooksTap, HooksTapConfig
+from kvtier.collector.taps import TapRunner
 from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -48,8 +48,8 @@ def test_the_in_engine_modules_record_and_ship_without_kvtiers_heavy_dependencie
     tap.start()
     try:
         done = run_python(f"""
-            from probes.vllm import accounting, cache_policy, connector, recorders, recording
-            from probes.vllm.hook_settings import HookSettings
+            from kvtier.probes.vllm import accounting, cache_policy, connector, recorders, recording
+            from kvtier.probes.vllm.hook_settings import HookSettings
             settings = HookSettings.from_extra_config(
                 {{"kvtier_collector": "{where}", "kvtier_instance": "no-deps"}})
             rec = recorders.recorder_for("engine-1", settings)
@@ -87,9 +87,9 @@ def test_a_sigterm_handled_by_the_engine_flushes_what_the_recorders_hold(tmp_pat
         def engine_handler(signum, frame):
             raise SystemExit(0)
         signal.signal(signal.SIGTERM, engine_handler)
-        from collector.events import RequestRecord
-        from probes.vllm import recorders
-        from probes.vllm.hook_settings import HookSettings
+        from kvtier.collector.events import RequestRecord
+        from kvtier.probes.vllm import recorders
+        from kvtier.probes.vllm.hook_settings import HookSettings
         settings = HookSettings.from_extra_config(
             {{"kvtier_collector": "{where}", "kvtier_ship_interval_s": 3600}})
         rec = recorders.recorder_for("engine-2", settings)
@@ -116,7 +116,7 @@ def test_a_sigterm_handled_by_the_engine_flushes_what_the_recorders_hold(tmp_pat
 
 
 def test_bad_kvtier_settings_name_the_key():
-    from probes.vllm.hook_settings import HookSettings
+    from kvtier.probes.vllm.hook_settings import HookSettings
 
     with pytest.raises(ValueError, match="kvtier_ship_interval_s must be a number of seconds > 0"):
         HookSettings.from_extra_config({"kvtier_ship_interval_s": "fast"})

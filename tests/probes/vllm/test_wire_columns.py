@@ -10,9 +10,9 @@ import msgpack
 import numpy as np
 import pytest
 
-from collector.events import Outcome, Tier
-from probes.vllm import wire_columns
-from probes.vllm.wire import LEGACY_FIELDS, FrameError, decode_payload
+from kvtier.collector.events import Outcome, Tier
+from kvtier.probes.vllm import wire_columns
+from kvtier.probes.vllm.wire import LEGACY_FIELDS, FrameError, decode_payload
 from tests.probes.vllm.reference_residency import apply_residency
 from tests.probes.vllm.test_wire import DOC_EXAMPLE
 
@@ -184,7 +184,7 @@ def test_residency_matches_the_plain_python_rule(max_tracked):
         if rng.random() < 0.5:  # the compiled walker, or the general decoder's rows
             assert frame.add_payload(payload) == wire_columns.DECODED
         else:
-            from probes.vllm.wire import decoded_columns
+            from kvtier.probes.vllm.wire import decoded_columns
 
             values, clears, _ = decoded_columns(decoded)
             frame.add_rows(decoded.ts_s, *values.values(), clears=clears)
@@ -249,7 +249,7 @@ def test_residency_at_the_growth_threshold_with_wrapping_probe_runs():
 
 
 def test_the_tap_stores_the_same_batches_with_and_without_the_walker():
-    from probes.vllm.tap import VllmEventTap, VllmTapConfig
+    from kvtier.probes.vllm.tap import VllmEventTap, VllmTapConfig
 
     rng = random.Random(8)
     payloads = [random_payload(rng) for _ in range(1500)]

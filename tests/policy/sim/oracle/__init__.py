@@ -16,7 +16,7 @@ from tests.policy.sim.oracle.admission import (
     ScoreAdmitter,
 )
 from tests.policy.sim.oracle.arc import ARC
-from policy.sim.policies.base import NEVER, BlockInfo, CachePolicy
+from kvtier.policy.sim.policies.base import NEVER, BlockInfo, CachePolicy
 from tests.policy.sim.oracle.belady import Belady
 from tests.policy.sim.oracle.lru import LRU
 from tests.policy.sim.oracle.priority import PriorityLRU

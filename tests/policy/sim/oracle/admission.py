@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from collector.events import PRIORITY_MAX, PRIORITY_MIN
-from policy.sim.policies.base import DEFAULT_INFO, BlockInfo, CachePolicy, Key
+from kvtier.collector.events import PRIORITY_MAX, PRIORITY_MIN
+from kvtier.policy.sim.policies.base import DEFAULT_INFO, BlockInfo, CachePolicy, Key
 from tests.policy.sim.oracle.lru import LRU
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from policy.sim.policies.base import BlockInfo, CachePolicy, Key
+from kvtier.policy.sim.policies.base import BlockInfo, CachePolicy, Key
 
 
 class ARC(CachePolicy):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 
-from policy.sim.policies.base import BlockInfo, CachePolicy, Key
+from kvtier.policy.sim.policies.base import BlockInfo, CachePolicy, Key
 
 
 class Belady(CachePolicy):

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from collector.events import Outcome, Tier
-from policy.sim.config import SimConfig
+from kvtier.collector.events import Outcome, Tier
+from kvtier.policy.sim.config import SimConfig
 from tests.policy.sim.oracle import (
     LRU,
     Admitted,
@@ -24,8 +24,8 @@ from tests.policy.sim.oracle import (
     make_policy,
 )
 from tests.policy.sim.oracle.admission import Admitter
-from policy.sim.policies.base import DEFAULT_INFO
-from policy.sim.result import SimResult
+from kvtier.policy.sim.policies.base import DEFAULT_INFO
+from kvtier.policy.sim.result import SimResult
 from tests.policy.sim.oracle.vllm_cpu import VllmCpuTier
 from tests.policy.sim.oracle.vllm_gpu import VllmGpuPool, cacheable_blocks, hit_limit
 

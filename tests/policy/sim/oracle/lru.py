@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator
 
-from policy.sim.policies.base import BlockInfo, CachePolicy, Key
+from kvtier.policy.sim.policies.base import BlockInfo, CachePolicy, Key
 
 
 class LRU(CachePolicy):

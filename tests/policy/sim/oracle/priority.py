@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from collector.events import PRIORITY_MAX, PRIORITY_MIN
-from policy.sim.policies.base import BlockInfo, CachePolicy, Key
+from kvtier.collector.events import PRIORITY_MAX, PRIORITY_MIN
+from kvtier.policy.sim.policies.base import BlockInfo, CachePolicy, Key
 
 
 class PriorityLRU(CachePolicy):

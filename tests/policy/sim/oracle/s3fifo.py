@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from policy.sim.policies.base import BlockInfo, CachePolicy, Key
+from kvtier.policy.sim.policies.base import BlockInfo, CachePolicy, Key
 
 SMALL_FRACTION = 0.10
 GHOST_FRACTION = 0.90

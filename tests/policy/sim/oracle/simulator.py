@@ -14,13 +14,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from collector.events import BlockEvent, Outcome, RequestRecord, Tier
-from policy.sim.config import SimConfig
+from kvtier.collector.events import BlockEvent, Outcome, RequestRecord, Tier
+from kvtier.policy.sim.config import SimConfig
 from tests.policy.sim.oracle.flows import build_flow
 from tests.policy.sim.oracle import NEVER, BlockInfo
 from tests.policy.sim.oracle.admission import Admitter
-from policy.sim.policies.base import DEFAULT_INFO
-from policy.sim.result import SimResult
+from kvtier.policy.sim.policies.base import DEFAULT_INFO
+from kvtier.policy.sim.result import SimResult
 
 _OUTCOME_OF_TIER = {Tier.GPU: Outcome.GPU_HIT, Tier.CPU: Outcome.CPU_PROMOTION,
                     Tier.COLD: Outcome.COLD_PROMOTION}

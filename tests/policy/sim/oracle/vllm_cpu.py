@@ -8,7 +8,7 @@ computed blocks; ``finish`` applies the request's recency once (the core's ``fin
 * ``store`` is all-or-nothing: blocks already resident count as reuses; if the victims for
   the new ones cannot be found among blocks outside the offer, nothing is stored.
 * ``store_threshold`` >= 2: a block is stored once it has been offered that many times
-  (:class:`policy.sim.policies.OfferCountAdmitter`, vLLM's rule, counting a request's blocks
+  (:class:`kvtier.policy.sim.policies.OfferCountAdmitter`, vLLM's rule, counting a request's blocks
   as one offer).
 
 A test checks per-request hits equal vLLM's own manager on the same block streams.

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 
-from policy.sim.policies.base import checked_capacity
+from kvtier.policy.sim.policies.base import checked_capacity
 
 
 def hit_limit(prompt_tokens: int, block_tokens: int, blocks: int) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Collection, Sequence
 
-from policy.sim.policies.base import DEFAULT_INFO, BlockInfo, CachePolicy, Key
+from kvtier.policy.sim.policies.base import DEFAULT_INFO, BlockInfo, CachePolicy, Key
 from tests.policy.sim.oracle.lru import LRU
 
 
