@@ -16,8 +16,9 @@ import duckdb
 from kvtier.collector.columns import REQUEST_COLUMNS
 from kvtier.collector.ddl import BLOCK_EVENTS_TABLE, REQUESTS_TABLE, TABLE_COLUMNS, WITH_ORIGIN
 from kvtier.collector.events import LOOKUP_OUTCOMES, RequestRecord
-from kvtier.collector.segments import has_segments, segments_relation
+from kvtier.collector.segments import has_segments, segments_of, segments_relation
 from kvtier.collector.store import TraceStore
+from kvtier.collector.storefile import StoreLockedError
 
 _FIELDS = [c.name for c in REQUEST_COLUMNS]
 QUIET = "SET enable_progress_bar = false"  # DuckDB draws it on stdout: maybe a --json answer
@@ -148,8 +149,6 @@ def open_store(path: str | Path, *, tier_config_id: str | None = None,
     exports (``SegmentReader.note`` says so), if they can be found; otherwise
     :class:`kvtier.collector.storefile.StoreLockedError` says which folder to pass instead.
     """
-    from kvtier.collector.storefile import StoreLockedError, segments_of
-
     try:
         return StoreReader(TraceStore(path, read_only=True), tier_config_id=tier_config_id,
                            instance=instance, engine=engine)

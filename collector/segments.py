@@ -10,10 +10,14 @@ batch committed since the last export as new files under a hive layout::
 Files are written in a staging folder and renamed into place, so a reader never sees a
 partial file; a written file is never changed again. ``day`` is the UTC date of the event
 time (``time_s``) or arrival (``arrival_s``).
+
+A running collector writes :func:`segments_note` next to its store, so a reader that finds
+the store locked can read the segments that collector exports instead (:func:`segments_of`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import uuid
@@ -142,3 +146,40 @@ def segment_instances(root: str | Path) -> tuple[str, ...]:
     finally:
         con.close()
     return tuple(str(r[0]) for r in rows)
+
+
+# ---------------------------------------------------------------------- a running collector's note
+
+def note_path(store_path: str | Path) -> Path:
+    store_path = Path(store_path)
+    return store_path.with_name(store_path.name + ".segments.json")
+
+
+def segments_note(store_path: str | Path, segments_dir: str | Path) -> Path:
+    """Say next to the store where its writer exports segments (removed by :func:`clear_note`)."""
+    path = note_path(store_path)
+    path.write_text(json.dumps({"segments": str(Path(segments_dir).resolve()), "pid": os.getpid()}) + "\n")
+    return path
+
+
+def clear_note(store_path: str | Path) -> None:
+    try:
+        note_path(store_path).unlink()
+    except FileNotFoundError:
+        pass
+
+
+def segments_of(store_path: str | Path) -> Path | None:
+    """The Parquet segment folder the store's writer exports to, if it is known and holds
+    segments: from the writer's note, else a ``segments`` folder beside the store."""
+    store_path = Path(store_path)
+    candidates = []
+    try:
+        candidates.append(Path(json.loads(note_path(store_path).read_text())["segments"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    candidates.append(store_path.parent / "segments")
+    for folder in candidates:
+        if folder.is_dir() and has_segments(folder, REQUESTS_TABLE):
+            return folder
+    return None

@@ -26,8 +26,8 @@ from kvtier.collector.batch import EventBatch
 from kvtier.collector.exports.aggregate import MetricsState
 from kvtier.collector.exports.prometheus import KvtierCollector, MetricsServer, Sample
 from kvtier.collector.periodic import Periodic
+from kvtier.collector.segments import clear_note, segments_note
 from kvtier.collector.store import IngestResult, TraceStore
-from kvtier.collector.storefile import clear_note, segments_note
 from kvtier.collector.taps import Backoff, Tap, TapFactory, TapHealth, TapRunner, describe
 
 log = logging.getLogger(__name__)

@@ -35,6 +35,7 @@ from kvtier.collector.ddl import (
     create_view,
     schema_statements,
 )
+from kvtier.collector.storefile import check_schema, connect
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +79,6 @@ class TraceStore:
         self.read_only = read_only
         self._clock = clock
         self._lock = threading.Lock()
-        from kvtier.collector.storefile import check_schema, connect
-
         if self.path == ":memory:":
             self._con = duckdb.connect(self.path)
         else:

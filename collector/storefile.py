@@ -13,17 +13,14 @@ The errors say what the file is and what to do: :class:`NotAStoreError` and
 :class:`StoreSchemaError` are bad input (``ValueError``); :class:`StoreLockedError` is a
 runtime failure (``OSError``) naming the process that holds DuckDB's lock.
 
-A running collector writes :func:`segments_note` next to its store, so a reader that finds
-the store locked can read the Parquet segments that collector exports instead
-(:func:`segments_of`).
+A reader that finds the store locked can read the Parquet segments its writer exports instead
+(:func:`kvtier.collector.segments.segments_of`).
 """
 
 from __future__ import annotations
 
 import errno
-import json
 import logging
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,42 +179,3 @@ def _open_error(path: Path, error: Exception) -> Exception:
         return PermissionError(errno.EPERM, reason, str(path))
     first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
     return OSError(errno.EIO, f"cannot open the store {path}: {first}")
-
-
-# ---------------------------------------------------------------------- a running collector's note
-
-def note_path(store_path: str | Path) -> Path:
-    store_path = Path(store_path)
-    return store_path.with_name(store_path.name + ".segments.json")
-
-
-def segments_note(store_path: str | Path, segments_dir: str | Path) -> Path:
-    """Say next to the store where its writer exports segments (removed by :func:`clear_note`)."""
-    path = note_path(store_path)
-    path.write_text(json.dumps({"segments": str(Path(segments_dir).resolve()), "pid": os.getpid()}) + "\n")
-    return path
-
-
-def clear_note(store_path: str | Path) -> None:
-    try:
-        note_path(store_path).unlink()
-    except FileNotFoundError:
-        pass
-
-
-def segments_of(store_path: str | Path) -> Path | None:
-    """The Parquet segment folder the store's writer exports to, if it is known and holds
-    segments: from the writer's note, else a ``segments`` folder beside the store."""
-    from kvtier.collector.segments import has_segments
-
-    store_path = Path(store_path)
-    candidates = []
-    try:
-        candidates.append(Path(json.loads(note_path(store_path).read_text())["segments"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    candidates.append(store_path.parent / "segments")
-    for folder in candidates:
-        if folder.is_dir() and has_segments(folder, REQUESTS_TABLE):
-            return folder
-    return None

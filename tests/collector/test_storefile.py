@@ -16,9 +16,9 @@ import pytest
 from kvtier.collector.batch import EventBatch
 from kvtier.collector.events import BlockEvent, Origin, Outcome, RequestRecord
 from kvtier.collector.reader import SegmentReader, StoreReader, open_store
-from kvtier.collector.segments import export_segments
+from kvtier.collector.segments import export_segments, segments_note
 from kvtier.collector.store import TraceStore
-from kvtier.collector.storefile import NotAStoreError, StoreLockedError, StoreSchemaError, segments_note
+from kvtier.collector.storefile import NotAStoreError, StoreLockedError, StoreSchemaError
 
 pytestmark = pytest.mark.timeout(60)
 ORIGIN = Origin("reference", "node-1", "storefile-test")
