@@ -28,6 +28,5 @@ OPTIONAL = ("request_id", "parent_hash", "position", "tokens", "size_bytes", "ti
             "tier_to", "priority", "latency_s")
 NULL_BIT = {name: 1 << i for i, name in enumerate(OPTIONAL)}
 HASH_AT = 8  # block_hash follows time_s
-# Runs (one engine call's events) never carry a parent, position, tokens or priority.
-RUN_NULLS = (NULL_BIT["parent_hash"] | NULL_BIT["position"] | NULL_BIT["tokens"]
-             | NULL_BIT["priority"])
+# Runs (one engine call's events) never carry a parent, position or priority.
+RUN_NULLS = NULL_BIT["parent_hash"] | NULL_BIT["position"] | NULL_BIT["priority"]

@@ -141,15 +141,15 @@ class Recorder:
             self.rejected_events += 1
 
     def record_run(self, kind, hashes_le, request_id=None, size_bytes=None, tier_from=None,
-                   tier_to=None, latency_s=None, time_s=None) -> bool:
+                   tier_to=None, latency_s=None, time_s=None, tokens=None) -> bool:
         """Buffer one ``kind`` event per block hash, every other field shared: the events of
         one engine call, packed once and appended in one C call (a drain never splits the
         run). ``hashes_le``: each hash as its 8 little-endian bytes, so a caller holding the
-        hash as bytes (a vLLM offload key) skips building an ``int``. Parent, position, tokens
-        and priority are null. Returns ``False``, recording nothing, when a value does not fit
-        the packed form (a hash not 8 bytes, a wrong type): the caller then uses
-        :meth:`record` per event, which counts rejections. Events past the capacity are
-        dropped and counted, as with :meth:`record`."""
+        hash as bytes (a vLLM offload key) skips building an ``int``. ``tokens`` is each
+        block's token count; parent, position and priority are null. Returns ``False``,
+        recording nothing, when a value does not fit the packed form (a hash not 8 bytes, a
+        wrong type): the caller then uses :meth:`record` per event, which counts rejections.
+        Events past the capacity are dropped and counted, as with :meth:`record`."""
         buffer = self._buffer
         free_bytes = self._limit_bytes - len(buffer)
         n = len(hashes_le)
@@ -164,6 +164,8 @@ class Recorder:
                 nulls, request_key = nulls | 1, 0
             else:
                 request_key = self._keys.key(request_id)
+            if tokens is None:
+                nulls, tokens = nulls | 8, 0
             if size_bytes is None:
                 nulls, size_bytes = nulls | 16, 0
             if tier_from is None:
@@ -173,7 +175,7 @@ class Recorder:
             if latency_s is None:
                 nulls, latency_s = nulls | 256, 0.0
             record = self._pack(self._clock() if time_s is None else time_s, 0, 0, latency_s,
-                                size_bytes, request_key, 0, 0, nulls, kind, tier_from, tier_to, 0)
+                                size_bytes, request_key, 0, tokens, nulls, kind, tier_from, tier_to, 0)
             head, tail = record[:HASH_AT], record[HASH_AT + 8:]
             run = head + (tail + head).join(hashes_le) + tail
         except Exception:

@@ -1,7 +1,7 @@
 """The hooks' hot path: one manager call's block events appended to a recorder at once.
 
 A manager call reports several chunks that share every field but the hash (kind, time,
-request, size, tiers, latency). :meth:`kvtier.collector.recorder.Recorder.record` packs them one
+request, tokens, size, tiers, latency). :meth:`kvtier.collector.recorder.Recorder.record` packs them one
 by one (about 0.9 µs each, most of it keyword-argument handling and ``None`` checks);
 :meth:`~kvtier.collector.recorder.Recorder.record_run` packs the shared record once and appends
 the whole run in one C call, so a run is never split by the drainer.
@@ -36,8 +36,9 @@ class BlockRecords:
         self._run = getattr(recorder, "record_run", None)  # test doubles may lack it
 
     def add(self, kind: int, keys: list, request_id=None, size_bytes=None, tier_from=None,
-            tier_to=None, latency_s=None, time_s=None) -> None:
-        """One ``kind`` event per key in ``keys`` (a list), in order. Never raises.
+            tier_to=None, latency_s=None, time_s=None, tokens=None) -> None:
+        """One ``kind`` event per key in ``keys`` (a list), in order, each covering ``tokens``
+        tokens. Never raises.
 
         Pass codes as plain ints (``int(Outcome.STORE)``): packing an ``IntEnum`` costs more.
         """
@@ -45,9 +46,10 @@ class BlockRecords:
             return
         run = self._run
         if run is not None and run(kind, list(map(_hash_le, keys)), request_id, size_bytes,
-                                   tier_from, tier_to, latency_s, time_s):
+                                   tier_from, tier_to, latency_s, time_s, tokens):
             return
         record = self.recorder.record
         for key in keys:
-            record(kind, key_hash(key), request_id=request_id, size_bytes=size_bytes,
-                   tier_from=tier_from, tier_to=tier_to, latency_s=latency_s, time_s=time_s)
+            record(kind, key_hash(key), request_id=request_id, tokens=tokens,
+                   size_bytes=size_bytes, tier_from=tier_from, tier_to=tier_to,
+                   latency_s=latency_s, time_s=time_s)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from itertools import repeat
 
 from kvtier.collector.events import Origin, Outcome, Tier
@@ -40,18 +41,20 @@ __all__ = ["ManagerRecorder", "key_hash"]
 class ManagerRecorder:
     """The recording logic, free of vLLM types: the wrapper calls one method per manager call.
 
-    Keys are ``OffloadKey`` bytes; ``request_id`` is vLLM's ``req_id``; ``size_bytes`` is the
-    chunk size (every worker together). Pending prepare times are kept per key. Runs on the
+    Keys are ``OffloadKey`` bytes; ``request_id`` is vLLM's ``req_id``; ``chunk_bytes`` is the
+    chunk size (every worker together) and ``chunk_tokens`` the tokens one chunk holds (the
+    offloaded block size: vLLM's block size times ``blocks_per_chunk``), which every event
+    carries, so a promotion's tokens add up to vLLM's ``external_prefix_cache_hits``. Pending prepare times are kept per key. Runs on the
     engine's scheduler thread: each call reads the clock once and appends its events as runs
     (:class:`kvtier.probes.vllm.block_records.BlockRecords`), nothing per chunk but dict updates.
     """
 
     def __init__(self, recorder, *, chunk_bytes: int | None = None,
-                 clock: Callable[[], float] = time.time):
+                 chunk_tokens: int | None = None, clock: Callable[[], float] = time.time):
         self.recorder = recorder
-        self.chunk_bytes = chunk_bytes
+        self.chunk_bytes, self.chunk_tokens = chunk_bytes, chunk_tokens
         self._clock = clock
-        self._add = BlockRecords(recorder).add
+        self._add = partial(BlockRecords(recorder).add, tokens=chunk_tokens)
         self._store_started: dict[bytes, float] = {}
         self._load_started: dict[bytes, tuple[float, int]] = {}  # (prepared at, outcome)
         # Evictions reported at prepare_store, so the manager's own CPU removal event does

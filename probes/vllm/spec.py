@@ -156,8 +156,23 @@ def _wrap(spec, manager: OffloadingManager) -> OffloadingManager:
     chunk_bytes = getattr(spec, "kv_bytes_per_chunk", None) or getattr(
         spec, "aligned_kv_bytes_per_chunk", None)
     flush_timeout_s = settings.shipper.flush_timeout_s if settings.shipper is not None else None
-    return RecordingOffloadingManager(manager, ManagerRecorder(recorder, chunk_bytes=chunk_bytes),
-                                      flush_timeout_s)
+    observer = ManagerRecorder(recorder, chunk_bytes=chunk_bytes, chunk_tokens=chunk_tokens(spec))
+    return RecordingOffloadingManager(manager, observer, flush_timeout_s)
+
+
+def chunk_tokens(spec) -> int | None:
+    """Tokens one offloaded chunk holds: the engine's block size times ``blocks_per_chunk``
+    (what vLLM's offloading scheduler counts as ``tokens_per_chunk``; an older spec's
+    ``offloaded_block_size``). ``None`` when the cache groups differ in block size: a chunk's
+    tokens then depend on its group."""
+    per_block = set(getattr(spec, "tokens_per_block", ()) or ())
+    blocks = getattr(spec, "blocks_per_chunk", None)
+    if len(per_block) == 1 and isinstance(blocks, int):
+        return per_block.pop() * blocks
+    if not per_block:
+        size = getattr(spec, "offloaded_block_size", None)
+        return size if isinstance(size, int) else None
+    return None
 
 
 class KvtierCPUOffloadingSpec(CPUOffloadingSpec):

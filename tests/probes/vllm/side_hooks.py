@@ -140,7 +140,9 @@ def run(mode, fs_root):
                                        "enable_kv_events": True}])
     spec = OffloadingSpecFactory.create_spec(offload_config(extra, mode))
     manager = spec.get_manager()
-    did = {"stored": [], "evicted": [], "loaded": [], "lookups": {}, "class": type(manager).__name__}
+    did = {"stored": [], "evicted": [], "loaded": [], "lookups": {}, "class": type(manager).__name__,
+           # vLLM's own tokens per offloaded chunk (its scheduler's tokens_per_chunk)
+           "chunk_tokens": spec.tokens_per_block[0] * spec.blocks_per_chunk}
     ctx = ReqContext("req-1")
     with locked(manager):
         manager.on_new_request(ctx)
@@ -267,7 +269,7 @@ def run_exact():
     recorder = Recorder(Origin("vllm", "exact", "exact-1"), clock=clock)
     manager = RecordingOffloadingManager(
         CPUOffloadingManager(num_chunks=4, enable_events=True),
-        ManagerRecorder(recorder, chunk_bytes=4096, clock=clock))
+        ManagerRecorder(recorder, chunk_bytes=4096, chunk_tokens=32, clock=clock))
     r1, r2 = ReqContext("r1"), ReqContext("r2")
     manager.on_new_request(r1)
     manager.on_new_request(r2)

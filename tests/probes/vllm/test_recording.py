@@ -121,7 +121,7 @@ CALLS = [  # (kind, key numbers, request_id, size_bytes, tier_from, tier_to, lat
 ]
 
 
-def both_ways(calls, capacity_events=1 << 20, key=k):
+def both_ways(calls, capacity_events=1 << 20, key=k, tokens=None):
     """The same calls through BlockRecords.add and through one Recorder.record per key."""
     clock = Clock()
     packed = Recorder(Origin("vllm", "t", "t-1"), clock=clock, capacity_events=capacity_events)
@@ -129,10 +129,10 @@ def both_ways(calls, capacity_events=1 << 20, key=k):
                           capacity_events=capacity_events)
     add = BlockRecords(packed).add
     for kind, numbers, *fields in calls:
-        add(int(kind), [key(n) for n in numbers], *fields)
+        add(int(kind), [key(n) for n in numbers], *fields, tokens=tokens)
         for n in numbers:
             request_id, size_bytes, tier_from, tier_to, latency_s, time_s = fields
-            one_by_one.record(kind, key_hash(key(n)), request_id=request_id,
+            one_by_one.record(kind, key_hash(key(n)), request_id=request_id, tokens=tokens,
                               size_bytes=size_bytes, tier_from=tier_from, tier_to=tier_to,
                               latency_s=latency_s, time_s=time_s)
     return packed, one_by_one
@@ -149,6 +149,29 @@ def test_packed_runs_record_what_record_would():
     assert (rows, rejected, dropped) == drained(one_by_one)
     assert [r["block_hash"] for r in rows] == [9, 8, 1, 2, 3, 4, 5, 2**64 - 1, 0, 7, 6]
     assert rows[9]["time_s"] == 100.0  # no time given: the recorder's clock
+
+
+def test_packed_runs_carry_each_blocks_tokens_as_record_would():
+    packed, one_by_one = both_ways(CALLS, tokens=32)
+    rows, rejected, dropped = drained(packed)
+    assert (rows, rejected, dropped) == drained(one_by_one)
+    assert [r["tokens"] for r in rows] == [32] * len(rows)
+
+
+def test_every_hook_event_carries_the_chunk_tokens():
+    clock = Clock()
+    recorder = Recorder(Origin("vllm", "t", "t-1"), clock=clock)
+    observer = ManagerRecorder(recorder, chunk_bytes=2048, chunk_tokens=32, clock=clock)
+    observer.prepared_store([k(1), k(2)], [k(9)], "r")
+    observer.completed_store([k(1)], True, "r")
+    observer.completed_store([k(2)], False, "r")
+    observer.prepared_load([k(1)], None, "r")
+    observer.completed_load([k(1)], "r")
+    observer.lookup(k(4), "MISS", "r")
+    observer.offloading_events([Event([k(1)], "STORAGE", False), Event([k(7)], "CPU", True)])
+    got = [(r["kind"], r["tokens"]) for r in recorder.take_events().block_events.to_pylist()]
+    assert got == [("evict", 32), ("store", 32), ("drop", 32), ("cpu_promotion", 32),
+                   ("recompute_miss", 32), ("store", 32), ("evict", 32)]
 
 
 def test_a_run_past_the_capacity_keeps_what_fits_and_counts_the_rest():

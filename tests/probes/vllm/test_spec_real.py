@@ -68,6 +68,17 @@ def test_tiering_manager_with_an_fs_tier_records_cascades_and_cold_promotions(dr
     assert list(driven["fs_root"].rglob("*.bin"))  # the fs tier really wrote files
 
 
+@pytest.mark.parametrize("mode", ["cpu", "tiering"])
+def test_every_block_event_carries_the_chunks_tokens(driven, mode):
+    """Stores, evictions, promotions and misses each cover one offloaded chunk: the tokens
+    vLLM's scheduler counts per chunk (so promotions add up to its external prefix hits)."""
+    out = driven[mode]
+    kinds = {r["kind"] for r in out["rows"]}
+    assert {"store", "evict"} <= kinds and kinds & {"cpu_promotion", "cold_promotion"}
+    assert out["did"]["chunk_tokens"] == 16
+    assert [r["tokens"] for r in out["rows"]] == [16] * len(out["rows"])
+
+
 def test_scored_policy_evicts_low_score_chunks_before_lru_order(driven):
     did = driven["policy"]["did"]
     assert did["stored"] == [1000, 1001, 1002, 1003, 1004, 1005, 1006]
@@ -103,7 +114,7 @@ def test_a_fixed_call_sequence_records_exactly_these_events(driven):
     for speed, never for what it records."""
     out = driven["exact"]
     assert (out["dropped"], out["rejections"]) == (0, 0)
-    assert all((r["parent_hash"], r["position"], r["tokens"], r["priority"]) == (None,) * 4
+    assert all((r["parent_hash"], r["position"], r["tokens"], r["priority"]) == (None, None, 32, None)
                for r in out["rows"])
     store, miss, load = ("store", 4096, "gpu", "cpu"), ("recompute_miss", None, None, None), (
         "cpu_promotion", 4096, "cpu", "gpu")
