@@ -4,7 +4,8 @@ Imports flow one way: ``kvtier/`` (the command line) may import everything; ``da
 imports ``collector`` and the recommendation's typed values from ``policy``; ``probes/``,
 ``refengine/`` and ``policy/`` import ``collector`` only (and never each other);
 ``collector/`` imports nothing of the project above it. Only ``kvtier/`` handles an
-``argparse.Namespace``, and no module is over 400 lines.
+``argparse.Namespace``, no module is over 400 lines, and no two files import each other
+(directly or round a loop, imports inside functions included).
 """
 
 from __future__ import annotations
@@ -147,3 +148,98 @@ def test_the_repository_speaks_of_the_product_only():
             if words.search(line):
                 found.append(f"{name}:{number}: {line.strip()[:80]}")
     assert not found, "\n".join(found)
+
+
+def module_name(package: str, path: Path) -> str:
+    """The import name of a project file (``collector/store.py`` -> ``kvtier.collector.store``)."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts if package == "kvtier" else ["kvtier", *parts])
+
+
+def imported_modules(path: Path, project: set[str]) -> set[str]:
+    """The project modules a file imports, at any depth (``from kvtier.collector import store``
+    names the module ``kvtier.collector.store``; ``from kvtier.collector.store import X`` names
+    ``kvtier.collector.store``)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            submodules = {f"{node.module}.{alias.name}" for alias in node.names} & project
+            found |= submodules or {node.module}
+    return found & project
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Project module -> the project modules it imports."""
+    files = {module_name(package, path): path for package, path in modules()}
+    project = set(files)
+    return {name: imported_modules(path, project) - {name} for name, path in files.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle through each group of modules that import each other (strongly connected
+    components of more than one module, Tarjan's algorithm), as ``[a, b, ..., a]``."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = set()
+            while not group or member != node:
+                member = stack.pop()
+                group.add(member)
+            if len(group) > 1:
+                groups.append(group)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return [_cycle_in(graph, group) for group in groups]
+
+
+def _cycle_in(graph: dict[str, set[str]], group: set[str]) -> list[str]:
+    """A shortest import cycle through the group's first module (breadth-first, back to it)."""
+    start = min(group)
+    came_from = {start: start}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for nxt in sorted(graph[node] & group):
+                if nxt == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(came_from[path[-1]])
+                    return [*reversed(path), start]
+                if nxt not in came_from:
+                    came_from[nxt] = node
+                    following.append(nxt)
+        frontier = following
+    raise AssertionError(f"no cycle through {start}")
+
+
+def test_no_import_cycles_between_files():
+    """No two files import each other, directly or round a longer loop, imports inside
+    functions included: a circle means a value type or function lives in the wrong module."""
+    found = [" -> ".join(cycle) for cycle in cycles(import_graph())]
+    assert not found, "files that import each other (move the shared thing to the module it " \
+                      "belongs to):\n" + "\n".join(found)
+
+
+def test_the_cycle_finder_finds_a_loop_and_no_more():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"d"}}
+    assert cycles(graph) == [["a", "b", "c", "a"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []

@@ -29,7 +29,8 @@ FILE_NAME = "cpu_sweep.json"
 def write_cpu_sweep(records: Sequence[RequestRecord], gpu_blocks: int, chosen_blocks: int,
                     folder: Path, policies: Sequence[str] = POLICIES) -> Path:
     """Replay ``records`` at CPU sizes from none to past the chosen one; write the sweep."""
-    from kvtier.policy.learn.compare import Split, compare
+    from kvtier.policy.learn.compare import compare
+    from kvtier.policy.learn.split import Split
     from kvtier.policy.learn.replay import Tiers
     from kvtier.policy.sim.trace import BlockTrace
 

@@ -81,7 +81,8 @@ def evaluation(args, *, keep_ttft_samples: bool = False) -> dict:
     from kvtier.progress import task
     from kvtier.verbs.common import check_subset, model_geometry
     from kvtier.policy.cost import CostParams
-    from kvtier.policy.learn.compare import POLICY_NAMES, Split, add_gap_closed, compare, mark_unsafe
+    from kvtier.policy.learn.compare import POLICY_NAMES, add_gap_closed, compare, mark_unsafe
+    from kvtier.policy.learn.split import Split
     from kvtier.policy.learn.external import external_rows
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]

@@ -15,10 +15,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from kvtier.policy.learn.compare import Split
 from kvtier.policy.learn.nextuse import NextUseModel
 from kvtier.policy.learn.request_signals import FEATURES
 from kvtier.policy.learn.signal_table import SignalTable, signal_table
+from kvtier.policy.learn.split import Split
 
 REPEATS = 3
 MAX_ROWS = 20_000  # evaluated rows scored (an even sample of them beyond)

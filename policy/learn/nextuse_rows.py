@@ -14,6 +14,7 @@ from dataclasses import asdict
 
 from kvtier.policy.learn.deploy import Choice, choose, learned_factory
 from kvtier.policy.learn.replay import Tiers
+from kvtier.policy.learn.split import Split
 
 NEXT_USE = "learned-next-use"
 SAFE = "learned-safe"
@@ -24,7 +25,7 @@ NAMES = (NEXT_USE, SAFE, RECOMMENDED)
 class ChoiceCache:
     """One model fit and readout sweep per evaluation, shared by the three rows."""
 
-    def __init__(self, split, tiers: Tiers, seed: int = 0, *, importance: bool = False) -> None:
+    def __init__(self, split: Split, tiers: Tiers, seed: int = 0, *, importance: bool = False) -> None:
         self.split, self.tiers, self.seed = split, tiers, seed
         self.with_importance = importance
         self._choice: Choice | None = None

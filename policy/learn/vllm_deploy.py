@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvtier.collector.events import RequestRecord
-from kvtier.policy.learn.compare import Split
 from kvtier.policy.learn.deploy import choose, deployment
 from kvtier.policy.learn.nextuse import NextUseModel
 from kvtier.policy.learn.nextuse import Readout
 from kvtier.policy.learn.replay import Tiers
+from kvtier.policy.learn.split import Split
 
 FILE_NAME = "next-use-policy.json"
 POLICY_SETTINGS = {"eviction_policy": "KvtierNextUsePolicy",

@@ -26,8 +26,8 @@ import numpy as np
 from kvtier.collector.events import RequestRecord
 from kvtier.policy.cost import CostParams, servers_for
 from kvtier.policy.curves import HitRatioCurve, lru_curve
-from kvtier.policy.learn.compare import Split
 from kvtier.policy.learn.replay import Replayed, Tiers, replay
+from kvtier.policy.learn.split import Split
 from kvtier.policy.recommend import engines
 from kvtier.policy.recommend.cold_tier import MIN_COLD_GAIN, ColdCost, cost_from_params
 from kvtier.policy.recommend.cold_tier import decide as decide_cold_tier

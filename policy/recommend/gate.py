@@ -18,11 +18,11 @@ import numpy as np
 
 from kvtier.policy.cost import CostParams
 from kvtier.policy.learn.admission_model import ModelConfig
-from kvtier.policy.learn.compare import Split
 from kvtier.policy.learn.expiring_retention import expiring
 from kvtier.policy.learn.pipeline import fit
 from kvtier.policy.learn.replay import IndexedAdmitter, Replayed, Tiers, replay
 from kvtier.policy.learn.retention import choose_tau
+from kvtier.policy.learn.split import Split
 from kvtier.policy.recommend.sweep import THRESHOLDS, best, priority_scores, sweep
 from kvtier.policy.recommend.token_ranges import band_priorities, range_priorities, retention_classes
 from kvtier.policy.recommend.value import full_block_value, priorities, value_per_byte

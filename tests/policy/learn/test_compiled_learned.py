@@ -103,7 +103,8 @@ def test_a_python_policy_without_a_compiled_form_still_replays():
 
 
 def test_evaluate_on_stripped_records_and_their_trace_equals_evaluate_on_records():
-    from kvtier.policy.learn.compare import Split, compare
+    from kvtier.policy.learn.compare import compare
+    from kvtier.policy.learn.split import Split
     from kvtier.policy.sim.trace import strip_blocks
 
     records = trace(7)

@@ -9,7 +9,8 @@ import pytest
 
 from kvtier.errors import KvtierError
 from kvtier.verbs import evaluate
-from kvtier.policy.learn.compare import Split, compare
+from kvtier.policy.learn.compare import compare
+from kvtier.policy.learn.split import Split
 from kvtier.policy.learn.replay import Tiers
 from kvtier.policy.learn.subset import coarsen, limited
 from tests.policy.learn.synthetic import conversations, record

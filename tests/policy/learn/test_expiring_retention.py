@@ -7,7 +7,7 @@ import math
 import pytest
 
 from kvtier.policy.cost import CostParams
-from kvtier.policy.learn.compare import Split
+from kvtier.policy.learn.split import Split
 from kvtier.policy.learn.expiring_retention import expiring, expiry_ms
 from kvtier.policy.learn.replay import Tiers
 from kvtier.policy.recommend.gate import learn

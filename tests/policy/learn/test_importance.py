@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvtier.policy.learn.compare import Split
+from kvtier.policy.learn.split import Split
 from kvtier.policy.learn.importance import _auc, importance
 from kvtier.policy.learn.nextuse_fit import fit_next_use
 from kvtier.policy.learn.request_signals import FEATURES

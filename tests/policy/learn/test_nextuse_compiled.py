@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvtier.policy.learn.compare import Split
+from kvtier.policy.learn.split import Split
 from kvtier.policy.learn.deploy import learned_factory
 from kvtier.policy.learn.nextuse import Readout
 from kvtier.policy.learn.nextuse_fit import fit_next_use

@@ -5,7 +5,7 @@ on the per-key oracle, so both are held to the rules themselves, not only to eac
 
 import pytest
 
-from kvtier.policy.learn.compare import Split
+from kvtier.policy.learn.split import Split
 from kvtier.policy.learn.deploy import learned_factory
 from kvtier.policy.learn.nextuse import GapTable, NextUseModel, Readout, RunningTable
 from kvtier.policy.learn.nextuse_fit import fit_next_use

@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from kvtier.policy.learn.compare import Split, compare
+from kvtier.policy.learn.compare import compare
+from kvtier.policy.learn.split import Split
 from kvtier.policy.learn.replay import Tiers
 from kvtier.policy.learn.retention import LearnedRetention, choose_tau
 from tests.policy.learn.synthetic import conversations, record

@@ -6,7 +6,7 @@ is bad on purpose)."""
 
 import pytest
 
-from kvtier.policy.learn.compare import Split
+from kvtier.policy.learn.split import Split
 from kvtier.policy.learn.deploy import learned_factory
 from kvtier.policy.learn.nextuse import Readout
 from kvtier.policy.learn.nextuse_fit import fit_next_use
