@@ -183,6 +183,10 @@ class RequestRecord:
     tool call; ``length``: the output limit; ``aborted``: cancelled before either; ``error``);
     ``stop_reason`` says which stop condition, as the source names it (a stop string, a stop
     token id in decimal, a trace's ``end_turn``/``tool_use``). ``model`` is the served model.
+
+    ``request_id`` is the engine's own id; ``client_request_id`` the id the client saw in the
+    response, where the engine names requests differently (vLLM adds a random suffix to
+    each), else ``None``.
     """
 
     request_id: str
@@ -206,6 +210,7 @@ class RequestRecord:
     finish_status: str | None = None
     stop_reason: str | None = None
     model: str | None = None
+    client_request_id: str | None = None
 
     def __post_init__(self) -> None:
         validate_request(self)

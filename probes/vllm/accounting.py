@@ -25,10 +25,12 @@ Where each field comes from (vLLM 0.32 and 0.33, scheduler side):
 * ``session_id``, ``parent_request_id``, ``request_type``, ``turn``, ``tier_config_id``: the
   ``"kvtier"`` object in the request's ``kv_transfer_params`` (the OpenAI API's
   ``kv_transfer_params`` body field), ``session_id`` also from ``Request.session_id``.
+* ``client_request_id``: the id the client sees (:func:`client_request_id`).
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -44,6 +46,9 @@ FINISH_STATUS_OF = {
     "FINISHED_IGNORED": "length", "FINISHED_ABORTED": "aborted", "FINISHED_ERROR": "error",
     "FINISHED_REPETITION": "stopped",
 }
+# vLLM's frontend makes each request's internal id unique (InputProcessor.assign_request_id,
+# 0.32 and 0.33): f"{external_req_id}-{random_uuid():.8}", eight hex digits of a uuid4.
+_ENGINE_SUFFIX = re.compile(r"-[0-9a-f]{8}\Z")
 _TAG_TYPES = {"session_id": str, "parent_request_id": str, "request_type": str, "turn": int,
               "tier_config_id": str}
 
@@ -74,6 +79,19 @@ def request_tags(kv_transfer_params, session_id=None) -> dict:
     if isinstance(session_id, str) and session_id:
         tags.setdefault("session_id", session_id)
     return tags
+
+
+def client_request_id(request_id: str, external_id=None) -> str | None:
+    """The id the client saw for the engine-core request ``request_id``: vLLM's own
+    ``external_req_id`` when the request carries it, else ``request_id`` without the suffix
+    vLLM's frontend appends (``chatcmpl-abc-9a25cf86`` -> ``chatcmpl-abc``); ``None`` for an
+    id without that suffix (``VLLM_DISABLE_REQUEST_ID_RANDOMIZATION``: the two ids agree)."""
+    if isinstance(external_id, str) and external_id:
+        return external_id
+    if not isinstance(request_id, str):
+        return None
+    match = _ENGINE_SUFFIX.search(request_id)
+    return request_id[:match.start()] if match and match.start() > 0 else None
 
 
 def _as_hash(value) -> int:
@@ -146,8 +164,8 @@ class RequestTokenAccounting:
                 state.first_token_s = now
 
     def finished(self, request_id: str, *, status: str | None, stop_reason=None,
-                 output_tokens: int | None = None, tags: Mapping | None = None
-                 ) -> RequestRecord | None:
+                 output_tokens: int | None = None, tags: Mapping | None = None,
+                 client_request_id: str | None = None) -> RequestRecord | None:
         """Record the request and return its record (``None`` if it was never admitted)."""
         self._awaiting_first.pop(request_id, None)
         state = self._requests.pop(request_id, None)
@@ -173,7 +191,7 @@ class RequestTokenAccounting:
                 e2e_latency_s=max(0.0, now - state.arrival_s),
                 finish_status=FINISH_STATUS_OF.get(status),
                 stop_reason=_stop_reason(status, stop_reason), model=self.model,
-                **dict(tags or {}))
+                client_request_id=client_request_id, **dict(tags or {}))
         except (TypeError, ValueError):  # never break the engine: counted as a rejected call
             self.recorder.rejected_events += 1
             return None

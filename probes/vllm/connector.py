@@ -50,7 +50,11 @@ def _connector_class():
         OffloadingConnector,
     )
 
-    from kvtier.probes.vllm.accounting import RequestTokenAccounting, request_tags
+    from kvtier.probes.vllm.accounting import (
+        RequestTokenAccounting,
+        client_request_id,
+        request_tags,
+    )
     from kvtier.probes.vllm.recorders import flush, recorder_for
     from kvtier.probes.vllm.hook_settings import HookSettings
     from kvtier.probes.vllm.next_use_policy import note_finished
@@ -103,7 +107,9 @@ def _connector_class():
             record = self._kvtier.finished(
                 request.request_id, status=status, stop_reason=request.stop_reason,
                 output_tokens=request.num_output_tokens,
-                tags=request_tags(request.kv_transfer_params, getattr(request, "session_id", None)))
+                tags=request_tags(request.kv_transfer_params, getattr(request, "session_id", None)),
+                client_request_id=client_request_id(
+                    request.request_id, getattr(request, "external_req_id", None)))
             if record is not None and self._kvtier_next_use:
                 note_finished(record.request_id, record.finish_status, record.stop_reason,
                               record.e2e_latency_s, record.output_tokens, record.prompt_tokens)

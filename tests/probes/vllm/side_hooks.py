@@ -209,6 +209,7 @@ def run_connector():
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import (
         OffloadingConnector,
     )
+    from vllm.v1.engine.input_processor import InputProcessor
     from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
     from kvtier.collector.events import Origin
@@ -231,8 +232,10 @@ def run_connector():
     recorder = Recorder(Origin("vllm", "conn", "conn-1"), clock=lambda: now[0])
     connector._kvtier = RequestTokenAccounting(recorder, 16, model="tiny", clock=lambda: now[0])
     connector._kvtier_settings = HookSettings.from_extra_config(IN_PROCESS)
+    ids = SimpleNamespace(request_id="chatcmpl-c", external_req_id=None)
+    InputProcessor.assign_request_id(ids)  # vLLM's frontend names the engine-core request
     request = SimpleNamespace(
-        request_id="req-c", arrival_time=999.5, num_prompt_tokens=100, num_output_tokens=0,
+        request_id=ids.request_id, arrival_time=999.5, num_prompt_tokens=100, num_output_tokens=0,
         block_hashes=[(7000 + i).to_bytes(32, "big") for i in range(6)],
         status=SimpleNamespace(name="FINISHED_STOPPED"), stop_reason=2, session_id=None,
         kv_transfer_params={"kvtier": {"session_id": "chat-7", "turn": 3, "request_type": 5}})
@@ -250,7 +253,7 @@ def run_connector():
     connector.request_finished_all_groups(request, ([],))
     out = drained(recorder)
     return {"subclass": issubclass(cls, OffloadingConnector), "answer": list(answer),
-            "rows": out["rows"], "requests": out["requests"]}
+            "rows": out["rows"], "requests": out["requests"], "internal_id": ids.request_id}
 
 
 def run_exact():

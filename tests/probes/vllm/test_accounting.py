@@ -6,7 +6,7 @@ import pytest
 
 from kvtier.collector.events import Origin
 from kvtier.collector.recorder import Recorder
-from kvtier.probes.vllm.accounting import RequestTokenAccounting, request_tags
+from kvtier.probes.vllm.accounting import RequestTokenAccounting, client_request_id, request_tags
 
 
 class Clock:
@@ -124,3 +124,25 @@ def test_a_preempted_request_keeps_its_first_admissions_split(acc):
     events, (req,) = drained(recorder)
     assert (req["gpu_hit_tokens"], req["cpu_promotion_tokens"], req["recomputed_tokens"]) == (32, 0, 32)
     assert [e["block_hash"] for e in events] == [1, 2, 1, 2, 3]
+
+
+@pytest.mark.parametrize("internal, external, client", [
+    ("chatcmpl-7f3a-9a25cf86", None, "chatcmpl-7f3a"),   # vLLM's suffix: eight hex digits
+    ("cmpl-x-9a25cf86", "cmpl-x", "cmpl-x"),              # the engine's own external id wins
+    ("chatcmpl-7f3a", None, None),                        # randomisation off: ids agree
+    ("batch-run-ABCDEFGH", None, None),                   # not hex: no suffix of vLLM's
+    ("-9a25cf86", None, None),                            # nothing would be left
+])
+def test_the_client_request_id_is_the_engines_id_without_vllms_suffix(internal, external, client):
+    assert client_request_id(internal, external) == client
+
+
+def test_the_record_carries_the_client_request_id(acc):
+    accounting, recorder, clock = acc
+    accounting.matched("chatcmpl-7f3a-9a25cf86", arrival_s=1.0, prompt_tokens=32, gpu_tokens=0,
+                       sources={})
+    accounting.admitted(Req(), "chatcmpl-7f3a-9a25cf86", 0, ())
+    record = accounting.finished("chatcmpl-7f3a-9a25cf86", status="FINISHED_STOPPED",
+                                 client_request_id="chatcmpl-7f3a")
+    assert (record.request_id, record.client_request_id) == ("chatcmpl-7f3a-9a25cf86", "chatcmpl-7f3a")
+

@@ -96,12 +96,14 @@ def test_connector_resolves_through_vllms_factory_and_records_the_request(driven
     assert {k: request[k] for k in (
         "request_id", "prompt_tokens", "output_tokens", "gpu_hit_tokens", "cpu_promotion_tokens",
         "cold_promotion_tokens", "recomputed_tokens", "finish_status", "stop_reason",
-        "session_id", "turn", "request_type", "model")} == {
-        "request_id": "req-c", "prompt_tokens": 100, "output_tokens": 4, "gpu_hit_tokens": 32,
+        "session_id", "turn", "request_type", "model", "client_request_id")} == {
+        "request_id": out["internal_id"], "prompt_tokens": 100, "output_tokens": 4, "gpu_hit_tokens": 32,
         "cpu_promotion_tokens": 16, "cold_promotion_tokens": 16, "recomputed_tokens": 36,
         "finish_status": "stopped", "stop_reason": "2", "session_id": "chat-7", "turn": 3,
         "request_type": None,  # sent as a number: ignored, never an engine error
-        "model": "tiny"}
+        "model": "tiny", "client_request_id": "chatcmpl-c"}
+    # the engine core's id is vLLM's: the client's plus a suffix its frontend added
+    assert out["internal_id"].startswith("chatcmpl-c-") and out["internal_id"] != "chatcmpl-c"
     # first token in the step at 1000.25, arrival 999.5, finish 1000.45 after 4 tokens
     assert request["ttft_s"] == pytest.approx(0.75)
     assert request["itl_s"] == pytest.approx(0.2 / 3)
