@@ -107,7 +107,8 @@ def _connector_class():
             record = self._kvtier.finished(
                 request.request_id, status=status, stop_reason=request.stop_reason,
                 output_tokens=request.num_output_tokens,
-                tags=request_tags(request.kv_transfer_params, getattr(request, "session_id", None)),
+                tags=self._kvtier_settings.tags(request_tags(
+                    request.kv_transfer_params, getattr(request, "session_id", None))),
                 client_request_id=client_request_id(
                     request.request_id, getattr(request, "external_req_id", None)))
             if record is not None and self._kvtier_next_use:

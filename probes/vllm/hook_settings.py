@@ -12,6 +12,10 @@ not know, so this is the one channel for configuring kvtier inside the engine:
                            ``kvtier.probes.vllm.recorders.active_recorders()`` itself
 ``kvtier_ship_interval_s`` how often the shipper drains the recorders (default 0.25)
 ``kvtier_flush_timeout_s`` how long a shutdown flush may wait for a collector (default 2.0)
+``kvtier_tier_config``     the tier configuration stamped on every request record (a client's
+                           ``kv_transfer_params`` still overrides it per request); default: the
+                           offload settings in the rollout's form, ``gpu+cpu:<cpu bytes>``,
+                           ``gpu+cpu+file:<cpu bytes>`` with a secondary ``fs`` tier
 =========================  =================================================================
 """
 
@@ -31,6 +35,7 @@ class HookSettings:
 
     instance: str | None = None
     shipper: ShipperConfig | None = ShipperConfig()
+    tier_config: str | None = None
 
     @classmethod
     def from_extra_config(cls, extra: Mapping | None) -> "HookSettings":
@@ -39,9 +44,14 @@ class HookSettings:
         instance = extra.get("kvtier_instance")
         if instance is not None and (not isinstance(instance, str) or not instance):
             raise ValueError(f"kvtier_instance must be a non-empty string, got {instance!r}")
+        tier_config = extra.get("kvtier_tier_config")
+        if tier_config is None:
+            tier_config = offload_tier_config(extra)
+        elif not isinstance(tier_config, str) or not tier_config:
+            raise ValueError(f"kvtier_tier_config must be a non-empty string, got {tier_config!r}")
         collector = extra.get("kvtier_collector")
         if collector == IN_PROCESS:
-            return cls(instance, None)
+            return cls(instance, None, tier_config)
         try:
             shipper = ShipperConfig(
                 endpoint=endpoint_from(collector),
@@ -49,7 +59,32 @@ class HookSettings:
                 flush_timeout_s=_seconds(extra, "kvtier_flush_timeout_s", 2.0))
         except ValueError as error:
             raise ValueError(f"kv_connector_extra_config: {error}") from None
-        return cls(instance, shipper)
+        return cls(instance, shipper, tier_config)
+
+    def tags(self, client_tags: Mapping) -> dict:
+        """A request record's tags: the engine's tier configuration, then the client's
+        (whose ``tier_config_id`` overrides it)."""
+        stamped = {} if self.tier_config is None else {"tier_config_id": self.tier_config}
+        return {**stamped, **client_tags}
+
+
+# A secondary tier's type as the rollout names its tier (kvtier.rollout.plan: gpu+cpu+file).
+_TIER_NAMES = {"fs": "file"}
+
+
+def offload_tier_config(extra: Mapping) -> str | None:
+    """The tier configuration vLLM's offload settings describe, in the rollout's form:
+    ``gpu+cpu:<cpu_bytes_to_use>``, each secondary tier added by type (``fs`` as ``file``);
+    ``None`` without a CPU tier size (vLLM refuses such a config anyway)."""
+    cpu_bytes = extra.get("cpu_bytes_to_use")
+    if isinstance(cpu_bytes, bool) or not isinstance(cpu_bytes, (int, float)) or cpu_bytes <= 0:
+        return None
+    tiers = ["gpu", "cpu"]
+    for tier in extra.get("secondary_tiers") or ():
+        kind = tier.get("type") if isinstance(tier, Mapping) else None
+        if isinstance(kind, str) and kind:
+            tiers.append(_TIER_NAMES.get(kind, kind))
+    return f"{'+'.join(tiers)}:{int(cpu_bytes)}"
 
 
 def _seconds(extra: Mapping, key: str, default: float) -> float:
