@@ -3,6 +3,14 @@
 ``MetricsState.observe(batch)`` folds a batch into counters and fixed-bucket histograms with
 vectorised numpy work (no per-event Python). Prometheus formats a ``snapshot()`` at scrape
 time; the OTLP exporter sends the same snapshot as OTLP metrics, so the two never disagree.
+
+Block events are labelled with the kind of source that reported them (:data:`SOURCES`, from
+the batch's ``Origin.source``). Two sources of one engine can report the same movement: the
+in-engine hooks and the engine's KV-event stream both see a store into the CPU tier, an
+eviction from it and the cold tier's stores and evictions. Each movement is counted once:
+once the collector has received hooks from an engine, those movements of that engine's KV
+events go to ``block_events_reported`` only (what each source reported, duplicates
+included), and the aggregate keeps the hooks' copy (which carries request ids and latencies).
 """
 
 from __future__ import annotations
@@ -31,6 +39,24 @@ NO_CONFIG = "unknown"
 _TIER_LABELS = [t.label for t in Tier]
 _KIND_LABELS = [o.label for o in Outcome]
 _PROMOTION_CODES = np.array([Outcome.CPU_PROMOTION, Outcome.COLD_PROMOTION])
+
+# The ``source`` label: what kind of source reported an event, by the scheme that starts its
+# Origin.source ("vllm-hooks:node-7:..." is the hooks); anything else is an in-process recorder.
+SOURCES = {
+    "hooks": "kvtier's in-engine plug-ins, shipped to `kvtier collect --hooks`",
+    "kv_events": "the engine's own KV-event stream (vLLM or SGLang ZMQ, TensorRT-LLM HTTP)",
+    "recorder": "a recorder in the collector's process (kvtier's reference engine, the load probe)",
+}
+_SCHEME_SOURCES = {"hooks": "hooks", "zmq": "kv_events", "http": "kv_events"}
+# Movements the hooks report too: a store into, or an eviction from, the CPU or cold tier.
+_BOTH_REPORT = {(Outcome.STORE, "tier_to"), (Outcome.EVICT, "tier_from")}
+_OFF_GPU = np.array([Tier.CPU, Tier.COLD])
+
+
+def source_label(source: str) -> str:
+    """The :data:`SOURCES` entry of a batch whose ``Origin.source`` is ``source``."""
+    scheme = source.split(":", 1)[0] if ":" in source else ""
+    return _SCHEME_SOURCES.get(scheme.rsplit("-", 1)[-1], "recorder")
 
 
 @dataclass
@@ -73,6 +99,7 @@ class MetricsSnapshot:
     time_s: float
     block_events: dict
     block_tokens: dict
+    block_events_reported: dict
     recomputed_tokens: dict
     requests: dict
     promotion_s: dict
@@ -85,8 +112,11 @@ class MetricsSnapshot:
 class MetricsState:
     """Aggregates since start. Keys:
 
-    * ``block_events``/``block_tokens``: (kind, tier, engine, instance); ``tier`` is the tier a
-      block was served from or left (``tier_from``), else the tier it went to, else "none".
+    * ``block_events``/``block_tokens``: (kind, tier, engine, instance, source); ``tier`` is the
+      tier a block was served from or left (``tier_from``), else the tier it went to, else
+      "none"; ``source`` a :data:`SOURCES` key. A movement two sources report is counted once
+      (see the module doc); ``block_events_reported`` has the same keys and counts every
+      event as its source reported it.
     * ``promotion_s``: (tier_from, engine, instance) -> histogram of promotion latency.
     * ``ttft_s``/``itl_s``/``requests``: (tier_config, engine, instance).
     * ``recomputed_tokens``: (engine, instance), from request records.
@@ -99,6 +129,8 @@ class MetricsState:
         self.start_time_s = self.clock()
         self.block_events: Counter = Counter()
         self.block_tokens: Counter = Counter()
+        self.block_events_reported: Counter = Counter()
+        self._hooked_engines: set[str] = set()  # engines whose hooks reached this collector
         self.recomputed_tokens: Counter = Counter()
         self.requests: Counter = Counter()
         self.rejected_rows: Counter = Counter()
@@ -109,15 +141,18 @@ class MetricsState:
     def observe(self, batch: EventBatch, result=None) -> None:
         """Fold a stored batch in. Signature fits ``Flusher(on_ingest=state.observe)``."""
         engine, instance = batch.origin.engine, batch.origin.instance
+        source = source_label(batch.origin.source)
         events = _block_columns(batch.block_events)
         requests = _request_columns(batch.requests)
         with self._lock:
-            self._observe_events(events, engine, instance)
+            if source == "hooks":
+                self._hooked_engines.add(engine)
+            self._observe_events(events, engine, instance, source)
             self._observe_requests(requests, engine, instance)
             for reason, count in batch.rejected.items():
                 self.rejected_rows[(reason,)] += count
 
-    def _observe_events(self, cols: dict, engine: str, instance: str) -> None:
+    def _observe_events(self, cols: dict, engine: str, instance: str, source: str) -> None:
         kind, tier_from, tier_to = cols["kind"], cols["tier_from"], cols["tier_to"]
         if kind.size == 0:
             return
@@ -125,13 +160,20 @@ class MetricsState:
         tier = np.where(tier_from != no_tier, tier_from, tier_to)
         key = kind * (no_tier + 1) + tier
         size = len(_KIND_LABELS) * (no_tier + 1)
-        counts = np.bincount(key, minlength=size)
-        tokens = np.bincount(key, weights=cols["tokens"], minlength=size)
+        counted = np.ones(kind.size, dtype=bool)
+        if source == "kv_events" and engine in self._hooked_engines:
+            counted = ~_reported_by_hooks_too(cols)
+        reported = np.bincount(key, minlength=size)
+        counts = np.bincount(key[counted], minlength=size)
+        tokens = np.bincount(key[counted], weights=cols["tokens"][counted], minlength=size)
         tier_names = [*_TIER_LABELS, NO_TIER]
-        for code in np.flatnonzero(counts):
-            labels = (_KIND_LABELS[code // (no_tier + 1)], tier_names[code % (no_tier + 1)], engine, instance)
-            self.block_events[labels] += int(counts[code])
-            self.block_tokens[labels] += int(tokens[code])
+        for code in np.flatnonzero(reported):
+            labels = (_KIND_LABELS[code // (no_tier + 1)], tier_names[code % (no_tier + 1)], engine,
+                      instance, source)
+            self.block_events_reported[labels] += int(reported[code])
+            if counts[code]:
+                self.block_events[labels] += int(counts[code])
+                self.block_tokens[labels] += int(tokens[code])
         promoted = np.isin(kind, _PROMOTION_CODES) & ~np.isnan(cols["latency_s"])
         for tier_code in np.unique(tier_from[promoted]):
             values = cols["latency_s"][promoted & (tier_from == tier_code)]
@@ -156,12 +198,20 @@ class MetricsState:
         with self._lock:
             return MetricsSnapshot(
                 self.start_time_s, self.clock(), dict(self.block_events), dict(self.block_tokens),
-                dict(self.recomputed_tokens), dict(self.requests),
+                dict(self.block_events_reported), dict(self.recomputed_tokens), dict(self.requests),
                 {k: h.copy() for k, h in self.promotion_s.items()},
                 {k: h.copy() for k, h in self.ttft_s.items()},
                 {k: h.copy() for k, h in self.itl_s.items()},
                 dict(self.rejected_rows),
             )
+
+
+def _reported_by_hooks_too(cols: dict) -> np.ndarray:
+    """Which rows are movements the in-engine hooks report as well (see the module doc)."""
+    both = np.zeros(cols["kind"].size, dtype=bool)
+    for kind, tier_column in _BOTH_REPORT:
+        both |= (cols["kind"] == kind) & np.isin(cols[tier_column], _OFF_GPU)
+    return both
 
 
 def _labels(column: pa.ChunkedArray, missing: str) -> np.ndarray:

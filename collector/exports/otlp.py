@@ -58,10 +58,13 @@ def metrics_data(snap: MetricsSnapshot, resource=None):
                                      list(h.bounds_s), h.min_s, h.max_s) for key, h in states.items()]
         return Metric(name, description, "s", Histogram(points, cumulative))
 
-    block, config = ("kind", "tier", "engine", "engine_instance"), ("tier_config", "engine", "engine_instance")
+    block = ("kind", "tier", "engine", "engine_instance", "source")
+    config = ("tier_config", "engine", "engine_instance")
     metrics = [
         counter("kvtier.block.events", "{event}", "Block events by outcome kind and tier", snap.block_events, block),
         counter("kvtier.block.tokens", "{token}", "Tokens covered by block events", snap.block_tokens, block),
+        counter("kvtier.block.events.reported", "{event}", "Block events as each source reported them",
+                snap.block_events_reported, block),
         counter("kvtier.recomputed.tokens", "{token}", "Prompt tokens recomputed", snap.recomputed_tokens,
                 ("engine", "engine_instance")),
         counter("kvtier.requests", "{request}", "Requests by tier configuration", snap.requests, config),

@@ -5,8 +5,10 @@ instance is labelled ``engine_instance``: Prometheus's own ``instance`` label na
 target (this collector), and the two would clash.
 
 =============================================  =====================================================
-``kvtier_block_events_total``                  block events by kind, tier, engine, instance
+``kvtier_block_events_total``                  block events by kind, tier, engine, instance, source; a
+                                               movement two sources report is counted once
 ``kvtier_block_tokens_total``                  tokens those events covered (token-weighted hit quality)
+``kvtier_block_events_reported_total``         block events as each source reported them (duplicates kept)
 ``kvtier_promotion_seconds``                   histogram of promotion latency by source tier
 ``kvtier_recomputed_tokens_total``             prompt tokens recomputed (request records)
 ``kvtier_requests_total``                      requests by tier configuration
@@ -87,12 +89,18 @@ class KvtierCollector:
 
 
 def _aggregate_families(snap: MetricsSnapshot):
-    block_labels = ["kind", "tier", "engine", "engine_instance"]
-    events = CounterMetricFamily("kvtier_block_events", "Block events by outcome kind and tier", labels=block_labels)
+    block_labels = ["kind", "tier", "engine", "engine_instance", "source"]
+    events = CounterMetricFamily("kvtier_block_events", "Block events by outcome kind and tier, "
+                                 "each counted once across sources", labels=block_labels)
     tokens = CounterMetricFamily("kvtier_block_tokens", "Tokens covered by block events", labels=block_labels)
     for key, value in sorted(snap.block_events.items()):
         events.add_metric(list(key), value)
         tokens.add_metric(list(key), snap.block_tokens.get(key, 0))
+    reported = CounterMetricFamily("kvtier_block_events_reported", "Block events as each source "
+                                   "reported them, movements two sources report included twice",
+                                   labels=block_labels)
+    for key, value in sorted(snap.block_events_reported.items()):
+        reported.add_metric(list(key), value)
     recomputed = CounterMetricFamily("kvtier_recomputed_tokens", "Prompt tokens recomputed by prefill",
                                      labels=["engine", "engine_instance"])
     for key, value in sorted(snap.recomputed_tokens.items()):
@@ -104,7 +112,7 @@ def _aggregate_families(snap: MetricsSnapshot):
     rejected = CounterMetricFamily("kvtier_rejected_rows", "Malformed rows left out at ingest", labels=["reason"])
     for key, value in sorted(snap.rejected_rows.items()):
         rejected.add_metric(list(key), value)
-    yield from (events, tokens, recomputed, requests, rejected)
+    yield from (events, tokens, reported, recomputed, requests, rejected)
     yield _histogram("kvtier_promotion_seconds", "Promotion latency to GPU by source tier",
                      ["tier_from", "engine", "engine_instance"], snap.promotion_s)
     yield _histogram("kvtier_request_ttft_seconds", "Time to first token", config_labels, snap.ttft_s)

@@ -48,7 +48,8 @@ def test_collect_ingests_vllm_events_and_serves_metrics_and_segments(tmp_path):
                 break
         assert url and url.startswith("http://127.0.0.1:")
         publisher.connect(endpoint)  # vLLM's publisher connects when the endpoint is not a wildcard
-        key = (("engine", "vllm"), ("engine_instance", "node-9"), ("kind", "store"), ("tier", "gpu"))
+        key = (("engine", "vllm"), ("engine_instance", "node-9"), ("kind", "store"),
+               ("source", "kv_events"), ("tier", "gpu"))
         deadline, seq, seen = time.monotonic() + 30, 0, {}
         while time.monotonic() < deadline:
             publisher.send_multipart(frame(seq, [1000 + seq, 2000 + seq], "GPU"))

@@ -6,6 +6,7 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from kvtier.collector.events import Origin
 from kvtier.collector.exports.aggregate import MetricsState
 from kvtier.collector.exports.prometheus import KvtierCollector, MetricsServer, Sample, recorder_samples
 from tests.collector.exports.conftest import CPU_LATENCIES_S, sample_batch
@@ -25,10 +26,11 @@ def test_outcome_counters_and_promotion_histogram(clock):
     state.observe(sample_batch(sequence=1))
     samples = scrape(state)
     base = (("engine", "vllm"), ("engine_instance", "node-1"))
-    assert samples[("kvtier_block_events_total", tuple(sorted(base + (("kind", "cpu_promotion"), ("tier", "cpu")))))] == 100
-    assert samples[("kvtier_block_events_total", tuple(sorted(base + (("kind", "gpu_hit"), ("tier", "gpu")))))] == 14
-    assert samples[("kvtier_block_events_total", tuple(sorted(base + (("kind", "evict"), ("tier", "cpu")))))] == 2
-    assert samples[("kvtier_block_tokens_total", tuple(sorted(base + (("kind", "recompute_miss"), ("tier", "gpu")))))] == 128
+    block = base + (("source", "recorder"),)
+    assert samples[("kvtier_block_events_total", tuple(sorted(block + (("kind", "cpu_promotion"), ("tier", "cpu")))))] == 100
+    assert samples[("kvtier_block_events_total", tuple(sorted(block + (("kind", "gpu_hit"), ("tier", "gpu")))))] == 14
+    assert samples[("kvtier_block_events_total", tuple(sorted(block + (("kind", "evict"), ("tier", "cpu")))))] == 2
+    assert samples[("kvtier_block_tokens_total", tuple(sorted(block + (("kind", "recompute_miss"), ("tier", "gpu")))))] == 128
     cpu = tuple(sorted(base + (("tier_from", "cpu"),)))
     assert samples[("kvtier_promotion_seconds_count", cpu)] == 100
     assert abs(samples[("kvtier_promotion_seconds_sum", cpu)] - 2 * sum(CPU_LATENCIES_S)) < 1e-9
@@ -93,3 +95,58 @@ def test_recommendation_file_becomes_an_info_metric_and_follows_changes(tmp_path
     path.write_text("{not json")
     os.utime(path, (2, 2))
     assert labels() is None
+
+
+def offload_batch(origin, sequence, stored, evicted, gpu_stored=()):
+    """A source's view of CPU offloads: stores GPU->CPU, evictions from CPU, and (the KV-event
+    tap only) stores into the GPU."""
+    from kvtier.collector.batch import EventBatch
+
+    rows = [{"time_s": 1.0, "kind": "store", "block_hash": h, "tokens": 32,
+             "tier_from": "gpu", "tier_to": "cpu"} for h in stored]
+    rows += [{"time_s": 2.0, "kind": "evict", "block_hash": h, "tokens": 32, "tier_from": "cpu"}
+             for h in evicted]
+    rows += [{"time_s": 0.5, "kind": "store", "block_hash": h, "tokens": 32, "tier_to": "gpu"}
+             for h in gpu_stored]
+    return EventBatch.from_rows(origin, sequence, rows)
+
+
+def test_an_offload_reported_by_the_hooks_and_the_kv_event_tap_counts_once(clock):
+    """One CPU store seen by both sources of one engine: the aggregate counts it once, under the
+    hooks (which carry its request and latency); what each source reported stays readable."""
+    hooks = Origin("vllm", "node-1", "vllm-hooks:node-1:engine-0:1700000000000")
+    tap = Origin("vllm", "node-1", "vllm-zmq:node-1::dp0:1700000000000.0")
+    state = MetricsState(clock=clock)
+    state.observe(offload_batch(hooks, 0, stored=[1, 2], evicted=[9]))
+    state.observe(offload_batch(tap, 0, stored=[1, 2], evicted=[9], gpu_stored=[1, 2, 3]))
+    samples = scrape(state)
+
+    def series(name, kind, tier, source):
+        labels = (("engine", "vllm"), ("engine_instance", "node-1"), ("kind", kind),
+                  ("source", source), ("tier", tier))
+        return samples.get((name, labels))
+
+    assert series("kvtier_block_events_total", "store", "gpu", "hooks") == 2
+    assert series("kvtier_block_tokens_total", "store", "gpu", "hooks") == 64
+    assert series("kvtier_block_events_total", "evict", "cpu", "hooks") == 1
+    assert series("kvtier_block_events_total", "evict", "cpu", "kv_events") is None
+    # the tap's stores into the GPU (tier "gpu" too: no tier_from) are its own: nobody else
+    # reports them; its two offloads are left to the hooks' series
+    assert series("kvtier_block_events_total", "store", "gpu", "kv_events") == 3
+    assert series("kvtier_block_tokens_total", "store", "gpu", "kv_events") == 96
+    total = sum(v for (name, labels), v in samples.items() if name == "kvtier_block_events_total"
+                and ("kind", "store") in labels)
+    assert total == 2 + 3  # two offloads, three GPU stores: each once
+    assert series("kvtier_block_events_reported_total", "store", "gpu", "kv_events") == 5
+    assert series("kvtier_block_events_reported_total", "store", "gpu", "hooks") == 2
+
+
+def test_without_hooks_the_kv_event_tap_counts_its_offloads(clock):
+    tap = Origin("sglang", "node-2", "sglang-zmq:node-2::dp0:1700000000000.0")
+    state = MetricsState(clock=clock)
+    state.observe(offload_batch(tap, 0, stored=[1, 2], evicted=[9]))
+    samples = scrape(state)
+    labels = (("engine", "sglang"), ("engine_instance", "node-2"), ("kind", "store"),
+              ("source", "kv_events"), ("tier", "gpu"))
+    assert samples[("kvtier_block_events_total", labels)] == 2
+
