@@ -208,6 +208,17 @@ class TraceStore:
         last = self.scalar(f"SELECT max(sequence) FROM {LEDGER_TABLE} WHERE source = ?", [source])
         return None if last is None else int(last) + 1
 
+    def latest_source(self, prefix: str) -> tuple[str, int] | None:
+        """The source whose name starts with ``prefix`` that stored a batch last, and the
+        highest sequence stored from it; ``None`` if no source does (a tap resuming a stream
+        after the collector restarted)."""
+        with self._lock:
+            row = self._con.execute(
+                f"SELECT source, max(sequence) FROM {LEDGER_TABLE} WHERE starts_with(source, ?) "
+                "GROUP BY source ORDER BY max(ingested_at_s) DESC, max(batch_id) DESC LIMIT 1",
+                [prefix]).fetchone()
+        return None if row is None else (row[0], int(row[1]))
+
     def run_locked(self, work: Callable[[duckdb.DuckDBPyConnection], object]):
         """Run ``work(connection)`` with the store's lock held (for exports and readers)."""
         with self._lock:

@@ -74,7 +74,10 @@ class Backoff:
 @dataclass(frozen=True)
 class TapHealth:
     """One tap's state: ``running``, ``retrying`` (failed; reopened after ``retry_in_s``) or
-    ``stopped``. ``failures_total`` counts failed opens and polls since the service started."""
+    ``stopped``. ``failures_total`` counts failed opens and polls since the service started.
+    For a tap whose source numbers its batches, ``sequence_gaps_total`` counts the gaps it saw
+    (a publisher's batches that did not arrive: dropped, or sent while the collector was down)
+    and ``lost_batches_total`` the missing batches no replay recovered; ``None`` otherwise."""
 
     name: str
     kind: str
@@ -82,6 +85,8 @@ class TapHealth:
     failures_total: int
     last_error: str | None = None
     retry_in_s: float | None = None
+    sequence_gaps_total: int | None = None
+    lost_batches_total: int | None = None
 
     @property
     def up(self) -> bool:
@@ -90,7 +95,10 @@ class TapHealth:
     def to_dict(self) -> dict:
         return {"name": self.name, "kind": self.kind, "state": self.state,
                 "failures_total": self.failures_total, "last_error": self.last_error,
-                "retry_in_s": None if self.retry_in_s is None else round(self.retry_in_s, 3)}
+                "retry_in_s": None if self.retry_in_s is None else round(self.retry_in_s, 3),
+                **({} if self.sequence_gaps_total is None else {
+                    "sequence_gaps_total": self.sequence_gaps_total,
+                    "lost_batches_total": self.lost_batches_total})}
 
 
 class TapRunner:
@@ -187,8 +195,11 @@ class TapRunner:
     def health(self) -> TapHealth:
         with self._lock:
             retry_in = None if self._retry_at is None else max(0.0, self._retry_at - self._clock())
+            stats = getattr(self.tap, "stats", None)
+            gaps, lost = getattr(stats, "gaps", None), getattr(stats, "lost_batches", None)
             return TapHealth(self.tap.name, type(self.tap).__name__, self._state,
-                             self._failures_total, self._last_error, retry_in)
+                             self._failures_total, self._last_error, retry_in, gaps,
+                             None if gaps is None else lost or 0)
 
 
 def describe(error: BaseException) -> str:

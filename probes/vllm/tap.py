@@ -14,6 +14,10 @@ with the publisher's sequence number as the batch sequence and a ``source`` that
 per publisher incarnation (so a replayed batch is stored once, and a restarted publisher,
 whose sequence restarts at 0, is not mistaken for a replay).
 
+A restarted *collector* resumes each stream where its store left off (``resume``: the
+stream's last stored source and sequence), so what the publisher sent meanwhile is a gap:
+counted, and asked of the publisher's replay socket when one is configured.
+
 Bad frames never stop the tap: they are counted in :attr:`VllmEventTap.stats` and logged.
 """
 
@@ -71,14 +75,19 @@ class VllmEventTap:
     """Subscribe to vLLM KV events; hand each decoded batch to ``on_batch``.
 
     ``clock`` (Unix seconds) names publisher incarnations and times replay requests.
+    ``resume(prefix)`` answers, for a stream first seen, the source (a name starting with
+    ``prefix``) and the highest sequence the store holds from it, or ``None``: the stream then
+    continues that source (:meth:`kvtier.collector.store.TraceStore.latest_source`).
     Not thread-safe: use either :meth:`poll` from one thread, or :meth:`start`.
     """
 
     def __init__(self, config: VllmTapConfig, on_batch: Callable[[EventBatch], None], *,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time,
+                 resume: Callable[[str], tuple[str, int] | None] | None = None):
         self.config = config
         self._on_batch = on_batch
         self._clock = clock
+        self._resume = resume
         self._columns = _wire_columns()
         self._frame_rows = self._columns.FrameColumns()
         self.stats = TapStats()
@@ -238,14 +247,20 @@ class VllmEventTap:
         stream = self._streams.get(key)
         if stream is None:
             stream = _Stream(StreamState(), self._source_name(key, 0), self._columns.StreamColumns())
+            stored = self._resume(self._stream_prefix(key)) if self._resume is not None else None
+            if stored is not None:  # the collector restarted: go on from what it stored
+                stream.source, stream.state.last_seq = stored
+                self.stats.resumed_streams += 1
             self._streams[key] = stream
         return stream
 
-    def _source_name(self, key: tuple[bytes, int], epoch: int) -> str:
+    def _stream_prefix(self, key: tuple[bytes, int]) -> str:
         topic, rank = key
-        started_ms = int(self._clock() * 1000)
         return (f"{self.config.engine}-zmq:{self.config.instance}:{topic.decode(errors='replace')}:"
-                f"dp{rank}:{started_ms}.{epoch}")
+                f"dp{rank}:")
+
+    def _source_name(self, key: tuple[bytes, int], epoch: int) -> str:
+        return f"{self._stream_prefix(key)}{int(self._clock() * 1000)}.{epoch}"
 
     def _new_incarnation(self, key, stream: _Stream) -> None:
         self._flush(stream)  # queued rows belong to the old incarnation's source

@@ -101,7 +101,8 @@ class TapStats:
     ``ingest_batches`` the ``EventBatch``es handed over; ``lost_batches`` were missing and
     not replayable; ``bad_events`` were skipped inside good frames (by the decoder or the
     schema's checks); ``fallback_frames`` were decoded by the general decoder because the
-    compiled walker was not sure of them (or ``fast_decode`` was off)."""
+    compiled walker was not sure of them (or ``fast_decode`` was off); ``resumed_streams``
+    went on from a source the store already held (the collector restarted)."""
 
     batches: int = 0
     ingest_batches: int = 0
@@ -117,3 +118,4 @@ class TapStats:
     restarts: int = 0
     callback_errors: int = 0
     fallback_frames: int = 0
+    resumed_streams: int = 0

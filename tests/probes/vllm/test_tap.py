@@ -291,3 +291,82 @@ def test_replay_answers_are_read_while_a_flood_of_live_frames_waits(rig):
     # its three replay messages (seq 1, the duplicate seq 2, the end marker) took three of
     # the 1500 reads; the live frames the rest
     assert tap.stats.replay_duplicates == 1 and tap.stats.batches == 2 + 1 + 1497
+
+
+def restarted_collector(tmp_path, replay: bool):
+    """A collector's tap and store stop after seq 0-1; the engine publishes 2-3 meanwhile; a
+    new tap over the reopened store (as `kvtier collect` runs it) then gets seq 4."""
+    from kvtier.collector.taps import TapRunner
+
+    pub = FakePublisher("tcp://127.0.0.1:0", replay=replay)
+    config = VllmTapConfig(endpoints=(pub.endpoint,), instance="node-a",
+                           replay_endpoints=((0, pub.replay_endpoint),) if replay else ())
+    path = tmp_path / "kvtier.duckdb"
+    try:
+        with TraceStore(path) as store:
+            first = VllmEventTap(config, store.ingest, clock=Clock(), resume=store.latest_source)
+            first.open()
+            pub.wait_for_subscriber()
+            pub.publish([stored([1])])
+            pub.publish([stored([2])])
+            for _ in range(50):
+                first.poll(0.1)
+                if store.count("ingested_batches") == 2:
+                    break
+            first.close()
+        pub.publish([stored([3])], send=False)  # nobody listens: the collector is down
+        pub.publish([stored([4])], send=False)
+        store = TraceStore(path)
+        batches = []
+
+        def ingest(batch):
+            batches.append(batch)
+            store.ingest(batch)
+
+        tap = VllmEventTap(config, ingest, clock=Clock(2000.0), resume=store.latest_source)
+        runner = TapRunner(tap)
+        runner.open()
+        for _ in range(100):  # the first tap's unsubscription may come first
+            if pub.pub.poll(50) and pub.pub.recv()[:1] == b"\x01":
+                break
+        pub.publish([stored([5])])
+        drain(tap, batches, 1)
+        return pub, tap, runner, store, batches
+    except BaseException:
+        pub.close()
+        raise
+
+
+def test_a_restarted_collector_counts_what_it_missed_and_heals_it_by_replay(tmp_path):
+    pub, tap, runner, store, batches = restarted_collector(tmp_path, replay=True)
+    try:
+        assert tap.stats.resumed_streams == 1 and tap.stats.gaps == 1
+        assert pub.serve_replay() == 2  # from the first sequence the store lacks
+        drain(tap, batches, 3)
+        tap.poll(0.2)
+        assert tap.stats.lost_batches == 0 and tap.stats.restarts == 0
+        # one source, as before the restart: seq 0-4 stored once each
+        assert store.scalar("SELECT count(DISTINCT source) FROM ingested_batches") == 1
+        stored_seqs = store.query("SELECT sequence FROM ingested_batches ORDER BY 1")
+        assert stored_seqs.column(0).to_pylist() == [0, 1, 2, 3, 4]
+        health = runner.health().to_dict()
+        assert (health["sequence_gaps_total"], health["lost_batches_total"]) == (1, 0)
+    finally:
+        runner.stop()
+        store.close()
+        pub.close()
+
+
+def test_a_restarted_collector_without_replay_counts_the_gap_as_lost(tmp_path):
+    pub, tap, runner, store, batches = restarted_collector(tmp_path, replay=False)
+    try:
+        tap.poll(0)
+        assert (tap.stats.gaps, tap.stats.lost_batches, tap.stats.replay_requests) == (1, 2, 0)
+        assert batches[0].sequence == 4
+        assert store.scalar("SELECT count(DISTINCT source) FROM ingested_batches") == 1
+        health = runner.health()
+        assert health.up and (health.sequence_gaps_total, health.lost_batches_total) == (1, 2)
+    finally:
+        runner.stop()
+        store.close()
+        pub.close()
