@@ -28,7 +28,7 @@ import numpy as np
 
 from kvtier.collector.events import RequestRecord
 from kvtier.policy.cost import CostParams, Param
-from kvtier.policy.geometry import KVGeometry
+from kvtier.policy.geometry import geometry_for
 
 MIN_JOBS_FOR_A_LINE = 3
 _NOTE = "fitted by kvtier calibrate from the store's measured latencies"
@@ -72,13 +72,6 @@ class Calibration:
                 **{f"{tier}_promotion": _fit_dict(fit) for tier, fit in self.promotion.items()}}
         return json.dumps({"probe": "calibrate", "cost_params": self.fitted(),
                            "kv_bytes_per_token": self.bytes_per_token, "fits": fits}, indent=2)
-
-
-def geometry_for(bytes_per_token: int, name: str = "measured") -> KVGeometry:
-    """A KV geometry with exactly ``bytes_per_token`` (an engine's measured chunk bytes)."""
-    if bytes_per_token <= 0 or bytes_per_token % 2:
-        raise ValueError(f"bytes_per_token must be a positive even number, got {bytes_per_token}")
-    return KVGeometry(name, layers=1, kv_heads=1, head_dim=bytes_per_token // 2, dtype_bytes=1)
 
 
 def calibrate(requests: Sequence[RequestRecord], jobs: Sequence[PromotionJob], *,

@@ -12,8 +12,9 @@
   ``wait[n] = max(0, wait[n-1] + service[n-1] - gap[n])``), so TTFT = wait + service, and
   the p50/p95/p99 come from the replay's requests.
 
-Every parameter carries its source: ``"measured"`` (from an active probe) or ``"default"``
-(the documented assumption below); every estimate lists them.
+Every parameter carries its source: ``"measured"`` (from an active probe or the engine's
+store), ``"calibrated"`` (fitted by ``kvtier calibrate`` and read from its file) or
+``"default"`` (the documented assumption below); every estimate lists them.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import numpy as np
 
 from kvtier.policy.geometry import DEFAULT_GEOMETRY, KVGeometry, geometry
 
-SOURCES = ("measured", "default")
+SOURCES = ("measured", "calibrated", "default")
 
 
 @dataclass(frozen=True)
@@ -219,19 +220,23 @@ def ttft_summary(ttft_s: np.ndarray, mean_service_s: float, utilisation: float,
 
 
 def measured_cost_params(*results, base=None):
-    """``CostParams`` with every parameter a result's ``cost_params`` names set as measured.
+    """``CostParams`` with every parameter a result's ``cost_params`` names set as measured
+    (``"calibrated"`` for the file ``kvtier calibrate --out`` writes).
 
     ``results`` are probe results (with ``cost_params()``), their ``to_dict()`` bodies, or
-    paths to JSON files written by ``kvtier probe ... --out``.
+    paths to JSON files written by ``kvtier probe ... --out`` or ``kvtier calibrate --out``.
     """
     params = base or CostParams()
     for result in results:
         body = _probe_body(result)
+        calibrated = body.get("probe") == "calibrate"
         for name, value in (body.get("cost_params") or {}).items():
             if not hasattr(params, name):
                 raise ValueError(f"unknown cost parameter {name!r} in {body.get('probe')} result")
-            note = f"measured by kvtier probe {body.get('probe')}"
-            params = replace(params, **{name: Param(float(value), "measured", note)})
+            note = ("fitted by kvtier calibrate" if calibrated
+                    else f"measured by kvtier probe {body.get('probe')}")
+            params = replace(params, **{name: Param(float(value), "calibrated" if calibrated
+                                                    else "measured", note)})
     return params
 
 

@@ -2,6 +2,11 @@
 
 A token's KV cache holds a key and a value vector per layer and KV head:
 ``2 * layers * kv_heads * head_dim * dtype_bytes`` bytes.
+
+Every geometry says where it came from (``source``): ``measured`` (the bytes an engine's
+block events carried, :func:`recorded_bytes_per_token`), ``calibrated`` (a ``kvtier
+calibrate`` file), ``given`` (a model name or a byte count the operator passed) or
+``default`` (a documented model's shape, assumed): reports name the defaults they rest on.
 """
 
 from __future__ import annotations
@@ -11,21 +16,29 @@ import re
 from dataclasses import dataclass
 
 
+GEOMETRY_SOURCES = ("measured", "calibrated", "given", "default")
+
+
 @dataclass(frozen=True)
 class KVGeometry:
-    """A model's KV-cache shape. ``dtype_bytes`` is 2 for bf16/fp16, 1 for fp8."""
+    """A model's KV-cache shape. ``dtype_bytes`` is 2 for bf16/fp16, 1 for fp8; ``source``
+    is one of :data:`GEOMETRY_SOURCES`."""
 
     name: str
     layers: int
     kv_heads: int
     head_dim: int
     dtype_bytes: int = 2
+    source: str = "default"
 
     def __post_init__(self) -> None:
         for field_name in ("layers", "kv_heads", "head_dim", "dtype_bytes"):
             value = getattr(self, field_name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{field_name} must be a positive int, got {value!r}")
+        if self.source not in GEOMETRY_SOURCES:
+            raise ValueError(f"source must be one of {', '.join(GEOMETRY_SOURCES)}, "
+                             f"got {self.source!r}")
 
     @property
     def bytes_per_token(self) -> int:
@@ -33,6 +46,11 @@ class KVGeometry:
 
     def block_bytes(self, block_tokens: int) -> int:
         return self.bytes_per_token * block_tokens
+
+    @property
+    def words(self) -> str:
+        """``"2,048 bytes per token (measured: ...)"``: the figure and where it came from."""
+        return f"{self.bytes_per_token:,} KV bytes per token ({self.source}: {self.name})"
 
 
 # Public model configs (config.json: num_hidden_layers, num_key_value_heads, head_dim), bf16.
@@ -56,6 +74,45 @@ def geometry(name: str) -> KVGeometry:
         return GEOMETRIES[name]
     except KeyError:
         raise ValueError(f"unknown model geometry {name!r}; known: {', '.join(GEOMETRIES)}") from None
+
+
+def geometry_for(bytes_per_token: int, name: str = "measured", source: str = "measured"
+                 ) -> KVGeometry:
+    """A KV geometry with exactly ``bytes_per_token`` (a key and a value: an even number)."""
+    if isinstance(bytes_per_token, bool) or not isinstance(bytes_per_token, int) \
+            or bytes_per_token <= 0 or bytes_per_token % 2:
+        raise ValueError(f"KV bytes per token must be a positive even number (a key and a "
+                         f"value per token), got {bytes_per_token!r}")
+    return KVGeometry(name, layers=1, kv_heads=1, head_dim=bytes_per_token // 2, dtype_bytes=1,
+                      source=source)
+
+
+# Bytes per token from the block events that carry bytes: exact where an event says its
+# tokens; an event without tokens (vLLM's hooks, older stores) is one block of the trace.
+_RECORDED_SQL = """
+    SELECT median(size_bytes / tokens) FILTER (WHERE tokens > 0) AS per_token,
+           median(size_bytes) FILTER (WHERE tokens IS NULL OR tokens <= 0) AS per_block
+    FROM {events} WHERE size_bytes > 0"""
+
+
+def recorded_bytes_per_token(reader, block_tokens: int) -> KVGeometry | None:
+    """The geometry an engine's block events record behind ``reader`` (a store's or a
+    segment folder's reader), ``None`` for a trace or events without bytes."""
+    from kvtier.collector.event_rows import block_event_rows
+
+    found = block_event_rows(reader, _RECORDED_SQL)
+    if not found or not found[0]:
+        return None
+    (row,), where = found
+    if row["per_token"]:
+        per_token, how = float(row["per_token"]), "bytes over tokens"
+    elif row["per_block"] and block_tokens > 0:
+        per_token = float(row["per_block"]) / block_tokens
+        how = f"{row['per_block']:,.0f} bytes per {block_tokens}-token block"
+    else:
+        return None
+    even = max(2, 2 * round(per_token / 2))
+    return geometry_for(even, f"the block events in {where}, {how}", "measured")
 
 
 _DECIMAL = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}

@@ -28,7 +28,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from kvtier.verbs.common import (capacity_blocks, capacity_model, model_geometry, open_records,
+    from kvtier.verbs.common import (capacity_blocks, capacity_model, kv_geometry, open_records,
                                      peek_block_tokens, print_json)
 
     from kvtier.verbs.checks import output_dir, positive
@@ -44,8 +44,9 @@ def run(args) -> int:
         args.trace, args.format = args.store, "store"
     reader, records = open_records(args)
     block_tokens, records = peek_block_tokens(records)
-    model = model_geometry(args.model)
-    gpu_blocks = capacity_blocks(args.gpu_tokens, block_tokens, capacity_model(args), "--gpu-tokens", None)
+    model = kv_geometry(args, reader, block_tokens)
+    gpu_blocks = capacity_blocks(args.gpu_tokens, block_tokens, capacity_model(args, model),
+                                 "--gpu-tokens", None)
     report = _report(records, block_tokens, model, gpu_blocks, args)
     report["trace"]["skipped_lines"] = getattr(reader, "skipped", 0)
     if args.out:

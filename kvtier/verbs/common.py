@@ -7,12 +7,13 @@ import json
 import math
 import sys
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from kvtier.collector.events import RequestRecord
 from kvtier.errors import KvtierError
 from kvtier.progress import track
-from kvtier.policy.geometry import KVGeometry, geometry, parse_capacity_tokens
+from kvtier.policy.geometry import KVGeometry, geometry, geometry_for, parse_capacity_tokens
 from kvtier.policy.readers import WekaLayout, WekaReader, open_trace
 
 
@@ -80,17 +81,63 @@ def check_subset(args) -> None:
 
 
 def model_geometry(name: str | None) -> KVGeometry:
-    """The KV geometry for costs: ``--model``, or the default when it is not given."""
+    """The KV geometry for costs: ``--model`` (``given``), or the default when it is not given."""
     try:
-        return geometry(name or DEFAULT_MODEL)
+        return replace(geometry(name), source="given") if name else geometry(DEFAULT_MODEL)
     except ValueError as error:
         raise KvtierError(f"--model: {error}") from None
 
 
-def capacity_model(args) -> KVGeometry | None:
-    """The geometry byte capacities (16GiB) convert with: only a ``--model`` the user gave,
-    so a byte size never silently assumes one."""
+def kv_geometry(args, reader=None, block_tokens: int = 16) -> KVGeometry:
+    """The KV geometry, first found of: ``--kv-bytes-per-token``, ``--model``, the bytes the
+    engine's block events recorded behind ``reader`` (a store or segments), the default
+    model's (its ``source`` says ``default``; reports name it)."""
+    per_token = getattr(args, "kv_bytes_per_token", None)
+    if per_token is not None and getattr(args, "model", None):
+        raise KvtierError("give --model or --kv-bytes-per-token, not both")
+    if per_token is not None:
+        try:
+            return geometry_for(per_token, "--kv-bytes-per-token", "given")
+        except ValueError as error:
+            raise KvtierError(f"--kv-bytes-per-token: {error}") from None
+    if getattr(args, "model", None):
+        return model_geometry(args.model)
+    if reader is not None:
+        from kvtier.policy.geometry import recorded_bytes_per_token
+
+        recorded = recorded_bytes_per_token(reader, block_tokens)
+        if recorded is not None:
+            return recorded
+    return model_geometry(None)
+
+
+def capacity_model(args, model: KVGeometry | None = None) -> KVGeometry | None:
+    """The geometry byte capacities (16GiB) convert with: one the user gave or the engine
+    measured (``model``), never the default, so a byte size never silently assumes one."""
+    if model is not None:
+        return model if model.source != "default" else None
     return model_geometry(args.model) if args.model else None
+
+
+def cost_params_file(path: str | None, base):
+    """``base`` with the parameters a ``--cost-params`` file (``kvtier calibrate --out``, or
+    a probe's ``--out``) holds; its KV bytes per token replace ``base``'s geometry."""
+    if not path:
+        return base
+    from kvtier.policy.cost import measured_cost_params
+
+    try:
+        body = json.loads(Path(path).read_text())
+        if not isinstance(body, dict) or not isinstance(body.get("cost_params"), dict):
+            raise ValueError("it has no cost_params object")
+        per_token = body.get("kv_bytes_per_token")
+        if per_token:
+            base = replace(base, model=geometry_for(int(per_token), f"kvtier calibrate ({path})",
+                                                    "calibrated"))
+        return measured_cost_params(body, base=base)
+    except (OSError, ValueError, TypeError) as error:
+        raise KvtierError(f"--cost-params {path}: {getattr(error, 'strerror', None) or error}; "
+                          "give the file kvtier calibrate --out wrote") from None
 
 
 def capacity_blocks(text: str | None, block_tokens: int, model: KVGeometry | None, flag: str,
@@ -103,9 +150,9 @@ def capacity_blocks(text: str | None, block_tokens: int, model: KVGeometry | Non
         tokens = parse_capacity_tokens(text, model)
     except ValueError as error:
         if "in bytes" in str(error):
-            raise KvtierError(f"{flag} {text} is in bytes: pass --model (the KV geometry that "
-                              "converts bytes to tokens, e.g. llama-3.1-8b) or give tokens, "
-                              "e.g. 1M") from None
+            raise KvtierError(f"{flag} {text} is in bytes: pass --model or --kv-bytes-per-token "
+                              "(the KV geometry that converts bytes to tokens, e.g. "
+                              "llama-3.1-8b), or give tokens, e.g. 1M") from None
         raise KvtierError(f"{flag}: {error}") from None
     if math.isinf(tokens):
         return None

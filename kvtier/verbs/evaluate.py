@@ -79,7 +79,7 @@ def instance_evaluation(args) -> dict:
 def evaluation(args, *, keep_ttft_samples: bool = False) -> dict:
     """The evaluation of one trace (or one instance of it)."""
     from kvtier.progress import task
-    from kvtier.verbs.common import check_subset, model_geometry
+    from kvtier.verbs.common import check_subset, kv_geometry
     from kvtier.policy.cost import CostParams
     from kvtier.policy.learn.compare import POLICY_NAMES, add_gap_closed, compare, mark_unsafe
     from kvtier.policy.learn.split import Split
@@ -98,7 +98,7 @@ def evaluation(args, *, keep_ttft_samples: bool = False) -> dict:
     else:  # its ValueError names --train-fraction (the command line maps the name)
         how = Split.by_count if args.split == "requests" else Split.by_time
         split = how(records, args.train_fraction).with_traces(trace)
-    model = model_geometry(args.model)
+    model = kv_geometry(args)
     params = CostParams(model=model)
     servers = _servers(args.prefill_servers, split, params)
     tiers = _tiers(args, records[0].block_size_tokens or 16, model)
@@ -167,7 +167,7 @@ def _tiers(args, block_tokens: int, model) -> Tiers:
     if args.gpu_tokens is None or args.cpu_tokens is None:
         raise KvtierError("--gpu-tokens and --cpu-tokens are required (e.g. --gpu-tokens 1M "
                           "--cpu-tokens 2.5M)")
-    values = [capacity_blocks(text, block_tokens, capacity_model(args), flag, absent=0)
+    values = [capacity_blocks(text, block_tokens, capacity_model(args, model), flag, absent=0)
               for text, flag in ((args.gpu_tokens, "--gpu-tokens"),
                                  (args.cpu_tokens, "--cpu-tokens"),
                                  (args.cold_tokens, "--cold-tokens"))]

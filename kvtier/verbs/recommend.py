@@ -19,8 +19,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--engine", default="all", choices=ENGINE_CHOICES,
                         help="vllm, trtllm, lmcache, sglang, dynamo or all")
     parser.add_argument("--out", default="kvtier-out/recommendation", help="output folder")
-    parser.add_argument("--gpu-tokens", default="1M",
-                        help="the deployed GPU prefix-cache capacity (default 1M tokens)")
+    parser.add_argument("--gpu-tokens",
+                        help="the deployed GPU prefix-cache capacity (default 1M tokens, named "
+                             "as a default in the report)")
     parser.add_argument("--cpu-tokens", default="auto",
                         help="the CPU tier: auto (default: the knee of the LRU curve, where the "
                              "next GiB frees less than --min-gain-per-gib of a prefill server, "
@@ -54,6 +55,10 @@ def add_arguments(parser) -> None:
                         help="p99 inter-token latency budget of the rollback rule (with --ttft-slo-s)")
     parser.add_argument("--cold-path", help="vLLM: the file tier's absolute directory (without "
                                             "it the file tier is decided but not written)")
+    parser.add_argument("--cost-params", metavar="FILE",
+                        help="cost parameters fitted by kvtier calibrate --out (its KV bytes per "
+                             "token too): they replace the defaults and the store's per-event "
+                             "medians; the report marks them calibrated")
     parser.add_argument("--fs-json",
                         help="the output of `kvtier probe fs --json`: the measured cold-promotion "
                              "cost, weighed against recompute before adding a file tier")
@@ -69,6 +74,7 @@ def add_arguments(parser) -> None:
 
 
 PHASES = 4
+DEFAULT_GPU_TOKENS = "1M"
 
 
 def run(args) -> int:
@@ -96,11 +102,18 @@ def run(args) -> int:
     if instances:
         return _fleet(args, instances)
     rec, written = recommendation(args)
+    from kvtier.policy.recommend.sources import words
+
     print(f"verdict: {rec.verdict.words}")
     if rec.verdict.note:
         print(f"  ({rec.verdict.note})")
     for knob in rec.knobs:
         print(f"  {knob.name} = {list(knob.value) if isinstance(knob.value, tuple) else knob.value}")
+    if rec.evidence.model is not None and rec.evidence.model.weak:
+        print(f"  model flagged: {rec.evidence.model.weak}")
+    print("inputs:")
+    for line in words(rec.evidence.inputs):
+        print(f"  {line}")
     print(f"wrote {len(written)} files to {args.out} (report.md, recommendation.json, configs)")
     return 0
 
@@ -137,11 +150,13 @@ def instance_recommendation(args) -> dict:
 def recommendation(args):
     """Recommend for one trace (or one instance of it) and write the report: ``(rec, files)``."""
     from kvtier.progress import task
-    from kvtier.verbs.common import capacity_blocks, capacity_model, model_geometry, open_records
+    from kvtier.verbs.common import (capacity_blocks, capacity_model, cost_params_file,
+                                     kv_geometry, open_records)
     from kvtier.policy.cost import CostParams, measured_cost_params, parse_servers
     from kvtier.policy.learn.subset import limited
     from kvtier.policy.recommend import report
     from kvtier.policy.recommend.build import Inputs, recommend
+    from kvtier.policy.recommend.knobs import for_engines
     from kvtier.policy.recommend.measured import store_costs
     from kvtier.policy.writers import ENGINES
 
@@ -150,10 +165,11 @@ def recommendation(args):
     if len(records) < 40:
         raise KvtierError(f"{args.trace}: {len(records)} requests; a recommendation needs "
                           "at least 40 (half to train, half to measure)")
-    model = model_geometry(args.model)
     block_tokens = records[0].block_size_tokens or 16
-    sizes = capacity_model(args)  # byte sizes convert only with a --model the user gave
-    gpu = capacity_blocks(args.gpu_tokens, block_tokens, sizes, "--gpu-tokens")
+    model = kv_geometry(args, reader, block_tokens)  # a store's own bytes before a default
+    sizes = capacity_model(args, model)  # byte sizes never convert with a default geometry
+    gpu_text = args.gpu_tokens or DEFAULT_GPU_TOKENS
+    gpu = capacity_blocks(gpu_text, block_tokens, sizes, "--gpu-tokens")
     cpu = _size_flag(args.cpu_tokens, block_tokens, sizes, "--cpu-tokens")
     if not gpu or cpu == 0:
         raise KvtierError("--gpu-tokens and --cpu-tokens must be finite and hold at least "
@@ -167,14 +183,17 @@ def recommendation(args):
             except (OSError, ValueError) as error:
                 raise KvtierError(f"--fs-json {args.fs_json}: {getattr(error, 'strerror', None) or error}; "
                                   "give the output of kvtier probe fs --json") from None
-        # a store or segments: what the engine measured beats the defaults and the probe
+        # a store or segments: what the engine measured beats the defaults and the probe;
+        # a calibrate file, given on purpose, beats both
         params, cold_cost = store_costs(reader, params, block_tokens)
+        params = cost_params_file(getattr(args, "cost_params", None), params)
         inputs = Inputs(gpu, cpu, args.train_fraction, args.seed,
                         parse_servers(args.prefill_servers),
                         host=_host_limit(args), cold_blocks=cold, cold_path=args.cold_path,
                         cold_cost=cold_cost, min_gain_per_gib=args.min_gain_per_gib,
                         ttft_slo_s=args.ttft_slo_s, itl_slo_s=args.itl_slo_s,
-                        baseline_tier_config=getattr(args, "tier_config", None))
+                        baseline_tier_config=getattr(args, "tier_config", None),
+                        gpu_source="given" if args.gpu_tokens else "default")
     except (OSError, ValueError) as error:  # the inputs' names, as this verb's flags
         from kvtier.errors import flag_names
 
@@ -182,6 +201,7 @@ def recommendation(args):
     with task("recommending", total=PHASES) as advance:
         rec = recommend(records, inputs, params, step=lambda name: advance())
     engines = ENGINES if args.engine == "all" else (args.engine,)
+    rec = for_engines(rec, engines)  # each engine's recommendation holds only its own knobs
     written = report.write(rec, Path(args.out), engines)
     if getattr(args, "next_use_policy", False) and "vllm" in engines:
         written += _next_use_policy(records, rec, args)

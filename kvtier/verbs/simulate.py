@@ -69,11 +69,11 @@ def run(args) -> int:
 
 def instance_run(args) -> tuple[dict, object]:
     """One trace (or one instance of it): the output and, for a replay, its ``WhatIf``."""
-    from kvtier.verbs.common import model_geometry, open_records, peek_block_tokens
+    from kvtier.verbs.common import kv_geometry, open_records, peek_block_tokens
 
     reader, records = open_records(args)
     block_tokens, records = peek_block_tokens(records)
-    model = model_geometry(args.model)
+    model = kv_geometry(args, reader, block_tokens)
     outcome = None
     if args.sweep is not None:
         output = _sweep(args, records, block_tokens, model)
@@ -102,10 +102,11 @@ def _fleet(args, instances: tuple[str, ...]) -> dict:
     return output
 
 
-def _gpu_blocks(args, block_tokens: int) -> int | None:
+def _gpu_blocks(args, block_tokens: int, model=None) -> int | None:
     from kvtier.verbs.common import capacity_blocks, capacity_model
 
-    blocks = capacity_blocks(args.gpu_tokens, block_tokens, capacity_model(args), "--gpu-tokens")
+    blocks = capacity_blocks(args.gpu_tokens, block_tokens, capacity_model(args, model),
+                             "--gpu-tokens")
     if blocks == 0:
         raise KvtierError(f"--gpu-tokens {args.gpu_tokens}: the GPU tier needs at least one "
                           f"{block_tokens}-token block (every hit is served from it)")
@@ -123,9 +124,11 @@ def build_config(args, block_tokens: int, model) -> SimConfig:
     if semantics == "trtllm":
         policy = "priority"
     return SimConfig(
-        gpu_blocks=_gpu_blocks(args, block_tokens),
-        cpu_blocks=capacity_blocks(args.cpu_tokens, block_tokens, capacity_model(args), "--cpu-tokens"),
-        cold_blocks=capacity_blocks(args.cold_tokens, block_tokens, capacity_model(args), "--cold-tokens"),
+        gpu_blocks=_gpu_blocks(args, block_tokens, model),
+        cpu_blocks=capacity_blocks(args.cpu_tokens, block_tokens, capacity_model(args, model),
+                                   "--cpu-tokens"),
+        cold_blocks=capacity_blocks(args.cold_tokens, block_tokens, capacity_model(args, model),
+                                    "--cold-tokens"),
         semantics=semantics, policy=policy, store_threshold=args.store_threshold,
         offload_min_priority=args.offload_min_priority,
         offload_comparison=args.offload_comparison, default_block_tokens=block_tokens,
@@ -151,26 +154,9 @@ def _replay(args, records, block_tokens: int, model) -> tuple[dict, object]:
 
 def _cost_params(path, base):
     """``base`` with the parameters a ``--cost-params`` file measured."""
-    if not path:
-        return base
-    import dataclasses
-    import json
-    from pathlib import Path
+    from kvtier.verbs.common import cost_params_file
 
-    from kvtier.policy.calibrate import geometry_for
-    from kvtier.policy.cost import measured_cost_params
-
-    try:
-        body = json.loads(Path(path).read_text())
-        if not isinstance(body, dict) or not isinstance(body.get("cost_params"), dict):
-            raise ValueError("it has no cost_params object")
-        per_token = body.get("kv_bytes_per_token")
-        if per_token:
-            base = dataclasses.replace(base, model=geometry_for(int(per_token)))
-        return measured_cost_params(body, base=base)
-    except (OSError, ValueError, TypeError) as error:
-        raise KvtierError(f"--cost-params {path}: {error}; give the file kvtier calibrate --out "
-                          "wrote") from None
+    return cost_params_file(path, base)
 
 
 def _sweep(args, records, block_tokens: int, model) -> dict:
@@ -179,7 +165,8 @@ def _sweep(args, records, block_tokens: int, model) -> dict:
     from kvtier.policy.sim.policies import POLICIES
 
     capacities = args.sweep.split(",") if args.sweep else list(DEFAULT_SWEEP)
-    blocks = [capacity_blocks(c.strip(), block_tokens, capacity_model(args), "--sweep") for c in capacities]
+    blocks = [capacity_blocks(c.strip(), block_tokens, capacity_model(args, model), "--sweep")
+              for c in capacities]
     if args.policy == "lru":
         from kvtier.policy.curves import lru_curve
 

@@ -6,7 +6,7 @@ TRACE_FORMATS = ("mooncake", "weka", "bailian", "store")  # kvtier.policy.reader
 
 def add_trace_arguments(parser) -> None:
     """``--format``, ``--block-tokens``, ``--skip-bad``, ``--weka-start-gap-s``,
-    ``--tier-config``, ``--source-engine``, ``--model``, ``--instance``, ``--jobs``."""
+    ``--tier-config``, ``--source-engine``, ``--model``, ``--kv-bytes-per-token``, ``--instance``, ``--jobs``."""
     parser.add_argument("--format", choices=TRACE_FORMATS, help="trace format (detected when omitted)")
     parser.add_argument("--block-tokens", type=int,
                         help="tokens per block id (default: the format's, e.g. 512 for Mooncake)")
@@ -20,8 +20,12 @@ def add_trace_arguments(parser) -> None:
                         help="a store: only requests this engine recorded (e.g. load-probe, "
                              "reference)")
     parser.add_argument("--model",
-                        help="KV geometry: needed for byte capacities (16GiB); costs use "
-                             "llama-3.1-8b unless told")
+                        help="KV geometry by model name: needed for byte capacities (16GiB) of a "
+                             "trace; a store's own block events give it otherwise (costs use "
+                             "llama-3.1-8b when nothing does, and reports say so)")
+    parser.add_argument("--kv-bytes-per-token", type=int, dest="kv_bytes_per_token",
+                        help="KV geometry as KV cache bytes per token (all layers, key and "
+                             "value), for a model --model does not list, e.g. 131072")
     parser.add_argument("--instance",
                         help="a store or segment folder: analyse only this serving instance")
     parser.add_argument("--jobs", type=int, default=1,

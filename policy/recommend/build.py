@@ -38,12 +38,14 @@ from kvtier.policy.recommend.headroom import NOT_CHECKED, HostLimit
 from kvtier.policy.recommend.knobs import cpu_knobs, file_knob, guardrails
 from kvtier.policy.recommend.recommendation import Recommendation
 from kvtier.policy.recommend.sizing import DEFAULT_MIN_GAIN_PER_GIB, cold_free_cap, tier_size
+from kvtier.policy.recommend.sources import input_sources
 from kvtier.policy.recommend.sweep import THRESHOLDS
 from kvtier.policy.recommend.values import (
     ColdTierDecision,
     Evidence,
     HitRatios,
     HostCheck,
+    InputSource,
     Knob,
     PrefillServers,
     RollbackRule,
@@ -79,6 +81,7 @@ class Inputs:
     ttft_slo_s: float | None = None  # the p99 TTFT budget the reuse verdict and the rule check
     itl_slo_s: float | None = None  # the p99 ITL budget of the rollback rule
     baseline_tier_config: str | None = None  # the configuration the records were selected from
+    gpu_source: str = "given"  # where gpu_blocks came from: given, or default
 
     def __post_init__(self) -> None:
         if self.gpu_blocks < 1:
@@ -122,8 +125,9 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
                                                                       cpu.chosen_bytes)
     reuse = _reuse_verdict(split.records, gpu_only.result.token_hit_ratio, params, inputs)
     verdict = decide(reuse, cpu)
+    sources = input_sources(params, inputs.gpu_blocks, block_tokens, inputs.gpu_source)
     if verdict.outcome == "do_not_offload":
-        return _do_not_offload(verdict, reuse, gpu_only, host, cpu)
+        return _do_not_offload(verdict, reuse, gpu_only, host, cpu, sources)
     tiers = Tiers(inputs.gpu_blocks, cpu.chosen_blocks)
     validate_from = int(len(split.train) * (1 - VALIDATION_FRACTION))
     learned = learn(split, tiers, params, block_tokens, validate_from, seed=inputs.seed,
@@ -154,8 +158,9 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
         measured.candidate.result.token_hit_ratio > measured.baseline.result.token_hit_ratio,
         ranges=learned.ranges, range_min_priority=learned.range_gate.min_priority,
         vllm_cpu=vllm_cpu, cold=cold, cold_bytes=cold_bytes, cold_path=inputs.cold_path)
-    evidence = _evidence(split, inputs, reuse, host, gpu_only, learned, measured, servers,
-                         cpu, cold_size, cold, by_setting, vs_gpu, block_tokens)
+    evidence = dataclasses.replace(
+        _evidence(split, inputs, reuse, host, gpu_only, learned, measured, servers, cpu,
+                  cold_size, cold, by_setting, vs_gpu, block_tokens), inputs=sources)
     return Recommendation(
         verdict=verdict,
         settings=engines.neutral(cpu.chosen_bytes, measured.chosen.min_priority, learned.classes),
@@ -253,13 +258,13 @@ def _reuse_verdict(records: Sequence[RequestRecord], gpu_ratio: float, params: C
 
 
 def _do_not_offload(verdict: Verdict, reuse: Verdict, gpu_only: Replayed, host: HostCheck,
-                    cpu: TierSize) -> Recommendation:
+                    cpu: TierSize, sources: tuple[InputSource, ...]) -> Recommendation:
     held = "; ".join(r.name for r in verdict.reasons if r.holds)
     return Recommendation(
         verdict=verdict, settings=engines.neutral(0, None, ()),
         evidence=Evidence(reuse_verdict=reuse, host_memory=host,
                           token_hit_ratio=HitRatios(gpu_only.result.token_hit_ratio),
-                          sizes=(cpu,)),
+                          sizes=(cpu,), inputs=sources),
         engine_settings=engines.off(), knobs=(Knob("cpu_tier_bytes", 0, held),))
 
 

@@ -11,6 +11,7 @@ the default (LRU, admit every block) on the later, held-out time.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,6 +29,10 @@ from kvtier.policy.recommend.token_ranges import band_priorities, range_prioriti
 from kvtier.policy.recommend.value import full_block_value, priorities, value_per_byte
 from kvtier.policy.recommend.values import HeldOut, ModelCard, SweepPoint
 from kvtier.policy.writers.trtllm_retention import DEFAULT_RETENTION_PRIORITY, RetentionClass
+
+# A model whose held-out ROC AUC is below this ranks offers little better than chance: its
+# scores set no threshold (every block is offloaded) and the report says so.
+MIN_ROC_AUC = 0.6
 
 
 @dataclass(frozen=True)
@@ -80,12 +85,24 @@ def learn(split: Split, tiers: Tiers, params: CostParams, block_tokens: int,
         ranges = expiring(ranges, tau_s)
     range_points = tuple(_range_sweep(split, tiers, priority_by_offer, ranges, block_tokens,
                                       validate_from))
+    card = _card(fitted.model.card())
+    pick = best if card.weak is None else _weak_pick(card.weak)
     return Learned(
-        card=_card(fitted.model.card()), priority_by_offer=priority_by_offer,
+        card=card, priority_by_offer=priority_by_offer,
         classes=tuple(sorted(set(prio.tolist()))),
         bands=tuple(band_priorities(split.records, priority_by_offer, block_tokens).items()),
-        ranges=ranges, points=points, chosen=best(points, "ge"), chosen_gt=best(points, "gt"),
-        range_points=range_points, range_gate=best(range_points, "ge"), tau_s=tau_s)
+        ranges=ranges, points=points, chosen=pick(points, "ge"), chosen_gt=pick(points, "gt"),
+        range_points=range_points, range_gate=pick(range_points, "ge"), tau_s=tau_s)
+
+
+def _weak_pick(why: str):
+    """For a weak model: the lowest threshold swept (it offloads every block), with why."""
+    def pick(points, comparison: str) -> SweepPoint:
+        lowest = min((p for p in points if p.comparison == comparison),
+                     key=lambda p: p.min_priority)
+        return dataclasses.replace(lowest, note=f"{why}: the lowest threshold, every block "
+                                                "offloaded")
+    return pick
 
 
 def measure(split: Split, tiers: Tiers, learned: Learned) -> Measured:
@@ -105,9 +122,13 @@ def measure(split: Split, tiers: Tiers, learned: Learned) -> Measured:
 
 def _card(card: dict) -> ModelCard:
     held = card["held_out"]
-    return ModelCard(HeldOut(held["rows"], held["positive_rate"], held["brier"],
-                             held.get("roc_auc")),
-                     tuple(card["features"]), tuple(sorted(card["config"].items())))
+    auc = held.get("roc_auc")
+    weak = None
+    if auc is None or auc < MIN_ROC_AUC:
+        weak = (f"the model's held-out ROC AUC is {'unknown' if auc is None else f'{auc:.3f}'}, "
+                f"under {MIN_ROC_AUC}: too near chance to set an offload threshold")
+    return ModelCard(HeldOut(held["rows"], held["positive_rate"], held["brier"], auc),
+                     tuple(card["features"]), tuple(sorted(card["config"].items())), weak)
 
 
 def _range_sweep(split: Split, tiers: Tiers, priority_by_offer: dict, ranges, block_tokens: int,

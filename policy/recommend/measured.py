@@ -5,7 +5,10 @@ of its tokens, a CPU or cold promotion its copy. The median seconds per token of
 the matching parameter, marked measured: ``prefill_tokens_per_s`` from recompute misses, the
 CPU->GPU path from CPU promotions (its per-request operation latency folded into the
 per-token figure), and the cold promotion's cost for the cold tier's decision. Outcomes the
-store has no latencies for keep the parameter they had.
+store has no latencies for keep the parameter they had (vLLM's hooks time promotions, not
+recomputes: prefill speed then stays as it was, for ``--cost-params`` to set). An event
+without ``tokens`` counts ``size_bytes`` over the KV bytes per token, when the geometry was
+measured or given.
 """
 
 from __future__ import annotations
@@ -19,35 +22,30 @@ from kvtier.policy.recommend.values import ColdCost
 FOLDED_OP_LATENCY_S = 1e-9  # the path's fixed cost is inside the measured per-token figure
 
 
+# An event without tokens (vLLM's hooks leave them out) counts its bytes' worth of tokens.
 _SQL = """
-    SELECT CAST(kind AS VARCHAR) AS kind, median(latency_s / tokens) AS s_per_token
-    FROM {events}
-    WHERE latency_s IS NOT NULL AND latency_s > 0 AND tokens > 0
+    SELECT CAST(kind AS VARCHAR) AS kind,
+           median(latency_s / coalesce(tokens, size_bytes / {bytes_per_token})) AS s_per_token
+    FROM {{events}}
+    WHERE latency_s IS NOT NULL AND latency_s > 0
+      AND coalesce(tokens, size_bytes / {bytes_per_token}) > 0
       AND CAST(kind AS VARCHAR) IN ('cpu_promotion', 'cold_promotion', 'recompute_miss')
     GROUP BY ALL"""
 
 
-def per_token_latencies(reader) -> tuple[dict[str, float], str | None]:
+def per_token_latencies(reader, bytes_per_token: float | None = None
+                        ) -> tuple[dict[str, float], str | None]:
     """Median seconds per token of each lookup outcome with latencies behind ``reader`` (a
-    store's or a segment folder's reader), and where they came from (``None``: a trace)."""
-    store, root = getattr(reader, "store", None), getattr(reader, "root", None)
-    if store is not None:
-        rows, where = store.query(_SQL.format(events="block_events")).to_pylist(), f"the store {store.path}"
-    elif root is not None:
-        import duckdb
+    store's or a segment folder's reader), and where they came from (``None``: a trace).
+    ``bytes_per_token`` prices an event that carries bytes but no tokens (``None``: such
+    events are left out)."""
+    from kvtier.collector.event_rows import block_event_rows
 
-        from kvtier.collector.segments import has_segments, segments_relation
-
-        if not has_segments(root, "block_events"):
-            return {}, None
-        con = duckdb.connect()
-        try:
-            rows = con.sql(_SQL.format(events=segments_relation(root, "block_events"))).to_arrow_table().to_pylist()
-        finally:
-            con.close()
-        where = f"the segments in {root}"
-    else:
+    divisor = "NULL" if not bytes_per_token else repr(float(bytes_per_token))
+    found = block_event_rows(reader, _SQL.format(bytes_per_token=divisor))
+    if found is None:
         return {}, None
+    rows, where = found
     return {row["kind"]: float(row["s_per_token"]) for row in rows}, where
 
 
@@ -55,7 +53,9 @@ def store_costs(reader, params: CostParams, block_tokens: int
                 ) -> tuple[CostParams, ColdCost | None]:
     """``params`` with what the engine measured behind ``reader``, and the measured cold cost
     (``None``: no cold promotions were measured, or ``reader`` reads a trace)."""
-    measured, source = per_token_latencies(reader)
+    # bytes convert to tokens only with a geometry that is not an assumption
+    per_token = params.model.bytes_per_token if params.model.source != "default" else None
+    measured, source = per_token_latencies(reader, per_token)
     if source is None:
         return params, None
     where = f"median per token in {source}"

@@ -50,6 +50,7 @@ def markdown(rec: Recommendation, plots: Sequence[str], engines: Sequence[str]) 
     lines += [f"- {r.sentence}" for r in rec.verdict.reasons] + [""]
     lines += ["## Settings", "", "| knob | value | why |", "|---|---|---|"]
     lines += [f"| `{k.name}` | {_value(k.value)} | {k.why} |" for k in rec.knobs]
+    lines += inputs_section(rec)
     lines += vs_gpu_section(rec)
     lines += rollback_section(rec)
     lines += sizes_section(rec)
@@ -71,6 +72,8 @@ def markdown(rec: Recommendation, plots: Sequence[str], engines: Sequence[str]) 
                    f"held-out (latest training slice) ROC AUC {held.roc_auc}, Brier "
                    f"{held.brier:.4f}, {held.rows} rows. Re-trained deterministically "
                    "from the trace; no model file is loaded.")]
+        if ev.model.weak:
+            lines += ["", f"**Model flagged: {ev.model.weak}**; its scores set no threshold."]
     lines += ["", "## Engines", ""]
     for engine in engines:
         settings = rec.for_engine(engine)
@@ -83,6 +86,23 @@ def markdown(rec: Recommendation, plots: Sequence[str], engines: Sequence[str]) 
         lines += retention_section(trtllm)
     lines += [""] + [f"![{p}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
+
+
+def inputs_section(rec: Recommendation) -> list[str]:
+    """Every input the figures rest on and where it came from; the defaults called out."""
+    inputs = rec.evidence.inputs
+    if not inputs:
+        return []
+    lines = ["", "## Inputs and where they came from", "",
+             "| input | value | source | note |", "|---|---|---|---|"]
+    lines += [f"| `{i.name}` | {i.value:,.6g} | {i.source} | {i.note} |" for i in inputs]
+    defaults = rec.evidence.defaults()
+    if defaults:
+        lines += ["", "**Documented defaults, not measured:** "
+                  + ", ".join(f"`{i.name}`" for i in defaults)
+                  + ". `kvtier calibrate --out FILE` on a store fits the costs "
+                  "(`--cost-params FILE`); `--gpu-tokens` and `--kv-bytes-per-token` give the rest."]
+    return lines
 
 
 def vs_gpu_section(rec: Recommendation) -> list[str]:

@@ -200,11 +200,35 @@ class HeldOut:
 
 @dataclass(frozen=True)
 class ModelCard:
-    """What was trained (enough to re-train it) and how well it did on held-out rows."""
+    """What was trained (enough to re-train it) and how well it did on held-out rows;
+    ``weak`` says why the model set no threshold (its held-out ROC AUC too near chance),
+    ``None`` when it did."""
 
     held_out: HeldOut
     features: tuple[str, ...] = ()
     config: tuple[tuple[str, object], ...] = pairs()
+    weak: str | None = None
+
+
+INPUT_SOURCES = ("measured", "calibrated", "given", "default")
+
+
+@dataclass(frozen=True)
+class InputSource:
+    """One input a recommendation rests on (a cost parameter, the KV geometry, a tier's
+    capacity), its value in the unit its name carries, and where it came from: one of
+    :data:`INPUT_SOURCES` (``measured`` by the engine or a probe, ``calibrated`` by ``kvtier
+    calibrate``, ``given`` by the operator, ``default``: a documented assumption)."""
+
+    name: str
+    value: float
+    source: str
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.source not in INPUT_SOURCES:
+            raise ValueError(f"source must be one of {', '.join(INPUT_SOURCES)}, "
+                             f"got {self.source!r}")
 
 
 @dataclass(frozen=True)
@@ -270,7 +294,12 @@ class Evidence:
     sizes: tuple[TierSize, ...] = ()
     expected_vs_gpu_only: tuple[Change, ...] = ()
     rollback: RollbackRule | None = None
+    inputs: tuple[InputSource, ...] = ()
 
     def size(self, tier: str) -> TierSize | None:
         return next((s for s in self.sizes if s.tier == tier), None)
+
+    def defaults(self) -> tuple[InputSource, ...]:
+        """The inputs that are documented assumptions, not measured or given."""
+        return tuple(i for i in self.inputs if i.source == "default")
 

@@ -75,7 +75,8 @@ def block_sizing(stats: ReuseStats, params: CostParams) -> dict:
     link_load = None
     if reuse_tokens_per_s is not None:
         link_load = reuse_tokens_per_s * bpt / params.cpu_gpu_bandwidth_bytes_per_s.value
-    return {"model": params.model.name, "block_tokens": block_tokens,
+    return {"model": params.model.name, "geometry_source": params.model.source,
+            "bytes_per_token": bpt, "block_tokens": block_tokens,
             "bytes_per_block": bpt * block_tokens, "paths": paths,
             "reused_tokens_per_s": reuse_tokens_per_s, "host_link_load": link_load,
             "parameter_sources": params.sources()}

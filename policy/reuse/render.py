@@ -28,9 +28,13 @@ def render(report: dict) -> str:
     for bucket, row in timing["since_last_use_by_turn"].items():
         lines.append(_quantiles(f"[turn {bucket}] since last use", row))
     sizing = report["block_sizing"]
+    source = sizing.get("geometry_source", "default")
     lines += ["", "3. How big a useful block is against the transfer budget",
-              f"   {sizing['model']}: {sizing['bytes_per_block'] / 2**20:.2f} MiB per "
-              f"{sizing['block_tokens']}-token block"]
+              f"   {_bytes(sizing['bytes_per_block'])} per {sizing['block_tokens']}-token block, "
+              f"{sizing.get('bytes_per_token', 0):,} bytes per token ({source}: {sizing['model']})"]
+    if source == "default":
+        lines.append(f"   (KV geometry is the default model's, not measured: give --model or "
+                     "--kv-bytes-per-token, or a store an engine probe wrote)")
     for path, row in sizing["paths"].items():
         even = row["break_even_block_tokens"]
         lines.append(f"   {path}->GPU: move {row['transfer_s_per_block'] * 1e3:.2f} ms vs recompute "
@@ -55,6 +59,10 @@ def render(report: dict) -> str:
         mark = {True: "yes", False: "no", None: "?"}[reason["holds"]]
         lines.append(f"   [{mark:>3}] {reason['reason']}: {reason['evidence']}")
     return "\n".join(lines)
+
+
+def _bytes(size: int) -> str:
+    return f"{size / 2**20:.2f} MiB" if size >= 2**20 else f"{size / 2**10:.2f} KiB"
 
 
 def _quantiles(label: str, summary: dict) -> str:

@@ -35,7 +35,7 @@ def test_calibrate_writes_the_parameters_simulate_prices_with(tmp_path, capsys):
     assert main(["simulate", "--trace", str(store), "--policy", "vllm", "--gpu-tokens", "1e6",
                  "--cost-params", str(params), "--json"]) == 0
     sources = json.loads(capsys.readouterr().out)["parameter_sources"]
-    assert sources["prefill_tokens_per_s"] == sources["request_overhead_s"] == "measured"
+    assert sources["prefill_tokens_per_s"] == sources["request_overhead_s"] == "calibrated"
     assert sources["cold_cpu_bandwidth_bytes_per_s"] == "default"
 
 

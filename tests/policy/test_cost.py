@@ -56,7 +56,7 @@ def test_promotion_is_latency_plus_bytes_over_bandwidth():
 
 
 def test_param_validation():
-    with pytest.raises(ValueError, match="source must be one of measured, default, got 'guess'"):
+    with pytest.raises(ValueError, match="source must be one of measured, calibrated, default, got 'guess'"):
         Param(1.0, source="guess")
     with pytest.raises(ValueError, match="must be > 0, got 0"):
         Param(0)

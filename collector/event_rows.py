@@ -1,0 +1,47 @@
+"""Aggregate queries over the block events behind a store or segment reader.
+
+``kvtier.collector.reader`` yields request records; some figures live only in the block
+events (their bytes, their latencies). :func:`block_event_rows` runs one aggregate query over
+the events a reader reads (the same instance, the same store or segment folder), so callers
+in ``policy/`` never open DuckDB themselves.
+"""
+
+from __future__ import annotations
+
+from kvtier.collector.ddl import BLOCK_EVENTS_TABLE, WITH_ORIGIN
+
+QUIET = "SET enable_progress_bar = false"  # DuckDB draws it on stdout: maybe a --json answer
+
+
+def block_event_rows(reader, sql: str) -> tuple[list[dict], str] | None:
+    """Rows of ``sql`` (its ``{events}`` is the block-events relation) and where they came
+    from (``"the store PATH"``, ``"the segments in DIR"``); ``None`` when ``reader`` reads a
+    trace, which has no block events. Only the reader's instance, when it has one."""
+    store, root = getattr(reader, "store", None), getattr(reader, "root", None)
+    instance = getattr(reader, "instance", None)
+    if store is not None:
+        relation = _of_instance(WITH_ORIGIN[BLOCK_EVENTS_TABLE], instance)
+        return store.query(sql.format(events=relation)).to_pylist(), f"the store {store.path}"
+    if root is None:
+        return None
+    import duckdb
+
+    from kvtier.collector.segments import has_segments, segments_relation
+
+    where = f"the segments in {root}"
+    if not has_segments(root, BLOCK_EVENTS_TABLE):
+        return [], where
+    con = duckdb.connect()
+    try:
+        con.execute(QUIET)
+        relation = _of_instance(segments_relation(root, BLOCK_EVENTS_TABLE), instance)
+        return con.sql(sql.format(events=relation)).to_arrow_table().to_pylist(), where
+    finally:
+        con.close()
+
+
+def _of_instance(relation: str, instance: str | None) -> str:
+    if instance is None:
+        return relation
+    quoted = instance.replace("'", "''")
+    return f"(SELECT * FROM {relation} WHERE instance = '{quoted}')"
