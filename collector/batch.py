@@ -12,15 +12,16 @@ from typing import Iterable
 import pyarrow as pa
 
 from kvtier.collector.columns import Rejections, columns_table, empty_table, rows_to_table
-from kvtier.collector.events import BlockEvent, Origin, RequestRecord
+from kvtier.collector.events import BlockEvent, MetricInterval, Origin, RequestRecord
 
 
 @dataclass(frozen=True)
 class EventBatch:
-    """Block events and request records from one origin, already validated.
+    """Block events, request records and metric intervals from one origin, already validated.
 
     ``rejected`` counts rows that were left out before the batch reached the store (by the
     recorder or by :meth:`from_rows`), so the store's ledger can account for them.
+    ``metric_intervals`` (a scraper's) is empty unless given.
     """
 
     origin: Origin
@@ -28,14 +29,17 @@ class EventBatch:
     block_events: pa.Table
     requests: pa.Table
     rejected: Rejections = field(default_factory=Rejections)
+    metric_intervals: pa.Table | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.sequence, int) or not 0 <= self.sequence < 2**63:
             raise ValueError(f"sequence must be a non-negative int below 2**63, got {self.sequence!r}")
+        if self.metric_intervals is None:
+            object.__setattr__(self, "metric_intervals", empty_table(MetricInterval))
 
     @property
     def num_rows(self) -> int:
-        return self.block_events.num_rows + self.requests.num_rows
+        return self.block_events.num_rows + self.requests.num_rows + self.metric_intervals.num_rows
 
     @classmethod
     def from_rows(cls, origin: Origin, sequence: int, block_events: Iterable = (),
@@ -60,6 +64,14 @@ class EventBatch:
         counted = Rejections(rejected or {})
         counted.update(more)
         return cls(origin, sequence, events, empty_table(RequestRecord), counted)
+
+    @classmethod
+    def from_intervals(cls, origin: Origin, sequence: int, intervals: Iterable) -> "EventBatch":
+        """A batch of ``MetricInterval`` values (or dicts of their fields); malformed ones are
+        left out and counted, as in :meth:`from_rows`."""
+        table, rejected = rows_to_table(MetricInterval, intervals)
+        return cls(origin, sequence, empty_table(BlockEvent), empty_table(RequestRecord), rejected,
+                   table)
 
     @classmethod
     def empty(cls, origin: Origin, sequence: int) -> "EventBatch":

@@ -24,11 +24,13 @@ import pyarrow.compute as pc
 
 from kvtier.collector.events import (
     FINISH_STATUSES,
+    METRIC_KINDS,
     NON_NEGATIVE_BLOCK_FIELDS,
     NON_NEGATIVE_REQUEST_FIELDS,
     PRIORITY_MAX,
     PRIORITY_MIN,
     BlockEvent,
+    MetricInterval,
     Outcome,
     RequestRecord,
     Tier,
@@ -84,6 +86,7 @@ def _unwrap_optional(hint) -> tuple[Any, bool]:
 
 BLOCK_EVENT_COLUMNS: tuple[Column, ...] = _columns_of(BlockEvent)
 REQUEST_COLUMNS: tuple[Column, ...] = _columns_of(RequestRecord)
+METRIC_INTERVAL_COLUMNS: tuple[Column, ...] = _columns_of(MetricInterval)
 
 
 class Rejections(Counter):
@@ -290,6 +293,12 @@ def validate_table(record_type: type, table: pa.Table) -> tuple[pa.Table, Reject
         status = table.column("finish_status")
         unknown = pc.and_(pc.is_valid(status), pc.invert(pc.is_in(status, pa.array(FINISH_STATUSES))))
         bad = _count_and_merge(bad, unknown, "unknown finish_status", rejections, status)
+    if record_type is MetricInterval:
+        kind = table.column("kind")
+        unknown = pc.invert(pc.is_in(kind, pa.array(METRIC_KINDS)))
+        bad = _count_and_merge(bad, unknown, "unknown metric kind", rejections, kind)
+        backwards = pc.fill_null(pc.less(table.column("end_s"), table.column("start_s")), False)
+        bad = _count_and_merge(bad, backwards, "end_s before start_s", rejections, None)
     if record_type is BlockEvent:
         priority = table.column("priority")
         outside = pc.fill_null(pc.or_(pc.less(priority, PRIORITY_MIN), pc.greater(priority, PRIORITY_MAX)), False)
@@ -309,8 +318,10 @@ def _count_and_merge(bad, broken, reason: str, rejections: Rejections, column) -
     return broken if bad is None else pc.or_(bad, broken)
 
 
-_COLUMNS = {BlockEvent: BLOCK_EVENT_COLUMNS, RequestRecord: REQUEST_COLUMNS}
-_NON_NEGATIVE = {BlockEvent: NON_NEGATIVE_BLOCK_FIELDS, RequestRecord: NON_NEGATIVE_REQUEST_FIELDS}
+_COLUMNS = {BlockEvent: BLOCK_EVENT_COLUMNS, RequestRecord: REQUEST_COLUMNS,
+            MetricInterval: METRIC_INTERVAL_COLUMNS}
+_NON_NEGATIVE = {BlockEvent: NON_NEGATIVE_BLOCK_FIELDS, RequestRecord: NON_NEGATIVE_REQUEST_FIELDS,
+                 MetricInterval: ()}
 
 
 def empty_table(record_type: type) -> pa.Table:

@@ -10,22 +10,26 @@ from __future__ import annotations
 from kvtier.collector.columns import (
     BLOCK_EVENT_COLUMNS,
     ENUM_SQL_NAMES,
+    METRIC_INTERVAL_COLUMNS,
     REQUEST_COLUMNS,
     Column,
 )
 
 BLOCK_EVENTS_TABLE = "block_events"
 REQUESTS_TABLE = "requests"
+METRIC_INTERVALS_TABLE = "metric_intervals"
 LEDGER_TABLE = "ingested_batches"
 EXPORTS_TABLE = "segment_exports"
 
 ORIGIN_COLUMNS = ("engine", "instance", "source", "sequence")
-WITH_ORIGIN = {BLOCK_EVENTS_TABLE: "block_events_with_origin", REQUESTS_TABLE: "requests_with_origin"}
+WITH_ORIGIN = {BLOCK_EVENTS_TABLE: "block_events_with_origin", REQUESTS_TABLE: "requests_with_origin",
+               METRIC_INTERVALS_TABLE: "metric_intervals_with_origin"}
 TABLE_COLUMNS: dict[str, tuple[Column, ...]] = {
     BLOCK_EVENTS_TABLE: BLOCK_EVENT_COLUMNS,
     REQUESTS_TABLE: REQUEST_COLUMNS,
+    METRIC_INTERVALS_TABLE: METRIC_INTERVAL_COLUMNS,
 }
-TIME_COLUMN = {BLOCK_EVENTS_TABLE: "time_s", REQUESTS_TABLE: "arrival_s"}
+TIME_COLUMN = {BLOCK_EVENTS_TABLE: "time_s", REQUESTS_TABLE: "arrival_s", METRIC_INTERVALS_TABLE: "end_s"}
 
 
 def enum_types() -> list[str]:
@@ -53,8 +57,7 @@ def schema_statements() -> list[str]:
     return [
         *enum_types(),
         "CREATE SEQUENCE IF NOT EXISTS batch_ids START 1",
-        create_table(BLOCK_EVENTS_TABLE),
-        create_table(REQUESTS_TABLE),
+        *(create_table(table) for table in TABLE_COLUMNS),
         f"""CREATE TABLE IF NOT EXISTS {LEDGER_TABLE} (
   source VARCHAR NOT NULL, sequence UBIGINT NOT NULL, batch_id BIGINT NOT NULL,
   engine VARCHAR NOT NULL, instance VARCHAR NOT NULL,
@@ -64,6 +67,5 @@ def schema_statements() -> list[str]:
         f"""CREATE TABLE IF NOT EXISTS {EXPORTS_TABLE} (
   segment_root VARCHAR NOT NULL, table_name VARCHAR NOT NULL, through_batch_id BIGINT NOT NULL, files INTEGER NOT NULL,
   rows BIGINT NOT NULL, exported_at_s DOUBLE NOT NULL)""",
-        create_view(BLOCK_EVENTS_TABLE),
-        create_view(REQUESTS_TABLE),
+        *(create_view(table) for table in TABLE_COLUMNS),
     ]

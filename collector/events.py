@@ -4,13 +4,15 @@ Standard library only. Every other part (probes, the store, the simulator, the d
 imports these names; the DuckDB tables are derived from the dataclasses below
 (see ``collector/ddl.py``) and a test keeps the two in step.
 
-Two record types:
+Three record types:
 
 * :class:`BlockEvent` — one thing that happened to one KV block: a lookup outcome
   (GPU hit, CPU promotion, cold promotion, recompute miss) or a movement/bookkeeping
   event (store, evict, drop, priority update).
 * :class:`RequestRecord` — one request: arrival, sizes, how many prompt tokens each tier
   served and how many were recomputed, latency, and the tier configuration that was active.
+* :class:`MetricInterval` — what one series of an engine's Prometheus metrics did between
+  two scrapes (a counter's increase, a gauge's value, a histogram's observations).
 
 Units are in the field names: ``*_s`` seconds (wall-clock times are Unix epoch seconds),
 ``*_bytes`` bytes, ``*_tokens`` tokens. Absent values are ``None``, never sentinels.
@@ -37,6 +39,8 @@ FINISH_CLASSES = ("tool_use", "end_turn", "length", "stopped", "aborted", "unkno
 END_TURN_REASONS = ("end_turn", "stop_sequence", "stop")  # a turn handed back to the user
 PRIORITY_MIN = 0
 PRIORITY_MAX = 100
+# MetricInterval.kind values: what ``value`` is.
+METRIC_KINDS = ("counter", "gauge", "histogram")
 
 
 class Tier(enum.IntEnum):
@@ -216,6 +220,31 @@ class RequestRecord:
         validate_request(self)
 
 
+@dataclass(frozen=True, slots=True)
+class MetricInterval:
+    """One series of an engine's Prometheus metrics over one scrape interval, ``start_s`` to
+    ``end_s`` (Unix seconds; the first scrape is a baseline, so intervals start at the
+    second). ``metric`` is the sample name as exposed (``vllm:prefix_cache_hits_total``;
+    a histogram without ``_bucket``), ``labels`` its labels as Prometheus writes them
+    (``engine="0",model_name="m"``, sorted). ``kind`` is one of :data:`METRIC_KINDS`:
+    ``value`` is a counter's increase over the interval (a reset counts from 0), a gauge's
+    value at ``end_s``, or the number of a histogram's observations in the interval, whose
+    sum is ``sum_value``. ``reset`` says the series restarted during the interval.
+    """
+
+    start_s: float
+    end_s: float
+    metric: str
+    kind: str
+    value: float
+    labels: str = ""
+    sum_value: float | None = None
+    reset: int | None = field(default=None, metadata=_sql("SMALLINT"))
+
+    def __post_init__(self) -> None:
+        validate_metric_interval(self)
+
+
 # ---- validation rules, shared by the dataclasses and the store's columnar checks ----
 
 NON_NEGATIVE_BLOCK_FIELDS = ("position", "tokens", "size_bytes", "latency_s")
@@ -255,6 +284,16 @@ def validate_request(record: RequestRecord) -> None:
                          f"got {record.finish_status!r}")
 
 
+def validate_metric_interval(record: MetricInterval) -> None:
+    """Raise ``ValueError`` naming the first field that breaks the schema's rules."""
+    if not isinstance(record.metric, str) or not record.metric:
+        raise ValueError(f"metric must be a non-empty string, got {record.metric!r}")
+    if record.kind not in METRIC_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(METRIC_KINDS)}, got {record.kind!r}")
+    if not record.end_s >= record.start_s:
+        raise ValueError(f"end_s {record.end_s!r} is before start_s {record.start_s!r}")
+
+
 def _non_negative(record, names: tuple[str, ...]) -> None:
     for name in names:
         value = getattr(record, name)
@@ -265,7 +304,7 @@ def _non_negative(record, names: tuple[str, ...]) -> None:
 # ---- introspection used to derive tables and columnar buffers ----
 
 def schema_fields(record_type: type) -> tuple[dataclasses.Field, ...]:
-    """The fields of ``BlockEvent`` or ``RequestRecord``, in column order."""
+    """The fields of ``BlockEvent``, ``RequestRecord`` or ``MetricInterval``, in column order."""
     return dataclasses.fields(record_type)
 
 

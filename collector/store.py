@@ -29,6 +29,7 @@ from kvtier.collector.columns import Rejections
 from kvtier.collector.ddl import (
     BLOCK_EVENTS_TABLE,
     LEDGER_TABLE,
+    METRIC_INTERVALS_TABLE,
     REQUESTS_TABLE,
     TABLE_COLUMNS,
     TIME_COLUMN,
@@ -51,10 +52,11 @@ class IngestResult:
     rejected: Rejections = field(default_factory=Rejections)
     duplicate: bool = False
     batch_id: int | None = None
+    metric_intervals: int = 0
 
     @property
     def stored(self) -> int:
-        return self.block_events + self.requests
+        return self.block_events + self.requests + self.metric_intervals
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,7 @@ class PruneResult:
     cutoff_s: float
     block_events: int
     requests: int
+    metric_intervals: int = 0
 
 
 class TraceStore:
@@ -127,6 +130,7 @@ class TraceStore:
                 batch_id = con.execute("SELECT nextval('batch_ids')").fetchall()[0][0]
                 self._insert(BLOCK_EVENTS_TABLE, batch.block_events, batch_id)
                 self._insert(REQUESTS_TABLE, batch.requests, batch_id)
+                self._insert(METRIC_INTERVALS_TABLE, batch.metric_intervals, batch_id)
                 con.execute(
                     f"INSERT INTO {LEDGER_TABLE} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [origin.source, batch.sequence, batch_id, origin.engine, origin.instance,
@@ -139,7 +143,8 @@ class TraceStore:
                 raise
         self.rejected_total.update(batch.rejected)
         return IngestResult(origin.source, batch.sequence, batch.block_events.num_rows,
-                            batch.requests.num_rows, batch.rejected, False, batch_id)
+                            batch.requests.num_rows, batch.rejected, False, batch_id,
+                            batch.metric_intervals.num_rows)
 
     def _insert(self, table: str, data: pa.Table, batch_id: int) -> None:
         if data.num_rows == 0:
@@ -167,11 +172,12 @@ class TraceStore:
         cutoff = self._clock() - max_age_s
         deleted = {}
         with self._lock:
-            for table in (BLOCK_EVENTS_TABLE, REQUESTS_TABLE):
+            for table in TIME_COLUMN:
                 deleted[table] = self._con.execute(
                     f"DELETE FROM {table} WHERE {TIME_COLUMN[table]} < ?", [cutoff]
                 ).fetchall()[0][0]
-        return PruneResult(cutoff, deleted[BLOCK_EVENTS_TABLE], deleted[REQUESTS_TABLE])
+        return PruneResult(cutoff, deleted[BLOCK_EVENTS_TABLE], deleted[REQUESTS_TABLE],
+                           deleted[METRIC_INTERVALS_TABLE])
 
     def count_older(self, max_age_s: float) -> PruneResult:
         """What :meth:`prune` would delete now, without deleting (works read-only)."""
@@ -179,7 +185,7 @@ class TraceStore:
             raise ValueError(f"max_age_s must be >= 0, got {max_age_s!r}")
         cutoff = self._clock() - max_age_s
         counts = [self.scalar(f"SELECT count(*) FROM {table} WHERE {TIME_COLUMN[table]} < ?", [cutoff])
-                  for table in (BLOCK_EVENTS_TABLE, REQUESTS_TABLE)]
+                  for table in (BLOCK_EVENTS_TABLE, REQUESTS_TABLE, METRIC_INTERVALS_TABLE)]
         return PruneResult(cutoff, *counts)
 
     def _writable(self) -> None:

@@ -29,13 +29,17 @@ from kvtier.collector.ddl import (
     BLOCK_EVENTS_TABLE,
     EXPORTS_TABLE,
     LEDGER_TABLE,
+    METRIC_INTERVALS_TABLE,
     REQUESTS_TABLE,
     TABLE_COLUMNS,
 )
 
 log = logging.getLogger(__name__)
 
-KVTIER_TABLES = (BLOCK_EVENTS_TABLE, REQUESTS_TABLE, LEDGER_TABLE, EXPORTS_TABLE)
+KVTIER_TABLES = (BLOCK_EVENTS_TABLE, REQUESTS_TABLE, LEDGER_TABLE, EXPORTS_TABLE,
+                 METRIC_INTERVALS_TABLE)
+# Tables an older store may lack: a writer adds them empty.
+_ADDED_TABLES = {EXPORTS_TABLE, METRIC_INTERVALS_TABLE}
 
 
 class NotAStoreError(ValueError):
@@ -75,11 +79,11 @@ class SchemaCheck:
 
     @property
     def migratable(self) -> bool:
-        """Only nullable columns (or the export ledger) missing: an older store a writer can
-        bring up to date without touching a row."""
+        """Only nullable columns (or tables added since, still empty) missing: an older store
+        a writer can bring up to date without touching a row."""
         nullable = {(t, c.name) for t, cols in TABLE_COLUMNS.items() for c in cols if c.nullable}
         return (self.is_kvtier and not self.extra_columns
-                and set(self.missing_tables) <= {EXPORTS_TABLE}
+                and set(self.missing_tables) <= _ADDED_TABLES
                 and all(col in nullable for col in self.missing_columns))
 
 

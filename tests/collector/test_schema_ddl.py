@@ -9,8 +9,12 @@ import pytest
 
 from kvtier.collector.batch import EventBatch
 from kvtier.collector.events import (
-    BlockEvent, Outcome, RequestRecord, Tier, block_hash_from_bytes, parse_outcome, parse_tier,
+    BlockEvent, MetricInterval, Outcome, RequestRecord, Tier, block_hash_from_bytes, parse_outcome,
+    parse_tier,
 )
+
+TABLES = [(BlockEvent, "block_events"), (RequestRecord, "requests"),
+          (MetricInterval, "metric_intervals")]
 
 EXPECTED_SQL = {float: "DOUBLE", int: "BIGINT", str: "VARCHAR", Tier: "ENUM('gpu', 'cpu', 'cold')"}
 
@@ -19,14 +23,14 @@ def described(store, table):
     return {row["column_name"]: row for row in store.query(f"DESCRIBE {table}").to_pylist()}
 
 
-@pytest.mark.parametrize("record_type, table", [(BlockEvent, "block_events"), (RequestRecord, "requests")])
+@pytest.mark.parametrize("record_type, table", TABLES)
 def test_every_schema_field_is_a_column_in_order(store, record_type, table):
     columns = list(described(store, table))
     fields = [f.name for f in dataclasses.fields(record_type)]
     assert columns == fields + ["batch_id"]
 
 
-@pytest.mark.parametrize("record_type, table", [(BlockEvent, "block_events"), (RequestRecord, "requests")])
+@pytest.mark.parametrize("record_type, table", TABLES)
 def test_column_types_and_nullability_follow_annotations(store, record_type, table):
     columns = described(store, table)
     hints = typing.get_type_hints(record_type)
@@ -67,7 +71,8 @@ def test_request_record_round_trips_through_the_store(store, origin):
                            cpu_promotion_tokens=0, cold_promotion_tokens=0, recomputed_tokens=488,
                            ttft_s=0.2, itl_s=0.01, e2e_latency_s=0.5, tier_config_id="gpu-only",
                            session_id="s", parent_request_id="r0", request_type="text", turn=2,
-                           finish_status="stopped", stop_reason="tool_use", model="llama-8b")
+                           finish_status="stopped", stop_reason="tool_use", model="llama-8b",
+                           client_request_id="chatcmpl-r1")
     store.ingest(EventBatch.from_rows(origin, 0, requests=[record]))
     row = store.query("SELECT * EXCLUDE (batch_id) FROM requests").to_pylist()[0]
     row["block_hashes"] = tuple(row["block_hashes"])
@@ -102,3 +107,20 @@ def test_a_request_row_with_an_unknown_finish_status_is_rejected_and_counted(sto
     result = store.ingest(EventBatch.from_rows(origin, 0, requests=rows))
     assert (result.requests, dict(result.rejected)) == (1, {"unknown finish_status": 1})
     assert store.scalar("SELECT finish_status FROM requests") == "length"
+
+
+def test_metric_intervals_round_trip_and_bad_ones_are_counted(store, origin):
+    good = MetricInterval(100.0, 110.0, "vllm:prefix_cache_hits_total", "counter", 60.0,
+                          'engine="0",model_name="m"')
+    histogram = MetricInterval(100.0, 110.0, "vllm:time_to_first_token_seconds", "histogram", 6.0,
+                               sum_value=2.0, reset=1)
+    bad = {"start_s": 110.0, "end_s": 100.0, "metric": "m", "kind": "counter", "value": 1.0, "labels": ""}
+    odd = {"start_s": 100.0, "end_s": 110.0, "metric": "m", "kind": "summary", "value": 1.0, "labels": ""}
+    batch = EventBatch.from_intervals(origin, 0, [good, histogram, bad, odd])
+    assert dict(batch.rejected) == {"end_s before start_s": 1, "unknown metric kind": 1}
+    assert store.ingest(batch).metric_intervals == 2
+    rows = store.query("SELECT * EXCLUDE (batch_id) FROM metric_intervals ORDER BY kind").to_pylist()
+    assert rows == [dataclasses.asdict(good), dataclasses.asdict(histogram)]
+    assert store.scalar("SELECT count(*) FROM metric_intervals_with_origin WHERE engine = ?",
+                        [origin.engine]) == 2
+

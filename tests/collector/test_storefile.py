@@ -120,11 +120,14 @@ def test_tables_named_like_kvtiers_with_other_columns_are_another_schema(tmp_pat
 
 
 def older_store(tmp_path) -> Path:
-    """A store as an older kvtier wrote it: the requests table without the newest columns."""
+    """A store as an older kvtier wrote it: the requests table without the newest columns, no
+    metric_intervals table."""
     path = make_store(tmp_path / "old.duckdb")
     con = duckdb.connect(str(path))
     con.execute("DROP VIEW requests_with_origin")
-    for column in ("finish_status", "stop_reason", "model"):
+    con.execute("DROP VIEW metric_intervals_with_origin")
+    con.execute("DROP TABLE metric_intervals")
+    for column in ("finish_status", "stop_reason", "model", "client_request_id"):
         con.execute(f"ALTER TABLE requests DROP COLUMN {column}")
     con.execute("CREATE VIEW requests_with_origin AS SELECT t.*, b.engine, b.instance, b.source, "
                 "b.sequence FROM requests t JOIN ingested_batches b USING (batch_id)")
@@ -140,8 +143,9 @@ def test_an_older_store_is_refused_read_only_and_migrated_by_a_writer(tmp_path):
     with pytest.raises(StoreSchemaError, match="older kvtier"):
         TraceStore(path, migrate=False)
     assert digest(path) == before
-    with TraceStore(path) as store:  # a writer adds the columns and keeps every row
+    with TraceStore(path) as store:  # a writer adds the columns and tables, keeps every row
         assert store.count("requests") == 3
+        assert store.count("metric_intervals") == 0
     with TraceStore(path, read_only=True) as store:
         records = list(StoreReader(store).requests())
     assert [r.request_id for r in records] == ["r0", "r1", "r2"]
