@@ -169,6 +169,7 @@ def main():
     results = {mode: run(mode, sys.argv[1]) for mode in ("cpu", "tiering")}
     results["policy"] = run_policy()
     results["connector"] = run_connector()
+    results["tier_config"] = run_tier_config()
     results["exact"] = run_exact()
     import vllm
 
@@ -254,6 +255,53 @@ def run_connector():
     out = drained(recorder)
     return {"subclass": issubclass(cls, OffloadingConnector), "answer": list(answer),
             "rows": out["rows"], "requests": out["requests"], "internal_id": ids.request_id}
+
+
+def run_tier_config():
+    """Each request record carries the tier configuration: derived from the offload settings
+    vLLM's config holds (``--kv-offloading-size 2`` gives ``cpu_bytes_to_use`` as a float),
+    or ``kvtier_tier_config``; a client's ``kv_transfer_params`` overrides either."""
+    from types import SimpleNamespace
+
+    from vllm.config.kv_transfer import KVTransferConfig
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+    from kvtier.collector.events import Origin
+    from kvtier.collector.recorder import Recorder
+    from kvtier.probes.vllm.accounting import RequestTokenAccounting
+    from kvtier.probes.vllm.hook_settings import HookSettings
+
+    results = {}
+    for name, extra in (("derived", {"cpu_bytes_to_use": 2.0 * (1 << 30)}),
+                        ("named", {"cpu_bytes_to_use": 1 << 30, "kvtier_tier_config": "canary-b"})):
+        transfer = KVTransferConfig(
+            kv_connector="KvtierOffloadingConnector", kv_role="kv_both",
+            kv_connector_module_path="kvtier.probes.vllm.connector",
+            kv_connector_extra_config={**extra, **IN_PROCESS})
+        connector = object.__new__(KVConnectorFactory.get_connector_class(transfer))
+        connector._bounding_group_ids = ()
+        connector.connector_scheduler = SimpleNamespace(
+            get_num_new_matched_tokens=lambda request, n, max_num_new_tokens=None: (0, False),
+            get_external_cache_hit_sources=lambda request, n: {},
+            update_state_after_alloc=lambda request, blocks, n: None,
+            take_events=lambda: (), request_finished=lambda request: (False, None))
+        recorder = Recorder(Origin("vllm", "conn", f"conn-{name}"), clock=lambda: 5.0)
+        connector._kvtier = RequestTokenAccounting(recorder, 16, model="tiny", clock=lambda: 5.0)
+        connector._kvtier_settings = HookSettings.from_extra_config(
+            transfer.kv_connector_extra_config)  # as the connector's __init__ reads it
+        for request_id, params in (("plain", None),
+                                   ("client", {"kvtier": {"tier_config_id": "gpu-only"}})):
+            request = SimpleNamespace(
+                request_id=request_id, arrival_time=4.0, num_prompt_tokens=32,
+                num_output_tokens=0, block_hashes=[], status=SimpleNamespace(name="FINISHED_STOPPED"),
+                stop_reason=None, session_id=None, kv_transfer_params=params)
+            connector.get_num_new_matched_tokens(request, 0)
+            connector.update_state_after_alloc(request, None, 0)
+            request.num_output_tokens = 1
+            connector.request_finished_all_groups(request, ([],))
+        results[name] = {r["request_id"]: r["tier_config_id"]
+                         for r in drained(recorder)["requests"]}
+    return results
 
 
 def run_exact():

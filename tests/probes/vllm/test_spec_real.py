@@ -110,6 +110,12 @@ def test_connector_resolves_through_vllms_factory_and_records_the_request(driven
     assert request["e2e_latency_s"] == pytest.approx(0.95)
 
 
+def test_connector_stamps_each_request_with_its_tier_configuration(driven):
+    assert driven["tier_config"] == {
+        "derived": {"plain": "gpu+cpu:2147483648", "client": "gpu-only"},
+        "named": {"plain": "canary-b", "client": "gpu-only"}}
+
+
 def test_a_fixed_call_sequence_records_exactly_these_events(driven):
     """Every field of every event, for a fixed sequence of calls on vLLM's CPU manager with a
     clock the script sets (vllm_side_hooks.run_exact): the recording path may be rewritten
