@@ -1,7 +1,21 @@
 """`kvtier push`: apply a recommendation to an engine config file, atomically, with a diff and guardrails"""
 
 SUMMARY = "apply a recommendation to an engine config file, atomically, with a diff and guardrails"
-EXAMPLE = "kvtier push --recommendation reco/recommendation.json --engine vllm --config vllm.yaml"
+EXAMPLE = ("kvtier push --recommendation reco/recommendation.json --engine vllm --config serve.yaml "
+           "--dry-run   # show the diff; then again without --dry-run")
+DESCRIPTION = f"""{SUMMARY}.
+
+What it changes: only the offload settings the recommendation holds (CPU tier size, cold
+tier, eviction policy, store threshold, chunk size, KV events on or off).
+What it keeps: every other key, comment, key spelling, byte-order mark and line end; in a
+vLLM config, the connector and spec it loads when they are vLLM's OffloadingConnector or
+kvtier's recording KvtierOffloadingConnector and specs (module paths and kvtier_* keys too),
+and the KV-events endpoints (it never adds one). Another connector (LMCache's, say) is
+replaced only with --force. cpu_tier_bytes 0 keeps the connector loaded with a 1-byte CPU
+tier (nothing offloaded), so kvtier goes on recording.
+How it writes: under a lock on the file (a second push at the same time stops, exit 2), the
+old file first to a backup next to it (FILE.kvtier-TIME.bak), then the new one in a single
+rename; a link is kept and the file it names is edited."""
 
 ENGINES = ("vllm", "trtllm", "lmcache", "sglang", "dynamo")
 FILES = ("vllm: .json (the --kv-transfer-config object) or .yaml (vllm serve --config); "
@@ -19,12 +33,24 @@ def add_arguments(parser) -> None:
     parser.add_argument("--host-headroom-bytes", type=int, default=None,
                         help="the engine host's DRAM headroom for the CPU tier (default: this "
                              "host's, measured now, and the recommendation's own)")
+    parser.description = DESCRIPTION
     parser.add_argument("--force", action="store_true",
-                        help="push a CPU tier larger than the host headroom anyway")
+                        help="push a CPU tier larger than the host headroom anyway, and replace "
+                             "a vLLM connector that is not an offloading one")
     parser.add_argument("--dry-run", action="store_true", help="show the diff, change nothing")
 
 
 def run(args) -> int:
+    from kvtier.errors import failure
+
+    try:
+        return _push(args)
+    except MemoryError:  # a huge recommendation or config file; push has no size flag
+        raise failure(f"out of memory reading {args.recommendation} or {args.config}; nothing "
+                      "changed (give the files kvtier recommend and the engine use)") from None
+
+
+def _push(args) -> int:
     from dataclasses import replace
 
     from kvtier.errors import KvtierError, failure
@@ -39,7 +65,7 @@ def run(args) -> int:
     settings = loaded.settings
     try:  # the file first (its errors do not depend on this machine); the host check below
         push = plan(settings, replace(loaded.guardrails, host_headroom_bytes=None), args.engine,
-                    args.config)
+                    args.config, force=args.force)
     except (PushRefused, ValueError) as exc:
         raise KvtierError(f"push refused: {exc}") from None
     _check_host(settings.cpu_tier_bytes, loaded.guardrails.host_headroom_bytes, args)
@@ -55,11 +81,13 @@ def run(args) -> int:
         return 0
     try:
         backup = apply(push)
+    except PushRefused as exc:  # another push holds the file, or changed it since the diff
+        raise KvtierError(f"push stopped: {exc}") from None
     except OSError as exc:
         reason = exc.strerror or str(exc)
-        raise failure(f"push failed writing {push.path}: {reason}; nothing changed (no backup "
-                      "left)") from None
-    print(f"wrote {push.path}" + (f" (backup: {backup})" if backup else " (new file)"))
+        raise failure(f"push failed writing {push.written}: {reason}; nothing changed (no "
+                      "backup left)") from None
+    print(f"wrote {push.written}" + (f" (backup: {backup})" if backup else " (new file)"))
     return 0
 
 

@@ -45,7 +45,8 @@ def updates(settings: EngineSettings, existing: str = "") -> dict:
     return out
 
 
-def render(settings: EngineSettings, existing: str | None, suffix: str) -> Rendered:
+def render(settings: EngineSettings, existing: str | None, suffix: str, *,
+           force: bool = False) -> Rendered:
     if suffix not in FORMATS:
         raise ValueError(f"Dynamo KVBM settings are an env file ({', '.join(FORMATS)}), got {suffix!r}")
     text = existing or ""

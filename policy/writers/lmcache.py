@@ -49,7 +49,8 @@ def updates(settings: EngineSettings) -> dict:
     return out
 
 
-def render(settings: EngineSettings, existing: str | None, suffix: str) -> Rendered:
+def render(settings: EngineSettings, existing: str | None, suffix: str, *,
+           force: bool = False) -> Rendered:
     if suffix not in FORMATS:
         raise ValueError(f"LMCache config files are {', '.join(FORMATS)}, got {suffix!r}")
     notes = []

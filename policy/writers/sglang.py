@@ -54,7 +54,8 @@ def updates(settings: EngineSettings) -> dict:
     return out
 
 
-def render(settings: EngineSettings, existing: str | None, suffix: str) -> Rendered:
+def render(settings: EngineSettings, existing: str | None, suffix: str, *,
+           force: bool = False) -> Rendered:
     if suffix not in FORMATS:
         raise ValueError(f"SGLang argument files are {', '.join(FORMATS)}, got {suffix!r}")
     notes = []

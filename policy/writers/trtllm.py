@@ -92,7 +92,8 @@ def updates(settings: EngineSettings) -> tuple[dict, list[str]]:
     return out, notes
 
 
-def render(settings: EngineSettings, existing: str | None, suffix: str) -> Rendered:
+def render(settings: EngineSettings, existing: str | None, suffix: str, *,
+           force: bool = False) -> Rendered:
     if suffix not in FORMATS:
         raise ValueError(f"TensorRT-LLM config files are {', '.join(FORMATS)}, got {suffix!r}")
     if suffix == ".json":

@@ -9,13 +9,23 @@ Files it edits:
   YAML mappings (vLLM reads both), keeping every other key and comment. vLLM reads a key with
   dashes or underscores as one flag, so the key is found either way and keeps its spelling.
 
-Mapping (vLLM 0.33.0, ``vllm/config/cache.py``, ``vllm/engine/arg_utils.py`` and the ``kv_connector_extra_config`` keys the offloading connector reads): ``cpu_tier_bytes`` -> ``cpu_bytes_to_use``
-(total over ranks); a cold tier -> ``spec_name: TieringOffloadingSpec`` with one ``fs``
+Mapping (vLLM 0.33.0, ``vllm/config/cache.py``, ``vllm/engine/arg_utils.py`` and the
+``kv_connector_extra_config`` keys the offloading connector reads): ``cpu_tier_bytes`` ->
+``cpu_bytes_to_use`` (total over ranks); a cold tier -> the tiering spec with one ``fs``
 secondary tier at ``cold_tier_path`` (``cold_tier_bytes: 0`` removes it: the rollback of the
 newest tier); ``eviction_policy`` lru|arc; ``store_threshold`` (0, or >= 2 and only without
-a secondary tier: ``TieringOffloadingSpec`` rejects it); ``block_size_tokens`` -> the offload
-chunk ``block_size`` (a multiple of the GPU block size). ``kv_events`` -> a ZMQ publisher
-that connects to a collector bound on 127.0.0.1:5557, with its replay socket on :5558.
+a secondary tier: the tiering spec rejects it); ``block_size_tokens`` -> the offload chunk
+``block_size`` (a multiple of the GPU block size); ``kv_events`` -> ``enable_kv_cache_events``.
+
+What a push keeps: the connector the file loads, when it is vLLM's ``OffloadingConnector``
+or kvtier's recording ``KvtierOffloadingConnector`` (with its module path), the spec family
+(vLLM's, or kvtier's recording specs from ``kvtier.probes.vllm.spec``: a tier change moves
+between the CPU and the tiering spec of the same family), every ``kvtier_*`` key and every
+KV-events setting but the on/off switch; it never writes an endpoint. Another connector
+(LMCache's, say) is replaced only with ``force``. ``cpu_tier_bytes: 0`` keeps the connector
+and spec loaded with ``cpu_bytes_to_use: 1``, the smallest value vLLM takes: zero CPU
+chunks, so nothing is offloaded, and kvtier's plug-ins go on recording every request.
+Every config it writes passes :func:`kvtier.policy.writers.vllm_shape.check`.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from __future__ import annotations
 import json
 
 from kvtier.policy.writers.settings import EngineSettings, Rendered, gib
+from kvtier.policy.writers.vllm_shape import KVTIER_CONNECTORS, KVTIER_SPECS, ShapeError, check
 from kvtier.policy.writers.yamledit import ConfigFileError, yaml_get, yaml_set
 
 ENGINE = "vllm"
@@ -30,8 +41,10 @@ FORMATS = (".json", ".yaml", ".yml")
 EVICTION_POLICIES = ("lru", "arc")
 APPLIES = ("cpu_tier_bytes", "cold_tier_bytes", "cold_tier_path", "eviction_policy",
            "store_threshold", "block_size_tokens", "kv_events")
-KV_EVENTS_CONFIG = {"enable_kv_cache_events": True, "publisher": "zmq",
-                    "endpoint": "tcp://127.0.0.1:5557", "replay_endpoint": "tcp://127.0.0.1:5558"}
+NATIVE_CONNECTOR = "OffloadingConnector"
+ZERO_CPU_BYTES = 1  # vLLM refuses 0 ("must be specified"); 1 byte holds zero chunks
+# spec_module_path -> (the CPU spec, the CPU + secondary-tier spec) of one family
+SPEC_FAMILIES = {None: ("CPUOffloadingSpec", "TieringOffloadingSpec"), **KVTIER_SPECS}
 
 
 def validate(settings: EngineSettings) -> None:
@@ -39,23 +52,26 @@ def validate(settings: EngineSettings) -> None:
     if settings.eviction_policy not in (None, *EVICTION_POLICIES):
         raise ValueError(f"vLLM eviction_policy {settings.eviction_policy!r} is not one of "
                          f"{', '.join(EVICTION_POLICIES)}")
-    if settings.cpu_tier_bytes == 0:
-        raise ValueError("vLLM has no zero-size CPU tier: to turn offloading off, drop "
-                         "--kv-transfer-config (and --kv-offloading-size)")
+    if settings.cpu_tier_bytes == 0 and settings.cold_tier_bytes:
+        raise ValueError("cold_tier_bytes > 0 with cpu_tier_bytes=0: vLLM's secondary tiers "
+                         "sit behind the CPU tier; keep a CPU tier or set cold_tier_bytes 0")
     if (settings.cold_tier_path and settings.cold_tier_bytes != 0
             and settings.store_threshold and settings.store_threshold >= 2):
         raise ValueError(f"store_threshold={settings.store_threshold} with a secondary tier: "
                          "vLLM's TieringOffloadingSpec rejects store_threshold >= 2; use 0")
 
 
-def transfer_config(settings: EngineSettings, existing: dict | None = None) -> dict:
-    """The ``--kv-transfer-config`` object: ``existing`` with kvtier's keys set."""
+def transfer_config(settings: EngineSettings, existing: dict | None = None, *,
+                    force: bool = False) -> dict:
+    """The ``--kv-transfer-config`` object: ``existing`` with the offload settings set (see
+    the module for what is kept); ``force`` replaces a connector that is not an offloading one."""
     validate(settings)
     config = dict(existing or {})
-    config["kv_connector"] = "OffloadingConnector"
+    _keep_or_replace_connector(config, force)
     config["kv_role"] = "kv_both"
-    extra = dict(config.get("kv_connector_extra_config") or {})
-    for key, value in (("cpu_bytes_to_use", settings.cpu_tier_bytes),
+    extra = _extra_config(config)
+    cpu_bytes = ZERO_CPU_BYTES if settings.cpu_tier_bytes == 0 else settings.cpu_tier_bytes
+    for key, value in (("cpu_bytes_to_use", cpu_bytes),
                        ("eviction_policy", settings.eviction_policy),
                        ("store_threshold", settings.store_threshold),
                        ("block_size", settings.block_size_tokens)):
@@ -64,65 +80,133 @@ def transfer_config(settings: EngineSettings, existing: dict | None = None) -> d
     if "cpu_bytes_to_use" not in extra:
         raise ValueError("vLLM's OffloadingConnector needs cpu_tier_bytes (cpu_bytes_to_use)")
     _apply_cold_tier(settings, extra)
-    if extra.get("spec_name") == "TieringOffloadingSpec" and extra.get("store_threshold", 0) >= 2:
+    if _is_tiering(extra) and extra.get("store_threshold", 0) >= 2:
         raise ValueError("the file's secondary tier and store_threshold >= 2 conflict: "
-                         "vLLM's TieringOffloadingSpec rejects it; set store_threshold 0")
+                         "vLLM's tiering spec rejects it; set store_threshold 0")
     config["kv_connector_extra_config"] = extra
     return config
 
 
+def _keep_or_replace_connector(config: dict, force: bool) -> None:
+    name, path = config.get("kv_connector"), config.get("kv_connector_module_path")
+    if name is None and path is None:
+        config["kv_connector"] = NATIVE_CONNECTOR
+        return
+    if (name == NATIVE_CONNECTOR and path is None) or name in KVTIER_CONNECTORS.get(path, ()):
+        return
+    if not force:
+        where = f" from {path}" if path is not None else ""
+        raise ConfigFileError(
+            f"kv_connector is {name!r}{where}, not an offloading connector kvtier writes "
+            f"({NATIVE_CONNECTOR}, or kvtier's KvtierOffloadingConnector): add --force to "
+            f"replace it with {NATIVE_CONNECTOR}")
+    config["kv_connector"] = NATIVE_CONNECTOR
+    config.pop("kv_connector_module_path", None)
+
+
+def _extra_config(config: dict) -> dict:
+    extra = config.get("kv_connector_extra_config")
+    if extra is None:
+        return {}
+    if not isinstance(extra, dict):
+        raise ConfigFileError(f"kv_connector_extra_config must be a mapping of keys (a JSON "
+                              f"object), got {type(extra).__name__} {extra!r:.60}; fix it first")
+    return dict(extra)
+
+
+def _spec_family(extra: dict) -> tuple[str, str]:
+    path = extra.get("spec_module_path")
+    family = SPEC_FAMILIES.get(path)
+    if family is None or extra.get("spec_name", family[0]) not in family:
+        raise ConfigFileError(
+            f"spec_name {extra.get('spec_name')!r} (spec_module_path {path!r}) is not a spec "
+            "kvtier can move between one tier and two (vLLM's, or kvtier's from "
+            f"{', '.join(KVTIER_SPECS)}); change the tiers by hand")
+    return family
+
+
+def _is_tiering(extra: dict) -> bool:
+    family = SPEC_FAMILIES.get(extra.get("spec_module_path"))
+    return family is not None and extra.get("spec_name") == family[1]
+
+
 def _apply_cold_tier(settings: EngineSettings, extra: dict) -> None:
-    if settings.cold_tier_bytes == 0:
+    if settings.cold_tier_bytes == 0 or settings.cpu_tier_bytes == 0:
         extra.pop("secondary_tiers", None)
-        if extra.get("spec_name") == "TieringOffloadingSpec":
-            extra["spec_name"] = "CPUOffloadingSpec"
+        if _is_tiering(extra):
+            extra["spec_name"] = _spec_family(extra)[0]
     elif settings.cold_tier_path is not None:
-        extra["spec_name"] = "TieringOffloadingSpec"
+        extra["spec_name"] = _spec_family(extra)[1]
         tiers = [t for t in extra.get("secondary_tiers", []) if t.get("type") != "fs"]
         extra["secondary_tiers"] = tiers + [{"type": "fs", "root_dir": settings.cold_tier_path,
                                              "enable_kv_events": True}]
 
 
+def events_config(settings: EngineSettings, existing: dict | None) -> dict:
+    """The ``--kv-events-config`` object: ``existing`` with events switched on or off; its
+    endpoints are kept, and none is added (vLLM's default, or the file's, stays)."""
+    config = dict(existing or {})
+    config["enable_kv_cache_events"] = bool(settings.kv_events)
+    if settings.kv_events and config.get("publisher") == "null":
+        config["publisher"] = "zmq"
+    return config
+
+
 def short_form(settings: EngineSettings) -> list[str] | None:
     """``--kv-offloading-size GiB`` when the CPU size is all that is set, else ``None``."""
     others = [f for f in APPLIES if f not in ("cpu_tier_bytes",) and getattr(settings, f) is not None]
-    if settings.cpu_tier_bytes is None or others:
+    if not settings.cpu_tier_bytes or others:
         return None
     validate(settings)
     return ["--kv-offloading-size", repr(gib(settings.cpu_tier_bytes))]
 
 
-def render(settings: EngineSettings, existing: str | None, suffix: str) -> Rendered:
+def render(settings: EngineSettings, existing: str | None, suffix: str, *,
+           force: bool = False) -> Rendered:
     """The new file text for a ``suffix`` file whose current text is ``existing``."""
     if suffix == ".json":
-        current = _json_object(existing, "the file") if existing and existing.strip() else None
-        text = json.dumps(transfer_config(settings, current), indent=2) + "\n"
+        if existing is not None and not existing.strip():
+            raise ConfigFileError("the file is empty; a --kv-transfer-config file holds a JSON "
+                                  "object: write {} in it, or remove it to start a new one")
+        current = _json_object(existing, "the file") if existing is not None else None
+        config = transfer_config(settings, current, force=force)
+        _checked(config, None)
         notes = _notes(settings)
         if settings.kv_events:
-            notes += (f"KV events are a separate flag: --kv-events-config "
-                      f"'{json.dumps(KV_EVENTS_CONFIG)}'",)
-        return Rendered(text, notes)
+            notes += ("KV events are a separate flag: --kv-events-config "
+                      f"'{json.dumps(events_config(settings, None))}' (vLLM's default "
+                      "endpoint; add yours)",)
+        return Rendered(json.dumps(config, indent=2) + "\n", notes)
     if suffix in (".yaml", ".yml"):
-        return _render_yaml(settings, existing or "")
+        return _render_yaml(settings, existing or "", force)
     raise ValueError(f"vLLM config files are {', '.join(FORMATS)}, got {suffix!r}")
 
 
-def _render_yaml(settings: EngineSettings, existing: str) -> Rendered:
-    updates = {}
-    for key, value in (("kv-transfer-config", None), ("kv-events-config", None)):
-        if key == "kv-events-config" and settings.kv_events is None:
-            continue
+def _render_yaml(settings: EngineSettings, existing: str, force: bool) -> Rendered:
+    updates, values = {}, {}
+    for key in ("kv-transfer-config", "kv-events-config"):
         raw = yaml_get(existing, (key,), spellings=True)
         current = _json_object(raw, key) if isinstance(raw, str) and raw.strip() else raw
         if current is not None and not isinstance(current, dict):
             raise ConfigFileError(f"{key} must be a JSON object or a mapping, got {raw!r}")
         if key == "kv-transfer-config":
-            value = transfer_config(settings, current)
+            value = transfer_config(settings, current, force=force)
+        elif settings.kv_events is not None:
+            value = events_config(settings, current)
         else:
-            value = dict(current or {})
-            value.update(KV_EVENTS_CONFIG if settings.kv_events else {"enable_kv_cache_events": False})
+            values[key] = current
+            continue
+        values[key] = value
         updates[(key,)] = value if isinstance(raw, dict) else json.dumps(value)  # the file's style
+    _checked(values["kv-transfer-config"], values["kv-events-config"])
     return Rendered(yaml_set(existing, updates, spellings=True), _notes(settings))
+
+
+def _checked(transfer: dict, events: dict | None) -> None:
+    try:
+        check(transfer, events)
+    except ShapeError as error:
+        raise ConfigFileError(f"the pushed config would not boot vLLM: {error}") from None
 
 
 def _json_object(text: str, what: str) -> dict:
@@ -138,6 +222,10 @@ def _json_object(text: str, what: str) -> dict:
 
 def _notes(settings: EngineSettings) -> tuple[str, ...]:
     notes = []
+    if settings.cpu_tier_bytes == 0:
+        notes.append(f"cpu_tier_bytes=0: cpu_bytes_to_use={ZERO_CPU_BYTES} (zero CPU chunks, "
+                     "nothing offloaded); the connector and spec stay loaded, so kvtier's "
+                     "plug-ins keep recording")
     if settings.cold_tier_bytes:
         notes.append(f"vLLM 0.33.0's fs tier has no capacity limit (vllm#54779): "
                      f"cold_tier_bytes={settings.cold_tier_bytes} is not enforced; watch "

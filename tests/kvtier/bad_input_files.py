@@ -20,6 +20,7 @@ from kvtier.collector.batch import EventBatch
 from kvtier.collector.events import Origin
 from kvtier.collector.segments import export_segments
 from kvtier.collector.store import TraceStore
+from kvtier.policy.recommend.recommendation import KIND, VERSION
 from kvtier.traces import bundled_trace
 
 GiB = 1 << 30
@@ -129,7 +130,7 @@ def recommendations(out: Path) -> None:
     vllm = {"cpu_tier_bytes": GiB, "eviction_policy": "lru", "store_threshold": 0, "kv_events": True}
     trt = {"cpu_tier_bytes": GiB, "offload_min_priority": 20, "kv_events": True}
     lmcache = {"cpu_tier_bytes": GiB, "eviction_policy": "lru"}
-    head = {"kind": "kvtier.recommendation", "version": 1}
+    head = {"kind": KIND, "version": VERSION}
     evidence = {"verdict": "offload", "engines": {"vllm": vllm, "trtllm": trt, "lmcache": lmcache}}
     write = lambda name, doc: (out / name).write_text(json.dumps(doc, indent=2) + "\n")  # noqa: E731
     write("recommendation.json", {**head, "settings": {"cpu_tier_bytes": GiB, "offload_min_priority": 20},

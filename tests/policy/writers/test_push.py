@@ -9,6 +9,7 @@ import stat
 import pytest
 
 from kvtier.cli import main
+from kvtier.policy.recommend.recommendation import KIND, VERSION
 from kvtier.policy.writers.push import PushRefused, apply, load_recommendation, plan
 from kvtier.policy.writers.settings import EngineSettings, Guardrails
 
@@ -120,7 +121,7 @@ def neutral(tmp_path):
     its evidence, the neutral ones (no eviction_policy, no store_threshold) on top."""
     reco = tmp_path / "recommendation.json"
     reco.write_text(json.dumps({
-        "kind": "kvtier.recommendation", "version": 1,
+        "kind": KIND, "version": VERSION,
         "settings": {"cpu_tier_bytes": 4 * GiB, "offload_min_priority": 20},
         "evidence": {"engines": {"vllm": {"cpu_tier_bytes": 4 * GiB, "eviction_policy": "arc",
                                           "store_threshold": 2},

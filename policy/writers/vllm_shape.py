@@ -1,0 +1,112 @@
+"""Will vLLM boot with this config? The checks a pushed ``--kv-transfer-config`` and
+``--kv-events-config`` must pass before the file is written.
+
+vLLM resolves a connector and an offloading spec by name, or by ``getattr`` on a module path
+when one is given (``KVConnectorFactory``, ``OffloadingSpecFactory``, vLLM 0.32 and 0.33): a
+name the module does not have stops the engine at start-up. :func:`check` holds a pushed
+config to those rules without vLLM (kvtier's own plug-in modules and the names they
+provide are known here), and, where vLLM is importable, also builds vLLM's own
+``KVTransferConfig`` and ``KVEventsConfig`` from it. Keys kvtier does not write are checked
+only for their type, so a file written for another vLLM version keeps its own keys.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+
+KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
+PUBLISHERS = ("null", "zmq")
+# module path -> the names vLLM finds there (kvtier's plug-ins, probes/vllm/)
+KVTIER_CONNECTORS = {"kvtier.probes.vllm.connector": ("KvtierOffloadingConnector",)}
+KVTIER_SPECS = {"kvtier.probes.vllm.spec": ("KvtierCPUOffloadingSpec", "KvtierTieringOffloadingSpec")}
+VLLM_SPECS = ("CPUOffloadingSpec", "TieringOffloadingSpec")  # registered in vLLM's factory
+OFFLOADING_CONNECTORS = ("OffloadingConnector", "KvtierOffloadingConnector")
+
+
+class ShapeError(ValueError):
+    """The config would not boot vLLM; the message names the key and what to do."""
+
+
+def check(transfer: Mapping, events: Mapping | None = None) -> None:
+    """Raise :class:`ShapeError` for a transfer (and KV-events) config vLLM would refuse."""
+    _check_transfer(transfer)
+    if events is not None:
+        _check_events(events)
+    if importlib.util.find_spec("vllm") is not None:
+        _check_with_vllm(transfer, events)
+
+
+def _check_transfer(transfer: Mapping) -> None:
+    connector, path = transfer.get("kv_connector"), transfer.get("kv_connector_module_path")
+    if not isinstance(connector, str) or not connector:
+        raise ShapeError(f"kv_connector must name a connector class, got {connector!r}")
+    if transfer.get("kv_role") not in KV_ROLES:
+        raise ShapeError(f"kv_role {transfer.get('kv_role')!r} is not one of {', '.join(KV_ROLES)}")
+    if path is not None:
+        _check_module_name("kv_connector", connector, "kv_connector_module_path", path,
+                           KVTIER_CONNECTORS)
+    extra = transfer.get("kv_connector_extra_config", {})
+    if not isinstance(extra, Mapping):
+        raise ShapeError(f"kv_connector_extra_config must be a mapping, got {type(extra).__name__}")
+    if connector in OFFLOADING_CONNECTORS:
+        _check_offloading(extra)
+
+
+def _check_module_name(name_key: str, name, path_key: str, path, known: dict) -> None:
+    if not isinstance(path, str) or not path:
+        raise ShapeError(f"{path_key} must be a module path, got {path!r}")
+    provided = known.get(path)
+    if provided is not None and name not in provided:
+        raise ShapeError(f"{name_key} {name!r} is not in {path} ({path_key}); it provides "
+                         f"{', '.join(provided)}: vLLM would stop at start-up")
+
+
+def _check_offloading(extra: Mapping) -> None:
+    spec, path = extra.get("spec_name", "CPUOffloadingSpec"), extra.get("spec_module_path")
+    if path is not None:
+        _check_module_name("spec_name", spec, "spec_module_path", path, KVTIER_SPECS)
+    elif spec not in VLLM_SPECS:
+        raise ShapeError(f"spec_name {spec!r} is not one of vLLM's ({', '.join(VLLM_SPECS)}) "
+                         "and no spec_module_path says where it is")
+    size = extra.get("cpu_bytes_to_use")
+    if isinstance(size, bool) or not isinstance(size, (int, float)) or not size > 0:
+        raise ShapeError(f"cpu_bytes_to_use must be a number of bytes > 0, got {size!r}")
+    threshold = extra.get("store_threshold", 0)
+    if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0:
+        raise ShapeError(f"store_threshold must be an int >= 0, got {threshold!r}")
+    tiering = spec in ("TieringOffloadingSpec", "KvtierTieringOffloadingSpec")
+    if tiering and threshold >= 2:
+        raise ShapeError(f"store_threshold={threshold} with {spec}: vLLM rejects it; use 0")
+    tiers = extra.get("secondary_tiers", [])
+    if not isinstance(tiers, list) or not all(isinstance(t, Mapping) and t.get("type") for t in tiers):
+        raise ShapeError(f"secondary_tiers must be a list of mappings with a type, got {tiers!r}")
+    if tiers and not tiering:
+        raise ShapeError(f"secondary_tiers with spec_name {spec!r}: only a tiering spec reads them")
+
+
+def _check_events(events: Mapping) -> None:
+    enabled = events.get("enable_kv_cache_events", False)
+    if not isinstance(enabled, bool):
+        raise ShapeError(f"enable_kv_cache_events must be true or false, got {enabled!r}")
+    publisher = events.get("publisher")
+    if publisher is not None and publisher not in PUBLISHERS:
+        raise ShapeError(f"KV-events publisher {publisher!r} is not one of {', '.join(PUBLISHERS)}")
+    for key in ("endpoint", "replay_endpoint", "topic"):
+        if events.get(key) is not None and not isinstance(events[key], str):
+            raise ShapeError(f"KV-events {key} must be a string, got {events[key]!r}")
+
+
+def _check_with_vllm(transfer: Mapping, events: Mapping | None) -> None:
+    try:
+        from vllm.config import KVEventsConfig, KVTransferConfig
+    except ImportError:  # a broken or partial vLLM: the checks above stand
+        return
+    for cls, value in ((KVTransferConfig, transfer), (KVEventsConfig, events)):
+        if value is None:
+            continue
+        try:
+            cls(**value)
+        except (TypeError, ValueError) as error:
+            why = " ".join(line.strip() for line in str(error).strip().splitlines()[:3])
+            raise ShapeError(f"vLLM's {cls.__name__} refuses it: {why or type(error).__name__}") from None
