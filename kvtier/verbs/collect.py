@@ -1,6 +1,7 @@
 """`kvtier collect`: the collector service, or the monitoring files for an existing stack."""
 
-SUMMARY = "run the collector: event taps, ingest into DuckDB, Prometheus /metrics, OTLP, Parquet segments"
+SUMMARY = ("run the collector: event taps and metric scrapers, ingest into DuckDB, Prometheus "
+           "/metrics, OTLP, Parquet segments")
 EXAMPLE = ("kvtier collect --store kvtier-out/kvtier.duckdb --hooks tcp://127.0.0.1:5570 "
            "--vllm-events tcp://127.0.0.1:5557 --metrics-port 9400 --segments kvtier-out/segments")
 DEFAULT_HOOKS = "tcp://127.0.0.1:5570"
@@ -17,9 +18,24 @@ def add_arguments(parser) -> None:
                              f"(repeatable; --hooks alone: {DEFAULT_HOOKS}, loopback)")
     parser.add_argument("--vllm-events", action="append", default=[], metavar="ENDPOINT",
                         help="bind this ZMQ endpoint for vLLM's KV-event publisher (repeatable)")
-    parser.add_argument("--vllm-connect", action="store_true", help="connect to the endpoints instead of binding")
+    parser.add_argument("--vllm-replay", action="append", default=[], metavar="ENDPOINT",
+                        help="vLLM's replay endpoint (its --kv-events-config replay_endpoint), the "
+                             "Nth for data-parallel rank N-1: gaps, also those a collector restart "
+                             "leaves, are asked of it (repeatable)")
+    parser.add_argument("--sglang-events", action="append", default=[], metavar="ENDPOINT",
+                        help="bind this ZMQ endpoint for SGLang's KV-event publisher (its "
+                             "--kv-events-config; the same wire format as vLLM's; repeatable)")
+    parser.add_argument("--vllm-connect", action="store_true",
+                        help="connect to the --vllm-events and --sglang-events endpoints instead of "
+                             "binding (for a publisher that binds: an endpoint such as tcp://*:5557)")
     parser.add_argument("--trtllm-events", action="append", default=[], metavar="URL",
                         help="poll TensorRT-LLM's /kv_cache_events at this URL (repeatable)")
+    parser.add_argument("--scrape", action="append", default=[], metavar="URL[=PROFILE]",
+                        help="scrape this Prometheus /metrics page and store each interval's "
+                             f"series; PROFILE is one of {', '.join(_profiles())} (default: "
+                             "guessed from the series names) (repeatable)")
+    parser.add_argument("--scrape-interval-s", type=float, default=10.0,
+                        help="seconds between scrapes of each --scrape page")
     parser.add_argument("--instance", help="name of the serving instance (default: host name)")
     parser.add_argument("--metrics-host", default="127.0.0.1",
                         help="address for /metrics and /healthz (default loopback)")
@@ -35,6 +51,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--ttft-p99-budget-s", type=float, default=2.0, help="rollback rule: p99 TTFT budget")
     parser.add_argument("--itl-p99-budget-s", type=float, default=0.1, help="rollback rule: p99 ITL budget")
     parser.add_argument("--sustained-s", type=int, default=300, help="rollback rule: how long a breach must last")
+
+
+def _profiles() -> tuple[str, ...]:
+    from kvtier.probes.scrape.scraper import PROFILES
+
+    return tuple(PROFILES)
 
 
 def run(args) -> int:
@@ -83,6 +105,7 @@ def _config(args):
 
     positive(args.export_every_s, "--export-every-s")
     positive(args.duration_s, "--duration-s")
+    positive(args.scrape_interval_s, "--scrape-interval-s")
     non_empty(args.instance, "--instance")
     if not 0 <= args.metrics_port < 65536:
         raise KvtierError(f"--metrics-port must be in 0..65535 (0: any free port), got {args.metrics_port}")
@@ -171,10 +194,12 @@ def _serve(args) -> int:
         if host is not None:
             warn_if_exposed("collect", "--hooks", host, endpoint.rsplit(":", 1)[-1])
     if not args.vllm_connect:
-        for endpoint in args.vllm_events:
-            host = zmq_host(endpoint)
-            if host is not None:
-                warn_if_exposed("collect", "--vllm-events", host, endpoint.rsplit(":", 1)[-1])
+        for flag, endpoints in (("--vllm-events", args.vllm_events),
+                                ("--sglang-events", args.sglang_events)):
+            for endpoint in endpoints:
+                host = zmq_host(endpoint)
+                if host is not None:
+                    warn_if_exposed("collect", flag, host, endpoint.rsplit(":", 1)[-1])
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # each stops it cleanly
         signal.signal(sig, lambda *_: stop.set())
@@ -215,18 +240,29 @@ def _taps(args, instance: str, services: list) -> tuple[list, dict[str, str]]:
 
         taps.append(functools.partial(HooksTap, config, resume=resume))
         flags[",".join(config.endpoints)] = "--hooks"
-    if args.vllm_events:
+    if args.vllm_replay and not args.vllm_events:
+        raise KvtierError("--vllm-replay needs --vllm-events: the replay endpoint heals that stream")
+
+    def latest_source(prefix: str):
+        return services[0].store.latest_source(prefix)
+
+    for flag, engine, endpoints in (("--vllm-events", "vllm", args.vllm_events),
+                                    ("--sglang-events", "sglang", args.sglang_events)):
+        if not endpoints:
+            continue
         from kvtier.probes.vllm.tap import VllmEventTap, VllmTapConfig
 
+        replays = tuple(enumerate(args.vllm_replay)) if engine == "vllm" else ()
         try:  # the user typed the address: a non-loopback bind is warned about, not refused
             # one store batch per stream per poll: the store's cost is per batch
-            config = VllmTapConfig(endpoints=tuple(args.vllm_events), bind=not args.vllm_connect,
-                                   instance=instance, allow_all_interfaces=True,
-                                   coalesce_frames=True)
+            config = VllmTapConfig(endpoints=tuple(endpoints), bind=not args.vllm_connect,
+                                   replay_endpoints=replays, instance=instance, engine=engine,
+                                   allow_all_interfaces=True, coalesce_frames=True)
         except ValueError as error:
-            raise KvtierError(f"--vllm-events: {error}") from None
-        taps.append(functools.partial(VllmEventTap, config))
-        flags[",".join(config.endpoints)] = "--vllm-events"
+            raise KvtierError(f"{flag}: {error}") from None
+        # a restarted collector goes on from the streams its store holds
+        taps.append(functools.partial(VllmEventTap, config, resume=latest_source))
+        flags[",".join(config.endpoints)] = flag
     for url in args.trtllm_events:
         from kvtier.probes.trtllm.events import TrtllmEventPoller, TrtllmPollerConfig
 
@@ -235,4 +271,26 @@ def _taps(args, instance: str, services: list) -> tuple[list, dict[str, str]]:
                               "http://127.0.0.1:8000/kv_cache_events")
         taps.append(functools.partial(TrtllmEventPoller, TrtllmPollerConfig(url=url, instance=instance)))
         flags[url] = "--trtllm-events"
+    for value in args.scrape:
+        from kvtier.probes.scrape.tap import ScrapeTap
+
+        config = _scrape_config(value, instance, args.scrape_interval_s)
+        taps.append(functools.partial(ScrapeTap, config))
+        flags[config.url] = "--scrape"
     return taps, flags
+
+
+def _scrape_config(value: str, instance: str, interval_s: float):
+    """``URL`` or ``URL=PROFILE`` -> the scrape tap's configuration; ``KvtierError`` naming
+    the flag. A URL's own ``=`` (a query string) stays in the URL."""
+    from kvtier.errors import KvtierError
+    from kvtier.probes.scrape.tap import ScrapeTapConfig
+
+    url, _, profile = value.rpartition("=")
+    if not url or profile not in _profiles():
+        url, profile = value, None
+    try:
+        return ScrapeTapConfig(url=url, engine=profile, instance=instance, interval_s=interval_s)
+    except ValueError as error:
+        raise KvtierError(f"--scrape {value!r}: {error}; give e.g. "
+                          "http://127.0.0.1:8000/metrics or http://127.0.0.1:8000/metrics=vllm") from None

@@ -11,6 +11,7 @@ Counters become increases over the interval. A counter that went down, or whose
 ``_created`` time moved, was reset (the engine restarted): its increase is its new value.
 A series that first appears after the first scrape is counted from 0 (prometheus_client
 creates labelled children lazily); on the first scrape there is no interval yet.
+:meth:`ScrapeInterval.records` gives the store's rows (the schema's ``MetricInterval``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Iterable, Mapping
+
+from kvtier.collector.events import MetricInterval
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -32,6 +35,11 @@ class SeriesKey:
 
     def label(self, name: str) -> str | None:
         return dict(self.labels).get(name)
+
+    @property
+    def labels_text(self) -> str:
+        """The labels as Prometheus writes them between braces: ``a="1",b="x"``."""
+        return ",".join(f'{k}="{_escaped(v)}"' for k, v in self.labels)
 
     def matches(self, name: str, labels: Mapping[str, str]) -> bool:
         have = dict(self.labels)
@@ -96,6 +104,19 @@ class ScrapeInterval:
     def duration_s(self) -> float:
         return self.end_s - self.start_s
 
+    def records(self) -> tuple[MetricInterval, ...]:
+        """One schema row per series: counters' increases, gauges' values, histograms'
+        observation counts and sums (buckets are left out), resets flagged."""
+        resets = set(self.resets)
+        span = (self.start_s, self.end_s)
+        rows = [MetricInterval(*span, k.name, "counter", v, k.labels_text, reset=int(k in resets))
+                for k, v in sorted(self.counters.items())]
+        rows += [MetricInterval(*span, k.name, "gauge", v, k.labels_text)
+                 for k, v in sorted(self.gauges.items())]
+        rows += [MetricInterval(*span, k.name, "histogram", h.count, k.labels_text, h.sum,
+                                int(k in resets)) for k, h in sorted(self.histograms.items())]
+        return tuple(rows)
+
     def increase(self, name: str, **labels: str) -> float:
         """Sum of the increases of counter ``name`` over the series matching ``labels``."""
         return sum(v for k, v in self.counters.items() if k.matches(name, labels))
@@ -108,6 +129,10 @@ class ScrapeInterval:
         """The merged histogram ``name`` (without ``_bucket``) over matching series."""
         parts = [v for k, v in self.histograms.items() if k.matches(name, labels)]
         return merge_histograms(parts) if parts else None
+
+
+def _escaped(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def merge_histograms(parts: Iterable[HistogramDelta]) -> HistogramDelta:

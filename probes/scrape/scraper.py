@@ -63,18 +63,32 @@ def profile(engine: str) -> EngineProfile:
         raise ValueError(f"unknown engine {engine!r}; known: {', '.join(PROFILES)}") from None
 
 
+def guess_profiles(text: str) -> tuple[str, ...]:
+    """The profiles whose metric prefixes the exposition's series start with, the most
+    matched first (a vLLM page with LMCache inside: ``("vllm", "lmcache")``); ``()`` when it
+    has none of them."""
+    names = [line.split("{", 1)[0].split(" ", 1)[0] for line in text.splitlines()
+             if line and not line.startswith("#")]
+    matched = {engine: sum(name.startswith(p.prefixes) for name in names)
+               for engine, p in PROFILES.items()}
+    return tuple(sorted((e for e, n in matched.items() if n), key=lambda e: -matched[e]))
+
+
 @dataclass(frozen=True)
 class ScraperConfig:
-    """``url`` defaults to the engine's usual loopback endpoint."""
+    """``url`` defaults to the engine's usual loopback endpoint. ``also`` names further
+    profiles whose families are kept too (LMCache's, served by the vLLM process it runs in)."""
 
     engine: str
     url: str | None = None
     instance: str = "local"
     interval_s: float = 10.0
     timeout_s: float = 5.0
+    also: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        profile(self.engine)
+        for engine in (self.engine, *self.also):
+            profile(engine)
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise ValueError(f"url must be http(s), got {self.url!r}")
         for name in ("interval_s", "timeout_s"):
@@ -84,6 +98,10 @@ class ScraperConfig:
     @property
     def endpoint(self) -> str:
         return self.url or profile(self.engine).default_url
+
+    @property
+    def prefixes(self) -> tuple[str, ...]:
+        return tuple(p for engine in (self.engine, *self.also) for p in profile(engine).prefixes)
 
 
 @dataclass
@@ -103,7 +121,7 @@ class MetricScraper:
     def __init__(self, config: ScraperConfig, on_interval: Callable[[ScrapeInterval], None], *,
                  clock: Callable[[], float] = time.time):
         self.config, self._on_interval, self._clock = config, on_interval, clock
-        self._prefixes = profile(config.engine).prefixes
+        self._prefixes = config.prefixes
         self._last: Snapshot | None = None
         self.stats = ScrapeStats()
         self._loop = PollLoop(self.poll, config.interval_s, f"kvtier-scrape-{config.engine}")
