@@ -62,7 +62,7 @@ __all__ = ["CollectorConfig", "CollectorService", "ServiceHealth", "ServiceStart
            "TapFactory"]
 
 # Counters in a tap's ``stats`` that count data it could not use (the tap kept running).
-_DATA_ERRORS = ("bad_frames", "bad_events", "bad_bodies", "callback_errors")
+_DATA_ERRORS = ("bad_frames", "bad_events", "bad_bodies", "parse_errors", "callback_errors")
 
 
 class ServiceStartError(OSError):
