@@ -13,7 +13,8 @@ without touching the disk (what ``--dry-run`` shows), refusing a file it cannot 
 :class:`PushBusy`), checks the file still holds what the plan read (else
 :class:`PushStale`: another writer got there first), writes the new text to a temporary
 file in the same directory, then a backup of the old file whose name no other push can
-take (UTC time to the microsecond, a counter if that exists, created with ``O_EXCL``),
+take (UTC time to the microsecond, the next microsecond while that name exists, created
+with ``O_EXCL``),
 then ``os.replace`` (a reader sees the old file or the new one, never half of either). The
 old file is in the backup before the config is replaced, so it can always be recovered; if
 any step fails, the temporary file and the backup are removed again. Mode bits of an
@@ -32,7 +33,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -248,11 +249,12 @@ def _replace(push: PushPlan, target: Path, clock: Callable[[], float]) -> Path |
 
 def _backup(target: Path, clock: Callable[[], float]) -> Path:
     """Copy ``target`` to a backup no other push can be writing: ``O_EXCL`` on a name with
-    the time to the microsecond, and a counter after it while that name exists."""
-    stamp = datetime.fromtimestamp(clock(), timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
-    for count in range(1000):
-        suffix = f"-{count}" if count else ""
-        backup = target.with_name(f"{target.name}.kvtier-{stamp}{suffix}.bak")
+    the UTC time to the microsecond, one microsecond later while that name exists (so the
+    names still sort in the order the backups were made)."""
+    start = datetime.fromtimestamp(clock(), timezone.utc)
+    for step in range(1000):
+        stamp = (start + timedelta(microseconds=step)).strftime("%Y%m%dT%H%M%S.%fZ")
+        backup = target.with_name(f"{target.name}.kvtier-{stamp}.bak")
         try:
             fd = os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
@@ -267,4 +269,5 @@ def _backup(target: Path, clock: Callable[[], float]) -> Path:
             os.unlink(backup)
             raise
         return backup
-    raise FileExistsError(f"1000 backups of {target} at {stamp}; remove some")
+    raise FileExistsError(f"1000 backups of {target} from {start:%Y%m%dT%H%M%S.%fZ} on; "
+                          "remove some")
