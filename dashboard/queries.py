@@ -21,27 +21,39 @@ _TOKEN_COLUMNS = {"gpu_hit": "gpu_hit_tokens", "cpu_promotion": "cpu_promotion_t
 REUSE_CLASSES = (("1 (never reused)", 1), ("2", 2), ("3-5", 3), ("6-10", 6), ("11-100", 11), (">100", 101))
 
 
-def hit_quality(data: SegmentData, filters: Filters, span: tuple[float | None, float | None]
-                ) -> tuple[pd.DataFrame, str]:
+BASES = ("tokens", "blocks")
+
+
+def hit_quality(data: SegmentData, filters: Filters, span: tuple[float | None, float | None],
+                basis: str = "tokens") -> tuple[pd.DataFrame, str]:
     """Lookup outcomes per time bucket and tier configuration.
 
-    Columns ``time``, ``tier_config``, ``outcome``, ``amount``, ``share``. Counted in blocks
-    from block events when there are any, else in prompt tokens from request records; the
-    second value names the unit (``"blocks"``, ``"tokens"``, or ``""`` when there is no data).
+    Columns ``time``, ``tier_config``, ``outcome``, ``amount``, ``share``. With ``basis``
+    ``"tokens"``: prompt tokens each tier served and the tokens recomputed, from the request
+    records' tier split (what the engine counts, vLLM's prompt_tokens_cached_by_source),
+    falling back to block events when no record has a split; with ``"blocks"``: lookup
+    events. The second value names the unit (``"tokens"``, ``"blocks"``, or ``""`` when
+    there is no data). Events are no share of work: a block event may stand for any number
+    of tokens, and a prompt's tail past its last full block has none.
     """
+    if basis not in BASES:
+        raise ValueError(f"basis must be one of {', '.join(BASES)}, got {basis!r}")
     lo = filters.start_s if filters.start_s is not None else span[0]
     hi = filters.end_s if filters.end_s is not None else span[1]
     width = bucket_width_s(lo, hi)
+    if basis == "tokens" and data.has_requests:
+        frame = _shares(data, *_token_outcomes(data, filters, width))
+        if not frame.empty or not data.has_events:
+            return _ranked(frame), "tokens"
     if data.has_events:
-        (sql, params), unit = _event_outcomes(data, filters, width), "blocks"
-    elif data.has_requests:
-        (sql, params), unit = _token_outcomes(data, filters, width), "tokens"
-    else:
-        return empty_frame("time", "tier_config", "outcome", "amount", "share"), ""
-    frame = data.df(f"""SELECT to_timestamp(bucket_s) AS time, tier_config, outcome, amount,
+        return _ranked(_shares(data, *_event_outcomes(data, filters, width))), "blocks"
+    return empty_frame("time", "tier_config", "outcome", "amount", "share"), ""
+
+
+def _shares(data: SegmentData, sql: str, params: list) -> pd.DataFrame:
+    return data.df(f"""SELECT to_timestamp(bucket_s) AS time, tier_config, outcome, amount,
             amount / sum(amount) OVER (PARTITION BY bucket_s, tier_config) AS share
         FROM ({sql}) ORDER BY time, tier_config, outcome""", params)
-    return _ranked(frame), unit
 
 
 def _event_outcomes(data: SegmentData, filters: Filters, width: int) -> tuple[str, list]:
@@ -70,7 +82,7 @@ def _token_outcomes(data: SegmentData, filters: Filters, width: int) -> tuple[st
             SELECT floor(arrival_s / {width}) * {width} AS bucket_s, tier_config_id AS tier_config,
                    [{pairs}] AS pairs
             FROM {relation} GROUP BY ALL), unnest(pairs) AS u(v)
-        WHERE v.amount IS NOT NULL""", params)
+        WHERE v.amount > 0""", params)  # like events: an outcome that never happened has no row
 
 
 def _config_filter(filters: Filters) -> tuple[str, list]:

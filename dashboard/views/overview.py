@@ -1,5 +1,5 @@
-"""Overview: how lookups were served over time (GPU hit, CPU promotion, cold promotion,
-recompute), split by tier configuration."""
+"""Overview: how prompt tokens were served over time (GPU hit, CPU promotion, cold promotion,
+recompute), split by tier configuration; the lookup events (blocks) as a second view."""
 
 from __future__ import annotations
 
@@ -20,8 +20,11 @@ def render(ctx: PageContext) -> None:
                 "or configuration filters.")
         return
     if unit == "tokens":
-        st.caption("No block events in these segments yet: outcomes are prompt tokens from the "
-                   "request records (tokens served by each tier and recomputed).")
+        st.caption("Shares of prompt tokens, from the request records: tokens served by each "
+                   "tier and recomputed (what the engine counts per request).")
+    else:
+        st.caption("The request records carry no tier split: outcomes are lookup events "
+                   "(blocks), whatever their tokens.")
     totals = queries.outcome_totals(frame)
     configs = [c for c in ctx.facets.tier_configs if c in set(totals["tier_config"])]
     _metrics(totals, unit)
@@ -33,6 +36,19 @@ def render(ctx: PageContext) -> None:
     order = totals["tier_config"].map({c: i for i, c in enumerate(configs)})
     table = totals.assign(order=order).sort_values(["order", "outcome_rank"])
     st.dataframe(table.drop(columns=["order", "outcome_rank"]), hide_index=True)
+    if unit == "tokens":
+        _events(ctx, span, configs)
+
+
+def _events(ctx: PageContext, span, configs: list[str]) -> None:
+    """The lookup events beside the token shares: how many block lookups each outcome had."""
+    events, unit = ctx.query("hit_quality", span, "blocks")
+    if unit != "blocks" or events.empty:
+        return
+    st.subheader("Lookup events, by tier configuration")
+    st.caption("Counted in block events: a share of lookups, not of prompt tokens (an event "
+               "may stand for any number of tokens; a prompt's last partial block has none).")
+    chart(queries.outcome_totals(events), charts.outcome_totals(unit, configs))
 
 
 def _metrics(totals, unit: str) -> None:

@@ -40,7 +40,7 @@ def test_facets_list_engines_instances_and_configs_in_rollout_order(data, full_s
 
 
 def test_hit_quality_counts_every_lookup_once_per_configuration(data, full_segments):
-    frame, unit = queries.hit_quality(data, Filters(), (None, None))
+    frame, unit = queries.hit_quality(data, Filters(), (None, None), "blocks")
     assert unit == "blocks"
     lookups = raw_events(full_segments, "CAST(kind AS VARCHAR) IN "
                          "('gpu_hit', 'cpu_promotion', 'cold_promotion', 'recompute_miss')")
@@ -50,6 +50,33 @@ def test_hit_quality_counts_every_lookup_once_per_configuration(data, full_segme
     assert totals["gpu+cpu+cold"]["cold_promotion"] > 0
     shares = frame.groupby(["time", "tier_config"])["share"].sum()
     assert np.allclose(shares, 1.0)
+
+
+def test_hit_quality_headline_is_shares_of_prompt_tokens_not_of_events(tmp_path):
+    # one request: 3 GPU-hit blocks of 16 tokens, 1 recompute-miss block, and a 40-token tail
+    # past the last full block that only the record counts: events say 75% hits, tokens 48/104
+    origin = Origin("vllm", "node-a", "node-a/test")
+    events = [BlockEvent(100.0 + i, Outcome.GPU_HIT if i < 3 else Outcome.RECOMPUTE_MISS, 10 + i,
+                         request_id="r1", position=i, tokens=16) for i in range(4)]
+    record = RequestRecord("r1", 100.0, prompt_tokens=104, block_hashes=(10, 11, 12, 13),
+                           block_size_tokens=16, gpu_hit_tokens=48, cpu_promotion_tokens=0,
+                           cold_promotion_tokens=0, recomputed_tokens=56, tier_config_id="gpu+cpu")
+    from kvtier.collector.store import TraceStore
+
+    with TraceStore(":memory:") as store:
+        store.ingest(EventBatch.from_rows(origin, 1, events, [record]))
+        export_segments(store, tmp_path)
+    with SegmentData(tmp_path) as data:
+        tokens, unit = queries.hit_quality(data, Filters(), (None, None))
+        assert unit == "tokens"
+        shares = queries.outcome_totals(tokens).set_index("outcome")["share"]
+        assert shares["gpu_hit"] == pytest.approx(48 / 104)
+        assert shares["recompute_miss"] == pytest.approx(56 / 104)
+        lookups, unit = queries.hit_quality(data, Filters(), (None, None), "blocks")
+        assert unit == "blocks"
+        assert queries.outcome_totals(lookups).set_index("outcome")["share"]["gpu_hit"] == 0.75
+        with pytest.raises(ValueError, match="basis must be one of tokens, blocks"):
+            queries.hit_quality(data, Filters(), (None, None), "events")
 
 
 def test_filters_narrow_by_instance_configuration_and_time(data, full_segments):

@@ -122,13 +122,20 @@ def test_choosing_the_engine_in_the_sidebar_shows_its_own_latency(observed):
 
 def test_hit_quality_counts_each_lookup_once(observed):
     data, truth, with_events = observed
-    frame, unit = queries.hit_quality(data, Filters(), (T0_S, T0_S + 1200))
+    frame, unit = queries.hit_quality(data, Filters(), (T0_S, T0_S + 1200),
+                                      "blocks" if with_events else "tokens")
     totals = queries.outcome_totals(frame).set_index(["tier_config", "outcome"])["amount"]
     scale = 1 / BLOCK_TOKENS if with_events else 1  # blocks from events, else tokens
     assert unit == ("blocks" if with_events else "tokens")
     for phase in PHASES:
         assert totals[(phase, "gpu_hit")] == truth["gpu_hit_tokens"][phase] * scale
         assert totals.loc[phase].sum() == sum(len(h) for h in truth["prompts"]) * (1 if with_events else BLOCK_TOKENS)
+    # the headline is tokens either way: the engine's own per-request split
+    frame, unit = queries.hit_quality(data, Filters(), (T0_S, T0_S + 1200))
+    tokens = queries.outcome_totals(frame).set_index(["tier_config", "outcome"])["amount"]
+    assert unit == "tokens"
+    for phase in PHASES:
+        assert tokens[(phase, "gpu_hit")] == truth["gpu_hit_tokens"][phase]
 
 
 def test_reuse_counts_uses_within_each_configuration(observed):
