@@ -272,7 +272,7 @@ def _taps(args, instance: str, services: list) -> tuple[list, dict[str, str]]:
         taps.append(functools.partial(TrtllmEventPoller, TrtllmPollerConfig(url=url, instance=instance)))
         flags[url] = "--trtllm-events"
     for value in args.scrape:
-        from kvtier.probes.scrape.tap import ScrapeTap
+        from kvtier.probes.scrape.metrics_tap import ScrapeTap
 
         config = _scrape_config(value, instance, args.scrape_interval_s)
         taps.append(functools.partial(ScrapeTap, config))
@@ -284,7 +284,7 @@ def _scrape_config(value: str, instance: str, interval_s: float):
     """``URL`` or ``URL=PROFILE`` -> the scrape tap's configuration; ``KvtierError`` naming
     the flag. A URL's own ``=`` (a query string) stays in the URL."""
     from kvtier.errors import KvtierError
-    from kvtier.probes.scrape.tap import ScrapeTapConfig
+    from kvtier.probes.scrape.metrics_tap import ScrapeTapConfig
 
     url, _, profile = value.rpartition("=")
     if not url or profile not in _profiles():
