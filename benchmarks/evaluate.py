@@ -1,6 +1,7 @@
 """``kvtier evaluate`` at scale: wall time and peak RSS on the full WEKA set, 64-token blocks.
 
-Run: ``python benchmarks/evaluate.py --json`` (needs ``--traces`` with the WEKA archive).
+Run: ``python benchmarks/evaluate.py --json`` (needs ``--traces`` with the WEKA archive;
+``--smoke`` runs on the bundled WEKA slice instead, to check the benchmark runs).
 
 Each figure is one ``kvtier evaluate`` process (``--split requests --gpu-tokens 409600
 --cpu-tokens 819200``, no ``--coarsen``): ``lru_belady_*`` with ``--policies lru,belady``,
@@ -25,6 +26,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT.parent / "shared" / "traces"
+SMOKE_TRACE = ROOT / "kvtier" / "data" / "weka_agentic_slice.tar.gz"  # bundled: --smoke's trace
+# the keys of the --json object (every run prints them; tests/test_benchmarks.py checks)
+FIGURES = ("block_refs", "distinct_blocks", "read_s", "read_peak_rss_mb", "lru_belady_s",
+           "lru_belady_peak_rss_mb", "token_hit_ratio", "bytes_per_distinct_block")
 LEARNED = "lru,belady,learned,learned-retention,learned-next-use,learned-safe,recommended"
 ARGS = ("--split", "requests", "--gpu-tokens", "409600", "--cpu-tokens", "819200", "--json")
 READ = """
@@ -60,8 +65,10 @@ def main() -> int:
     parser.add_argument("--traces", type=Path, default=TRACES, help="folder of the real traces")
     parser.add_argument("--skip-learned", action="store_true",
                         help="leave out the run with the learned policies")
+    parser.add_argument("--smoke", action="store_true", help="the bundled WEKA slice, without "
+                        "the learned run: seconds, checks the benchmark runs (figures mean nothing)")
     args = parser.parse_args()
-    weka = args.traces / "weka" / "traces_dev.tar.gz"
+    weka = SMOKE_TRACE if args.smoke else args.traces / "weka" / "traces_dev.tar.gz"
     if not weka.exists():
         print(f"no trace at {weka}", file=sys.stderr)
         return 2
@@ -75,7 +82,7 @@ def main() -> int:
     rows = {r["policy"]: r["token_hit_ratio"] for r in json.loads(text)["policies"]}
     out.update(lru_belady_s=wall, lru_belady_peak_rss_mb=rss, token_hit_ratio=rows,
                bytes_per_distinct_block=(rss - read_mb) * 2**20 / distinct)
-    if not args.skip_learned:
+    if not (args.skip_learned or args.smoke):
         wall, rss, text = measured([*evaluate, "--policies", LEARNED])
         out.update(learned_s=wall, learned_peak_rss_mb=rss,
                    learned_token_hit_ratio={r["policy"]: r["token_hit_ratio"]

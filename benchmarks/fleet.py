@@ -1,7 +1,8 @@
 """Fleet benchmark: `kvtier simulate` and `kvtier evaluate` over two instances' segments,
 with --jobs 2 against --jobs 1 (the baseline) in the same run.
 
-Run: ``python benchmarks/fleet.py --json`` (prints one JSON object; a few minutes).
+Run: ``python benchmarks/fleet.py --json`` (prints one JSON object; a few minutes;
+``--smoke``: a few hundred requests, to check it runs).
 
 A trace's requests (``--trace``, default the bundled Mooncake trace) are dealt round-robin to
 two instances, each stored by its own store and exported into one segment folder
@@ -30,11 +31,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-COMMANDS = {
-    "simulate": ["simulate", "--gpu-tokens", "1M", "--cpu-tokens", "4M", "--json"],
-    "evaluate": ["evaluate", "--gpu-tokens", "1M", "--cpu-tokens", "2.5M",
-                 "--policies", "lru,arc,s3fifo,learned,learned-retention,belady", "--json"],
-}
+
+
+def commands(gpu_tokens: str, cpu_tokens: str, evaluate_cpu_tokens: str, policies: str
+             ) -> dict[str, list[str]]:
+    return {
+        "simulate": ["simulate", "--gpu-tokens", gpu_tokens, "--cpu-tokens", cpu_tokens, "--json"],
+        "evaluate": ["evaluate", "--gpu-tokens", gpu_tokens, "--cpu-tokens", evaluate_cpu_tokens,
+                     "--policies", policies, "--json"],
+    }
+
+
+COMMANDS = commands("1M", "4M", "2.5M", "lru,arc,s3fifo,learned,learned-retention,belady")
+# --smoke: the trace's first requests, tiers scaled down to match, no model to train, one run
+SMOKE_REQUESTS, SMOKE_COMMANDS = 300, commands("64K", "256K", "160K", "lru,belady")
+# the keys of the --json object with the default --verbs (tests/test_benchmarks.py checks)
+FIGURES = ("cpus", "simulate_jobs1_s", "simulate_jobs2_s", "simulate_speedup",
+           "simulate_same_output", "evaluate_jobs1_s", "evaluate_jobs2_s", "evaluate_speedup",
+           "evaluate_same_output")
 
 
 def timed(argv: list[str]) -> tuple[float, str]:
@@ -55,17 +69,22 @@ def main() -> int:
     parser.add_argument("--verbs", default="simulate,evaluate", help="comma-separated")
     parser.add_argument("--trace", help="the trace to deal to two instances (default: the "
                                         "bundled Mooncake trace)")
+    parser.add_argument("--smoke", action="store_true", help=f"the trace's first "
+                        f"{SMOKE_REQUESTS} requests, no learned policy, one run: seconds, checks "
+                        "the benchmark runs (its figures mean nothing)")
     args = parser.parse_args()
-    from tests.kvtier.fleet_segments import fleet_segments
+    from tests.kvtier.fleet_segments import MOONCAKE, fleet_segments
 
     result = {"cpus": os.cpu_count()}
+    repeat = 1 if args.smoke else args.repeat
     with tempfile.TemporaryDirectory() as folder:
-        segments = (fleet_segments(Path(folder), trace=Path(args.trace)) if args.trace
-                    else fleet_segments(Path(folder)))
+        segments = fleet_segments(Path(folder), trace=Path(args.trace) if args.trace else MOONCAKE,
+                                  max_requests=SMOKE_REQUESTS if args.smoke else None)
         for verb in args.verbs.split(","):
-            base = [*COMMANDS[verb][:1], "--trace", str(segments), *COMMANDS[verb][1:]]
+            command = (SMOKE_COMMANDS if args.smoke else COMMANDS)[verb]
+            base = [command[0], "--trace", str(segments), *command[1:]]
             outputs, best = {}, {}
-            for _ in range(args.repeat):
+            for _ in range(repeat):
                 for jobs in (1, 2):  # interleaved, so a busy moment hits both
                     elapsed, outputs[jobs] = timed([*base, "--jobs", str(jobs)])
                     best[jobs] = min(best.get(jobs, elapsed), elapsed)

@@ -1,6 +1,7 @@
 """Ingest benchmark: recorder -> flusher -> committed rows in a file-backed DuckDB store.
 
-Run: ``python benchmarks/ingest.py --json`` (prints one JSON object).
+Run: ``python benchmarks/ingest.py --json`` (prints one JSON object; ``--smoke``: tiny
+inputs, to check it runs).
 
 Three measurements in one process, on the same rows:
 
@@ -37,6 +38,12 @@ from kvtier.collector.ddl import BLOCK_EVENTS_TABLE, create_table, enum_types  #
 from kvtier.collector.events import Origin, Outcome, Tier  # noqa: E402
 from kvtier.collector.recorder import Recorder  # noqa: E402
 from kvtier.collector.store import TraceStore  # noqa: E402
+
+# the keys of the --json object (every run prints them; tests/test_benchmarks.py checks)
+FIGURES = ("batch_events", "append_p50_us", "append_p99_us", "timer_overhead_ns", "events",
+           "stored_rows", "dropped", "events_per_s", "end_to_end_events_per_s", "raw_rows_per_s",
+           "ratio_vs_raw")
+SMOKE = {"events": 20_000, "batch_events": 4096, "append_samples": 2000}  # --smoke's sizes
 
 LOOKUPS = (Outcome.GPU_HIT, Outcome.CPU_PROMOTION, Outcome.COLD_PROMOTION, Outcome.RECOMPUTE_MISS)
 FROM_TIER = {Outcome.GPU_HIT: None, Outcome.CPU_PROMOTION: Tier.CPU,
@@ -135,7 +142,11 @@ def main() -> None:
     parser.add_argument("--append-samples", type=int, default=200_000)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--smoke", action="store_true", help="tiny inputs, seconds: checks the "
+                        "benchmark runs (its figures mean nothing)")
     args = parser.parse_args()
+    if args.smoke:
+        vars(args).update(SMOKE)
 
     origin = Origin("bench", "bench-0", f"bench-{os.getpid()}")
     rows = workload(args.events, args.seed)

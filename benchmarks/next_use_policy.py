@@ -2,7 +2,8 @@
 manager, beside vLLM's own LRU policy on the same call sequence, in the same run.
 
 Run: ``python benchmarks/next_use_policy.py --json`` (needs a vLLM environment,
-``$KVTIER_VLLM_PYTHON`` or ``.venv-vllm``; about a minute). For each CPU tier size, requests
+``$KVTIER_VLLM_PYTHON`` or ``.venv-vllm``; about a minute; ``--smoke``: tiny inputs, to
+check it runs). For each CPU tier size, requests
 of ``--blocks`` new blocks in ``--sessions`` conversations (a gateway's session tags, arrival
 times 1 s apart) fill vLLM's real ``CPUOffloadingManager`` and keep it full, so every store
 evicts. The model is fitted on the same synthetic conversations (``kvtier.policy.learn``), written
@@ -25,6 +26,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+ENGINE_ENV = "KVTIER_VLLM_PYTHON"  # the vLLM environment the policies run in
+# the keys of the --json object (every run prints them; tests/test_benchmarks.py checks)
+FIGURES = ("blocks_per_request", "sessions", "rows", "load_average")
+SMOKE = {"chunks": "64", "sessions": 20, "requests": 200}  # --smoke's sizes
 
 
 def _model_file(path: Path, sessions: int, blocks: int) -> None:
@@ -94,8 +100,12 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, default=400, help="conversations")
     parser.add_argument("--requests", type=int, default=4000, help="requests per size")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--smoke", action="store_true", help="tiny inputs, seconds: checks the "
+                        "benchmark runs (its figures mean nothing)")
     parser.add_argument("--inside", help=argparse.SUPPRESS)  # the vLLM side: policy:chunks
     args = parser.parse_args()
+    if args.smoke:
+        vars(args).update(SMOKE)
     if args.inside:
         policy, chunks = args.inside.split(":")
         print("RESULT " + json.dumps(_drive(policy, int(chunks), args.sessions, args.blocks,

@@ -2,7 +2,8 @@
 libCacheSim, on the same block stream in the same run; and the one-pass WEKA curve.
 
 Run: ``python benchmarks/simulate.py --json`` (one JSON object; the Mooncake conversation
-trace is the copy bundled in ``kvtier/data``, WEKA comes from ``--traces``).
+trace is the copy bundled in ``kvtier/data``, WEKA comes from ``--traces``; ``--smoke``: a few
+hundred requests, no WEKA, to check it runs).
 
 Replays (records already in memory, GPU 2,000 / CPU 10,000 / cold 50,000 blocks of the trace's
 512 tokens; the trace's arrays built once before timing, as ``evaluate`` builds them once):
@@ -49,6 +50,14 @@ from kvtier.policy.sim.trace import BlockTrace  # noqa: E402
 TRACES = ROOT.parent / "shared" / "traces"
 MOONCAKE = ROOT / "kvtier" / "data" / "mooncake_conversation_trace.jsonl.gz"
 SIZES = dict(gpu_blocks=2000, cpu_blocks=10000, cold_blocks=50000)
+SMOKE_REQUESTS = 400  # --smoke: the Mooncake trace's first requests only, no WEKA
+# the keys of the --json object (every run prints them; tests/test_benchmarks.py checks)
+FIGURES = ("block_refs", "vllm_lru_accesses_per_s", "exclusive_lru_accesses_per_s",
+           "learned_admission_accesses_per_s", "learned_retention_accesses_per_s",
+           "python_vllm_lru_accesses_per_s", "python_exclusive_lru_accesses_per_s",
+           "learned_next_use_accesses_per_s", "learned_safe_accesses_per_s",
+           "python_learned_next_use_accesses_per_s", "libcachesim_accesses_per_s",
+           "speedup_vllm_lru", "ratio_vs_libcachesim", "weka_curve_s", "weka_block_refs")
 
 
 def rate(fn, refs: int, repeat: int = 3) -> float:
@@ -170,8 +179,10 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--skip-weka", action="store_true", help="leave out the WEKA curve")
     parser.add_argument("--traces", type=Path, default=TRACES, help="folder of the real traces")
+    parser.add_argument("--smoke", action="store_true", help=f"the first {SMOKE_REQUESTS} "
+                        "requests, no WEKA: seconds, checks the benchmark runs (figures mean nothing)")
     args = parser.parse_args()
-    records = list(MooncakeReader(MOONCAKE).requests())
+    records = list(MooncakeReader(MOONCAKE).requests())[:SMOKE_REQUESTS if args.smoke else None]
     trace = BlockTrace.from_records(records, 512)
     out = {"block_refs": trace.block_refs, **compiled_rates(records, trace),
            **python_rates(records), **next_use_rates(records, trace),
@@ -182,7 +193,7 @@ def main() -> int:
     out["ratio_vs_libcachesim"] = out["vllm_lru_accesses_per_s"] / lcs if lcs else None
     out.update(weka_curve_s=None, weka_block_refs=None)
     weka = args.traces / "weka" / "traces_dev.tar.gz"
-    if not args.skip_weka and weka.exists():
+    if not (args.skip_weka or args.smoke) and weka.exists():
         seconds, refs, ideal = weka_curve(weka)
         out.update(weka_curve_s=seconds, weka_block_refs=refs, weka_ideal_token_hit_ratio=ideal)
         out.update(weka_replays(weka))

@@ -1,7 +1,8 @@
 """vLLM probe benchmark: KV events from a ZMQ stream into the store, and the spec wrapper's cost.
 
 Run: ``python benchmarks/vllm_events.py --json`` (prints one JSON object; about a minute;
-``--frames``/``--events-per-frame``/``--repeat`` scale it).
+``--frames``/``--events-per-frame``/``--repeat`` scale it; ``--smoke``: tiny inputs, to
+check it runs).
 
 * ``events_per_s``: block events decoded and committed per second, end to end. A publisher
   process (as an engine is) sends ``--frames`` vLLM-format frames (``[topic, seq, msgpack
@@ -29,8 +30,7 @@ Run: ``python benchmarks/vllm_events.py --json`` (prints one JSON object; about 
   ``spec_recorder_full_us_per_round`` is the wrapper with its recorder full, so every event
   is dropped before it is packed: wrapped minus full is what packing and appending cost,
   full minus bare the wrapper's own bookkeeping. Needs vLLM: run here if importable, else in
-  the side environment (``KVTIER_VLLM_PYTHON``, default ``/tmp/kvt-vllm-side/bin/python``),
-  else ``null``.
+  the side environment (``$KVTIER_VLLM_PYTHON``, default ``.venv-vllm``), else ``null``.
 """
 
 from __future__ import annotations
@@ -47,6 +47,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+ENGINE_ENV = "KVTIER_VLLM_PYTHON"  # the vLLM environment the spec figures run in
+# the keys of the --json object (every run prints them; tests/test_benchmarks.py checks)
+FIGURES = ("events_per_s", "events_per_cpu_s", "events_per_s_general_decoder",
+           "events_per_s_mixed", "events_per_s_uncoalesced", "spec_overhead_ratio", "frames",
+           "events_per_frame")
+SMOKE = {"frames": 200, "repeat": 1}  # --smoke's sizes
+SMOKE_SPEC = {"rounds": 200, "repeats": 1}
 
 
 def frame_payloads(frames: int, per_frame: int, shape: str) -> list[bytes]:
@@ -188,16 +196,18 @@ def spec_overhead(rounds: int = 3000, repeats: int = 7) -> dict:
             "spec_recorder_full_us_per_round": us["full"]}
 
 
-def spec_overhead_anywhere() -> dict:
+def spec_overhead_anywhere(smoke: bool) -> dict:
     try:
-        return spec_overhead()
+        return spec_overhead(**SMOKE_SPEC) if smoke else spec_overhead()
     except ImportError:
         pass
-    side = os.environ.get("KVTIER_VLLM_PYTHON", "/tmp/kvt-vllm-side/bin/python")
+    from tests.probes.vllm.environments import VLLM_PYTHONS
+
+    side = VLLM_PYTHONS["0.33"]
     if not Path(side).exists():
         return {"spec_overhead_ratio": None}
-    done = subprocess.run([side, __file__, "--spec-only"], capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    done = subprocess.run([side, __file__, "--spec-only", *["--smoke"] * smoke], capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     lines = [l for l in done.stdout.splitlines() if l.startswith("{")]
     return json.loads(lines[-1]) if lines else {"spec_overhead_ratio": None}
 
@@ -209,16 +219,20 @@ def main() -> int:
     parser.add_argument("--events-per-frame", type=int, default=50,
                         help="block events per frame (a multiple of 5)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure (best is kept)")
+    parser.add_argument("--smoke", action="store_true", help="tiny inputs, seconds: checks the "
+                        "benchmark runs (its figures mean nothing)")
     parser.add_argument("--spec-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.smoke:
+        vars(args).update(SMOKE)
     if args.spec_only:
-        print(json.dumps(spec_overhead()))
+        print(json.dumps(spec_overhead(**SMOKE_SPEC) if args.smoke else spec_overhead()))
         return 0
     if args.events_per_frame < 5 or args.events_per_frame % 5:
         parser.error(f"--events-per-frame must be a positive multiple of 5, got {args.events_per_frame}")
     result = {**stream_figures(args.frames, args.events_per_frame, args.repeat),
               **{name: None if value is None else round(value, 3)
-                 for name, value in spec_overhead_anywhere().items()},
+                 for name, value in spec_overhead_anywhere(args.smoke).items()},
               "frames": args.frames, "events_per_frame": args.events_per_frame}
     print(json.dumps(result) if args.json else "\n".join(f"{k}: {v}" for k, v in result.items()))
     return 0
