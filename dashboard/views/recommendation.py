@@ -43,6 +43,7 @@ def render(ctx: PageContext) -> None:
     rec = loaded.rec
     _verdict(rec)
     _settings(rec)
+    _inputs(rec)
     _ttft(rec)
     _sizes(rec)
     _tokens(rec)
@@ -63,6 +64,18 @@ def _settings(rec: Recommendation) -> None:
     st.subheader("What to set")
     rows = [{"setting": k.name, "value": _value(k.name, k.value), "why": k.why} for k in rec.knobs]
     st.table(pd.DataFrame(rows).set_index("setting"))  # a static table: the reasons wrap
+
+
+def _inputs(rec: Recommendation) -> None:
+    """What the figures rest on that nobody measured, and a model too weak to use."""
+    model = rec.evidence.model
+    if model is not None and model.weak:
+        st.warning(f"Model flagged: {model.weak}; its scores set no threshold.")
+    defaults = rec.evidence.defaults()
+    if defaults:
+        st.caption("Documented defaults, not measured: " + ", ".join(
+            f"{i.name} = {i.value:,.6g}" for i in defaults)
+            + " (kvtier calibrate --out FILE, then recommend --cost-params FILE).")
 
 
 def _value(name: str, value) -> str:

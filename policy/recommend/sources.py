@@ -15,7 +15,7 @@ def input_sources(params: CostParams, gpu_blocks: int, block_tokens: int,
                         model.name),
             InputSource("gpu_tokens", float(gpu_blocks * block_tokens), gpu_source,
                         "--gpu-tokens" if gpu_source == "given" else
-                        "not recorded in the trace: give --gpu-tokens")]
+                        "not recorded: give --gpu-tokens")]
     for name in params.__dataclass_fields__:
         value = getattr(params, name)
         if isinstance(value, Param):
