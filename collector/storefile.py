@@ -120,6 +120,7 @@ def connect(path: str | Path, *, read_only: bool, migrate: bool = True):
     if path.exists() and path.stat().st_size == 0:
         raise NotAStoreError(f"{path} is an empty file, not a DuckDB store; remove it or give "
                              "another path")
+    _check_header(path)
     try:
         con = duckdb.connect(str(path), read_only=read_only)
         # no progress bar: DuckDB draws it on stdout, which may be a --json answer
@@ -133,6 +134,28 @@ def connect(path: str | Path, *, read_only: bool, migrate: bool = True):
         con.close()
         raise
     return con
+
+
+# A DuckDB file has this magic at this offset. DuckDB itself opens other files it recognises
+# (Parquet, CSV, JSON) as an empty in-memory database, so a store kept nothing and said rows.
+_MAGIC, _MAGIC_AT = b"DUCK", 8
+_KNOWN_HEADERS = ((b"PAR1", "a Parquet file"), (b"SQLite format 3\x00", "an SQLite database"),
+                  (b"\x1f\x8b", "a gzip file"), (b"PK\x03\x04", "a zip archive"))
+
+
+def _check_header(path: Path) -> None:
+    """Refuse an existing file that is not DuckDB by its header, whatever its name says."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(_MAGIC_AT + len(_MAGIC))
+    except OSError:
+        return  # unreadable: DuckDB's own error says why
+    if head[_MAGIC_AT:] == _MAGIC:
+        return
+    known = next((name for magic, name in _KNOWN_HEADERS if head.startswith(magic)), None)
+    what = f"is {known}, not a DuckDB store" if known else "is not a DuckDB store (no DuckDB header)"
+    raise NotAStoreError(f"{path} {what}; give the DuckDB file kvtier collect or kvtier demo "
+                         "wrote, or a new path for a new store")
 
 
 def _accept(path: Path, con, check: SchemaCheck, read_only: bool, migrate: bool) -> None:

@@ -117,6 +117,10 @@ def stores(out: Path, trace: Path) -> None:
     con.close()
     duckdb.connect(str(out / "empty-db.duckdb")).close()
     (out / "not.parquet").write_text("PAR1 not really")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"arrival_s": [1.0, 2.0]}), out / "existing.parquet")
     damaged = out / "damaged-segments"
     for source in (out / "segments").rglob("*.parquet"):
         target = damaged / source.relative_to(out / "segments")
