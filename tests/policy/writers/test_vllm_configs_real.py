@@ -19,12 +19,14 @@ SIDE_PYTHON = os.environ.get("KVTIER_VLLM_PYTHON", "/tmp/kvt-vllm-side/bin/pytho
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180),
               pytest.mark.skipif(not Path(SIDE_PYTHON).exists(), reason="no vLLM side environment")]
 GiB = 1 << 30
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def side_check(cases: list[dict]) -> list[dict]:
     script = Path(__file__).with_name("vllm_side_check.py")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))  # kvtier's plug-ins, as vLLM loads them
     done = subprocess.run([SIDE_PYTHON, str(script)], input=json.dumps(cases), text=True,
-                          capture_output=True, timeout=170)
+                          capture_output=True, timeout=170, env=env)
     line = next(l for l in done.stdout.splitlines() if l.startswith("RESULTS "))
     return json.loads(line[len("RESULTS "):])
 
@@ -116,3 +118,54 @@ def test_yaml_for_other_engines_reads_back_with_pyyaml(tmp_path):
     assert loaded["lmcache"] == {"chunk_size": 256, "local_cpu": True, "max_local_cpu_size": 5.0,
                                  "local_disk": "file:///mnt/kv/", "max_local_disk_size": 1.0,
                                  "cache_policy": "LRU"}
+
+
+KVTIER_SERVE = """\
+model: kvtier/check
+kv-transfer-config:
+  kv_connector: KvtierOffloadingConnector
+  kv_connector_module_path: kvtier.probes.vllm.connector
+  kv_role: kv_both
+  kv_connector_extra_config:
+    spec_name: KvtierCPUOffloadingSpec
+    spec_module_path: kvtier.probes.vllm.spec
+    cpu_bytes_to_use: 1073741824
+    eviction_policy: lru
+    kvtier_collector: in-process
+    kvtier_instance: node-7
+kv-events-config: '{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:7001", "replay_endpoint": "tcp://*:7002"}'
+"""
+
+
+def test_vllm_boots_what_push_writes_over_kvtiers_connector_and_after_a_rollback_to_zero(tmp_path):
+    """Pushed over a config that loads kvtier's connector and spec, then rolled back to no
+    CPU tier, then given a cold tier: vLLM's parser, config classes, connector factory and
+    offloading spec factory take each file, with kvtier's classes and keys still there."""
+    vllm = writer("vllm")
+    cold = tmp_path / "cold"
+    cold.mkdir()
+    steps = [EngineSettings(cpu_tier_bytes=2 * GiB, eviction_policy="arc", kv_events=True),
+             EngineSettings(cpu_tier_bytes=0),
+             EngineSettings(cpu_tier_bytes=GiB, cold_tier_path=str(cold), cold_tier_bytes=GiB)]
+    text, paths = KVTIER_SERVE, []
+    for i, settings in enumerate(steps):
+        text = vllm.render(settings, text, ".yaml").text
+        paths.append(tmp_path / f"step{i}.yaml")
+        paths[-1].write_text(text)
+    broken = tmp_path / "broken.yaml"  # the connector name kvtier's module does not have
+    broken.write_text(KVTIER_SERVE.replace("kv_connector: KvtierOffloadingConnector",
+                                           "kv_connector: OffloadingConnector"))
+    results = side_check([{"kind": "yaml", "path": str(p)} for p in (*paths, broken)])
+    assert [r["ok"] for r in results] == [True, True, True, False], results
+    assert "not found in kvtier.probes.vllm.connector" in results[3]["error"]
+    for result in results[:3]:
+        assert result["connector"] == ["KvtierOffloadingConnector", "kvtier.probes.vllm.connector"]
+        assert result["extra"]["spec_module_path"] == "kvtier.probes.vllm.spec"
+        assert (result["extra"]["kvtier_collector"], result["extra"]["kvtier_instance"]) == (
+            "in-process", "node-7")
+        assert (result["events"]["endpoint"], result["events"]["replay_endpoint"]) == (
+            "tcp://*:7001", "tcp://*:7002")
+    sizes = [r["extra"]["cpu_bytes_to_use"] for r in results[:3]]
+    specs = [r["extra"]["spec_name"] for r in results[:3]]
+    assert sizes == [2 * GiB, 1, GiB]
+    assert specs == ["KvtierCPUOffloadingSpec", "KvtierCPUOffloadingSpec", "KvtierTieringOffloadingSpec"]

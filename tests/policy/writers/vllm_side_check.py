@@ -2,14 +2,17 @@
 cases on stdin and prints, for each, whether vLLM's own code accepts it.
 
 Case kinds:
-* ``{"kind": "transfer", "config": {...}}``: ``KVTransferConfig(**config)`` (pydantic), then
-  the offloading spec named in ``kv_connector_extra_config`` is created by vLLM's
-  ``OffloadingSpecFactory`` on a small stand-in model (one 16-token group) and asked for its
-  scheduler-side manager, which is where vLLM checks ``cpu_bytes_to_use``,
-  ``eviction_policy``, ``store_threshold`` and the secondary tiers. ``cpu_bytes_to_use`` is
+* ``{"kind": "transfer", "config": {...}}``: ``KVTransferConfig(**config)`` (pydantic); a
+  connector given by module path is looked up by vLLM's ``KVConnectorFactory`` (an absent
+  class stops vLLM at start-up); then the offloading spec named in
+  ``kv_connector_extra_config`` is created by vLLM's ``OffloadingSpecFactory`` on a small
+  stand-in model (one 16-token group) and asked for its scheduler-side manager, which is
+  where vLLM checks ``cpu_bytes_to_use``, ``eviction_policy``, ``store_threshold`` and the
+  secondary tiers. ``cpu_bytes_to_use`` is
   capped at 64 MiB for that step (it sizes a shared-memory region).
 * ``{"kind": "yaml", "path": "..."}``: ``vllm serve --config PATH`` through vLLM's own
-  argument parser and ``EngineArgs``; the transfer config found there is then checked as above.
+  argument parser and ``EngineArgs``; the transfer config found there is then checked as above,
+  and the KV-events config is built as ``KVEventsConfig``. The result carries both.
 
 Not a test module: tests/policy/writers/test_vllm_configs_real.py spawns it.
 """
@@ -24,6 +27,7 @@ os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # the CUDA wheel on a CPU-on
 
 def check_transfer(raw: dict) -> None:
     from vllm.config.kv_transfer import KVTransferConfig
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
     from vllm.v1.kv_offload.config import (
         OffloadingCacheConfig, OffloadingConfig, OffloadingGroupConfig, OffloadingModelConfig,
         OffloadingParallelConfig,
@@ -31,6 +35,8 @@ def check_transfer(raw: dict) -> None:
     from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 
     transfer = KVTransferConfig(**raw)
+    if transfer.kv_connector_module_path:
+        KVConnectorFactory.get_connector_class(transfer)
     extra = dict(transfer.kv_connector_extra_config)
     if "cpu_bytes_to_use" in extra and isinstance(extra["cpu_bytes_to_use"], (int, float)):
         extra["cpu_bytes_to_use"] = min(extra["cpu_bytes_to_use"], 64 << 20)
@@ -48,7 +54,10 @@ def check_transfer(raw: dict) -> None:
     manager.shutdown()
 
 
-def check_yaml(path: str) -> None:
+def check_yaml(path: str) -> dict:
+    import dataclasses
+
+    from vllm.config import KVEventsConfig
     from vllm.engine.arg_utils import EngineArgs
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
@@ -56,8 +65,14 @@ def check_yaml(path: str) -> None:
     engine_args = EngineArgs.from_cli_args(parser.parse_args(["--config", path]))
     transfer = engine_args.kv_transfer_config
     check_transfer({"kv_connector": transfer.kv_connector, "kv_role": transfer.kv_role,
+                    "kv_connector_module_path": transfer.kv_connector_module_path,
                     "kv_connector_extra_config": transfer.kv_connector_extra_config})
-    return dict(transfer.kv_connector_extra_config)
+    events = engine_args.kv_events_config
+    if isinstance(events, dict):
+        events = KVEventsConfig(**events)
+    return {"connector": [transfer.kv_connector, transfer.kv_connector_module_path],
+            "extra": dict(transfer.kv_connector_extra_config),
+            "events": None if events is None else dataclasses.asdict(events)}
 
 
 def main() -> None:
@@ -68,7 +83,7 @@ def main() -> None:
                 check_transfer(case["config"])
                 results.append({"ok": True})
             else:
-                results.append({"ok": True, "extra": check_yaml(case["path"])})
+                results.append({"ok": True, **check_yaml(case["path"])})
         except (Exception, SystemExit) as exc:  # argparse exits on a bad value
             results.append({"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
     print("RESULTS " + json.dumps(results), flush=True)
