@@ -1,7 +1,8 @@
 """The cost model's parameters as an engine measured them, from a store's block events.
 
 Each lookup outcome the engine records carries its latency: a recompute miss the prefill time
-of its tokens, a CPU or cold promotion its copy. The median seconds per token of each becomes
+of its tokens, a CPU or cold promotion its copy (the events of one load share the load's
+time and latency: one job). The median seconds per token of each (per job) becomes
 the matching parameter, marked measured: ``prefill_tokens_per_s`` from recompute misses, the
 CPU->GPU path from CPU promotions (its per-request operation latency folded into the
 per-token figure), and the cold promotion's cost for the cold tier's decision. Outcomes the
@@ -22,14 +23,19 @@ from kvtier.policy.recommend.values import ColdCost
 FOLDED_OP_LATENCY_S = 1e-9  # the path's fixed cost is inside the measured per-token figure
 
 
-# An event without tokens (vLLM's hooks leave them out) counts its bytes' worth of tokens.
+# One load is one job: its events (one per block, same source, request, kind and time) share
+# the job's latency, as vLLM's hooks record them (kvtier calibrate groups them the same way);
+# a job's tokens are its events' (an event without tokens, as vLLM's hooks write them,
+# counts its bytes' worth).
 _SQL = """
-    SELECT CAST(kind AS VARCHAR) AS kind,
-           median(latency_s / coalesce(tokens, size_bytes / {bytes_per_token})) AS s_per_token
-    FROM {{events}}
-    WHERE latency_s IS NOT NULL AND latency_s > 0
-      AND coalesce(tokens, size_bytes / {bytes_per_token}) > 0
-      AND CAST(kind AS VARCHAR) IN ('cpu_promotion', 'cold_promotion', 'recompute_miss')
+    SELECT kind, median(latency_s / tokens) AS s_per_token FROM (
+        SELECT CAST(kind AS VARCHAR) AS kind, max(latency_s) AS latency_s,
+               sum(coalesce(tokens, size_bytes / {bytes_per_token})) AS tokens
+        FROM {{events}}
+        WHERE latency_s IS NOT NULL AND latency_s > 0
+          AND CAST(kind AS VARCHAR) IN ('cpu_promotion', 'cold_promotion', 'recompute_miss')
+        GROUP BY source, request_id, kind, time_s)
+    WHERE tokens > 0
     GROUP BY ALL"""
 
 

@@ -92,13 +92,14 @@ def test_a_custom_geometry_flag_prices_a_trace(tmp_path, capsys):
     assert "default model's, not measured" in capsys.readouterr().out
 
 
-def test_store_costs_count_tokens_from_bytes_when_events_carry_none(store):
+def test_store_costs_count_tokens_from_bytes_per_load_when_events_carry_none(store):
     reader = open_store(store)
     try:
         params, _ = store_costs(reader, CostParams(model=geometry_for(2048)), BLOCK_TOKENS)
     finally:
         reader.store.close()
-    per_token_s = PROMOTION_S / (BLOCK_BYTES / 2048)
+    # each request's two events are one load (same time, same latency): 64 tokens in PROMOTION_S
+    per_token_s = PROMOTION_S / (2 * BLOCK_BYTES / 2048)
     assert params.cpu_gpu_bandwidth_bytes_per_s.source == "measured"
     assert params.cpu_gpu_bandwidth_bytes_per_s.value == pytest.approx(2048 / per_token_s)
 
