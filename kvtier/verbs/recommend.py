@@ -102,7 +102,7 @@ def run(args) -> int:
     if instances:
         return _fleet(args, instances)
     rec, written = recommendation(args)
-    from kvtier.policy.recommend.sources import words
+    from kvtier.policy.recommend.input_sources import words
 
     print(f"verdict: {rec.verdict.words}")
     if rec.verdict.note:

@@ -38,7 +38,7 @@ from kvtier.policy.recommend.headroom import NOT_CHECKED, HostLimit
 from kvtier.policy.recommend.knobs import cpu_knobs, file_knob, guardrails
 from kvtier.policy.recommend.recommendation import Recommendation
 from kvtier.policy.recommend.sizing import DEFAULT_MIN_GAIN_PER_GIB, cold_free_cap, tier_size
-from kvtier.policy.recommend.sources import input_sources
+from kvtier.policy.recommend.input_sources import input_sources
 from kvtier.policy.recommend.sweep import THRESHOLDS
 from kvtier.policy.recommend.values import (
     ColdTierDecision,
