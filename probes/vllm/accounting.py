@@ -47,8 +47,11 @@ FINISH_STATUS_OF = {
     "FINISHED_REPETITION": "stopped",
 }
 # vLLM's frontend makes each request's internal id unique (InputProcessor.assign_request_id,
-# 0.32 and 0.33): f"{external_req_id}-{random_uuid():.8}", eight hex digits of a uuid4.
+# 0.32 and 0.33): f"{external_req_id}-{random_uuid():.8}", eight hex digits of a uuid4. Its
+# completions API names each prompt of a request f"cmpl-{id}-{prompt index}" (the response is
+# "cmpl-{id}", the index its choice's); the chat API uses "chatcmpl-{id}" as it is.
 _ENGINE_SUFFIX = re.compile(r"-[0-9a-f]{8}\Z")
+_PROMPT_INDEX = re.compile(r"\Acmpl-.+(-[0-9]+)\Z")
 _TAG_TYPES = {"session_id": str, "parent_request_id": str, "request_type": str, "turn": int,
               "tier_config_id": str}
 
@@ -84,14 +87,15 @@ def request_tags(kv_transfer_params, session_id=None) -> dict:
 def client_request_id(request_id: str, external_id=None) -> str | None:
     """The id the client saw for the engine-core request ``request_id``: vLLM's own
     ``external_req_id`` when the request carries it, else ``request_id`` without the suffix
-    vLLM's frontend appends (``chatcmpl-abc-9a25cf86`` -> ``chatcmpl-abc``); ``None`` for an
-    id without that suffix (``VLLM_DISABLE_REQUEST_ID_RANDOMIZATION``: the two ids agree)."""
-    if isinstance(external_id, str) and external_id:
-        return external_id
-    if not isinstance(request_id, str):
-        return None
-    match = _ENGINE_SUFFIX.search(request_id)
-    return request_id[:match.start()] if match and match.start() > 0 else None
+    vLLM's frontend appends (``chatcmpl-abc-9a25cf86`` -> ``chatcmpl-abc``), and for the
+    completions API without the prompt index too (``cmpl-abc-0-9a25cf86`` -> ``cmpl-abc``);
+    ``None`` for an id without that suffix (``VLLM_DISABLE_REQUEST_ID_RANDOMIZATION``)."""
+    client = external_id if isinstance(external_id, str) and external_id else None
+    if client is None and isinstance(request_id, str):
+        match = _ENGINE_SUFFIX.search(request_id)
+        client = request_id[:match.start()] if match and match.start() > 0 else None
+    indexed = _PROMPT_INDEX.match(client) if client else None
+    return client[:indexed.start(1)] if indexed else client
 
 
 def _as_hash(value) -> int:

@@ -129,6 +129,9 @@ def test_a_preempted_request_keeps_its_first_admissions_split(acc):
 @pytest.mark.parametrize("internal, external, client", [
     ("chatcmpl-7f3a-9a25cf86", None, "chatcmpl-7f3a"),   # vLLM's suffix: eight hex digits
     ("cmpl-x-9a25cf86", "cmpl-x", "cmpl-x"),              # the engine's own external id wins
+    ("cmpl-7f3a-0-9a25cf86", None, "cmpl-7f3a"),          # completions: prompt index too
+    ("cmpl-7f3a-12-9a25cf86", "cmpl-7f3a-12", "cmpl-7f3a"),
+    ("chatcmpl-7f3a-0-9a25cf86", None, "chatcmpl-7f3a-0"),  # the chat API adds no index
     ("chatcmpl-7f3a", None, None),                        # randomisation off: ids agree
     ("batch-run-ABCDEFGH", None, None),                   # not hex: no suffix of vLLM's
     ("-9a25cf86", None, None),                            # nothing would be left

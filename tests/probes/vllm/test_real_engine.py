@@ -66,9 +66,13 @@ def test_the_store_holds_one_record_per_request_with_the_engines_own_token_count
     assert sum(r["recomputed_tokens"] for r in requests) == run.local_compute
     assert all(r["cold_promotion_tokens"] == 0 for r in requests)
     # the per-block view agrees with the per-request one
-    (promoted,) = con.execute(
-        f"SELECT count(*) FROM block_events_with_origin WHERE {A_LOAD} AND kind = 'cpu_promotion'").fetchone()
-    assert promoted * 32 == cpu
+    (promoted, promoted_tokens) = con.execute(
+        f"SELECT count(*), sum(tokens) FROM block_events_with_origin WHERE {A_LOAD} "
+        "AND kind = 'cpu_promotion'").fetchone()
+    assert promoted * 32 == cpu == promoted_tokens  # each promotion carries its chunk's tokens
+    (untokened,) = con.execute(f"SELECT count(*) FROM block_events_with_origin WHERE {A_LOAD} "
+                               "AND tokens IS NULL").fetchone()
+    assert untokened == 0
     print("store vs vLLM:", {"requests": len(requests),
                              "prompt": (sum(r["prompt_tokens"] for r in requests), deltas["vllm:prefix_cache_queries_total"]),
                              "gpu_hit": (sum(r["gpu_hit_tokens"] for r in requests), deltas["vllm:prefix_cache_hits_total"]),
@@ -178,6 +182,8 @@ def test_request_records_say_how_each_request_ended_and_what_the_client_sent(run
     (stopped,) = rows(con, "SELECT * FROM requests WHERE request_id LIKE ?", [client["stop_token_id"] + "%"])
     assert client["stop_token_finish"] == "stop"
     assert (stopped["finish_status"], stopped["stop_reason"]) == ("stopped", str(client["stop_token"]))
+    # the engine's id is the client's with vLLM's suffix; the record keeps the client's too
+    assert stopped["client_request_id"] == client["stop_token_id"] != stopped["request_id"]
     if client["stop_string_finish"] == "stop":  # vLLM's frontend matches stop strings, then aborts
         (by_string,) = rows(con, "SELECT * FROM requests WHERE request_id LIKE ?", [client["stop_string_id"] + "%"])
         assert client["stop_string_finish"] == "stop"
