@@ -1,5 +1,6 @@
 """`kvtier collect --scrape`: a real HTTP server serving a vLLM page with LMCache inside, its
-intervals stored; `--help` names the scrape and SGLang taps."""
+intervals stored; `--sglang-events`: SGLang's KV events over ZMQ, stored as SGLang's; `--help`
+names both."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import urllib.request
 import duckdb
 import pytest
 
+from tests.conftest import free_port
 from tests.probes.fake_http import FakeEngineHttp
 from tests.probes.scrape.test_scraper import LMCACHE, V1, V2, VLLM
 
@@ -83,3 +85,46 @@ def test_a_scrape_url_that_is_not_http_is_one_line_and_exit_2(tmp_path):
                   "ftp://127.0.0.1/metrics", "--metrics-port", "0", "--duration-s", "1")
     assert done.returncode == 2
     assert "--scrape 'ftp://127.0.0.1/metrics': url must be http(s)" in done.stderr
+
+
+def test_collect_sglang_events_stores_sglangs_stream(tmp_path):
+    """SGLang publishes vLLM's wire format (without a medium): a connecting publisher's
+    BlockStored frames become SGLang's GPU stores in the store."""
+    import time
+
+    import msgpack
+    import zmq
+
+    endpoint, store = f"tcp://127.0.0.1:{free_port()}", tmp_path / "kvtier.duckdb"
+    service = subprocess.Popen(
+        [sys.executable, "-m", "kvtier", "collect", "--store", str(store), "--metrics-port", "0",
+         "--instance", "node-g", "--sglang-events", endpoint, "--duration-s", "6"],
+        stdout=subprocess.PIPE, text=True)
+    publisher = zmq.Context.instance().socket(zmq.PUB)
+    try:
+        for line in service.stdout:
+            if "tap VllmEventTap started" in line:
+                assert endpoint in line
+                break
+        publisher.connect(endpoint)
+        for seq in range(12):
+            events = [{"type": "BlockStored", "block_hashes": [500 + seq], "parent_block_hash": None,
+                       "token_ids": list(range(16)), "block_size": 16, "lora_id": None}]
+            publisher.send_multipart([b"", seq.to_bytes(8, "big"),
+                                      msgpack.packb([time.time(), events, 0])])
+            time.sleep(0.2)
+        out, _ = service.communicate(timeout=60)
+    finally:
+        publisher.close(linger=0)
+        service.kill() if service.poll() is None else None
+    assert service.returncode == 0, out
+    con = duckdb.connect(str(store), read_only=True)
+    try:
+        stored = con.execute(
+            "SELECT count(*), min(source) LIKE 'sglang-zmq:node-g:%', count(DISTINCT engine) "
+            "FROM block_events_with_origin WHERE engine = 'sglang' AND kind = 'store' "
+            "AND tier_to = 'gpu' AND tokens = 16").fetchone()
+    finally:
+        con.close()
+    assert stored[0] >= 6 and stored[1] and stored[2] == 1  # a slow joiner may miss the first
+
