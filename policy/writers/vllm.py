@@ -1,4 +1,5 @@
-"""vLLM (0.33.0) writer: ``--kv-transfer-config`` for the native ``OffloadingConnector``.
+"""vLLM (0.33.0) writer: ``--kv-transfer-config`` for vLLM's ``OffloadingConnector``, or for
+kvtier's recording connector where the file loads it.
 
 Files it edits:
 
@@ -80,7 +81,8 @@ def transfer_config(settings: EngineSettings, existing: dict | None = None, *,
     if "cpu_bytes_to_use" not in extra:
         raise ValueError("vLLM's OffloadingConnector needs cpu_tier_bytes (cpu_bytes_to_use)")
     _apply_cold_tier(settings, extra)
-    if _is_tiering(extra) and extra.get("store_threshold", 0) >= 2:
+    threshold = extra.get("store_threshold", 0)  # a bad type is named by the shape check
+    if _is_tiering(extra) and isinstance(threshold, int) and threshold >= 2:
         raise ValueError("the file's secondary tier and store_threshold >= 2 conflict: "
                          "vLLM's tiering spec rejects it; set store_threshold 0")
     config["kv_connector_extra_config"] = extra
@@ -137,7 +139,10 @@ def _apply_cold_tier(settings: EngineSettings, extra: dict) -> None:
             extra["spec_name"] = _spec_family(extra)[0]
     elif settings.cold_tier_path is not None:
         extra["spec_name"] = _spec_family(extra)[1]
-        tiers = [t for t in extra.get("secondary_tiers", []) if t.get("type") != "fs"]
+        tiers = extra.get("secondary_tiers", [])
+        if not isinstance(tiers, list) or not all(isinstance(t, dict) for t in tiers):
+            raise ConfigFileError(f"secondary_tiers must be a list of mappings, got {tiers!r:.60}")
+        tiers = [t for t in tiers if t.get("type") != "fs"]
         extra["secondary_tiers"] = tiers + [{"type": "fs", "root_dir": settings.cold_tier_path,
                                              "enable_kv_events": True}]
 

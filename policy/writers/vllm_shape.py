@@ -17,7 +17,8 @@ from collections.abc import Mapping
 
 KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
 PUBLISHERS = ("null", "zmq")
-# module path -> the names vLLM finds there (kvtier's plug-ins, probes/vllm/)
+# module path -> the names vLLM finds there (kvtier's plug-ins, probes/vllm/); specs are
+# listed as (the CPU spec, the CPU + secondary-tier spec), as vLLM's own pair is
 KVTIER_CONNECTORS = {"kvtier.probes.vllm.connector": ("KvtierOffloadingConnector",)}
 KVTIER_SPECS = {"kvtier.probes.vllm.spec": ("KvtierCPUOffloadingSpec", "KvtierTieringOffloadingSpec")}
 VLLM_SPECS = ("CPUOffloadingSpec", "TieringOffloadingSpec")  # registered in vLLM's factory
@@ -70,11 +71,11 @@ def _check_offloading(extra: Mapping) -> None:
         raise ShapeError(f"spec_name {spec!r} is not one of vLLM's ({', '.join(VLLM_SPECS)}) "
                          "and no spec_module_path says where it is")
     size = extra.get("cpu_bytes_to_use")
-    if isinstance(size, bool) or not isinstance(size, (int, float)) or not size > 0:
+    if not size or _as_int(size) is None or _as_int(size) < 0:  # vLLM: truthy, then int()
         raise ShapeError(f"cpu_bytes_to_use must be a number of bytes > 0, got {size!r}")
-    threshold = extra.get("store_threshold", 0)
-    if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0:
-        raise ShapeError(f"store_threshold must be an int >= 0, got {threshold!r}")
+    threshold = _as_int(extra.get("store_threshold", 0))  # vLLM: int()
+    if threshold is None:
+        raise ShapeError(f"store_threshold must be an int, got {extra.get('store_threshold')!r}")
     tiering = spec in ("TieringOffloadingSpec", "KvtierTieringOffloadingSpec")
     if tiering and threshold >= 2:
         raise ShapeError(f"store_threshold={threshold} with {spec}: vLLM rejects it; use 0")
@@ -83,6 +84,16 @@ def _check_offloading(extra: Mapping) -> None:
         raise ShapeError(f"secondary_tiers must be a list of mappings with a type, got {tiers!r}")
     if tiers and not tiering:
         raise ShapeError(f"secondary_tiers with spec_name {spec!r}: only a tiering spec reads them")
+
+
+def _as_int(value) -> int | None:
+    """``int(value)`` as vLLM takes it, or ``None`` where that raises."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _check_events(events: Mapping) -> None:

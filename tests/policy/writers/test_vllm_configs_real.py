@@ -169,3 +169,33 @@ def test_vllm_boots_what_push_writes_over_kvtiers_connector_and_after_a_rollback
     specs = [r["extra"]["spec_name"] for r in results[:3]]
     assert sizes == [2 * GiB, 1, GiB]
     assert specs == ["KvtierCPUOffloadingSpec", "KvtierCPUOffloadingSpec", "KvtierTieringOffloadingSpec"]
+
+
+def test_where_vllm_is_importable_the_shape_check_also_asks_vllms_config_classes():
+    """Run in vLLM's environment, the product's check refuses what only vLLM's pydantic
+    classes know is wrong (a misspelt KV-events key, a load-failure policy it lacks)."""
+    code = """
+import json
+from kvtier.policy.writers.vllm_shape import ShapeError, check
+good = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+        "kv_connector_extra_config": {"cpu_bytes_to_use": 1}}
+out = []
+for transfer, events in ((good, {"enable_kv_cache_events": True}),
+                         (good, {"enable_kv_cache_events": True, "endpoitn": "tcp://*:1"}),
+                         (dict(good, kv_load_failure_policy="maybe"), None)):
+    try:
+        check(transfer, events)
+        out.append("ok")
+    except ShapeError as error:
+        out.append(str(error))
+print("RESULTS " + json.dumps(out))
+"""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), VLLM_TARGET_DEVICE="cpu")
+    done = subprocess.run([SIDE_PYTHON, "-c", code], text=True, capture_output=True, timeout=170,
+                          env=env)
+    line = next((l for l in done.stdout.splitlines() if l.startswith("RESULTS ")), None)
+    assert line, done.stderr[-2000:]
+    ok, misspelt, policy = json.loads(line[len("RESULTS "):])
+    assert ok == "ok"
+    assert misspelt.startswith("vLLM's KVEventsConfig refuses it") and "endpoitn" in misspelt
+    assert policy.startswith("vLLM's KVTransferConfig refuses it") and "kv_load_failure_policy" in policy
