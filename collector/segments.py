@@ -27,13 +27,14 @@ from pathlib import Path
 from kvtier.collector.ddl import (
     BLOCK_EVENTS_TABLE,
     EXPORTS_TABLE,
+    METRIC_INTERVALS_TABLE,
     REQUESTS_TABLE,
     TIME_COLUMN,
     WITH_ORIGIN,
 )
 from kvtier.collector.store import TraceStore
 
-SEGMENT_TABLES = (BLOCK_EVENTS_TABLE, REQUESTS_TABLE)
+SEGMENT_TABLES = (BLOCK_EVENTS_TABLE, REQUESTS_TABLE, METRIC_INTERVALS_TABLE)
 
 
 @dataclass(frozen=True, slots=True)

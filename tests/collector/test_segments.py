@@ -37,7 +37,7 @@ def test_export_partitions_by_day_and_instance_and_never_rewrites(store, tmp_pat
     assert export_segments(store, tmp_path).total_rows == 0  # nothing new
     store.ingest(EventBatch.from_rows(a, 1, events(day1 + 20, 4, "r3")))
     second = export_segments(store, tmp_path)
-    assert second.rows == {"block_events": 4, "requests": 0}
+    assert second.rows == {"block_events": 4, "requests": 0, "metric_intervals": 0}
     assert {p: p.read_bytes() for p in first.files} == before
     assert not set(second.files) & set(first.files)
 
@@ -98,3 +98,22 @@ def test_reused_request_ids_from_two_replays_do_not_mix(store, tmp_path):
     export_segments(store, tmp_path)
     for reader in (StoreReader(store), SegmentReader(tmp_path)):
         assert [r.block_hashes for r in reader.requests()] == [(7000, 7001), (9,)]
+
+
+def test_scraped_metric_intervals_are_exported_as_segments(store, tmp_path):
+    from kvtier.collector.events import MetricInterval
+
+    origin = Origin("vllm", "node-a", "vllm-scrape:node-a:http://127.0.0.1:8000/metrics:1")
+    day = 1_800_000_000.0
+    rows = [MetricInterval(day, day + 10, "vllm:prefix_cache_hits_total", "counter", 60.0,
+                           'engine="0"'),
+            MetricInterval(day, day + 10, "vllm:kv_cache_usage_perc", "gauge", 0.5, 'engine="0"')]
+    store.ingest(EventBatch.from_intervals(origin, 0, rows))
+    result = export_segments(store, tmp_path)
+    assert result.rows["metric_intervals"] == 2
+    got = duckdb.connect().sql(
+        f"SELECT instance, metric, value FROM {segments_relation(tmp_path, 'metric_intervals')} "
+        "ORDER BY metric").fetchall()
+    assert got == [("node-a", "vllm:kv_cache_usage_perc", 0.5),
+                   ("node-a", "vllm:prefix_cache_hits_total", 60.0)]
+
