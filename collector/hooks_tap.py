@@ -14,12 +14,17 @@ store's ledger left a source (the next sequence it expects), so a restarted coll
 batches lost while it was down too.
 :meth:`HooksTap.samples` exports them as ``kvtier_recorder_dropped_events_total`` etc. A
 batch the store already has (a restarted collector, a replay) is not counted as a gap.
+
+On stop, :meth:`HooksTap.drain` hands over what already reached the socket before it closes:
+the endpoints stay bound meanwhile, since unbinding would drop what ZMQ has received and not
+yet handed over.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -28,6 +33,7 @@ from kvtier.collector.shipment import ShipmentError, decode
 log = logging.getLogger(__name__)
 
 DEFAULT_HOOKS_ENDPOINT = "tcp://127.0.0.1:5570"
+_QUIET_S = 0.2  # a drain ends when nothing more arrived for this long (all that was sent is in)
 
 
 @dataclass(frozen=True)
@@ -136,8 +142,9 @@ class HooksTap:
             self._context.term()
         self._socket = self._context = None
 
-    def poll(self, timeout_s: float = 0.0, max_messages: int = 1000) -> int:
-        """Wait up to ``timeout_s`` for a message, deliver what is there; returns batches."""
+    def poll(self, timeout_s: float = 0.0, max_messages: int = 100) -> int:
+        """Wait up to ``timeout_s`` for a message, deliver what is there (at most
+        ``max_messages``, so a stop is not kept waiting); returns batches delivered."""
         import zmq
 
         self.open()
@@ -145,7 +152,7 @@ class HooksTap:
         try:
             if not self._socket.poll(int(timeout_s * 1000)):
                 return 0
-            while delivered < max_messages:
+            for _ in range(max_messages):
                 try:
                     frames = self._socket.recv_multipart(zmq.NOBLOCK, copy=True)
                 except zmq.Again:
@@ -154,6 +161,39 @@ class HooksTap:
         except zmq.ZMQError as error:  # a broken socket: the runner reopens it
             raise OSError(f"hooks endpoint {self.name}: {error}") from None
         return delivered
+
+    def drain(self, timeout_s: float) -> int:
+        """Deliver what already reached the socket, until nothing more arrives for a moment
+        or ``timeout_s`` passed; then count, without delivering, what is still queued.
+        Returns that count (batches left unread)."""
+        import zmq
+
+        if self._socket is None:
+            return 0
+        deadline = time.monotonic() + timeout_s
+        try:
+            while (left_s := deadline - time.monotonic()) > 0:
+                if not self._socket.poll(int(min(_QUIET_S, left_s) * 1000)):
+                    break
+                try:
+                    self._on_frames(self._socket.recv_multipart(zmq.NOBLOCK, copy=True))
+                except zmq.Again:
+                    continue
+            return self._count_queued(zmq)
+        except zmq.ZMQError as error:
+            raise OSError(f"hooks endpoint {self.name}: {error}") from None
+
+    def _count_queued(self, zmq) -> int:
+        """Receive and count what waits now, at most a queue's worth (a sender that keeps
+        sending would never let this end)."""
+        unread = 0
+        for _ in range(self.config.queue_batches):
+            try:
+                self._socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            unread += 1
+        return unread
 
     def _on_frames(self, frames) -> int:
         try:

@@ -11,6 +11,12 @@ taps read what engines publish, so a slow disk slows only the collector.
 it) and opens every tap before it returns, so a service that cannot collect fails at once
 (:class:`ServiceStartError`, with what it opened closed again); a tap that fails later is
 supervised by its :class:`kvtier.collector.taps.TapRunner` and reported by :meth:`health`.
+
+Nothing that reached the service is lost without a count: a write the store refuses waits in
+:class:`kvtier.collector.writer.StoreWriter`'s backlog and is retried (``/healthz`` says 503
+meanwhile), and :meth:`CollectorService.stop` lets every tap hand over what already reached
+it (within ``stop_grace_s``) before the last export, and says what the store then holds in a
+:class:`StopSummary`.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from kvtier.collector.periodic import Periodic
 from kvtier.collector.segments import clear_note, segments_note
 from kvtier.collector.store import IngestResult, TraceStore
 from kvtier.collector.taps import Backoff, Tap, TapFactory, TapHealth, TapRunner, describe
+from kvtier.collector.writer import DEFAULT_BACKLOG_BYTES, StoreWriter, WriteHealth
 
 log = logging.getLogger(__name__)
 
@@ -47,19 +54,26 @@ class CollectorConfig:
     otlp_interval_s: float = 10.0
     recommendation_path: Path | None = None  # exported as kvtier_recommendation_info
     instance: str = field(default_factory=socket.gethostname)
+    stop_grace_s: float = 30.0  # on stop, how long taps may hand over what already arrived
+    backlog_bytes: int = DEFAULT_BACKLOG_BYTES  # batches kept while the store refuses writes
 
     def __post_init__(self) -> None:
         for name in ("export_every_s", "otlp_interval_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if not self.stop_grace_s >= 0 or self.backlog_bytes < 0:
+            raise ValueError(f"stop_grace_s and backlog_bytes must be >= 0, got "
+                             f"{self.stop_grace_s!r}, {self.backlog_bytes!r}")
         if self.retention_s is not None and not self.retention_s > 0:
             raise ValueError(f"retention_s must be > 0, got {self.retention_s!r}")
         if self.metrics_port is not None and not 0 <= self.metrics_port < 65536:
             raise ValueError(f"metrics_port must be in 0..65535, got {self.metrics_port}")
 
 
-__all__ = ["CollectorConfig", "CollectorService", "ServiceHealth", "ServiceStartError", "Tap",
-           "TapFactory"]
+__all__ = ["CollectorConfig", "CollectorService", "ServiceHealth", "ServiceStartError",
+           "StopSummary", "Tap", "TapFactory"]
+
+_RETRY_EVERY_S = 0.25  # how often the writer's backlog is looked at (its backoff paces it)
 
 # Counters in a tap's ``stats`` that count data it could not use (the tap kept running).
 _DATA_ERRORS = ("bad_frames", "bad_events", "bad_bodies", "parse_errors", "callback_errors")
@@ -77,18 +91,37 @@ class ServiceStartError(OSError):
 
 @dataclass(frozen=True)
 class ServiceHealth:
-    """What ``/healthz`` shows: ``ok`` when every tap is running."""
+    """What ``/healthz`` shows: ``ok`` when every tap is running, the store takes writes and
+    the last segment export (if any) worked; ``segments_error`` is that export's failure."""
 
     taps: tuple[TapHealth, ...]
-    ingest_errors_total: int
+    store: WriteHealth | None
+    segments_error: str | None = None
 
     @property
     def ok(self) -> bool:
-        return all(tap.up for tap in self.taps)
+        store_ok = self.store is None or not self.store.failing
+        return all(tap.up for tap in self.taps) and store_ok and self.segments_error is None
 
     def to_dict(self) -> dict:
         return {"status": "ok" if self.ok else "failing", "taps": [t.to_dict() for t in self.taps],
-                "ingest_errors_total": self.ingest_errors_total}
+                "store": None if self.store is None else self.store.to_dict(),
+                "ingest_errors_total": 0 if self.store is None else self.store.failures_total,
+                "segments": {"state": "failing" if self.segments_error else "ok",
+                             "last_error": self.segments_error}}
+
+
+@dataclass(frozen=True)
+class StopSummary:
+    """What a stopped service leaves: the store's counts read after its last write, the
+    batches that reached a tap but were not taken within the grace (``unread_batches``), and
+    those the store never took (``dropped_batches``: backlog full, or still failing at stop)."""
+
+    batches: int
+    block_events: int
+    requests: int
+    unread_batches: int
+    dropped_batches: int
 
 
 class CollectorService:
@@ -110,24 +143,26 @@ class CollectorService:
         self.metrics: MetricsServer | None = None
         self._pusher = self._spans = None
         self._maintenance = Periodic(self._maintain, config.export_every_s, "kvtier-maintenance")
+        self._retries = Periodic(self._retry_writes, _RETRY_EVERY_S, "kvtier-store-retry")
+        self._writer: StoreWriter | None = None
+        self._segments_error: str | None = None
         self._started = False
-        self.ingest_errors = 0
 
     # ---------------------------------------------------------------- ingest
 
     def ingest(self, batch: EventBatch) -> IngestResult | None:
-        """Store a tap's batch and export it. Never raises into the tap."""
-        try:
-            result = self.store.ingest(batch)
-        except Exception:
-            self.ingest_errors += 1
-            log.exception("could not store batch %s/%d", batch.origin.source, batch.sequence)
-            return None
+        """Store a tap's batch and export it; ``None`` while it waits for the store to take
+        writes again (see :mod:`kvtier.collector.writer`). Never raises into the tap."""
+        return self._writer.write(batch)
+
+    def _observe(self, batch: EventBatch, result: IngestResult) -> None:
         if not result.duplicate:
             self.state.observe(batch)
             if self._spans is not None:
                 self._spans.observe(batch)
-        return result
+
+    def _retry_writes(self) -> None:
+        self._writer.retry()
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -135,6 +170,7 @@ class CollectorService:
         """Open the store, the HTTP server and every tap, then start the threads. Raises the
         store's error or :class:`ServiceStartError` with everything opened closed again."""
         self.store = TraceStore(self.config.store_path, clock=self.clock)
+        self._writer = StoreWriter(self.store, self._observe, backlog_bytes=self.config.backlog_bytes)
         try:
             if self.config.segments_dir is not None:  # readers that find the store locked look here
                 segments_note(self.config.store_path, self.config.segments_dir)
@@ -177,14 +213,22 @@ class CollectorService:
             self._spans = RequestSpans(tracer_provider())
         for runner in self._runners:
             runner.start()
+        self._retries.start()
         self._maintenance.start()
         self._started = True
 
-    def stop(self) -> None:
-        """Stop and close everything started (safe after a failed :meth:`start`)."""
-        for runner in self._runners:
-            runner.stop()
+    def stop(self) -> StopSummary | None:
+        """Stop and close everything started (safe after a failed :meth:`start`): every tap
+        first hands over what already reached it (at most ``stop_grace_s`` in all), the
+        writer makes its last attempt, the last export runs, and the store's counts are read
+        before it closes. ``None`` if no store was open."""
+        deadline = time.monotonic() + self.config.stop_grace_s
+        for runner in self._runners:  # all drain at once, within one grace
+            runner.request_stop(self.config.stop_grace_s)
+        unread = sum(runner.stop(max(0.0, deadline - time.monotonic())) for runner in self._runners)
         if self._started:
+            self._retries.stop()
+            self._writer.close()
             self._maintenance.stop()  # its last run exports what the taps delivered
             self._started = False
         if self._pusher is not None:
@@ -196,13 +240,33 @@ class CollectorService:
         if self.metrics is not None:
             self.metrics.close()
             self.metrics = None
-        if self.store is not None:
+        if self.store is None:
+            return None
+        summary = self._final_counts(unread, self._writer.dropped_batches_total)
+        try:
             self.store.close()
-            clear_note(self.config.store_path)
-            self.store = None
+        except Exception as error:  # its last checkpoint; the WAL keeps what was committed
+            log.warning("store %s: closing failed (%s); its WAL keeps every committed batch",
+                        self.config.store_path, describe(error))
+        clear_note(self.config.store_path)
+        self.store = None
+        return summary
+
+    def _final_counts(self, unread: int, dropped: int) -> StopSummary:
+        from kvtier.collector.ddl import BLOCK_EVENTS_TABLE, LEDGER_TABLE, REQUESTS_TABLE
+
+        try:
+            counts = [self.store.count(t) for t in (LEDGER_TABLE, BLOCK_EVENTS_TABLE, REQUESTS_TABLE)]
+        except Exception as error:
+            log.warning("store %s: cannot count what it holds: %s", self.config.store_path,
+                        describe(error))
+            counts = [-1, -1, -1]
+        return StopSummary(*counts, unread_batches=unread, dropped_batches=dropped)
 
     def health(self) -> ServiceHealth:
-        return ServiceHealth(tuple(r.health() for r in self._runners), self.ingest_errors)
+        return ServiceHealth(tuple(r.health() for r in self._runners),
+                             None if self._writer is None else self._writer.health(),
+                             self._segments_error)
 
     def _health_page(self) -> tuple[bool, dict]:
         health = self.health()
@@ -211,7 +275,10 @@ class CollectorService:
     def _maintain(self) -> None:
         self.export_segments()
         if self.config.retention_s is not None:
-            self.store.prune(self.config.retention_s)
+            try:
+                self.store.prune(self.config.retention_s)
+            except Exception as error:  # the next run prunes what this one could not
+                log.warning("retention on %s failed: %s", self.config.store_path, describe(error))
 
     def export_segments(self) -> int:
         """Write new segments now (if a segment folder is configured); returns files written."""
@@ -220,10 +287,17 @@ class CollectorService:
         from kvtier.collector.segments import export_segments
 
         try:
-            return len(export_segments(self.store, self.config.segments_dir).files)
-        except Exception:
-            log.exception("segment export to %s failed", self.config.segments_dir)
+            files = len(export_segments(self.store, self.config.segments_dir).files)
+        except Exception as error:  # the next run exports the rows this one could not
+            if self._segments_error is None:
+                log.warning("segment export to %s failed (%s); retried every %.0f s",
+                            self.config.segments_dir, describe(error), self.config.export_every_s)
+            self._segments_error = describe(error)
             return 0
+        if self._segments_error is not None:
+            log.warning("segment export to %s works again", self.config.segments_dir)
+            self._segments_error = None
+        return files
 
     # ---------------------------------------------------------------- live samples
 
@@ -245,4 +319,15 @@ class CollectorService:
                 yield from more()
 
     def _service_samples(self):
-        yield Sample("kvtier_ingest_errors_total", "Batches the store could not take", self.ingest_errors, {})
+        if self._writer is None:
+            return
+        health = self._writer.health()
+        yield Sample("kvtier_ingest_errors_total", "Writes the store refused (each is kept and "
+                     "retried)", health.failures_total, {})
+        yield Sample("kvtier_store_backlog_batches", "Batches waiting for the store to take "
+                     "writes again", health.backlog_batches, {})
+        yield Sample("kvtier_store_dropped_batches_total", "Batches the store never took (the "
+                     "backlog was full, or the store still failed at stop)",
+                     health.dropped_batches_total, {})
+        yield Sample("kvtier_store_up", "1 while the store takes writes, 0 while they fail",
+                     0.0 if health.failing else 1.0, {})

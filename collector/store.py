@@ -82,6 +82,7 @@ class TraceStore:
         self.read_only = read_only
         self._clock = clock
         self._lock = threading.Lock()
+        self._broken = False  # DuckDB invalidated the connection: reopen before the next call
         if self.path == ":memory:":
             self._con = duckdb.connect(self.path)
         else:
@@ -117,7 +118,7 @@ class TraceStore:
         origin = batch.origin
         self._writable()
         with self._lock:
-            con = self._con
+            con = self._live()
             con.execute("BEGIN TRANSACTION")
             try:
                 seen = con.execute(
@@ -138,13 +139,36 @@ class TraceStore:
                      sum(batch.rejected.values()), self._clock()],
                 )
                 con.execute("COMMIT")
-            except BaseException:
-                con.execute("ROLLBACK")
+            except BaseException as error:
+                self._abandon(con, error)
                 raise
         self.rejected_total.update(batch.rejected)
         return IngestResult(origin.source, batch.sequence, batch.block_events.num_rows,
                             batch.requests.num_rows, batch.rejected, False, batch_id,
                             batch.metric_intervals.num_rows)
+
+    def _abandon(self, con, error: BaseException) -> None:
+        """Roll back a failed ingest; the original error is what the caller sees."""
+        try:
+            con.execute("ROLLBACK")
+        except duckdb.Error:  # a failed COMMIT rolled back already, or the database is lost
+            pass
+        if isinstance(error, duckdb.FatalException):
+            # DuckDB refuses every later call ("must be restarted", after e.g. a checkpoint
+            # into a full disk): the next call opens the file again, replaying its WAL
+            self._broken = True
+
+    def _live(self) -> duckdb.DuckDBPyConnection:
+        """The connection, opened again first if DuckDB invalidated it (lock held)."""
+        if self._broken:
+            try:
+                self._con.close()
+            except duckdb.Error:
+                pass
+            self._con = connect(self.path, read_only=self.read_only)
+            self._broken = False
+            log.warning("store %s: opened again after DuckDB invalidated it", self.path)
+        return self._con
 
     def _insert(self, table: str, data: pa.Table, batch_id: int) -> None:
         if data.num_rows == 0:
@@ -173,7 +197,7 @@ class TraceStore:
         deleted = {}
         with self._lock:
             for table in TIME_COLUMN:
-                deleted[table] = self._con.execute(
+                deleted[table] = self._live().execute(
                     f"DELETE FROM {table} WHERE {TIME_COLUMN[table]} < ?", [cutoff]
                 ).fetchall()[0][0]
         return PruneResult(cutoff, deleted[BLOCK_EVENTS_TABLE], deleted[REQUESTS_TABLE],
@@ -197,11 +221,11 @@ class TraceStore:
     def query(self, sql: str, params: list | None = None) -> pa.Table:
         """Run a read query on the store's connection and return an Arrow table."""
         with self._lock:
-            return self._con.sql(sql, params=params or None).to_arrow_table()
+            return self._live().sql(sql, params=params or None).to_arrow_table()
 
     def scalar(self, sql: str, params: list | None = None):
         with self._lock:
-            rows = self._con.execute(sql, params or []).fetchall()
+            rows = self._live().execute(sql, params or []).fetchall()
         return rows[0][0] if rows else None
 
     def count(self, table: str) -> int:
@@ -228,7 +252,7 @@ class TraceStore:
     def run_locked(self, work: Callable[[duckdb.DuckDBPyConnection], object]):
         """Run ``work(connection)`` with the store's lock held (for exports and readers)."""
         with self._lock:
-            return work(self._con)
+            return work(self._live())
 
     def close(self) -> None:
         with self._lock:

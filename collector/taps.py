@@ -12,6 +12,11 @@ service owns the threads, so every tap gets the same treatment:
 
 Data problems (a bad frame, a malformed event) are not failures: taps skip and count them in
 their ``stats`` and keep running.
+
+On stop, what already reached a tap is not lost: the tap's own thread stops polling, lets the
+tap hand over what is queued (``drain``, bounded by the grace the service gives it) and then
+closes it, so a socket is never closed under a thread that still reads it. What the tap could
+not take within the grace is counted (:attr:`TapRunner.unread_batches`).
 """
 
 from __future__ import annotations
@@ -38,6 +43,11 @@ class Tap(Protocol):
     releases the sockets (idempotent). ``poll_every_s`` is the pause between polls (``0``
     for taps whose ``poll`` itself waits). ``stats`` holds the tap's counters (``bad_frames``,
     ``gaps``, ...), which the service exports.
+
+    A tap that holds received data (a socket's queue) also has ``drain(timeout_s) -> int``:
+    hand over everything already received, until nothing more arrives or ``timeout_s``
+    passed, and return how many batches it left unread (counted, not delivered). It is
+    called once, from the polling thread, before ``close``.
     """
 
     name: str
@@ -53,6 +63,9 @@ class Tap(Protocol):
 
 # A tap is built with the service's ingest callback: ``factory(on_batch) -> Tap``.
 TapFactory = Callable[[Callable[[EventBatch], object]], Tap]
+
+# How long a stop waits, past its grace, for a poll in flight when it was asked.
+_POLL_IN_FLIGHT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -87,6 +100,7 @@ class TapHealth:
     retry_in_s: float | None = None
     sequence_gaps_total: int | None = None
     lost_batches_total: int | None = None
+    endpoints: tuple[str, ...] = ()  # bound, with the port chosen for ``:0``
 
     @property
     def up(self) -> bool:
@@ -96,6 +110,7 @@ class TapHealth:
         return {"name": self.name, "kind": self.kind, "state": self.state,
                 "failures_total": self.failures_total, "last_error": self.last_error,
                 "retry_in_s": None if self.retry_in_s is None else round(self.retry_in_s, 3),
+                **({"endpoints": list(self.endpoints)} if self.endpoints else {}),
                 **({} if self.sequence_gaps_total is None else {
                     "sequence_gaps_total": self.sequence_gaps_total,
                     "lost_batches_total": self.lost_batches_total})}
@@ -120,6 +135,9 @@ class TapRunner:
         self._in_a_row = 0
         self._last_error: str | None = None
         self._retry_at: float | None = None
+        self._grace_s = 0.0
+        self.endpoints: tuple[str, ...] = ()  # what open() bound (a port chosen for :0)
+        self.unread_batches = 0
 
     @property
     def failures_total(self) -> int:
@@ -127,7 +145,7 @@ class TapRunner:
 
     def open(self) -> None:
         """Open the tap now, in the caller's thread; its error reaches the caller."""
-        self.tap.open()
+        self.endpoints = tuple(self.tap.open() or ())
         self._open = True
         self._state = "running"
 
@@ -138,25 +156,52 @@ class TapRunner:
                                             daemon=True)
             self._thread.start()
 
-    def stop(self, timeout_s: float = 5.0) -> None:
+    def request_stop(self, grace_s: float = 5.0) -> None:
+        """Ask the thread to stop polling, drain for at most ``grace_s`` and close the tap."""
+        self._grace_s = max(0.0, grace_s)
         self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            self._thread = None
-        self._close()
+
+    def stop(self, grace_s: float = 5.0) -> int:
+        """Stop as :meth:`request_stop` says and wait for it; returns batches left unread."""
+        if not self._stopping.is_set():
+            self.request_stop(grace_s)
+        thread, self._thread = self._thread, None
+        if thread is None:
+            self._finish()
+        else:
+            thread.join(self._grace_s + self.poll_timeout_s + _POLL_IN_FLIGHT_S)
+            if thread.is_alive():  # its socket stays with it: closing it here would race
+                log.warning("tap %s did not finish within its %.0f s grace; stopping without it",
+                            self.tap.name, self._grace_s)
         self._state = "stopped"
+        return self.unread_batches
 
     def _run(self) -> None:
         while not self._stopping.is_set():
             pause = self.step()
             if pause > 0:
                 self._stopping.wait(pause)
+        self._finish()
+
+    def _finish(self) -> None:
+        """Hand over what already reached the tap, then close it (the polling thread's last act)."""
+        drain = getattr(self.tap, "drain", None)
+        if self._open and drain is not None:
+            try:
+                self.unread_batches += drain(self._grace_s)
+            except Exception as error:
+                log.warning("tap %s: could not read what was left at stop: %s", self.tap.name,
+                            describe(error))
+        self._close()
+        if self.unread_batches:
+            log.warning("tap %s: %d batch(es) that had arrived were left unread at stop (the "
+                        "grace of %.0f s ran out)", self.tap.name, self.unread_batches, self._grace_s)
 
     def step(self) -> float:
         """One round: (re)open if needed, poll; returns the seconds to wait before the next."""
         try:
             if not self._open:
-                self.tap.open()
+                self.endpoints = tuple(self.tap.open() or ())
                 self._open = True
             self.tap.poll(self.poll_timeout_s)
         except Exception as error:  # any failure: the supervisor's whole job
@@ -199,7 +244,7 @@ class TapRunner:
             gaps, lost = getattr(stats, "gaps", None), getattr(stats, "lost_batches", None)
             return TapHealth(self.tap.name, type(self.tap).__name__, self._state,
                              self._failures_total, self._last_error, retry_in, gaps,
-                             None if gaps is None else lost or 0)
+                             None if gaps is None else lost or 0, self.endpoints)
 
 
 def describe(error: BaseException) -> str:

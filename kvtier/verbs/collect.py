@@ -46,6 +46,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--recommendation", metavar="FILE",
                         help="recommendation.json to export as kvtier_recommendation_info (re-read when it changes)")
     parser.add_argument("--duration-s", type=float, help="stop after this many seconds (default: until Ctrl-C)")
+    parser.add_argument("--stop-grace-s", type=float, default=30.0,
+                        help="on a stop (Ctrl-C, SIGTERM, SIGHUP), store what already reached the "
+                             "collector for at most this long; what is left is counted (default 30)")
     parser.add_argument("--emit-monitoring", metavar="DIR",
                         help="write the Grafana dashboard and Prometheus alert rules to DIR and exit")
     parser.add_argument("--ttft-p99-budget-s", type=float, default=2.0, help="rollback rule: p99 TTFT budget")
@@ -105,6 +108,7 @@ def _config(args):
 
     positive(args.export_every_s, "--export-every-s")
     positive(args.duration_s, "--duration-s")
+    positive(args.stop_grace_s, "--stop-grace-s", allow_zero=True)
     positive(args.scrape_interval_s, "--scrape-interval-s")
     non_empty(args.instance, "--instance")
     if not 0 <= args.metrics_port < 65536:
@@ -124,7 +128,7 @@ def _config(args):
         store_path=store, segments_dir=segments, export_every_s=args.export_every_s,
         retention_s=retention_s, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
         otlp=args.otlp, recommendation_path=_recommendation(args.recommendation),
-        **({"instance": args.instance} if args.instance else {}))
+        stop_grace_s=args.stop_grace_s, **({"instance": args.instance} if args.instance else {}))
 
 
 def _recommendation(path):
@@ -207,16 +211,32 @@ def _serve(args) -> int:
     if service.metrics is not None:
         print(f"kvtier collect: metrics at {service.metrics.url}", flush=True)
         print(f"kvtier collect: health at {service.metrics.health_url}", flush=True)
-    for tap in service.taps:
-        print(f"kvtier collect: tap {type(tap).__name__} started ({tap.name})", flush=True)
+    for tap in service.health().taps:
+        bound = ", ".join(tap.endpoints)  # shows the port chosen for :0
+        bound = f", bound to {bound}" if bound and bound != tap.name else ""
+        print(f"kvtier collect: tap {tap.kind} started ({tap.name}){bound}", flush=True)
     try:
-        stop.wait(args.duration_s)
-        stored = service.store.count("block_events"), service.store.count("requests")
+        if stop.wait(args.duration_s):
+            print(f"kvtier collect: stopping; storing what already arrived (at most "
+                  f"{config.stop_grace_s:g} s)", flush=True)
     finally:
-        service.stop()
-    print(f"kvtier collect: stopped; the store holds {stored[0]:,} block events and {stored[1]:,} requests",
-          flush=True)
+        summary = service.stop()
+    print(f"kvtier collect: {_stopped(summary)}", flush=True)
     return 0
+
+
+def _stopped(summary) -> str:
+    """The last line: what the store holds after its last write, and what it did not get."""
+    held = (f"stopped; the store holds {summary.batches:,} batches, {summary.block_events:,} "
+            f"block events and {summary.requests:,} requests")
+    lost = []
+    if summary.unread_batches:
+        lost.append(f"{summary.unread_batches:,} batch(es) that arrived were left unread (raise "
+                    "--stop-grace-s)")
+    if summary.dropped_batches:
+        lost.append(f"{summary.dropped_batches:,} batch(es) were dropped because the store "
+                    "refused writes")
+    return held + ("; " + "; ".join(lost) if lost else "; nothing that arrived was lost")
 
 
 def _taps(args, instance: str, services: list) -> tuple[list, dict[str, str]]:
