@@ -22,13 +22,17 @@ pytestmark = pytest.mark.timeout(120)
 
 # What an engine's environment need not have: kvtier's own heavy dependencies.
 NOT_IN_AN_ENGINE = ("pyarrow", "duckdb", "sklearn", "streamlit", "msgpack", "opentelemetry",
-                    "prometheus_client", "rich", "orjson", "policy", "dashboard", "refengine",
-                    "kvtier")
+                    "prometheus_client", "rich", "orjson")
+# Of kvtier itself, an engine loads only the schema's side and the probes: not the policy, the
+# dashboard, the reference engine or the command line.
+IN_AN_ENGINE = ("kvtier", "kvtier.collector", "kvtier.probes")
 BLOCKER = textwrap.dedent(f"""
     import importlib.abc, sys
     class Block(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path, target=None):
-            if name.split(".")[0] in {NOT_IN_AN_ENGINE!r}:
+            parts = name.split(".")
+            if parts[0] in {NOT_IN_AN_ENGINE!r} or (
+                    parts[0] == "kvtier" and ".".join(parts[:2]) not in {IN_AN_ENGINE!r}):
                 raise ImportError(f"an engine process has no {{name}}")
     sys.meta_path.insert(0, Block())
 """)
@@ -59,8 +63,7 @@ def test_the_in_engine_modules_record_and_ship_without_kvtiers_heavy_dependencie
             acc.finished("r1", status="FINISHED_LENGTH_CAPPED", output_tokens=1)
             recorders.flush(5.0)
             import sys
-            print("loaded:", sorted(m for m in sys.modules if m.split(".")[0] in
-                                    ("collector", "probes")))
+            print("loaded:", sorted(m for m in sys.modules if m.startswith("kvtier.")))
         """)
         assert done.returncode == 0, done.stderr[-3000:]
         deadline = time.monotonic() + 10
