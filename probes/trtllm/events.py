@@ -194,7 +194,8 @@ class TrtllmEventPoller:
     """POST ``/kv_cache_events`` each round; hand the mapped events to ``on_batch``.
 
     Each non-empty round is one batch, numbered from 0 under a source named at construction
-    (the drain is destructive, so there is nothing to replay).
+    (the drain is destructive, so there is nothing to replay). A round in flight when the
+    service stops is finished and stored: the engine has let go of those events.
     """
 
     def __init__(self, config: TrtllmPollerConfig, on_batch: Callable[[EventBatch], None], *,
@@ -224,9 +225,23 @@ class TrtllmEventPoller:
         """One drain; returns the number of block events delivered. A bad body is counted and
         skipped; an engine that cannot be reached or answers an error raises
         :class:`kvtier.probes.polling.FetchError` (an ``OSError``), for the service to retry."""
+        return self._take(self.config.timeout_s)
+
+    def drain(self, timeout_s: float) -> int:
+        """At stop: one last drain of what the engine holds, if ``timeout_s`` allows. Nothing
+        waits in the poller itself, so nothing is left unread (returns 0)."""
+        if timeout_s > 0:
+            try:
+                self._take(min(self.config.timeout_s, timeout_s))
+            except FetchError as error:
+                log.info("TRT-LLM event poller: the last drain of %s at stop failed: %s",
+                         self.config.url, error)
+        return 0
+
+    def _take(self, timeout_s: float) -> int:
         self.stats.polls += 1
         try:
-            body = fetch(self.config.url, method="POST", timeout_s=self.config.timeout_s)
+            body = fetch(self.config.url, method="POST", timeout_s=timeout_s)
         except FetchError:
             self.stats.fetch_errors += 1
             raise

@@ -19,6 +19,8 @@ stream's last stored source and sequence), so what the publisher sent meanwhile 
 counted, and asked of the publisher's replay socket when one is configured.
 
 Bad frames never stop the tap: they are counted in :attr:`VllmEventTap.stats` and logged.
+On stop, :meth:`VllmEventTap.drain` hands over what already reached the sockets before they
+close.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ log = logging.getLogger(__name__)
 __all__ = ["TapStats", "VllmEventTap", "VllmTapConfig"]
 
 _ROUND_MESSAGES = 1000  # messages read from one socket before the next socket's turn
+_QUIET_S = 0.2  # a drain ends when nothing more arrived for this long
 
 
 def _wire_columns():
@@ -155,6 +158,36 @@ class VllmEventTap:
             return self._poll(zmq, timeout_s, max_messages)
         except zmq.ZMQError as error:
             raise OSError(error.errno, f"ZMQ: {error.strerror}") from None
+
+    def drain(self, timeout_s: float) -> int:
+        """Hand over what already reached the sockets, until nothing more arrives for a moment
+        or ``timeout_s`` passed; then count, without delivering, the frames still queued on
+        the live socket. Returns that count (frames left unread)."""
+        import zmq
+
+        if self._sub is None:
+            return 0
+        deadline = time.monotonic() + timeout_s
+        try:
+            while (left_s := deadline - time.monotonic()) > 0:
+                if not self._poller.poll(int(min(_QUIET_S, left_s) * 1000)):
+                    break
+                self._poll(zmq, 0.0, _ROUND_MESSAGES)  # a round at a time: the deadline holds
+            self.flush()
+            return self._count_queued(zmq)
+        except zmq.ZMQError as error:
+            raise OSError(error.errno, f"ZMQ: {error.strerror}") from None
+
+    def _count_queued(self, zmq) -> int:
+        """Receive and count the live frames waiting now (at most a queue's worth)."""
+        unread = 0
+        for _ in range(self.config.receive_hwm):
+            try:
+                self._sub.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            unread += 1
+        return unread
 
     def _poll(self, zmq, timeout_s: float, max_messages: int) -> int:
         delivered = 0
