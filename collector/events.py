@@ -4,7 +4,7 @@ Standard library only. Every other part (probes, the store, the simulator, the d
 imports these names; the DuckDB tables are derived from the dataclasses below
 (see ``collector/ddl.py``) and a test keeps the two in step.
 
-Three record types:
+Four record types:
 
 * :class:`BlockEvent` — one thing that happened to one KV block: a lookup outcome
   (GPU hit, CPU promotion, cold promotion, recompute miss) or a movement/bookkeeping
@@ -13,6 +13,8 @@ Three record types:
   served and how many were recomputed, latency, and the tier configuration that was active.
 * :class:`MetricInterval` — what one series of an engine's Prometheus metrics did between
   two scrapes (a counter's increase, a gauge's value, a histogram's observations).
+* :class:`StepRecord` — one scheduler step of an engine: what it scheduled (prefill and
+  decode), what waited, what moved between tiers, and how long the step took.
 
 Units are in the field names: ``*_s`` seconds (wall-clock times are Unix epoch seconds),
 ``*_bytes`` bytes, ``*_tokens`` tokens. Absent values are ``None``, never sentinels.
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import Iterator, Protocol
 
@@ -245,6 +248,44 @@ class MetricInterval:
         validate_metric_interval(self)
 
 
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One scheduler step of an engine, as its scheduler saw it.
+
+    ``time_s`` is when the step was scheduled (Unix seconds) and ``duration_s`` how long it
+    ran until the next step could be scheduled (``None`` when the engine cannot tell; the next
+    record's ``time_s`` then bounds it). ``step`` numbers the engine's steps from its start.
+
+    Scheduled work: ``prefill_tokens`` prompt tokens computed in this step (new, not served by
+    any tier; a chunked prefill's chunk), over ``prefill_requests`` requests, whose context
+    before the chunk adds up to ``prefill_context_tokens`` (attention grows with it);
+    ``cached_tokens`` prompt tokens that requests starting this step found cached (GPU hits
+    and promotions together); ``decode_requests`` requests generating one token each, whose
+    contexts add up to ``decode_context_tokens``. Queue: ``running_requests`` and
+    ``waiting_requests`` after scheduling, ``preempted_requests`` sent back in this step.
+    Tier traffic scheduled in this step: ``loaded_bytes`` promoted into the GPU tier,
+    ``stored_bytes`` offloaded out of it.
+    """
+
+    time_s: float
+    step: int = field(metadata=_sql("BIGINT"))
+    duration_s: float | None = None
+    prefill_tokens: int = field(default=0, metadata=_sql("INTEGER"))
+    prefill_requests: int = field(default=0, metadata=_sql("INTEGER"))
+    prefill_context_tokens: int = field(default=0, metadata=_sql("BIGINT"))
+    cached_tokens: int = field(default=0, metadata=_sql("INTEGER"))
+    decode_requests: int = field(default=0, metadata=_sql("INTEGER"))
+    decode_context_tokens: int = field(default=0, metadata=_sql("BIGINT"))
+    running_requests: int = field(default=0, metadata=_sql("INTEGER"))
+    waiting_requests: int = field(default=0, metadata=_sql("INTEGER"))
+    preempted_requests: int = field(default=0, metadata=_sql("INTEGER"))
+    loaded_bytes: int = 0
+    stored_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        validate_step(self)
+
+
 # ---- validation rules, shared by the dataclasses and the store's columnar checks ----
 
 NON_NEGATIVE_BLOCK_FIELDS = ("position", "tokens", "size_bytes", "latency_s")
@@ -294,6 +335,24 @@ def validate_metric_interval(record: MetricInterval) -> None:
         raise ValueError(f"end_s {record.end_s!r} is before start_s {record.start_s!r}")
 
 
+NON_NEGATIVE_STEP_FIELDS = (
+    "step", "duration_s", "prefill_tokens", "prefill_requests", "prefill_context_tokens",
+    "cached_tokens", "decode_requests", "decode_context_tokens", "running_requests",
+    "waiting_requests", "preempted_requests", "loaded_bytes", "stored_bytes",
+)
+
+
+def validate_step(record: StepRecord) -> None:
+    """Raise ``ValueError`` naming the first field that breaks the schema's rules."""
+    if not isinstance(record.time_s, (int, float)) or not math.isfinite(record.time_s):
+        raise ValueError(f"time_s must be a finite number of seconds, got {record.time_s!r}")
+    _non_negative(record, NON_NEGATIVE_STEP_FIELDS)
+    if record.duration_s is not None and not math.isfinite(record.duration_s):
+        raise ValueError(f"duration_s must be finite, got {record.duration_s!r}")
+    if record.prefill_tokens and not record.prefill_requests:
+        raise ValueError(f"prefill_tokens {record.prefill_tokens} over no prefill_requests")
+
+
 def _non_negative(record, names: tuple[str, ...]) -> None:
     for name in names:
         value = getattr(record, name)
@@ -304,7 +363,8 @@ def _non_negative(record, names: tuple[str, ...]) -> None:
 # ---- introspection used to derive tables and columnar buffers ----
 
 def schema_fields(record_type: type) -> tuple[dataclasses.Field, ...]:
-    """The fields of ``BlockEvent``, ``RequestRecord`` or ``MetricInterval``, in column order."""
+    """The fields of ``BlockEvent``, ``RequestRecord``, ``MetricInterval`` or ``StepRecord``, in
+    column order."""
     return dataclasses.fields(record_type)
 
 
