@@ -28,7 +28,7 @@ class TierConfig:
     config_id: str = "gpu-only"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.gpu_blocks, int) or self.gpu_blocks < 1:
+        if not isinstance(self.gpu_blocks, int) or isinstance(self.gpu_blocks, bool) or self.gpu_blocks < 1:
             raise ValueError(f"gpu_blocks must be an int >= 1, got {self.gpu_blocks!r}")
         for name in ("cpu_blocks", "cold_blocks", "admission_threshold"):
             value = getattr(self, name)

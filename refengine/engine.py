@@ -22,6 +22,7 @@ from kvtier.collector.events import RequestRecord
 from kvtier.refengine.config import EngineConfig, TierConfig
 from kvtier.refengine.device import compute_device, torch_dtype
 from kvtier.refengine.hashing import chain_hashes
+from kvtier.refengine.host_memory import check_tiers_fit
 from kvtier.refengine.kv_events import KvEventBuffer, encode_batch
 from kvtier.refengine.kv_manager import KvCacheManager
 from kvtier.refengine.model import TinyDecoder
@@ -41,6 +42,7 @@ class ReferenceEngine:
                  clock: Callable[[], float] = time.time, timer: Callable[[], float] = time.perf_counter):
         self.config = config
         self.device, self.dtype = compute_device(), torch_dtype(config.dtype)
+        check_tiers_fit(config.tiers, config.block_bytes, self.device)
         self.model = TinyDecoder(config, self.device, self.dtype)
         self._recorder, self._publish, self._on_request = recorder, publish, on_request
         self._clock, self._timer = clock, timer
@@ -51,6 +53,7 @@ class ReferenceEngine:
         self.scheduler = Scheduler(config.max_batch_size)
         self._incoming: queue.Queue[Sequence] = queue.Queue()
         self._pending_tiers: queue.Queue[TierConfig] = queue.Queue()
+        self._aborts: queue.Queue[tuple[Sequence, str]] = queue.Queue()
 
     # ---- any thread
     def submit(self, seq: Sequence) -> None:
@@ -71,13 +74,20 @@ class ReferenceEngine:
         if not isinstance(tiers, TierConfig):
             raise ValueError(f"tiers must be a TierConfig, got {type(tiers).__name__}")
         self.config.with_tiers(tiers)  # validates against the engine config (file_dir)
+        check_tiers_fit(tiers, self.config.block_bytes, self.device, held=self.config.tiers)
         self._pending_tiers.put(tiers)
+
+    def abort(self, seq: Sequence, reason: str) -> None:
+        """End ``seq`` at the next step (its client went away): it leaves the queue or the
+        running batch, its blocks are freed and ``on_finish`` runs with ``error=reason``."""
+        self._aborts.put((seq, reason))
 
     # ---- engine thread
     def step(self) -> bool:
         """One scheduling round; ``False`` if there was nothing to do."""
         while not self._incoming.empty():
             self.scheduler.add(self._incoming.get_nowait())
+        self._apply_aborts()
         self._apply_pending_tiers()
         admitted = self.scheduler.admit(self.kv) if self._pending_tiers.empty() else []
         for seq in admitted:
@@ -157,6 +167,18 @@ class ReferenceEngine:
             recomputed_tokens=seq.prompt_len - served.gpu - served.cpu - served.cold,
             ttft_s=max(times[0] - seq.arrival_s, 0.0), itl_s=sum(gaps) / len(gaps) if gaps else None,
             e2e_latency_s=max(times[-1] - seq.arrival_s, 0.0), tier_config_id=seq.tier_config_id)
+
+    def _apply_aborts(self) -> None:
+        while not self._aborts.empty():
+            seq, reason = self._aborts.get_nowait()
+            if seq.finished or seq.error is not None:
+                continue
+            if seq in self.scheduler.running:
+                self.scheduler.finish(seq, self.kv)
+            elif seq in self.scheduler.waiting:
+                self.scheduler.waiting.remove(seq)
+            seq.error = reason
+            seq.on_finish(seq)
 
     def _apply_pending_tiers(self) -> None:
         if self._pending_tiers.empty() or self.scheduler.running:

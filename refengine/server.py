@@ -14,6 +14,8 @@ import itertools
 import json
 import logging
 import queue
+import select
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -29,6 +31,10 @@ from kvtier.refengine.sequence import Sequence
 
 log = logging.getLogger(__name__)
 MODEL_NAME = "kvtier-reference"
+MAX_BODY_BYTES = 8 << 20  # a prompt of token ids for the longest context is far below this
+MAX_JSON_DEPTH = 64
+SOCKET_TIMEOUT_S = 60.0  # a client that stops sending (or reading) mid-request is let go
+CLIENT_GONE = "the client disconnected"
 
 
 @dataclass(frozen=True)
@@ -87,7 +93,7 @@ class EngineServer:
 
             self._store = TraceStore(self.settings.store_path)
             self._flusher = Flusher(self.recorder, self._store, interval_s=0.5).start()
-        self._http = ThreadingHTTPServer((self.settings.host, self.settings.port), _handler(self))
+        self._http = _HttpServer((self.settings.host, self.settings.port), _handler(self))
         self._http.daemon_threads = True
         self._threads = [threading.Thread(target=self._loop, name="kvtier-engine", daemon=True),
                          threading.Thread(target=self._http.serve_forever, name="kvtier-http", daemon=True)]
@@ -137,12 +143,21 @@ class EngineServer:
         self._wake.set()
         return seq, tokens
 
-    def switch_tiers(self, fields: dict) -> TierConfig:
+    def abort(self, seq: Sequence, reason: str) -> None:
+        """End a request nobody waits for any more; the engine frees its slot and blocks."""
+        self.engine.abort(seq, reason)
+        self._wake.set()
+
+    def switch_tiers(self, fields) -> TierConfig:
+        """Ask for a tier switch; ``ValueError`` naming the field if ``fields`` (a JSON object)
+        is not a tier configuration this host can allocate."""
+        if not isinstance(fields, dict):
+            raise ValueError(f"the body must be a JSON object of tier fields, got {type(fields).__name__}")
         allowed = [f.name for f in dataclasses.fields(TierConfig)]
         unknown = sorted(set(fields) - set(allowed))
         if unknown:
             raise ValueError(f"unknown tier fields {unknown}; allowed: {', '.join(allowed)}")
-        tiers = TierConfig(**fields)
+        tiers = TierConfig(**fields)  # types and ranges, each error naming its field
         self.engine.reconfigure(tiers)
         self._wake.set()
         return tiers
@@ -157,6 +172,7 @@ def _handler(server: EngineServer):
 class _Handler(BaseHTTPRequestHandler):
     owner: EngineServer
     server_version = "kvtier-reference"
+    timeout = SOCKET_TIMEOUT_S
 
     def log_message(self, fmt, *args) -> None:
         log.debug("%s " + fmt, self.address_string(), *args)
@@ -181,7 +197,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._complete(body)
             elif self.path == "/admin/tiers":
                 try:
-                    tiers = self.owner.switch_tiers(body if isinstance(body, dict) else {})
+                    tiers = self.owner.switch_tiers(body)
                 except (ValueError, TypeError) as error:
                     raise ApiError(str(error)) from None
                 self._json(202, {"pending": dataclasses.asdict(tiers)})
@@ -189,13 +205,27 @@ class _Handler(BaseHTTPRequestHandler):
                 raise ApiError(f"no route {self.path}", 404)
         except ApiError as error:
             self._json(error.status, error.body())
+        except OSError as error:  # the client went away or stalled: nobody to answer
+            log.debug("%s: %s", self.address_string(), error)
+            self.close_connection = True
+        except Exception as error:  # answer, never leave the client waiting on a traceback
+            log.exception("request %s failed", self.path)
+            self._json(500, ApiError(f"{type(error).__name__}: {error}", 500).body())
 
     def _body(self):
-        length = int(self.headers.get("Content-Length") or 0)
-        try:
-            return json.loads(self.rfile.read(length) or b"{}")
-        except json.JSONDecodeError as error:
-            raise ApiError(f"body is not JSON: {error.msg}") from None
+        """The request's JSON, read within bounds: 400 for a malformed or negative
+        Content-Length, chunked bodies or nesting deeper than MAX_JSON_DEPTH, 413 above
+        MAX_BODY_BYTES (the body is not read then, and the connection closes)."""
+        if self.headers.get("Transfer-Encoding"):
+            raise ApiError("chunked request bodies are not accepted; send Content-Length", 411)
+        length = _content_length(self.headers.get_all("Content-Length") or [])
+        if length > MAX_BODY_BYTES:
+            self.close_connection = True
+            raise ApiError(f"body of {length} bytes exceeds the limit of {MAX_BODY_BYTES} bytes", 413)
+        data = self.rfile.read(length) if length else b""
+        if len(data) < length:
+            raise OSError(f"body ended after {len(data)} of {length} bytes")
+        return parse_json(data or b"{}")
 
     def _complete(self, body) -> None:
         owner = self.owner
@@ -205,6 +235,14 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as error:
             raise ApiError(str(error)) from None
         created = int(time.time())
+        try:
+            self._respond(request, seq, tokens, created)
+        finally:  # the client went away or waited too long: free its slot and blocks now
+            if not seq.finished and seq.error is None:
+                owner.abort(seq, CLIENT_GONE)
+
+    def _respond(self, request, seq, tokens: queue.Queue, created: int) -> None:
+        owner = self.owner
         if not request.stream:
             try:
                 self._drain(tokens)
@@ -222,9 +260,11 @@ class _Handler(BaseHTTPRequestHandler):
             for token in self._drain(tokens, each=True):
                 self._event(chunk_body(seq.request_id, request.model, created, [token]))
         except queue.Empty:
-            seq.error = f"no answer within {owner.settings.request_timeout_s} s"
-        if seq.error is not None:
-            self._event(ApiError(seq.error, 500).body())
+            error = f"no answer within {owner.settings.request_timeout_s} s"
+        else:
+            error = seq.error
+        if error is not None:
+            self._event(ApiError(error, 500).body())
             self.wfile.write(b"data: [DONE]\n\n")
             return
         final = chunk_body(seq.request_id, request.model, created, [], "length")
@@ -236,14 +276,32 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _drain(self, tokens: queue.Queue, each: bool = False):
-        """Tokens until the finish marker; a generator when ``each``, else a list."""
+        """Tokens until the finish marker; a generator when ``each``, else a list. While
+        waiting, a client that hung up raises ``ConnectionAbortedError``."""
         def gen():
+            deadline = time.monotonic() + self.owner.settings.request_timeout_s
             while True:
-                token = tokens.get(timeout=self.owner.settings.request_timeout_s)
+                try:
+                    token = tokens.get(timeout=min(0.2, max(deadline - time.monotonic(), 0)))
+                except queue.Empty:
+                    if time.monotonic() >= deadline:
+                        raise
+                    if self._client_gone():
+                        raise ConnectionAbortedError(CLIENT_GONE) from None
+                    continue
                 if token is None:
                     return
                 yield token
         return gen() if each else list(gen())
+
+    def _client_gone(self) -> bool:
+        """The peer closed its end: readable with nothing to read (it sends nothing more
+        after its request), or the socket errors."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and not self.connection.recv(1, socket.MSG_PEEK)
+        except (OSError, ValueError):
+            return True
 
     def _event(self, body: dict) -> None:
         self.wfile.write(b"data: " + json.dumps(body).encode() + b"\n\n")
@@ -258,3 +316,61 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+
+class _HttpServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        """One log line, no traceback on stderr: a failed connection is the client's business."""
+        import sys
+
+        log.debug("connection from %s failed: %s", client_address, sys.exc_info()[1])
+
+
+def _content_length(values: list[str]) -> int:
+    if not values:
+        return 0
+    if len(set(values)) > 1:
+        raise ApiError(f"conflicting Content-Length headers {values}")
+    text = values[0].strip()
+    if not text.isascii() or not text.isdigit():
+        raise ApiError(f"Content-Length must be a whole number of bytes >= 0, got {text!r}")
+    return int(text)
+
+
+def parse_json(data: bytes):
+    """``json.loads`` with nesting bounded to MAX_JSON_DEPTH (checked before parsing when the
+    body opens that many arrays or objects at all), errors as 400s."""
+    if data.count(b"[") + data.count(b"{") > MAX_JSON_DEPTH and json_depth(data) > MAX_JSON_DEPTH:
+        raise ApiError(f"body nests deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ApiError(f"body nests deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as error:  # JSONDecodeError, or bytes that are no Unicode
+        raise ApiError(f"body is not JSON: {getattr(error, 'msg', error)}") from None
+
+
+def json_depth(data: bytes) -> int:
+    """The deepest nesting of arrays and objects in ``data``, ignoring brackets in strings."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in data:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_JSON_DEPTH:
+                break  # deep enough to refuse
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
