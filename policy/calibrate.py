@@ -79,16 +79,7 @@ def calibrate(requests: Sequence[RequestRecord], jobs: Sequence[PromotionJob], *
     """Fit the cost parameters (see module doc). ``requests`` need ``ttft_s`` and their
     per-tier tokens; ``ValueError`` when none has both."""
     params = base if bytes_per_token is None else replace(base, model=geometry_for(bytes_per_token))
-    promotion: dict[str, LineFit] = {}
-    for tier, op_name, bw_name in (("cpu", "cpu_gpu_op_latency_s", "cpu_gpu_bandwidth_bytes_per_s"),
-                                   ("cold", "cold_cpu_op_latency_s", "cold_cpu_bandwidth_bytes_per_s")):
-        tier_jobs = [j for j in jobs if j.tier == tier and j.latency_s > 0 and j.size_bytes > 0]
-        fit = _promotion_fit(tier_jobs)
-        if fit is None:
-            continue
-        promotion[tier] = fit
-        params = replace(params, **{op_name: Param(fit.intercept, "measured", _NOTE),
-                                    bw_name: Param(1.0 / fit.slope, "measured", _NOTE)})
+    params, promotion = fit_promotions(jobs, params)
     usable = [r for r, alone in zip(requests, ran_alone(requests))
               if alone and r.ttft_s is not None and r.recomputed_tokens is not None]
     if not usable:
@@ -103,6 +94,23 @@ def calibrate(requests: Sequence[RequestRecord], jobs: Sequence[PromotionJob], *
         if prefill.intercept > 0:
             params = replace(params, request_overhead_s=Param(prefill.intercept, "measured", _NOTE))
     return Calibration(params, prefill, promotion, bytes_per_token)
+
+
+def fit_promotions(jobs: Sequence[PromotionJob], params: CostParams
+                   ) -> tuple[CostParams, dict[str, LineFit]]:
+    """``params`` with each tier's promotion op latency and bandwidth fitted to ``jobs``
+    (tiers without jobs keep theirs), and the fits by tier."""
+    promotion: dict[str, LineFit] = {}
+    for tier, op_name, bw_name in (("cpu", "cpu_gpu_op_latency_s", "cpu_gpu_bandwidth_bytes_per_s"),
+                                   ("cold", "cold_cpu_op_latency_s", "cold_cpu_bandwidth_bytes_per_s")):
+        tier_jobs = [j for j in jobs if j.tier == tier and j.latency_s > 0 and j.size_bytes > 0]
+        fit = _promotion_fit(tier_jobs)
+        if fit is None:
+            continue
+        promotion[tier] = fit
+        params = replace(params, **{op_name: Param(fit.intercept, "measured", _NOTE),
+                                    bw_name: Param(1.0 / fit.slope, "measured", _NOTE)})
+    return params, promotion
 
 
 def _promotion_fit(jobs: Sequence[PromotionJob]) -> LineFit | None:

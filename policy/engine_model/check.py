@@ -1,0 +1,146 @@
+"""The engine model against an engine: fitted on the earlier part of what it recorded,
+replayed on the later part, one tier configuration at a time, TTFT and ITL percentiles
+predicted beside measured. The single-server queue model (``policy/cost.py``) is priced on
+the same requests beside it, for comparison.
+
+Requests enter the replay with their recorded tier split: this checks the latency model
+alone (``engine_check.check_tier_split`` checks the tier replay's split).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvtier.collector.events import RequestRecord, StepRecord
+from kvtier.policy.engine_model.fit import fit_engine
+from kvtier.policy.engine_model.params import EngineModelParams
+from kvtier.policy.engine_model.replay import EngineRequests, replay
+from kvtier.policy.engine_model.scheduler import SchedulerLimits
+
+FIELDS = ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s")
+
+
+@dataclass(frozen=True)
+class Latencies:
+    """Percentiles over a set of requests, in :data:`FIELDS` order (ITL NaN when unknown)."""
+
+    ttft_p50_s: float
+    ttft_p95_s: float
+    ttft_p99_s: float
+    itl_p50_s: float
+    itl_p99_s: float
+
+    @classmethod
+    def of(cls, ttft_s, itl_s) -> Latencies:
+        ttft = np.asarray(ttft_s, dtype=float)
+        itl = np.asarray(itl_s, dtype=float)
+        itl = itl[np.isfinite(itl)]
+        t = np.percentile(ttft, [50, 95, 99]) if len(ttft) else [np.nan] * 3
+        i = np.percentile(itl, [50, 99]) if len(itl) else [np.nan] * 2
+        return cls(*(float(v) for v in (*t, *i)))
+
+    def to_dict(self) -> dict:
+        return {name: getattr(self, name) for name in FIELDS}
+
+    def ratios(self, measured: Latencies) -> dict[str, float]:
+        """This over ``measured``, field by field (NaN where either is unknown or 0)."""
+        out = {}
+        for name in FIELDS:
+            num, den = getattr(self, name), getattr(measured, name)
+            out[name] = num / den if np.isfinite(num) and np.isfinite(den) and den > 0 else float("nan")
+        return out
+
+
+@dataclass(frozen=True)
+class LatencyCheck:
+    """One tier configuration's later requests: measured, the engine model's prediction and
+    the single-server model's (TTFT only; ``None`` when it could not be fitted)."""
+
+    tier_config_id: str
+    requests: int
+    measured: Latencies
+    predicted: Latencies
+    single_server: Latencies | None
+
+    def to_dict(self) -> dict:
+        single = self.single_server
+        return {"tier_config_id": self.tier_config_id, "requests": self.requests,
+                "measured": self.measured.to_dict(), "predicted": self.predicted.to_dict(),
+                "ratio": self.predicted.ratios(self.measured),
+                "single_server": single.to_dict() if single else None,
+                "single_server_ratio": single.ratios(self.measured) if single else None}
+
+
+@dataclass(frozen=True)
+class HeldOutCheck:
+    """Parameters fitted on requests that arrived before ``split_s``; checks after it."""
+
+    params: EngineModelParams
+    split_s: float
+    fit_requests: int
+    checks: tuple[LatencyCheck, ...]
+    single_server_note: str = ""
+
+    def to_dict(self) -> dict:
+        return {"params": self.params.to_dict(), "split_s": self.split_s,
+                "fit_requests": self.fit_requests, "single_server_note": self.single_server_note,
+                "by_tier_config": [c.to_dict() for c in self.checks]}
+
+
+def check_latency(records: Sequence[RequestRecord], params: EngineModelParams,
+                  single_server=None) -> tuple[LatencyCheck, ...]:
+    """Each tier configuration's requests (in arrival order) replayed through the engine
+    model, against what they measured; ``single_server`` (``CostParams``) priced beside."""
+    by_config: dict[str, list[RequestRecord]] = {}
+    for record in sorted(records, key=lambda r: r.arrival_s):
+        if record.ttft_s is not None:
+            by_config.setdefault(record.tier_config_id or "", []).append(record)
+    return tuple(_check_one(config, group, params, single_server)
+                 for config, group in by_config.items())
+
+
+def _check_one(config: str, records: list[RequestRecord], params: EngineModelParams,
+               single_server) -> LatencyCheck:
+    result = replay(EngineRequests.from_records(records), params)
+    measured = Latencies.of([r.ttft_s for r in records],
+                            [np.nan if r.itl_s is None else r.itl_s for r in records])
+    return LatencyCheck(config, len(records), measured, Latencies.of(result.ttft_s, result.itl_s),
+                        _single_server(records, single_server))
+
+
+def _single_server(records: list[RequestRecord], cost) -> Latencies | None:
+    if cost is None:
+        return None
+    from kvtier.policy.cost import queue_ttft_samples
+
+    services = [cost.service_s(r.cpu_promotion_tokens or 0, r.cold_promotion_tokens or 0,
+                               r.recomputed_tokens or 0) for r in records]
+    ttft = queue_ttft_samples([r.arrival_s for r in records], services)
+    return Latencies.of(ttft, [])
+
+
+def held_out_check(records: Sequence[RequestRecord], steps: Sequence[StepRecord], jobs, *,
+                   bytes_per_token: int | None = None, limits: SchedulerLimits | None = None,
+                   fit_share: float = 0.5) -> HeldOutCheck:
+    """Fit on the earliest ``fit_share`` of ``records`` (and the step records before the
+    first later request), check on the rest. ``ValueError`` when either part is empty."""
+    from kvtier.policy.calibrate import calibrate
+
+    if not 0 < fit_share < 1:
+        raise ValueError(f"fit_share must be in (0, 1), got {fit_share!r}")
+    ordered = sorted(records, key=lambda r: r.arrival_s)
+    cut = int(len(ordered) * fit_share)
+    if cut == 0 or cut == len(ordered):
+        raise ValueError(f"{len(ordered)} requests cannot be split into a fit and a check")
+    earlier, later = ordered[:cut], ordered[cut:]
+    split_s = later[0].arrival_s
+    params = fit_engine(earlier, [s for s in steps if s.time_s < split_s], jobs,
+                        bytes_per_token=bytes_per_token, limits=limits)
+    try:
+        single, note = calibrate(earlier, jobs, bytes_per_token=bytes_per_token).params, ""
+    except ValueError as error:
+        single, note = None, str(error)
+    return HeldOutCheck(params, split_s, len(earlier), check_latency(later, params, single), note)

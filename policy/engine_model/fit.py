@@ -1,0 +1,143 @@
+"""The engine model's parameters fitted to what an engine recorded.
+
+* **From step records** (an engine probe that records each scheduler step): the step cost's
+  coefficients by non-negative least squares of ``duration_s`` over the step's features
+  (``step_cost.FEATURES``); columns are scaled to unit norm first, so a coefficient in
+  seconds per token and one in seconds per step weigh alike.
+* **From request records alone** (an older store, a public trace with latencies): the
+  coefficients that make the engine model's replay of the requests match their measured
+  TTFT and ITL quantiles (10th to 99th percentile, squared log ratios), by a Nelder-Mead
+  search over the logarithms of the overhead per step, per prefill token, per prefill token
+  and context token, and per decode request, started from a guess read off the medians.
+* **Batching limits**: the most running requests a step record shows, else what the caller
+  gives, else the most requests ever in flight together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from kvtier.collector.events import RequestRecord, StepRecord
+from kvtier.policy.engine_model.params import EngineModelParams
+from kvtier.policy.engine_model.replay import EngineRequests, replay
+from kvtier.policy.engine_model.scheduler import SchedulerLimits
+from kvtier.policy.engine_model.step_cost import StepCost, step_durations, step_features
+
+TTFT_QUANTILES = (10, 25, 50, 75, 90, 95, 99)
+ITL_QUANTILES = (10, 50, 90, 99)
+SEARCHED = ("overhead_s", "prefill_token_s", "attention_s", "decode_request_s")
+MIN_STEPS = 8
+MIN_REQUESTS = 8
+
+
+def fit_step_cost(steps: Sequence[StepRecord]) -> StepCost:
+    """Non-negative least squares of the steps' durations over their features;
+    ``ValueError`` with fewer than :data:`MIN_STEPS` timed steps."""
+    from scipy.optimize import nnls
+
+    features, durations = step_features(steps), step_durations(steps)
+    timed = ~np.isnan(durations)
+    if timed.sum() < MIN_STEPS:
+        raise ValueError(f"{int(timed.sum())} timed step records; the fit needs >= {MIN_STEPS}")
+    x, y = features[timed], durations[timed]
+    scale = np.linalg.norm(x, axis=0)
+    scale[scale == 0] = 1.0
+    solution, _ = nnls(x / scale, y)
+    return StepCost.from_coefficients(solution / scale)
+
+
+def fit_step_cost_to_requests(records: Sequence[RequestRecord], base: EngineModelParams,
+                              *, evaluations: int = 160) -> StepCost:
+    """The step cost whose replay of ``records`` (recorded arrivals and tier splits, the
+    limits and links of ``base``) best matches their measured TTFT and ITL quantiles."""
+    from dataclasses import replace
+
+    from scipy.optimize import minimize
+
+    timed = [r for r in records if r.ttft_s is not None]
+    if len(timed) < MIN_REQUESTS:
+        raise ValueError(f"{len(timed)} requests with a measured TTFT; the fit needs >= {MIN_REQUESTS}")
+    requests = EngineRequests.from_records(timed)
+    ttft_q = np.percentile([r.ttft_s for r in timed], TTFT_QUANTILES)
+    itl = np.array([r.itl_s for r in timed if r.itl_s is not None], dtype=float)
+    itl_q = np.percentile(itl, ITL_QUANTILES) if len(itl) else None
+
+    def cost_of(log_values) -> StepCost:
+        return StepCost(**dict(zip(SEARCHED, np.exp(log_values))))
+
+    def loss(log_values) -> float:
+        result = replay(requests, replace(base, step_cost=cost_of(log_values)))
+        error = _log_ratio(np.percentile(result.ttft_s, TTFT_QUANTILES), ttft_q)
+        if itl_q is not None and np.isfinite(result.itl_s).any():
+            error = np.append(error, _log_ratio(np.nanpercentile(result.itl_s, ITL_QUANTILES), itl_q))
+        return float(np.sum(error ** 2))
+
+    start = np.log(_first_guess(timed, itl))
+    best = minimize(loss, start, method="Nelder-Mead",
+                    options={"maxfev": evaluations, "xatol": 0.05, "fatol": 1e-4})
+    return cost_of(best.x)
+
+
+def _first_guess(records: Sequence[RequestRecord], itl: np.ndarray) -> np.ndarray:
+    """Overhead, per prefill token, per attention pair, per decode request, from medians."""
+    ttft = float(np.median([r.ttft_s for r in records]))
+    step_s = float(np.median(itl)) if len(itl) else ttft / 2
+    recompute = max(float(np.median([max(r.recomputed_tokens or r.prompt_tokens, 1)
+                                     for r in records])), 1.0)
+    per_token = max(ttft - step_s, step_s * 0.1) / recompute
+    return np.array([step_s / 2, per_token, per_token / 4096, step_s / 8])
+
+
+def _log_ratio(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    floor = 1e-6
+    return np.log(np.maximum(predicted, floor)) - np.log(np.maximum(measured, floor))
+
+
+def fit_limits(records: Sequence[RequestRecord], steps: Sequence[StepRecord] = (), *,
+               max_running: int | None = None, token_budget: int | None = None,
+               chunked_prefill: bool = False) -> SchedulerLimits:
+    """Batching limits: ``max_running`` as given, else the most running requests a step
+    record shows, else the most requests in flight together in ``records``."""
+    if max_running is None:
+        seen = max((s.running_requests for s in steps), default=0)
+        max_running = seen or max_in_flight(records)
+    return SchedulerLimits(max(int(max_running), 1), token_budget, chunked_prefill)
+
+
+def max_in_flight(records: Sequence[RequestRecord]) -> int:
+    """The most requests between their arrival and their end at once (1 without ends)."""
+    ends = [(r.arrival_s, r.arrival_s + r.e2e_latency_s) for r in records if r.e2e_latency_s is not None]
+    if not ends:
+        return 1
+    points = sorted([(a, 1) for a, _ in ends] + [(e, -1) for _, e in ends])
+    return max(1, int(np.max(np.cumsum([d for _, d in points]))))
+
+
+def fit_engine(records: Sequence[RequestRecord], steps: Sequence[StepRecord], jobs, *,
+               bytes_per_token: int | None = None, limits: SchedulerLimits | None = None,
+               evaluations: int = 160) -> EngineModelParams:
+    """Every engine-model parameter from one engine's records: promotion links from its
+    promotion jobs (``kvtier.policy.calibrate.fit_promotions``; defaults where it has none),
+    limits (:func:`fit_limits` unless given), the step cost from ``steps`` when there are
+    enough, else from ``records`` by search."""
+    from kvtier.policy.calibrate import fit_promotions
+    from kvtier.policy.cost import CostParams
+    from kvtier.policy.engine_model.transfers import TransferLink
+    from kvtier.policy.geometry import geometry_for
+
+    cost = CostParams() if bytes_per_token is None else CostParams(model=geometry_for(bytes_per_token))
+    cost, _ = fit_promotions(jobs, cost)
+    base = EngineModelParams(
+        limits=limits or fit_limits(records, steps),
+        cpu_link=TransferLink(cost.cpu_gpu_bandwidth_bytes_per_s.value, cost.cpu_gpu_op_latency_s.value),
+        cold_link=TransferLink(cost.cold_cpu_bandwidth_bytes_per_s.value, cost.cold_cpu_op_latency_s.value),
+        kv_bytes_per_token=int(cost.model.bytes_per_token))
+    from dataclasses import replace
+
+    timed_steps = int((~np.isnan(step_durations(steps))).sum()) if steps else 0
+    if timed_steps >= MIN_STEPS:
+        return replace(base, step_cost=fit_step_cost(steps), fitted_from="step_records")
+    return replace(base, step_cost=fit_step_cost_to_requests(records, base, evaluations=evaluations),
+                   fitted_from="request_search")

@@ -1,0 +1,74 @@
+"""The engine model's parameters as one value, and their JSON section.
+
+``kvtier calibrate --out`` writes them under ``"engine_model"`` beside the single-server
+model's ``"cost_params"`` in one file (``kvtier simulate|evaluate|recommend --cost-params``
+read both); a file without the section (written before it existed) still reads, as the
+single-server parameters alone.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvtier.policy.engine_model.scheduler import SchedulerLimits
+from kvtier.policy.engine_model.step_cost import StepCost
+from kvtier.policy.engine_model.transfers import TransferLink
+
+SECTION = "engine_model"
+VERSION = 1
+FITTED_FROM = ("step_records", "request_search", "given")
+
+
+@dataclass(frozen=True)
+class EngineModelParams:
+    """Step cost, batching limits, the two promotion links and the KV bytes per token;
+    ``fitted_from`` says how the step cost was found (one of :data:`FITTED_FROM`)."""
+
+    step_cost: StepCost = field(default_factory=StepCost)
+    limits: SchedulerLimits = field(default_factory=SchedulerLimits)
+    cpu_link: TransferLink = TransferLink(20e9, 20e-6)
+    cold_link: TransferLink = TransferLink(2e9, 200e-6)
+    kv_bytes_per_token: int = 131072
+    fitted_from: str = "given"
+
+    def __post_init__(self) -> None:
+        if self.fitted_from not in FITTED_FROM:
+            raise ValueError(f"fitted_from must be one of {', '.join(FITTED_FROM)}, "
+                             f"got {self.fitted_from!r}")
+        if isinstance(self.kv_bytes_per_token, bool) or not isinstance(self.kv_bytes_per_token, int) \
+                or self.kv_bytes_per_token < 1:
+            raise ValueError(f"kv_bytes_per_token must be an int >= 1, got {self.kv_bytes_per_token!r}")
+
+    def to_dict(self) -> dict:
+        return {"version": VERSION, "fitted_from": self.fitted_from,
+                "step_cost": self.step_cost.to_dict(), "limits": self.limits.to_dict(),
+                "cpu_link": self.cpu_link.to_dict(), "cold_link": self.cold_link.to_dict(),
+                "kv_bytes_per_token": self.kv_bytes_per_token}
+
+    @classmethod
+    def from_dict(cls, body: dict) -> EngineModelParams:
+        version = body.get("version")
+        if version != VERSION:
+            raise ValueError(f"engine_model version {version!r} is not supported (this kvtier "
+                             f"reads version {VERSION}); run kvtier calibrate again")
+        try:
+            return cls(StepCost(**body["step_cost"]), SchedulerLimits(**body["limits"]),
+                       TransferLink(**body["cpu_link"]), TransferLink(**body["cold_link"]),
+                       int(body["kv_bytes_per_token"]), body["fitted_from"])
+        except (KeyError, TypeError) as error:
+            raise ValueError(f"engine_model section is malformed: {error}") from None
+
+
+def read_engine_params(path: str | Path) -> EngineModelParams | None:
+    """The engine model's parameters in a ``--cost-params`` file; ``None`` when the file
+    has no ``engine_model`` section. ``ValueError`` names a malformed one."""
+    body = json.loads(Path(path).read_text())
+    section = body.get(SECTION) if isinstance(body, dict) else None
+    if section is None:
+        return None
+    try:
+        return EngineModelParams.from_dict(section)
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None

@@ -1,0 +1,115 @@
+"""The batch scheduler: which requests a step decodes and which prompt tokens it computes.
+
+Continuous batching with vLLM's order of service: every running request past its prompt
+decodes one token; running requests still in their prompt continue; then waiting requests
+join, first come first served (no overtaking), while the running set has room
+(``max_running``) and the step's token budget lasts. With ``chunked_prefill`` a prompt
+larger than what is left of the budget is split across steps; without it, it waits for a
+step with room (or runs alone when nothing else is scheduled, so it is never stuck).
+``token_budget=None`` is no budget: kvtier's reference engine prefills every admitted
+request whole in the step it joins.
+
+A prompt always costs at least one token of one step: an engine computes the last prompt
+token to produce the first output token, even when every block was cached.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SchedulerLimits:
+    """An engine's batching limits (vLLM: ``max_num_seqs``, ``max_num_batched_tokens``,
+    ``enable_chunked_prefill``; the reference engine: ``max_batch_size``, no budget)."""
+
+    max_running: int = 256
+    token_budget: int | None = None
+    chunked_prefill: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_running, bool) or not isinstance(self.max_running, int) \
+                or self.max_running < 1:
+            raise ValueError(f"max_running must be an int >= 1, got {self.max_running!r}")
+        if self.token_budget is not None and (isinstance(self.token_budget, bool) or not
+                                              isinstance(self.token_budget, int) or self.token_budget < 1):
+            raise ValueError(f"token_budget must be None or an int >= 1, got {self.token_budget!r}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """One step's work: ``chunks`` as (request, prompt tokens, context before them)."""
+
+    chunks: tuple[tuple[int, int, int], ...]
+    decoding: tuple[int, ...]
+
+
+@dataclass
+class BatchScheduler:
+    """Waiting and running requests by index; ``prompt_left[i]`` prompt tokens request ``i``
+    still has to compute, ``prompt_tokens[i]`` its whole prompt."""
+
+    limits: SchedulerLimits
+    prompt_tokens: np.ndarray
+    prompt_left: np.ndarray
+    waiting: deque = field(default_factory=deque)
+    running: list = field(default_factory=list)
+    in_prompt: set = field(default_factory=set)  # running requests with prompt tokens left
+
+    def add(self, request: int) -> None:
+        self.waiting.append(request)
+
+    def can_admit(self) -> bool:
+        """Whether a waiting request could join the running set now."""
+        return bool(self.waiting) and len(self.running) < self.limits.max_running
+
+    def prefilling(self) -> bool:
+        return bool(self.in_prompt)
+
+    def schedule(self) -> StepPlan:
+        """Plan the next step, moving the waiting requests it starts into the running set."""
+        budget = self.limits.token_budget if self.limits.token_budget is not None else np.inf
+        in_prompt = self.in_prompt
+        decoding = [i for i in self.running if i not in in_prompt]
+        budget -= len(decoding)
+        chunks = []
+        for i in self.running:
+            if i in in_prompt:
+                budget = self._take(i, budget, chunks, bool(decoding))
+        while self.can_admit() and budget > 0:
+            before = len(chunks)
+            budget = self._take(self.waiting[0], budget, chunks, bool(decoding))
+            if len(chunks) == before:
+                break
+            request = self.waiting.popleft()
+            self.running.append(request)
+            in_prompt.add(request)
+        return StepPlan(tuple(chunks), tuple(decoding))
+
+    def computed(self, plan: StepPlan) -> list[int]:
+        """Record that ``plan``'s chunks ran; the requests whose prompt is now done."""
+        done = []
+        for i, tokens, _ in plan.chunks:
+            self.prompt_left[i] -= tokens
+            if self.prompt_left[i] == 0:
+                self.in_prompt.discard(i)
+                done.append(i)
+        return done
+
+    def _take(self, i: int, budget: float, chunks: list, busy: bool) -> float:
+        left = int(self.prompt_left[i])
+        tokens = min(left, budget) if self.limits.chunked_prefill else left
+        if tokens <= 0 or (tokens > budget and (chunks or busy)):
+            return budget
+        chunks.append((i, int(tokens), int(self.prompt_tokens[i] - left)))
+        return budget - tokens
+
+    def finish(self, requests) -> None:
+        gone = set(requests)
+        self.running = [i for i in self.running if i not in gone]

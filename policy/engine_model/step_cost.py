@@ -1,0 +1,77 @@
+"""What one scheduler step costs: a line over the step's work.
+
+``duration_s = overhead_s + prefill_token_s * prefill tokens + prefill_request_s * prefill
+requests + attention_s * prefill attention + decode_request_s * decode requests +
+decode_context_s * decode context tokens``, every coefficient >= 0.
+
+*Prefill attention* is the sum over a step's prefill chunks of ``n * (c + n / 2)`` for a
+chunk of ``n`` tokens after ``c`` tokens of context: the token-position pairs attention
+reads, so a deep chunk costs more than a shallow one of the same size. A
+:class:`~kvtier.collector.events.StepRecord` keeps only the sums over its chunks; read
+from one, the term is taken as if its chunks were equal (exact for one chunk a step).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+
+from kvtier.collector.events import StepRecord
+
+FEATURES = ("steps", "prefill_tokens", "prefill_requests", "prefill_attention",
+            "decode_requests", "decode_context_tokens")
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """Seconds per unit of each of :data:`FEATURES`, in that order."""
+
+    overhead_s: float = 0.0
+    prefill_token_s: float = 0.0
+    prefill_request_s: float = 0.0
+    attention_s: float = 0.0
+    decode_request_s: float = 0.0
+    decode_context_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not (isinstance(value, (int, float)) and np.isfinite(value) and value >= 0):
+                raise ValueError(f"{f.name} must be a finite number >= 0, got {value!r}")
+
+    @property
+    def coefficients(self) -> np.ndarray:
+        return np.array([getattr(self, f.name) for f in fields(self)], dtype=float)
+
+    @classmethod
+    def from_coefficients(cls, values) -> StepCost:
+        return cls(*(float(v) for v in values))
+
+    def seconds(self, features: np.ndarray) -> np.ndarray:
+        """Each step's duration from its rows of :data:`FEATURES`."""
+        return np.asarray(features, dtype=float) @ self.coefficients
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def step_features(steps: Sequence[StepRecord]) -> np.ndarray:
+    """One row of :data:`FEATURES` per step record."""
+    rows = np.array([(s.prefill_tokens, s.prefill_requests, s.prefill_context_tokens,
+                      s.decode_requests, s.decode_context_tokens) for s in steps],
+                    dtype=float).reshape(-1, 5)
+    tokens, requests, context = rows[:, 0], rows[:, 1], rows[:, 2]
+    per_request = np.maximum(requests, 1.0)
+    attention = tokens * (context + tokens / 2) / per_request  # equal chunks
+    return np.column_stack([np.ones(len(rows)), tokens, requests, attention, rows[:, 3], rows[:, 4]])
+
+
+def step_durations(steps: Sequence[StepRecord]) -> np.ndarray:
+    """Each step's ``duration_s``, else the gap to the next step's ``time_s``; NaN where
+    neither is known (the last step without a duration)."""
+    times = np.array([s.time_s for s in steps], dtype=float)
+    gaps = np.append(np.diff(times), np.nan)
+    recorded = np.array([np.nan if s.duration_s is None else s.duration_s for s in steps], dtype=float)
+    return np.where(np.isnan(recorded), gaps, recorded)
