@@ -6,9 +6,10 @@
   seconds per token and one in seconds per step weigh alike.
 * **From request records alone** (an older store, a public trace with latencies): the
   coefficients that make the engine model's replay of the requests match their measured
-  TTFT and ITL quantiles (10th to 99th percentile, squared log ratios), by a Nelder-Mead
-  search over the logarithms of the overhead per step, per prefill token, per prefill token
-  and context token, and per decode request, started from a guess read off the medians.
+  TTFT quantiles (10th to 99th percentile) and ITL quantiles (10th to 90th: a loaded host's
+  stalls sit above) as squared log ratios, by a Nelder-Mead search over the logarithms of the overhead per
+  step, per prefill token, per prefill request, per prefill token and context token, and
+  per decode request, started from a guess read off the medians.
 * **Batching limits**: the most running requests a step record shows, else what the caller
   gives, else the most requests ever in flight together.
 """
@@ -26,8 +27,8 @@ from kvtier.policy.engine_model.scheduler import SchedulerLimits
 from kvtier.policy.engine_model.step_cost import StepCost, step_durations, step_features
 
 TTFT_QUANTILES = (10, 25, 50, 75, 90, 95, 99)
-ITL_QUANTILES = (10, 50, 90, 99)
-SEARCHED = ("overhead_s", "prefill_token_s", "attention_s", "decode_request_s")
+ITL_QUANTILES = (10, 50, 90)
+SEARCHED = ("overhead_s", "prefill_token_s", "prefill_request_s", "attention_s", "decode_request_s")
 MIN_STEPS = 8
 MIN_REQUESTS = 8
 
@@ -81,13 +82,13 @@ def fit_step_cost_to_requests(records: Sequence[RequestRecord], base: EngineMode
 
 
 def _first_guess(records: Sequence[RequestRecord], itl: np.ndarray) -> np.ndarray:
-    """Overhead, per prefill token, per attention pair, per decode request, from medians."""
+    """Each of :data:`SEARCHED`, from medians."""
     ttft = float(np.median([r.ttft_s for r in records]))
     step_s = float(np.median(itl)) if len(itl) else ttft / 2
     recompute = max(float(np.median([max(r.recomputed_tokens or r.prompt_tokens, 1)
                                      for r in records])), 1.0)
     per_token = max(ttft - step_s, step_s * 0.1) / recompute
-    return np.array([step_s / 2, per_token, per_token / 4096, step_s / 8])
+    return np.array([step_s / 2, per_token, step_s / 4, per_token / 4096, step_s / 8])
 
 
 def _log_ratio(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:

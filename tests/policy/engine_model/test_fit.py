@@ -1,0 +1,112 @@
+"""Fitting the engine model: NNLS recovers a known step cost; the JSON section round-trips
+and older parameter files still read."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from kvtier.collector.events import RequestRecord, StepRecord
+from kvtier.policy.cost import measured_cost_params
+from kvtier.policy.engine_model.fit import fit_limits, fit_step_cost, fit_step_cost_to_requests
+from kvtier.policy.engine_model.params import EngineModelParams, read_engine_params
+from kvtier.policy.engine_model.replay import EngineRequests, replay
+from kvtier.policy.engine_model.scheduler import SchedulerLimits
+from kvtier.policy.engine_model.step_cost import StepCost, step_features
+
+TRUE = StepCost(overhead_s=0.004, prefill_token_s=2e-5, prefill_request_s=5e-4,
+                attention_s=1e-9, decode_request_s=3e-4, decode_context_s=2e-7)
+
+
+def synthetic_steps(n: int, rng: np.random.Generator, noise_s: float = 0.0) -> list[StepRecord]:
+    steps, t = [], 1000.0
+    for i in range(n):
+        requests = int(rng.integers(0, 4))
+        tokens = int(rng.integers(1, 2048)) * (requests > 0)
+        decode = int(rng.integers(0, 64))
+        step = StepRecord(t, i, None, tokens, requests, int(rng.integers(0, 8000)) * (requests > 0),
+                          0, decode, decode * int(rng.integers(100, 4000)))
+        duration = float(TRUE.seconds(step_features([step]))[0]) + abs(rng.normal(0, noise_s))
+        steps.append(_with_duration(step, duration))
+        t += duration
+    return steps
+
+
+def _with_duration(step: StepRecord, duration: float) -> StepRecord:
+    from dataclasses import replace
+
+    return replace(step, duration_s=duration)
+
+
+def test_nnls_recovers_the_step_cost_of_synthetic_steps():
+    fitted = fit_step_cost(synthetic_steps(400, np.random.default_rng(1)))
+    for name, value in TRUE.to_dict().items():
+        assert getattr(fitted, name) == pytest.approx(value, rel=1e-6), name
+
+
+def test_nnls_keeps_coefficients_non_negative_under_noise():
+    fitted = fit_step_cost(synthetic_steps(400, np.random.default_rng(2), noise_s=0.002))
+    assert (fitted.coefficients >= 0).all()
+    assert fitted.prefill_token_s == pytest.approx(TRUE.prefill_token_s, rel=0.1)
+
+
+def test_steps_without_durations_take_the_gap_to_the_next():
+    steps = [_with_duration(s, None) for s in synthetic_steps(50, np.random.default_rng(3))]
+    fitted = fit_step_cost(steps)  # the last step has neither and is left out
+    assert fitted.overhead_s == pytest.approx(TRUE.overhead_s, rel=1e-6)
+
+
+def test_too_few_steps_are_refused():
+    with pytest.raises(ValueError, match="needs >= 8"):
+        fit_step_cost(synthetic_steps(3, np.random.default_rng(4)))
+
+
+def test_the_search_finds_a_step_cost_that_reproduces_concurrent_requests():
+    rng = np.random.default_rng(5)
+    n = 120
+    arrivals = np.cumsum(rng.exponential(0.03, n))
+    prompt = rng.integers(50, 1500, n)
+    truth = StepCost(overhead_s=0.003, prefill_token_s=3e-5, decode_request_s=5e-4)
+    limits = SchedulerLimits(max_running=8)
+    records = [RequestRecord(f"r{i}", float(arrivals[i]), int(prompt[i]), output_tokens=int(o),
+                             gpu_hit_tokens=0, cpu_promotion_tokens=0, cold_promotion_tokens=0,
+                             recomputed_tokens=int(prompt[i]))
+               for i, o in enumerate(rng.integers(2, 30, n))]
+    result = replay(EngineRequests.from_records(records), EngineModelParams(truth, limits))
+    records = [RequestRecord(**{**{f: getattr(r, f) for f in r.__dataclass_fields__},
+                                "ttft_s": float(t), "itl_s": float(i), "e2e_latency_s": float(e)})
+               for r, t, i, e in zip(records, result.ttft_s, result.itl_s, result.e2e_s)]
+    fitted = fit_step_cost_to_requests(records, EngineModelParams(limits=limits))
+    again = replay(EngineRequests.from_records(records), EngineModelParams(fitted, limits))
+    assert np.median(again.ttft_s) == pytest.approx(np.median(result.ttft_s), rel=0.1)
+    assert np.median(again.itl_s) == pytest.approx(np.median(result.itl_s), rel=0.1)
+
+
+def test_limits_come_from_step_records_else_from_requests_in_flight():
+    steps = [StepRecord(1.0, 0, 0.1, running_requests=3), StepRecord(1.1, 1, 0.1, running_requests=6)]
+    assert fit_limits([], steps).max_running == 6
+    records = [RequestRecord("a", 0.0, 10, e2e_latency_s=1.0), RequestRecord("b", 0.5, 10, e2e_latency_s=1.0),
+               RequestRecord("c", 2.0, 10, e2e_latency_s=1.0)]
+    assert fit_limits(records).max_running == 2
+    assert fit_limits(records, max_running=16, token_budget=512).token_budget == 512
+
+
+def test_the_json_section_round_trips_and_old_files_still_read(tmp_path):
+    params = EngineModelParams(TRUE, SchedulerLimits(12, 2048, True), kv_bytes_per_token=4096,
+                               fitted_from="step_records")
+    path = tmp_path / "cost.json"
+    path.write_text(json.dumps({"probe": "calibrate", "cost_params": {"prefill_tokens_per_s": 9000.0},
+                                "engine_model": params.to_dict()}))
+    assert read_engine_params(path) == params
+    assert measured_cost_params(path).prefill_tokens_per_s.value == 9000.0  # the old reader
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"probe": "calibrate", "cost_params": {"prefill_tokens_per_s": 9000.0}}))
+    assert read_engine_params(old) is None
+
+
+def test_an_unknown_version_is_named():
+    body = EngineModelParams().to_dict() | {"version": 99}
+    with pytest.raises(ValueError, match="version 99"):
+        EngineModelParams.from_dict(body)

@@ -1,0 +1,88 @@
+"""The batch scheduler and the replay on narrated scenarios, with step costs simple enough to
+follow by hand (1 s a step, plus what the scenario adds)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kvtier.policy.engine_model.params import EngineModelParams
+from kvtier.policy.engine_model.replay import EngineRequests, replay
+from kvtier.policy.engine_model.scheduler import SchedulerLimits
+from kvtier.policy.engine_model.step_cost import StepCost
+
+
+def requests(*rows) -> EngineRequests:
+    """Rows of (arrival_s, prompt, output, gpu, cpu, cold, recompute)."""
+    a = np.array(rows, dtype=float).reshape(-1, 7)
+    ints = [a[:, i].astype(np.int64) for i in range(1, 7)]
+    return EngineRequests(a[:, 0], *ints)
+
+
+def params(step_cost=StepCost(overhead_s=1.0), **limits) -> EngineModelParams:
+    return EngineModelParams(step_cost=step_cost, limits=SchedulerLimits(**limits))
+
+
+def test_two_requests_arriving_together_share_their_steps():
+    # both prompts in step 1 (first tokens at 1 s), then two decode steps for both: 3 steps
+    result = replay(requests((0, 10, 3, 0, 0, 0, 10), (0, 10, 3, 0, 0, 0, 10)), params())
+    assert result.steps == 3
+    assert result.ttft_s.tolist() == [1.0, 1.0]
+    assert result.e2e_s.tolist() == [3.0, 3.0]
+    assert result.itl_s.tolist() == [1.0, 1.0]
+
+
+def test_one_running_slot_makes_the_second_request_wait_for_the_first():
+    result = replay(requests((0, 10, 3, 0, 0, 0, 10), (0, 10, 3, 0, 0, 0, 10)), params(max_running=1))
+    assert result.ttft_s.tolist() == [1.0, 4.0]  # starts after the first's three steps
+    assert result.steps == 6
+
+
+def test_a_fully_cached_prompt_still_takes_one_step():
+    cost = StepCost(overhead_s=0.010, prefill_token_s=0.001)
+    result = replay(requests((0, 64, 1, 64, 0, 0, 0)), params(cost))
+    assert result.steps == 1
+    assert result.ttft_s[0] == pytest.approx(0.011)  # the last prompt token is computed
+
+
+def test_a_long_prompt_is_chunked_by_the_token_budget():
+    cost = StepCost(overhead_s=1.0, prefill_token_s=0.01)
+    result = replay(requests((0, 250, 1, 0, 0, 0, 250)),
+                    params(cost, token_budget=100, chunked_prefill=True))
+    assert result.steps == 3  # 100 + 100 + 50 tokens
+    assert result.ttft_s[0] == pytest.approx(3 * 1.0 + 250 * 0.01)
+
+
+def test_without_chunking_a_prompt_over_what_is_left_waits_for_a_step_with_room():
+    # request 0 decodes (1 token of a 100-token budget); request 1's 150-token prompt does
+    # not fit beside it, so it waits until request 0 is done, then runs alone
+    result = replay(requests((0, 10, 3, 0, 0, 0, 10), (0.5, 150, 1, 0, 0, 0, 150)),
+                    params(token_budget=100))
+    assert result.e2e_s[0] == 3.0
+    assert result.ttft_s[1] == pytest.approx(4.0 - 0.5)
+
+
+def test_decoding_requests_slow_as_context_grows():
+    cost = StepCost(overhead_s=1.0, decode_context_s=0.01)
+    result = replay(requests((0, 100, 3, 0, 0, 0, 100)), params(cost))
+    # prefill step 1 s; decodes at context 101 and 102
+    assert result.e2e_s[0] == pytest.approx(1.0 + (1.0 + 1.01) + (1.0 + 1.02))
+
+
+def test_a_request_arriving_during_a_decode_run_joins_at_the_next_step():
+    result = replay(requests((0, 10, 10, 0, 0, 0, 10), (2.5, 10, 1, 0, 0, 0, 10)), params())
+    # steps end at 1, 2, 3, ...; the second is seen at 3 and prefilled in the step ending at 4
+    assert result.ttft_s[1] == pytest.approx(4.0 - 2.5)
+    assert result.e2e_s[0] == 10.0  # the shared step decoded it too
+
+
+def test_a_thousand_requests_at_load_all_finish():
+    rng = np.random.default_rng(3)
+    n = 1000
+    prompt = rng.integers(10, 2000, n)
+    rows = np.column_stack([np.cumsum(rng.exponential(0.02, n)), prompt, rng.integers(1, 50, n),
+                            prompt // 2, np.zeros(n), np.zeros(n), prompt - prompt // 2])
+    cost = StepCost(0.002, 1e-5, 1e-4, 1e-9, 1e-4, 1e-7)
+    result = replay(requests(*rows), params(cost, max_running=32, token_budget=512, chunked_prefill=True))
+    assert np.isfinite(result.e2e_s).all() and (result.ttft_s > 0).all()
+    assert (result.e2e_s >= result.ttft_s).all()

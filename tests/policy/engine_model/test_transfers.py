@@ -1,0 +1,36 @@
+"""Promotions move over bandwidth-limited FIFO links before a request's first step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kvtier.policy.engine_model.params import EngineModelParams
+from kvtier.policy.engine_model.replay import replay
+from kvtier.policy.engine_model.scheduler import SchedulerLimits
+from kvtier.policy.engine_model.step_cost import StepCost
+from kvtier.policy.engine_model.transfers import TransferLink, ready_s
+from tests.policy.engine_model.test_scheduler import requests
+
+LINKS = dict(cpu_link=TransferLink(1e6, 0.0), cold_link=TransferLink(1e5, 0.1), kv_bytes_per_token=1000)
+
+
+def test_a_promotion_heavy_request_waits_for_its_transfer():
+    # 2,000 CPU tokens x 1,000 bytes over 1 MB/s: 2 s on the link before its one step
+    params = EngineModelParams(StepCost(overhead_s=0.5), SchedulerLimits(), **LINKS)
+    result = replay(requests((0, 2010, 1, 0, 2000, 0, 10), (0, 10, 1, 0, 0, 0, 10)), params)
+    assert result.ttft_s[0] == pytest.approx(2.5)
+    assert result.ttft_s[1] == pytest.approx(0.5)  # nothing to move: not held up
+
+
+def test_transfers_queue_behind_each_other_on_one_link():
+    ready = ready_s(np.zeros(3), np.array([1000, 1000, 0]), np.zeros(3), 1000,
+                    LINKS["cpu_link"], LINKS["cold_link"])
+    assert ready.tolist() == pytest.approx([1.0, 2.0, 0.0])
+
+
+def test_a_cold_promotion_is_staged_through_cpu():
+    # cold->CPU: 0.1 s + 100,000 B / 100 kB/s = 1.1 s; then CPU->GPU 0.1 s for all 100 tokens
+    ready = ready_s(np.array([5.0]), np.array([0]), np.array([100]), 1000,
+                    LINKS["cpu_link"], LINKS["cold_link"])
+    assert ready[0] == pytest.approx(5.0 + 1.1 + 0.1)
