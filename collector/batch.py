@@ -12,16 +12,19 @@ from typing import Iterable
 import pyarrow as pa
 
 from kvtier.collector.columns import Rejections, columns_table, empty_table, rows_to_table
-from kvtier.collector.events import BlockEvent, MetricInterval, Origin, RequestRecord
+from kvtier.collector.events import BlockEvent, MetricInterval, Origin, RequestRecord, StepRecord
+from kvtier.collector.record_types import RECORD_TABLES, TABLE_NAMES
 
 
 @dataclass(frozen=True)
 class EventBatch:
-    """Block events, request records and metric intervals from one origin, already validated.
+    """Records from one origin, already validated: one Arrow table per record type of the
+    registry (``collector/record_types.py``), each attribute named as its store table.
 
     ``rejected`` counts rows that were left out before the batch reached the store (by the
     recorder or by :meth:`from_rows`), so the store's ledger can account for them.
-    ``metric_intervals`` (a scraper's) is empty unless given.
+    ``metric_intervals`` (a scraper's) and ``step_records`` (an engine scheduler's) are empty
+    unless given.
     """
 
     origin: Origin
@@ -30,16 +33,22 @@ class EventBatch:
     requests: pa.Table
     rejected: Rejections = field(default_factory=Rejections)
     metric_intervals: pa.Table | None = None
+    step_records: pa.Table | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.sequence, int) or not 0 <= self.sequence < 2**63:
             raise ValueError(f"sequence must be a non-negative int below 2**63, got {self.sequence!r}")
-        if self.metric_intervals is None:
-            object.__setattr__(self, "metric_intervals", empty_table(MetricInterval))
+        for entry in RECORD_TABLES:
+            if getattr(self, entry.table) is None:
+                object.__setattr__(self, entry.table, empty_table(entry.record_type))
+
+    def tables(self) -> dict[str, pa.Table]:
+        """Every table of the batch by store table name, in the registry's order."""
+        return {name: getattr(self, name) for name in TABLE_NAMES}
 
     @property
     def num_rows(self) -> int:
-        return self.block_events.num_rows + self.requests.num_rows + self.metric_intervals.num_rows
+        return sum(table.num_rows for table in self.tables().values())
 
     @classmethod
     def from_rows(cls, origin: Origin, sequence: int, block_events: Iterable = (),
@@ -72,6 +81,14 @@ class EventBatch:
         table, rejected = rows_to_table(MetricInterval, intervals)
         return cls(origin, sequence, empty_table(BlockEvent), empty_table(RequestRecord), rejected,
                    table)
+
+    @classmethod
+    def from_steps(cls, origin: Origin, sequence: int, steps: Iterable) -> "EventBatch":
+        """A batch of ``StepRecord`` values (or dicts of their fields); malformed ones are left
+        out and counted, as in :meth:`from_rows`."""
+        table, rejected = rows_to_table(StepRecord, steps)
+        return cls(origin, sequence, empty_table(BlockEvent), empty_table(RequestRecord), rejected,
+                   step_records=table)
 
     @classmethod
     def empty(cls, origin: Origin, sequence: int) -> "EventBatch":

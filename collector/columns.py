@@ -2,7 +2,8 @@
 
 ``collector/events.py`` defines the records; this module turns each dataclass field into a
 :class:`Column` (SQL type, Arrow type, nullability) so the DuckDB tables, the Arrow batches
-and the Parquet segments all follow the schema without restating it.
+and the Parquet segments all follow the schema without restating it; which types there are is
+``collector/record_types.py``'s registry.
 
 Conversion never raises on bad rows: a row with a wrong type, a negative latency or an
 unknown tier is left out and counted under a reason (``Rejections``); the rest convert.
@@ -25,16 +26,16 @@ import pyarrow.compute as pc
 from kvtier.collector.events import (
     FINISH_STATUSES,
     METRIC_KINDS,
-    NON_NEGATIVE_BLOCK_FIELDS,
-    NON_NEGATIVE_REQUEST_FIELDS,
     PRIORITY_MAX,
     PRIORITY_MIN,
     BlockEvent,
     MetricInterval,
     Outcome,
     RequestRecord,
+    StepRecord,
     Tier,
 )
+from kvtier.collector.record_types import RECORD_TABLES, record_table
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +85,16 @@ def _unwrap_optional(hint) -> tuple[Any, bool]:
     return (tuple if typing.get_origin(hint) is tuple else hint), False
 
 
-BLOCK_EVENT_COLUMNS: tuple[Column, ...] = _columns_of(BlockEvent)
-REQUEST_COLUMNS: tuple[Column, ...] = _columns_of(RequestRecord)
-METRIC_INTERVAL_COLUMNS: tuple[Column, ...] = _columns_of(MetricInterval)
+_COLUMNS = {entry.record_type: _columns_of(entry.record_type) for entry in RECORD_TABLES}
+BLOCK_EVENT_COLUMNS: tuple[Column, ...] = _COLUMNS[BlockEvent]
+REQUEST_COLUMNS: tuple[Column, ...] = _COLUMNS[RequestRecord]
+METRIC_INTERVAL_COLUMNS: tuple[Column, ...] = _COLUMNS[MetricInterval]
+STEP_COLUMNS: tuple[Column, ...] = _COLUMNS[StepRecord]
+
+
+def columns_of(record_type: type) -> tuple[Column, ...]:
+    """The columns of a record type of the registry (``collector/record_types.py``)."""
+    return _COLUMNS[record_table(record_type).record_type]
 
 
 class Rejections(Counter):
@@ -110,7 +118,7 @@ def rows_to_table(record_type: type, rows: Iterable[Any]) -> tuple[pa.Table, Rej
     missing required field, a value of the wrong type, an unknown enum value or a value
     outside the schema's range are dropped and counted in the returned ``Rejections``.
     """
-    columns = _COLUMNS[record_type]
+    columns = columns_of(record_type)
     rejections = Rejections()
     records = [_as_mapping(row) for row in rows]
     keep = np.ones(len(records), dtype=bool)
@@ -238,17 +246,17 @@ def columns_table(record_type: type, values: dict[str, np.ndarray],
     a value outside the schema's range are dropped and counted, as in :func:`rows_to_table`.
     """
     nulls = nulls or {}
-    unknown = set(values) - {c.name for c in _COLUMNS[record_type]}
+    unknown = set(values) - {c.name for c in columns_of(record_type)}
     if unknown:
         raise ValueError(f"unknown columns {sorted(unknown)}; the schema has "
-                         f"{[c.name for c in _COLUMNS[record_type]]}")
+                         f"{[c.name for c in columns_of(record_type)]}")
     lengths = {len(v) for v in values.values()}
     if len(lengths) > 1:
         raise ValueError(f"columns differ in length: {sorted(lengths)}")
     n = lengths.pop() if lengths else 0
     rejections = Rejections()
     arrays, bad = {}, None
-    for column in _COLUMNS[record_type]:
+    for column in columns_of(record_type):
         if column.name not in values:
             if not column.nullable:
                 raise ValueError(f"required column {column.name!r} is missing")
@@ -284,7 +292,7 @@ def validate_table(record_type: type, table: pa.Table) -> tuple[pa.Table, Reject
     """Drop rows that break the schema's range rules; count them by reason."""
     rejections = Rejections()
     bad = None
-    for name in _NON_NEGATIVE[record_type]:
+    for name in record_table(record_type).non_negative:
         column = table.column(name)
         # NaN compares false, so "not (x >= 0)" also catches NaN; nulls are allowed.
         broken = pc.fill_null(pc.invert(pc.greater_equal(column, 0)), False)
@@ -299,6 +307,16 @@ def validate_table(record_type: type, table: pa.Table) -> tuple[pa.Table, Reject
         bad = _count_and_merge(bad, unknown, "unknown metric kind", rejections, kind)
         backwards = pc.fill_null(pc.less(table.column("end_s"), table.column("start_s")), False)
         bad = _count_and_merge(bad, backwards, "end_s before start_s", rejections, None)
+    if record_type is StepRecord:
+        time_s = table.column("time_s")
+        infinite = pc.invert(pc.is_finite(time_s))
+        bad = _count_and_merge(bad, infinite, "time_s not finite", rejections, time_s)
+        orphan = pc.and_(pc.greater(table.column("prefill_tokens"), 0),
+                         pc.equal(table.column("prefill_requests"), 0))
+        bad = _count_and_merge(bad, orphan, "prefill_tokens over no prefill_requests", rejections, None)
+        duration = table.column("duration_s")
+        endless = pc.fill_null(pc.is_inf(duration), False)
+        bad = _count_and_merge(bad, endless, "duration_s not finite", rejections, duration)
     if record_type is BlockEvent:
         priority = table.column("priority")
         outside = pc.fill_null(pc.or_(pc.less(priority, PRIORITY_MIN), pc.greater(priority, PRIORITY_MAX)), False)
@@ -318,12 +336,6 @@ def _count_and_merge(bad, broken, reason: str, rejections: Rejections, column) -
     return broken if bad is None else pc.or_(bad, broken)
 
 
-_COLUMNS = {BlockEvent: BLOCK_EVENT_COLUMNS, RequestRecord: REQUEST_COLUMNS,
-            MetricInterval: METRIC_INTERVAL_COLUMNS}
-_NON_NEGATIVE = {BlockEvent: NON_NEGATIVE_BLOCK_FIELDS, RequestRecord: NON_NEGATIVE_REQUEST_FIELDS,
-                 MetricInterval: ()}
-
-
 def empty_table(record_type: type) -> pa.Table:
     """A zero-row table with the record type's Arrow schema."""
-    return pa.table({c.name: pa.array([], type=c.arrow_type) for c in _COLUMNS[record_type]})
+    return pa.table({c.name: pa.array([], type=c.arrow_type) for c in columns_of(record_type)})

@@ -7,29 +7,23 @@ halves the bytes a commit writes. The ``*_with_origin`` views join the two back.
 
 from __future__ import annotations
 
-from kvtier.collector.columns import (
-    BLOCK_EVENT_COLUMNS,
-    ENUM_SQL_NAMES,
-    METRIC_INTERVAL_COLUMNS,
-    REQUEST_COLUMNS,
-    Column,
-)
+from kvtier.collector.columns import ENUM_SQL_NAMES, Column, columns_of
+from kvtier.collector.events import BlockEvent, MetricInterval, RequestRecord, StepRecord
+from kvtier.collector.record_types import RECORD_TABLES, record_table
 
-BLOCK_EVENTS_TABLE = "block_events"
-REQUESTS_TABLE = "requests"
-METRIC_INTERVALS_TABLE = "metric_intervals"
+BLOCK_EVENTS_TABLE = record_table(BlockEvent).table
+REQUESTS_TABLE = record_table(RequestRecord).table
+METRIC_INTERVALS_TABLE = record_table(MetricInterval).table
+STEP_RECORDS_TABLE = record_table(StepRecord).table
 LEDGER_TABLE = "ingested_batches"
 EXPORTS_TABLE = "segment_exports"
 
 ORIGIN_COLUMNS = ("engine", "instance", "source", "sequence")
-WITH_ORIGIN = {BLOCK_EVENTS_TABLE: "block_events_with_origin", REQUESTS_TABLE: "requests_with_origin",
-               METRIC_INTERVALS_TABLE: "metric_intervals_with_origin"}
+# One entry per record type of the registry (collector/record_types.py), in its order.
 TABLE_COLUMNS: dict[str, tuple[Column, ...]] = {
-    BLOCK_EVENTS_TABLE: BLOCK_EVENT_COLUMNS,
-    REQUESTS_TABLE: REQUEST_COLUMNS,
-    METRIC_INTERVALS_TABLE: METRIC_INTERVAL_COLUMNS,
-}
-TIME_COLUMN = {BLOCK_EVENTS_TABLE: "time_s", REQUESTS_TABLE: "arrival_s", METRIC_INTERVALS_TABLE: "end_s"}
+    entry.table: columns_of(entry.record_type) for entry in RECORD_TABLES}
+WITH_ORIGIN = {entry.table: f"{entry.table}_with_origin" for entry in RECORD_TABLES}
+TIME_COLUMN = {entry.table: entry.time_column for entry in RECORD_TABLES}
 
 
 def enum_types() -> list[str]:

@@ -65,6 +65,7 @@ class SourceCounters:
     next_event: int = 0
     dropped_events_total: int = 0
     dropped_requests_total: int = 0
+    dropped_steps_total: int = 0
     lost_batches: int = 0
     lost_events: int = 0
 
@@ -76,6 +77,7 @@ class HooksTapStats:
     batches: int = 0
     block_events: int = 0
     requests: int = 0
+    step_records: int = 0
     bad_frames: int = 0
     callback_errors: int = 0
     sources: dict[str, SourceCounters] = field(default_factory=dict)
@@ -235,9 +237,12 @@ class HooksTap:
                                               shipment.dropped_events_total)
             source.dropped_requests_total = max(source.dropped_requests_total,
                                                 shipment.dropped_requests_total)
+            source.dropped_steps_total = max(source.dropped_steps_total,
+                                             shipment.dropped_steps_total)
             stats.batches += 1
             stats.block_events += batch.block_events.num_rows
             stats.requests += batch.requests.num_rows
+            stats.step_records += batch.step_records.num_rows
 
     def samples(self):
         """Drop and loss counters per engine and instance (summed over its streams), as
@@ -247,16 +252,18 @@ class HooksTap:
         totals: dict[tuple[str, str], list[int]] = {}
         with self._lock:
             for s in self.stats.sources.values():
-                acc = totals.setdefault((s.engine, s.instance), [0, 0, 0, 0])
+                acc = totals.setdefault((s.engine, s.instance), [0, 0, 0, 0, 0])
                 for i, value in enumerate((s.dropped_events_total, s.dropped_requests_total,
-                                           s.lost_batches, s.lost_events)):
+                                           s.lost_batches, s.lost_events, s.dropped_steps_total)):
                     acc[i] += value
-        for (engine, instance), (events, requests, batches, lost) in sorted(totals.items()):
+        for (engine, instance), (events, requests, batches, lost, steps) in sorted(totals.items()):
             labels = {"engine": engine, "engine_instance": instance}
             yield Sample("kvtier_recorder_dropped_events_total", "Block events an engine's "
                          "recorder or shipper dropped (buffer full, no collector)", events, labels)
             yield Sample("kvtier_recorder_dropped_requests_total", "Request records an engine's "
                          "recorder or shipper dropped", requests, labels)
+            yield Sample("kvtier_recorder_dropped_steps_total", "Step records an engine's "
+                         "recorder or shipper dropped", steps, labels)
             yield Sample("kvtier_hooks_lost_batches_total", "Shipped batches that never arrived "
                          "(sequence gaps)", batches, labels)
             yield Sample("kvtier_hooks_lost_events_total", "Block events in shipped batches that "

@@ -4,7 +4,8 @@
 process has no pyarrow); :meth:`PackedBatch.to_event_batch` turns it into the validated
 :class:`kvtier.collector.batch.EventBatch` the store ingests, in the collector's process (or in the
 same process, for an in-process flusher). The records' ``request_key`` indexes
-``request_names``; the names are per batch, so a batch decodes on its own.
+``request_names``; the names are per batch, so a batch decodes on its own. Step records
+travel as tuples in the schema's field order (:data:`STEP_FIELDS`).
 """
 
 from __future__ import annotations
@@ -14,18 +15,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvtier.collector.events import Origin, RequestRecord
+from kvtier.collector.events import Origin, RequestRecord, StepRecord, schema_fields
 from kvtier.collector.record_layout import DTYPE, NULL_BIT, RECORD_BYTES
 
 REJECTED_CALL_REASON = "wrong type in record() call"
+STEP_FIELDS = tuple(f.name for f in schema_fields(StepRecord))
 
 
 @dataclass(frozen=True)
 class PackedBatch:
-    """Block events as packed records, request records, and the calls the recorder rejected.
+    """Block events as packed records, request records, the calls the recorder rejected,
+    and step records.
 
     ``requests`` are ``RequestRecord`` values, or mappings of their fields once they have
-    crossed a process boundary (validated when converted, like any other rows).
+    crossed a process boundary (validated when converted, like any other rows). ``steps``
+    are sequences of a ``StepRecord``'s values in :data:`STEP_FIELDS` order (validated when
+    converted too).
     """
 
     origin: Origin
@@ -33,6 +38,7 @@ class PackedBatch:
     request_names: tuple[str, ...]
     requests: tuple[RequestRecord | Mapping, ...] = ()
     rejected_calls: int = 0
+    steps: tuple[tuple | list, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.records) % RECORD_BYTES:
@@ -54,7 +60,15 @@ class PackedBatch:
         rejections.add(REJECTED_CALL_REASON, self.rejected_calls)
         requests, more = rows_to_table(RequestRecord, self.requests)
         rejections.update(more)
-        return EventBatch(self.origin, sequence, events, requests, rejections)
+        steps, more = rows_to_table(StepRecord, (_step_fields(row) for row in self.steps))
+        rejections.update(more)
+        return EventBatch(self.origin, sequence, events, requests, rejections, step_records=steps)
+
+
+def _step_fields(row) -> dict | None:
+    if isinstance(row, (tuple, list)) and len(row) == len(STEP_FIELDS):
+        return dict(zip(STEP_FIELDS, row))
+    return None  # counted as "row is not a record or mapping"
 
 
 def decode_records(data: bytes, request_names):

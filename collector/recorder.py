@@ -8,6 +8,10 @@ to the collector; standard library and numpy only, so it runs inside an engine p
 ``take_events()`` (an in-process flusher) turns them into an ``EventBatch`` with no per-event
 Python work: the bytes are viewed as a numpy structured array, column by column.
 
+Step records (``record_step``, one per engine scheduler step: a few hundred a second at most)
+are kept as plain tuples in the schema's field order in a bounded list; the collector
+validates them when it converts the batch.
+
 Why bytes and not a list of tuples: transposing a million Python tuples into columns costs
 about a second of GIL time; unpacking packed records costs about a tenth of that.
 
@@ -78,30 +82,37 @@ class _RequestKeys:
 
 
 class Recorder:
-    """A bounded, non-blocking buffer of block events and request records for one origin.
+    """A bounded, non-blocking buffer of block events, request records and step records for
+    one origin.
 
     ``capacity_events`` bounds the buffered block events (about 80 bytes each); events past
     it are dropped and counted in ``dropped_events``. Calls that fail to pack (a wrong type)
-    are counted in ``rejected_events``; range errors are caught when draining.
+    are counted in ``rejected_events``; range errors are caught when draining. Request and
+    step records past ``capacity_requests`` / ``capacity_steps`` are dropped and counted in
+    ``dropped_requests`` / ``dropped_steps``.
     """
 
     def __init__(self, origin: Origin, *, capacity_events: int = 1 << 20,
-                 capacity_requests: int = 1 << 16, clock: Callable[[], float] = time.time,
-                 first_sequence: int = 0):
-        if capacity_events <= 0 or capacity_requests <= 0:
-            raise ValueError(f"capacities must be positive, got {capacity_events}, {capacity_requests}")
+                 capacity_requests: int = 1 << 16, capacity_steps: int = 1 << 16,
+                 clock: Callable[[], float] = time.time, first_sequence: int = 0):
+        if capacity_events <= 0 or capacity_requests <= 0 or capacity_steps <= 0:
+            raise ValueError(f"capacities must be positive, got {capacity_events}, "
+                             f"{capacity_requests}, {capacity_steps}")
         self.origin = origin
         self._clock = clock
         self._buffer = bytearray()
         self._limit_bytes = capacity_events * RECORD_BYTES
         self._requests: list[RequestRecord] = []
         self._capacity_requests = capacity_requests
+        self._steps: list[tuple] = []
+        self._capacity_steps = capacity_steps
         self._keys = _RequestKeys()
         self._pack = RECORD.pack
         self._sequence = first_sequence
         self._drain_lock = threading.Lock()
         self.dropped_events = 0
         self.dropped_requests = 0
+        self.dropped_steps = 0
         self.rejected_events = 0
 
     def record(self, kind, block_hash, request_id=None, parent_hash=None, position=None,
@@ -196,6 +207,21 @@ class Recorder:
             return
         self._requests.append(record)
 
+    def record_step(self, time_s, step, duration_s=None, prefill_tokens=0, prefill_requests=0,
+                    prefill_context_tokens=0, cached_tokens=0, decode_requests=0,
+                    decode_context_tokens=0, running_requests=0, waiting_requests=0,
+                    preempted_requests=0, loaded_bytes=0, stored_bytes=0) -> None:
+        """Buffer one scheduler step (the fields of ``StepRecord``, in its order). Never raises:
+        one tuple appended, or dropped and counted when ``capacity_steps`` are buffered;
+        values are validated when the collector converts the batch."""
+        if len(self._steps) >= self._capacity_steps:
+            self.dropped_steps += 1
+            return
+        self._steps.append((time_s, step, duration_s, prefill_tokens, prefill_requests,
+                            prefill_context_tokens, cached_tokens, decode_requests,
+                            decode_context_tokens, running_requests, waiting_requests,
+                            preempted_requests, loaded_bytes, stored_bytes))
+
     @property
     def pending_events(self) -> int:
         return len(self._buffer) // RECORD_BYTES
@@ -226,8 +252,11 @@ class Recorder:
         count = len(self._requests)
         requests = tuple(self._requests[:count])
         del self._requests[:count]
+        count = len(self._steps)
+        steps = tuple(self._steps[:count])
+        del self._steps[:count]
         rejected_calls, self.rejected_events = self.rejected_events, 0
-        if not data and not requests and not rejected_calls:
+        if not data and not requests and not steps and not rejected_calls:
             return None
         names: tuple[str, ...] = ()
         if data:
@@ -237,4 +266,4 @@ class Recorder:
                 local, names = self._keys.local(packed["request_key"][named])
                 packed["request_key"][named] = local
             data = packed.tobytes()
-        return PackedBatch(self.origin, data, names, requests, rejected_calls)
+        return PackedBatch(self.origin, data, names, requests, rejected_calls, steps)

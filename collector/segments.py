@@ -6,10 +6,13 @@ batch committed since the last export as new files under a hive layout::
 
     ROOT/block_events/day=2026-11-29/instance=node-7/b000042-<uuid>.parquet
     ROOT/requests/day=2026-11-29/instance=node-7/b000042-<uuid>.parquet
+    ROOT/step_records/day=2026-11-29/instance=node-7/b000042-<uuid>.parquet
+
+(one folder per table of ``collector/record_types.py``'s registry).
 
 Files are written in a staging folder and renamed into place, so a reader never sees a
-partial file; a written file is never changed again. ``day`` is the UTC date of the event
-time (``time_s``) or arrival (``arrival_s``).
+partial file; a written file is never changed again. ``day`` is the UTC date of the table's
+time column (``time_s``, ``arrival_s``, ``end_s``).
 
 A running collector writes :func:`segments_note` next to its store, so a reader that finds
 the store locked can read the segments that collector exports instead (:func:`segments_of`).
@@ -24,17 +27,11 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvtier.collector.ddl import (
-    BLOCK_EVENTS_TABLE,
-    EXPORTS_TABLE,
-    METRIC_INTERVALS_TABLE,
-    REQUESTS_TABLE,
-    TIME_COLUMN,
-    WITH_ORIGIN,
-)
+from kvtier.collector.ddl import EXPORTS_TABLE, REQUESTS_TABLE, TIME_COLUMN, WITH_ORIGIN
+from kvtier.collector.record_types import TABLE_NAMES
 from kvtier.collector.store import TraceStore
 
-SEGMENT_TABLES = (BLOCK_EVENTS_TABLE, REQUESTS_TABLE, METRIC_INTERVALS_TABLE)
+SEGMENT_TABLES = TABLE_NAMES  # every record table: block events, requests, metric intervals, steps
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,18 +1,22 @@
 """The message an engine process ships to the collector: one drained recorder batch.
 
-Three ZMQ frames, standard library only on both ends (a vLLM install has pyzmq and numpy, but
-not msgpack or pyarrow):
+Three or four ZMQ frames, standard library only on both ends (a vLLM install has pyzmq and
+numpy, but not msgpack or pyarrow):
 
 1. header, JSON: ``format`` (:data:`FORMAT`), ``engine``, ``instance``, ``source``,
    ``sequence`` (per source, from 0; the store's ledger ingests each ``(source, sequence)``
    once), ``first_event`` (block events the source sent before this batch: a jump means
    batches were lost on the way), ``events``, ``requests``, ``rejected_calls``,
-   ``dropped_events_total`` / ``dropped_requests_total`` (cumulative drops of the source:
-   recorder buffer full, or a batch that could not be sent; carried by every later batch),
-   ``sent_s``, ``request_names``;
+   ``dropped_events_total`` / ``dropped_requests_total`` / ``dropped_steps_total``
+   (cumulative drops of the source: recorder buffer full, or a batch that could not be sent;
+   carried by every later batch), ``sent_s``, ``request_names``, and with step records
+   ``steps`` and ``step_fields`` (the schema's ``StepRecord`` field names, in the order of
+   the fourth frame's values);
 2. the packed block-event records (``collector/record_layout.py``), ``events`` × 64 bytes;
 3. the request records, JSON: a list of objects with the schema's field names, ``None``
-   fields left out.
+   fields left out;
+4. only when the batch holds step records: the step records, JSON, a list of value lists in
+   ``step_fields`` order. A message without it carries none (an engine of an older kvtier).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import json
 from dataclasses import dataclass
 
 from kvtier.collector.events import Origin, RequestRecord
-from kvtier.collector.packed_batch import PackedBatch
+from kvtier.collector.packed_batch import STEP_FIELDS, PackedBatch
 from kvtier.collector.record_layout import RECORD_BYTES
 
 FORMAT = "kvtier.hooks/1"
@@ -44,16 +48,20 @@ class Shipment:
     dropped_events_total: int = 0
     dropped_requests_total: int = 0
     sent_s: float = 0.0
+    dropped_steps_total: int = 0
 
     def __post_init__(self) -> None:
         for name in _COUNTERS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
                 raise ShipmentError(f"{name} must be an int in 0..2**63-1, got {value!r}")
+        if not isinstance(self.dropped_steps_total, int) or self.dropped_steps_total < 0:
+            raise ShipmentError(f"dropped_steps_total must be an int >= 0, "
+                                f"got {self.dropped_steps_total!r}")
 
 
 def encode(shipment: Shipment) -> list[bytes]:
-    """The three frames of ``shipment``."""
+    """The frames of ``shipment``: three, and a fourth when it holds step records."""
     packed = shipment.packed
     origin = packed.origin
     header = {
@@ -64,15 +72,20 @@ def encode(shipment: Shipment) -> list[bytes]:
         "dropped_events_total": shipment.dropped_events_total,
         "dropped_requests_total": shipment.dropped_requests_total,
         "sent_s": shipment.sent_s, "request_names": list(packed.request_names),
+        "dropped_steps_total": shipment.dropped_steps_total,
     }
     requests = [_request_fields(r) for r in packed.requests]
-    return [_json(header), packed.records, _json(requests)]
+    if not packed.steps:
+        return [_json(header), packed.records, _json(requests)]
+    header.update(steps=len(packed.steps), step_fields=list(STEP_FIELDS))
+    return [_json(header), packed.records, _json(requests), _json([list(s) for s in packed.steps])]
 
 
 def decode(frames) -> Shipment:
-    """Parse three frames; ``ShipmentError`` naming what is wrong otherwise."""
-    if len(frames) != 3:
-        raise ShipmentError(f"expected 3 frames (header, records, requests), got {len(frames)}")
+    """Parse three or four frames; ``ShipmentError`` naming what is wrong otherwise."""
+    if len(frames) not in (3, 4):
+        raise ShipmentError(f"expected 3 or 4 frames (header, records, requests[, steps]), "
+                            f"got {len(frames)}")
     header = _load(frames[0], "header")
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         got = header.get("format") if isinstance(header, dict) else type(header).__name__
@@ -87,14 +100,35 @@ def decode(frames) -> Shipment:
     names = header.get("request_names")
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise ShipmentError("request_names must be a list of strings")
+    steps = _steps(frames[3], header) if len(frames) == 4 else ()
     try:
         origin = Origin(header.get("engine"), header.get("instance"), header.get("source"))
         packed = PackedBatch(origin, records, tuple(names), tuple(requests),
-                             _int(header, "rejected_calls"))
+                             _int(header, "rejected_calls"), steps)
         return Shipment(packed, **{name: _int(header, name) for name in _COUNTERS},
-                        sent_s=float(header.get("sent_s") or 0.0))
+                        sent_s=float(header.get("sent_s") or 0.0),
+                        dropped_steps_total=_int({"dropped_steps_total": 0, **header},
+                                                 "dropped_steps_total"))
     except (TypeError, ValueError) as error:
         raise ShipmentError(str(error)) from None
+
+
+def _steps(frame, header: dict) -> tuple:
+    """The step rows of the fourth frame, each in this kvtier's ``STEP_FIELDS`` order (a
+    sender's field the schema lacks is dropped; one it lacks is ``None``, then validated)."""
+    rows = _load(frame, "steps")
+    fields = header.get("step_fields")
+    if not isinstance(rows, list) or len(rows) != header.get("steps"):
+        raise ShipmentError(f"steps frame does not hold {header.get('steps')!r} records")
+    if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
+        raise ShipmentError("step_fields must be a list of strings")
+    if fields == list(STEP_FIELDS):
+        return tuple(rows)
+    out = []
+    for row in rows:
+        values = dict(zip(fields, row)) if isinstance(row, list) else {}
+        out.append(tuple(values.get(name) for name in STEP_FIELDS))
+    return tuple(out)
 
 
 def _request_fields(record) -> dict:

@@ -66,11 +66,13 @@ def endpoint_from(configured: str | None) -> str:
 class _Stream:
     """One recorder's position in its stream and its cumulative drops."""
 
-    __slots__ = ("recorder", "sequence", "sent_events", "dropped_events", "dropped_requests")
+    __slots__ = ("recorder", "sequence", "sent_events", "dropped_events", "dropped_requests",
+                 "dropped_steps")
 
     def __init__(self, recorder) -> None:
         self.recorder = recorder
         self.sequence = self.sent_events = self.dropped_events = self.dropped_requests = 0
+        self.dropped_steps = 0
 
 
 class Shipper:
@@ -139,7 +141,8 @@ class Shipper:
                 packed, stream.sequence, stream.sent_events,
                 dropped_events_total=stream.dropped_events + recorder.dropped_events,
                 dropped_requests_total=stream.dropped_requests + recorder.dropped_requests,
-                sent_s=self._clock()))
+                sent_s=self._clock(),
+                dropped_steps_total=stream.dropped_steps + recorder.dropped_steps))
         except ValueError:
             log.exception("kvtier shipper: batch of %s could not be encoded", packed.origin.source)
             return self._dropped(stream, packed)
@@ -159,6 +162,7 @@ class Shipper:
     def _dropped(self, stream: _Stream, packed) -> int:
         stream.dropped_events += packed.num_events
         stream.dropped_requests += len(packed.requests)
+        stream.dropped_steps += len(packed.steps)
         self.batches_dropped += 1
         return 0
 

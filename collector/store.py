@@ -27,10 +27,7 @@ import pyarrow as pa
 from kvtier.collector.batch import EventBatch
 from kvtier.collector.columns import Rejections
 from kvtier.collector.ddl import (
-    BLOCK_EVENTS_TABLE,
     LEDGER_TABLE,
-    METRIC_INTERVALS_TABLE,
-    REQUESTS_TABLE,
     TABLE_COLUMNS,
     TIME_COLUMN,
     create_view,
@@ -53,10 +50,11 @@ class IngestResult:
     duplicate: bool = False
     batch_id: int | None = None
     metric_intervals: int = 0
+    step_records: int = 0
 
     @property
     def stored(self) -> int:
-        return self.block_events + self.requests + self.metric_intervals
+        return self.block_events + self.requests + self.metric_intervals + self.step_records
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +63,7 @@ class PruneResult:
     block_events: int
     requests: int
     metric_intervals: int = 0
+    step_records: int = 0
 
 
 class TraceStore:
@@ -129,9 +128,8 @@ class TraceStore:
                     con.execute("ROLLBACK")
                     return IngestResult(origin.source, batch.sequence, duplicate=True)
                 batch_id = con.execute("SELECT nextval('batch_ids')").fetchall()[0][0]
-                self._insert(BLOCK_EVENTS_TABLE, batch.block_events, batch_id)
-                self._insert(REQUESTS_TABLE, batch.requests, batch_id)
-                self._insert(METRIC_INTERVALS_TABLE, batch.metric_intervals, batch_id)
+                for table, data in batch.tables().items():
+                    self._insert(table, data, batch_id)
                 con.execute(
                     f"INSERT INTO {LEDGER_TABLE} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [origin.source, batch.sequence, batch_id, origin.engine, origin.instance,
@@ -145,7 +143,7 @@ class TraceStore:
         self.rejected_total.update(batch.rejected)
         return IngestResult(origin.source, batch.sequence, batch.block_events.num_rows,
                             batch.requests.num_rows, batch.rejected, False, batch_id,
-                            batch.metric_intervals.num_rows)
+                            batch.metric_intervals.num_rows, batch.step_records.num_rows)
 
     def _abandon(self, con, error: BaseException) -> None:
         """Roll back a failed ingest; the original error is what the caller sees."""
@@ -200,8 +198,7 @@ class TraceStore:
                 deleted[table] = self._live().execute(
                     f"DELETE FROM {table} WHERE {TIME_COLUMN[table]} < ?", [cutoff]
                 ).fetchall()[0][0]
-        return PruneResult(cutoff, deleted[BLOCK_EVENTS_TABLE], deleted[REQUESTS_TABLE],
-                           deleted[METRIC_INTERVALS_TABLE])
+        return PruneResult(cutoff, **deleted)
 
     def count_older(self, max_age_s: float) -> PruneResult:
         """What :meth:`prune` would delete now, without deleting (works read-only)."""
@@ -209,7 +206,7 @@ class TraceStore:
             raise ValueError(f"max_age_s must be >= 0, got {max_age_s!r}")
         cutoff = self._clock() - max_age_s
         counts = [self.scalar(f"SELECT count(*) FROM {table} WHERE {TIME_COLUMN[table]} < ?", [cutoff])
-                  for table in (BLOCK_EVENTS_TABLE, REQUESTS_TABLE, METRIC_INTERVALS_TABLE)]
+                  for table in TIME_COLUMN]
         return PruneResult(cutoff, *counts)
 
     def _writable(self) -> None:

@@ -25,21 +25,14 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvtier.collector.ddl import (
-    BLOCK_EVENTS_TABLE,
-    EXPORTS_TABLE,
-    LEDGER_TABLE,
-    METRIC_INTERVALS_TABLE,
-    REQUESTS_TABLE,
-    TABLE_COLUMNS,
-)
+from kvtier.collector.ddl import EXPORTS_TABLE, LEDGER_TABLE, TABLE_COLUMNS
+from kvtier.collector.record_types import RECORD_TABLES
 
 log = logging.getLogger(__name__)
 
-KVTIER_TABLES = (BLOCK_EVENTS_TABLE, REQUESTS_TABLE, LEDGER_TABLE, EXPORTS_TABLE,
-                 METRIC_INTERVALS_TABLE)
+KVTIER_TABLES = (*TABLE_COLUMNS, LEDGER_TABLE, EXPORTS_TABLE)
 # Tables an older store may lack: a writer adds them empty.
-_ADDED_TABLES = {EXPORTS_TABLE, METRIC_INTERVALS_TABLE}
+_ADDED_TABLES = {EXPORTS_TABLE} | {entry.table for entry in RECORD_TABLES if entry.added_later}
 
 
 class NotAStoreError(ValueError):

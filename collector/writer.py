@@ -53,7 +53,7 @@ class WriteHealth:
 
 
 def batch_bytes(batch: EventBatch) -> int:
-    return batch.block_events.nbytes + batch.requests.nbytes + batch.metric_intervals.nbytes
+    return sum(table.nbytes for table in batch.tables().values())
 
 
 class StoreWriter:

@@ -63,6 +63,8 @@ def recorder_samples(recorders) -> SampleSource:
                          "recorder's buffer was full", recorder.dropped_events, labels)
             yield Sample("kvtier_recorder_dropped_requests_total", "Request records dropped because "
                          "the recorder's buffer was full", recorder.dropped_requests, labels)
+            yield Sample("kvtier_recorder_dropped_steps_total", "Step records dropped because "
+                         "the recorder's buffer was full", recorder.dropped_steps, labels)
             yield Sample("kvtier_recorder_pending_events", "Block events waiting to be flushed",
                          recorder.pending_events, labels)
     return samples

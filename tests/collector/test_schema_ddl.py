@@ -9,12 +9,12 @@ import pytest
 
 from kvtier.collector.batch import EventBatch
 from kvtier.collector.events import (
-    BlockEvent, MetricInterval, Outcome, RequestRecord, Tier, block_hash_from_bytes, parse_outcome,
-    parse_tier,
+    BlockEvent, MetricInterval, Outcome, RequestRecord, StepRecord, Tier, block_hash_from_bytes,
+    parse_outcome, parse_tier,
 )
 
 TABLES = [(BlockEvent, "block_events"), (RequestRecord, "requests"),
-          (MetricInterval, "metric_intervals")]
+          (MetricInterval, "metric_intervals"), (StepRecord, "step_records")]
 
 EXPECTED_SQL = {float: "DOUBLE", int: "BIGINT", str: "VARCHAR", Tier: "ENUM('gpu', 'cpu', 'cold')"}
 
