@@ -33,6 +33,13 @@ from kvtier.policy.geometry import DEFAULT_GEOMETRY, KVGeometry, geometry
 SOURCES = ("measured", "calibrated", "default")
 
 
+def _finite_positive(value) -> bool:
+    try:
+        return not isinstance(value, (bool, str)) and math.isfinite(value) and value > 0
+    except TypeError:
+        return False
+
+
 @dataclass(frozen=True)
 class Param:
     """One model parameter, its unit in the owning field's name, and where it came from."""
@@ -44,8 +51,8 @@ class Param:
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
             raise ValueError(f"source must be one of {', '.join(SOURCES)}, got {self.source!r}")
-        if not self.value > 0:
-            raise ValueError(f"a cost parameter must be > 0, got {self.value!r}")
+        if not _finite_positive(self.value):
+            raise ValueError(f"a cost parameter must be a finite number > 0, got {self.value!r}")
 
 
 @dataclass(frozen=True)
@@ -235,9 +242,15 @@ def measured_cost_params(*results, base=None):
                 raise ValueError(f"unknown cost parameter {name!r} in {body.get('probe')} result")
             note = ("fitted by kvtier calibrate" if calibrated
                     else f"measured by kvtier probe {body.get('probe')}")
-            params = replace(params, **{name: Param(float(value), "calibrated" if calibrated
-                                                    else "measured", note)})
+            params = replace(params, **{name: _measured(name, value, calibrated, note)})
     return params
+
+
+def _measured(name: str, value, calibrated: bool, note: str) -> Param:
+    """One measured parameter; ``ValueError`` naming ``name`` unless a finite number > 0."""
+    if not _finite_positive(value):
+        raise ValueError(f"cost parameter {name} must be a finite number > 0, got {value!r}")
+    return Param(float(value), "calibrated" if calibrated else "measured", note)
 
 
 def _probe_body(result) -> dict:

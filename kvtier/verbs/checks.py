@@ -135,3 +135,14 @@ def address_error(flag: str, address: str, error: BaseException) -> KvtierError:
 def _reason(error: BaseException) -> str:
     reason = getattr(error, "strerror", None) or str(error)
     return reason.strip().splitlines()[0] if reason.strip() else type(error).__name__
+
+
+def check_cold_needs_cpu(cold_tokens: str | None, cpu_tokens: str | None) -> None:
+    """A cold tier without a CPU tier is never reached (promotions stage through CPU)."""
+    if cold_tokens and _nonzero(cold_tokens) and not (cpu_tokens and _nonzero(cpu_tokens)):
+        raise KvtierError(f"--cold-tokens {cold_tokens} needs --cpu-tokens: cold promotions stage "
+                          "through the CPU tier, so without one the cold tier is never used")
+
+
+def _nonzero(capacity: str) -> bool:
+    return any(d in capacity for d in "123456789") or "inf" in capacity.lower()

@@ -79,6 +79,7 @@ def instance_evaluation(args) -> dict:
 def evaluation(args, *, keep_ttft_samples: bool = False) -> dict:
     """The evaluation of one trace (or one instance of it)."""
     from kvtier.progress import task
+    from kvtier.verbs.checks import check_cold_needs_cpu
     from kvtier.verbs.common import check_subset, kv_geometry
     from kvtier.policy.cost import CostParams
     from kvtier.policy.learn.compare import POLICY_NAMES, add_gap_closed, compare, mark_unsafe
@@ -91,6 +92,9 @@ def evaluation(args, *, keep_ttft_samples: bool = False) -> dict:
         raise KvtierError(f"--policies: unknown {', '.join(bad) or '(none)'}; allowed: "
                           f"{', '.join(POLICY_NAMES)}")
     check_subset(args)
+    check_cold_needs_cpu(args.cold_tokens, args.cpu_tokens)
+    if args.train_trace:
+        _check_train_is_not_test(args.train_trace, args.trace)
     records, trace = _read(args, args.trace, "--trace")
     if args.train_trace:
         train, train_trace = _read(args, args.train_trace, "--train-trace")
@@ -158,6 +162,18 @@ def _read(args, path: str, flag: str) -> tuple:
         return strip_blocks(limited(records, args.max_requests, args.coarsen))
     finally:
         args.trace = original
+
+
+def _check_train_is_not_test(train_trace: str, trace: str) -> None:
+    """A model trained on the requests it is scored on looks better than it is."""
+    from pathlib import Path
+
+    train, test = Path(train_trace), Path(trace)
+    if train.exists() and test.exists() and train.resolve() == test.resolve():
+        raise KvtierError(f"--train-trace {train_trace} is the trace under test (--trace {trace}): "
+                          "the learned policy would be scored on its own training requests; give "
+                          "an earlier trace, or drop --train-trace to train on the first "
+                          "--train-fraction of --trace")
 
 
 def _tiers(args, block_tokens: int, model) -> Tiers:

@@ -11,6 +11,7 @@ POLICIES = ("lru", "arc", "s3fifo", "priority", "belady", "vllm", "trtllm")
 
 
 def add_arguments(parser) -> None:
+    from kvtier.verbs.arg_types import int_at_least, positive_finite
     from kvtier.verbs.trace_args import add_trace_arguments
 
     parser.add_argument("--trace", help="trace file or folder (Mooncake, WEKA, Bailian, store)")
@@ -33,9 +34,9 @@ def add_arguments(parser) -> None:
                         help="trtllm/priority: the first N blocks of each prompt get --prefix-priority")
     parser.add_argument("--prefix-priority", type=int, default=35,
                         help="trtllm/priority: retention priority of those prefix blocks")
-    parser.add_argument("--time-scale", type=float, default=1.0,
+    parser.add_argument("--time-scale", type=positive_finite, default=1.0,
                         help="multiply arrival times (0.5 doubles the load) for the TTFT estimate")
-    parser.add_argument("--prefill-servers", type=int, default=1,
+    parser.add_argument("--prefill-servers", type=int_at_least(1), default=1,
                         help="prefill servers sharing the queue in the TTFT estimate (default 1)")
     parser.add_argument("--cost-params", metavar="FILE",
                         help="cost parameters for the TTFT estimate: kvtier calibrate --out (or a "
@@ -58,6 +59,7 @@ def run(args) -> int:
     from kvtier.instance_jobs import fleet_instances
     from kvtier.verbs.common import print_json
 
+    _check_combinations(args)
     instances = fleet_instances(args)
     output = _fleet(args, instances) if instances else instance_run(args)[0]
     if args.json:
@@ -65,6 +67,20 @@ def run(args) -> int:
     else:
         print(_text(output))
     return 0
+
+
+def _check_combinations(args) -> None:
+    """Flags that would be silently ignored together are refused, naming both."""
+    if args.sweep is not None:
+        given = [f"{flag} {value}" for flag, value in (("--gpu-tokens", args.gpu_tokens),
+                                                       ("--cpu-tokens", args.cpu_tokens),
+                                                       ("--cold-tokens", args.cold_tokens)) if value]
+        if given:
+            raise KvtierError(f"--sweep draws the curve over GPU capacities of one tier; {given[0]} "
+                              "would be ignored: list the capacities in --sweep, or drop --sweep")
+    from kvtier.verbs.checks import check_cold_needs_cpu
+
+    check_cold_needs_cpu(args.cold_tokens, args.cpu_tokens)
 
 
 def instance_run(args) -> tuple[dict, object]:

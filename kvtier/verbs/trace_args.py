@@ -1,6 +1,8 @@
 """Command-line options the policy verbs share. Standard library only: this runs while
 ``kvtier --help`` builds its parser."""
 
+from kvtier.verbs.arg_types import int_at_least
+
 TRACE_FORMATS = ("mooncake", "weka", "bailian", "store")  # kvtier.policy.readers.FORMATS
 
 
@@ -28,7 +30,7 @@ def add_trace_arguments(parser) -> None:
                              "value), for a model --model does not list, e.g. 131072")
     parser.add_argument("--instance",
                         help="a store or segment folder: analyse only this serving instance")
-    parser.add_argument("--jobs", type=int, default=1,
+    parser.add_argument("--jobs", type=int_at_least(1), default=1,
                         help="a store or segment folder of several instances is analysed per "
                              "instance (each has its own cache) and the results merged: in N "
                              "worker processes at a time (default 1; simulate stays in one "

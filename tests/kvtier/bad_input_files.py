@@ -152,6 +152,8 @@ def recommendations(out: Path) -> None:
     (out / "notjson.json").write_text("cpu_tier_bytes: 5\n")
     (out / "truncated.json").write_text((out / "recommendation.vllm.json").read_text()[:60])
     (out / "empty.json").write_text("")
+    (out / "cost-inf.json").write_text('{"probe": "calibrate", "cost_params": {"prefill_tokens_per_s": 1e999}}\n')
+    (out / "cost-negative.json").write_text('{"probe": "calibrate", "cost_params": {"cpu_gpu_op_latency_s": -0.001}}\n')
 
 
 def configs(out: Path) -> None:

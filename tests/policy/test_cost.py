@@ -5,7 +5,7 @@ import math
 import pytest
 from tests.policy.sim.simtools import request
 
-from kvtier.policy.cost import CostParams, Param, parse_servers, queue_ttft, servers_for
+from kvtier.policy.cost import CostParams, Param, measured_cost_params, parse_servers, queue_ttft, servers_for
 from kvtier.policy.geometry import KVGeometry, geometry, parse_capacity_tokens
 from kvtier.policy.sim.config import SimConfig
 from kvtier.policy.whatif import what_if
@@ -58,8 +58,15 @@ def test_promotion_is_latency_plus_bytes_over_bandwidth():
 def test_param_validation():
     with pytest.raises(ValueError, match="source must be one of measured, calibrated, default, got 'guess'"):
         Param(1.0, source="guess")
-    with pytest.raises(ValueError, match="must be > 0, got 0"):
-        Param(0)
+    for bad in (0, -1.0, float("inf"), float("nan"), "5"):
+        with pytest.raises(ValueError, match="must be a finite number > 0, got"):
+            Param(bad)
+
+
+@pytest.mark.parametrize("value", [float("inf"), -2.0, 0, "1e9", None, True])
+def test_a_measured_parameter_file_names_the_bad_key(value):
+    with pytest.raises(ValueError, match=f"cost parameter prefill_tokens_per_s must be a finite number > 0, got {value!r}"):
+        measured_cost_params({"probe": "calibrate", "cost_params": {"prefill_tokens_per_s": value}})
 
 
 def test_queue_delays_requests_that_arrive_while_the_server_is_busy():
