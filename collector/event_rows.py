@@ -17,10 +17,16 @@ def block_event_rows(reader, sql: str) -> tuple[list[dict], str] | None:
     """Rows of ``sql`` (its ``{events}`` is the block-events relation) and where they came
     from (``"the store PATH"``, ``"the segments in DIR"``); ``None`` when ``reader`` reads a
     trace, which has no block events. Only the reader's instance, when it has one."""
+    return table_rows(reader, sql, BLOCK_EVENTS_TABLE)
+
+
+def table_rows(reader, sql: str, table: str) -> tuple[list[dict], str] | None:
+    """:func:`block_event_rows` for any of the store's tables (``metric_intervals``...):
+    ``sql``'s ``{events}`` is that table's relation, with its origin columns."""
     store, root = getattr(reader, "store", None), getattr(reader, "root", None)
     instance = getattr(reader, "instance", None)
     if store is not None:
-        relation = _of_instance(WITH_ORIGIN[BLOCK_EVENTS_TABLE], instance)
+        relation = _of_instance(WITH_ORIGIN[table], instance)
         return store.query(sql.format(events=relation)).to_pylist(), f"the store {store.path}"
     if root is None:
         return None
@@ -29,12 +35,12 @@ def block_event_rows(reader, sql: str) -> tuple[list[dict], str] | None:
     from kvtier.collector.segments import has_segments, segments_relation
 
     where = f"the segments in {root}"
-    if not has_segments(root, BLOCK_EVENTS_TABLE):
+    if not has_segments(root, table):
         return [], where
     con = duckdb.connect()
     try:
         con.execute(QUIET)
-        relation = _of_instance(segments_relation(root, BLOCK_EVENTS_TABLE), instance)
+        relation = _of_instance(segments_relation(root, table), instance)
         return con.sql(sql.format(events=relation)).to_arrow_table().to_pylist(), where
     finally:
         con.close()

@@ -7,11 +7,13 @@ from kvtier.errors import KvtierError
 
 SUMMARY = "train the admission model, sweep thresholds, write a report and engine configs"
 EXAMPLE = ("kvtier recommend --trace conversation_trace.jsonl --gpu-tokens 1M --cpu-tokens 2.5M "
-           "--engine all --out reco/")
+           "--engine all --out reco/\n  kvtier recommend --check reco/recommendation.json "
+           "--store kvtier.duckdb   # after kvtier push: did its predictions hold?")
 ENGINE_CHOICES = ("vllm", "trtllm", "lmcache", "sglang", "dynamo", "all")
 
 
 def add_arguments(parser) -> None:
+    from kvtier.verbs.recommend_check import add_arguments as add_check_arguments
     from kvtier.verbs.trace_args import add_trace_arguments
 
     parser.add_argument("--trace", help="trace file or folder")
@@ -20,8 +22,10 @@ def add_arguments(parser) -> None:
                         help="vllm, trtllm, lmcache, sglang, dynamo or all")
     parser.add_argument("--out", default="kvtier-out/recommendation", help="output folder")
     parser.add_argument("--gpu-tokens",
-                        help="the deployed GPU prefix-cache capacity (default 1M tokens, named "
-                             "as a default in the report)")
+                        help="the deployed GPU prefix-cache capacity (default: what the "
+                             "engine reported, when the collector scraped its /metrics into "
+                             "--store: vLLM's num_gpu_blocks; else 1M tokens, named as a "
+                             "default in the report)")
     parser.add_argument("--cpu-tokens", default="auto",
                         help="the CPU tier: auto (default: the knee of the LRU curve, where the "
                              "next GiB frees less than --min-gain-per-gib of a prefill server, "
@@ -71,6 +75,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--coarsen", type=int, default=1,
                         help="merge K consecutive prefix blocks into one (exact prefix identity)")
     add_trace_arguments(parser)
+    add_check_arguments(parser)
 
 
 PHASES = 4
@@ -82,6 +87,10 @@ def run(args) -> int:
     from kvtier.verbs.checks import output_dir, positive
     from kvtier.verbs.common import check_subset
 
+    if getattr(args, "check", None):
+        from kvtier.verbs.recommend_check import run_check
+
+        return run_check(args)
     if bool(args.trace) == bool(args.store):
         raise KvtierError("give exactly one of --trace PATH or --store DB")
     output_dir(args.out, "--out")  # before the work, not after it
@@ -170,6 +179,10 @@ def recommendation(args):
     sizes = capacity_model(args, model)  # byte sizes never convert with a default geometry
     gpu_text = args.gpu_tokens or DEFAULT_GPU_TOKENS
     gpu = capacity_blocks(gpu_text, block_tokens, sizes, "--gpu-tokens")
+    gpu_source, gpu_note = ("given", None) if args.gpu_tokens else ("default", None)
+    recorded_gpu = None if args.gpu_tokens else _recorded_gpu(reader)
+    if recorded_gpu is not None:  # what the engine reported beats the default
+        gpu, gpu_source, gpu_note = recorded_gpu.tokens // block_tokens, "measured", recorded_gpu.note
     cpu = _size_flag(args.cpu_tokens, block_tokens, sizes, "--cpu-tokens")
     if not gpu or cpu == 0:
         raise KvtierError("--gpu-tokens and --cpu-tokens must be finite and hold at least "
@@ -193,7 +206,7 @@ def recommendation(args):
                         cold_cost=cold_cost, min_gain_per_gib=args.min_gain_per_gib,
                         ttft_slo_s=args.ttft_slo_s, itl_slo_s=args.itl_slo_s,
                         baseline_tier_config=getattr(args, "tier_config", None),
-                        gpu_source="given" if args.gpu_tokens else "default")
+                        gpu_source=gpu_source, gpu_note=gpu_note)
     except (OSError, ValueError) as error:  # the inputs' names, as this verb's flags
         from kvtier.errors import flag_names
 
@@ -235,6 +248,13 @@ def _next_use_policy(records, rec, args) -> list:
     print(f"next-use policy: wrote {FILE_NAME} ({words}); load it with {settings} in "
           f"kv_connector_extra_config and KVTIER_NEXT_USE_MODEL={path.resolve()}")
     return [path]
+
+
+def _recorded_gpu(reader):
+    """The GPU capacity the engine published, when a collector scraped it into the store."""
+    from kvtier.policy.gpu_capacity import recorded_gpu
+
+    return recorded_gpu(reader)
 
 
 def _host_limit(args) -> HostLimit | None:

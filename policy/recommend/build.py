@@ -81,7 +81,8 @@ class Inputs:
     ttft_slo_s: float | None = None  # the p99 TTFT budget the reuse verdict and the rule check
     itl_slo_s: float | None = None  # the p99 ITL budget of the rollback rule
     baseline_tier_config: str | None = None  # the configuration the records were selected from
-    gpu_source: str = "given"  # where gpu_blocks came from: given, or default
+    gpu_source: str = "given"  # where gpu_blocks came from: given, measured or default
+    gpu_note: str | None = None  # how it was measured
 
     def __post_init__(self) -> None:
         if self.gpu_blocks < 1:
@@ -125,7 +126,8 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
                                                                       cpu.chosen_bytes)
     reuse = _reuse_verdict(split.records, gpu_only.result.token_hit_ratio, params, inputs)
     verdict = decide(reuse, cpu)
-    sources = input_sources(params, inputs.gpu_blocks, block_tokens, inputs.gpu_source)
+    sources = input_sources(params, inputs.gpu_blocks, block_tokens, inputs.gpu_source,
+                            inputs.gpu_note)
     if verdict.outcome == "do_not_offload":
         return _do_not_offload(verdict, reuse, gpu_only, host, cpu, sources)
     tiers = Tiers(inputs.gpu_blocks, cpu.chosen_blocks)
@@ -137,10 +139,12 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
     servers = inputs.prefill_servers or servers_for(split.records[split.count_from:], params)
     gpu_later = replay(split.records, Tiers(inputs.gpu_blocks, 0), "lru",
                        count_from=split.count_from)
-    changes, vs_gpu = (expected_changes(base, measured.candidate, params,
-                                        np.random.default_rng(inputs.seed),
-                                        windows=inputs.windows, servers=servers)
-                       for base in (measured.baseline, gpu_later))
+    changes, vs_gpu, admit_all_vs_gpu = (
+        expected_changes(base, candidate, params, np.random.default_rng(inputs.seed),
+                         windows=inputs.windows, servers=servers)
+        for base, candidate in ((measured.baseline, measured.candidate),
+                                (gpu_later, measured.candidate),
+                                (gpu_later, measured.baseline)))
     if host.capped:  # what the cap costs: plain LRU at the size asked for, later time
         host = dataclasses.replace(
             host, token_hit_ratio_lru_at_requested=replay(
@@ -160,7 +164,8 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
         vllm_cpu=vllm_cpu, cold=cold, cold_bytes=cold_bytes, cold_path=inputs.cold_path)
     evidence = dataclasses.replace(
         _evidence(split, inputs, reuse, host, gpu_only, learned, measured, servers, cpu,
-                  cold_size, cold, by_setting, vs_gpu, block_tokens), inputs=sources)
+                  cold_size, cold, by_setting, vs_gpu, block_tokens), inputs=sources,
+        expected_admit_all_vs_gpu_only=admit_all_vs_gpu)
     return Recommendation(
         verdict=verdict,
         settings=engines.neutral(cpu.chosen_bytes, measured.chosen.min_priority, learned.classes),

@@ -8,14 +8,17 @@ from kvtier.policy.recommend.values import InputSource
 
 
 def input_sources(params: CostParams, gpu_blocks: int, block_tokens: int,
-                  gpu_source: str = "given") -> tuple[InputSource, ...]:
-    """The geometry first, then the GPU capacity, then every cost parameter that is set."""
+                  gpu_source: str = "given", gpu_note: str | None = None
+                  ) -> tuple[InputSource, ...]:
+    """The geometry first, then the GPU capacity (``gpu_note``: how it was measured), then
+    every cost parameter that is set."""
     model = params.model
     rows = [InputSource("kv_bytes_per_token", float(model.bytes_per_token), model.source,
                         model.name),
             InputSource("gpu_tokens", float(gpu_blocks * block_tokens), gpu_source,
-                        "--gpu-tokens" if gpu_source == "given" else
-                        "not recorded: give --gpu-tokens")]
+                        gpu_note or ("--gpu-tokens" if gpu_source == "given" else
+                                     "not recorded: give --gpu-tokens, or scrape the "
+                                     "engine's /metrics into the store (kvtier collect --scrape)"))]
     for name in params.__dataclass_fields__:
         value = getattr(params, name)
         if isinstance(value, Param):

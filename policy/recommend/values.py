@@ -293,6 +293,9 @@ class Evidence:
     admitter_misses: int | None = None
     sizes: tuple[TierSize, ...] = ()
     expected_vs_gpu_only: tuple[Change, ...] = ()
+    # the same against the CPU tier admitting every block (LRU): what an engine that cannot
+    # gate by priority (vLLM, LMCache, SGLang) runs at the recommended size
+    expected_admit_all_vs_gpu_only: tuple[Change, ...] = ()
     rollback: RollbackRule | None = None
     inputs: tuple[InputSource, ...] = ()
 

@@ -1,0 +1,174 @@
+"""Did a recommendation keep its promises? ``check_promises`` on narrated scenarios, and
+``kvtier recommend --check`` on a store: too few requests under the new tier configuration
+(exit 3, how many more), every prediction held (exit 0), a hit ratio off by more than the
+tolerance (exit 4). Also: recommend reads the GPU capacity vLLM published into the store."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+import pytest
+
+from kvtier.collector.batch import EventBatch
+from kvtier.collector.events import MetricInterval, Origin, RequestRecord
+from kvtier.collector.store import TraceStore
+from kvtier.policy.recommend.promises import check_promises
+from kvtier.policy.recommend.recommendation import Recommendation
+from kvtier.policy.recommend.values import Change, Evidence, HitRatios, HostCheck, Verdict
+from kvtier.policy.writers.settings import EngineSettings
+from kvtier.verbs import recommend as recommend_verb
+from tests.policy.recommend.test_engine_inputs import BLOCK_TOKENS, vllm_like_store
+
+VLLM = EngineSettings(cpu_tier_bytes=1 << 20, eviction_policy="lru", store_threshold=0)
+
+
+def recommendation(train: int = 10, evaluated: int = 10) -> Recommendation:
+    """Predicts a 0.60 hit ratio with the CPU tier admitting all (0.70 with the learned
+    gate), TTFT p50 0.10 s in [0.09, 0.12] and p99 0.30 s in [0.25, 0.35]."""
+    admit_all = (Change("ttft_p50_s", 0.20, 0.10, -0.10, -0.11, -0.08),
+                 Change("ttft_p99_s", 0.50, 0.30, -0.20, -0.25, -0.15))
+    evidence = Evidence(Verdict("offload"), HostCheck(False), HitRatios(0.30, 0.60, 0.70),
+                        train_requests=train, evaluated_requests=evaluated,
+                        expected_vs_gpu_only=(Change("ttft_p50_s", 0.2, 0.05, -0.15, -0.2, -0.1),),
+                        expected_admit_all_vs_gpu_only=admit_all)
+    return Recommendation(Verdict("offload"), EngineSettings(cpu_tier_bytes=1 << 20), evidence,
+                          engine_settings=(("vllm", VLLM),))
+
+
+def served(n: int, hit_ratio: float, ttft_s: float = 0.1, config: str = "gpu+cpu:1048576",
+           start_s: float = 0.0) -> list[RequestRecord]:
+    """``n`` requests of 100 prompt tokens, ``hit_ratio`` of them served from the tiers."""
+    hits = round(100 * hit_ratio)
+    return [RequestRecord(f"r{i}", start_s + i, 100, 4, gpu_hit_tokens=hits // 2,
+                          cpu_promotion_tokens=hits - hits // 2, cold_promotion_tokens=0,
+                          recomputed_tokens=100 - hits, ttft_s=ttft_s, tier_config_id=config)
+            for i in range(n)]
+
+
+def by_metric(result) -> dict:
+    return {p.metric: p for p in result.promises}
+
+
+def test_too_few_requests_say_how_many_more_and_judge_nothing():
+    result = check_promises(recommendation(), VLLM, served(12, 0.6), "gpu+cpu:1048576")
+    assert not result.enough and result.needed == 20 and result.more_needed == 8
+    assert result.held is None
+
+
+def test_the_warm_up_share_is_left_out_as_the_prediction_left_it_out():
+    """20 requests, trained on 10 / measured on 10: the first 10 under the new configuration
+    (cold tiers after the restart, hit ratio 0) are not judged; the last 10 hit 0.61."""
+    records = served(10, 0.0) + served(10, 0.61, start_s=100)
+    result = check_promises(recommendation(), VLLM, records, "gpu+cpu:1048576")
+    assert result.warmup == 10 and result.judged == 10
+    hit = by_metric(result)["token_hit_ratio"]
+    assert (hit.predicted, hit.measured) == (0.60, pytest.approx(0.61)) and hit.held
+    assert result.basis == "the CPU tier admitting every block (LRU)"
+
+
+def test_ttft_percentiles_are_judged_against_their_intervals():
+    result = check_promises(recommendation(), VLLM, served(20, 0.6, ttft_s=0.3), "c")
+    promises = by_metric(result)
+    assert (promises["ttft_p50_s"].low, promises["ttft_p50_s"].high) == pytest.approx((0.09, 0.12))
+    assert promises["ttft_p50_s"].measured == pytest.approx(0.3)
+    assert promises["ttft_p50_s"].held is False and promises["ttft_p99_s"].held is True
+    assert result.held is False
+
+
+def test_an_engine_that_gates_by_priority_is_held_to_the_learned_prediction():
+    gated = dataclasses.replace(VLLM, offload_min_priority=40)
+    result = check_promises(recommendation(), gated, served(20, 0.6), "c")
+    assert by_metric(result)["token_hit_ratio"].predicted == 0.70
+    assert by_metric(result)["token_hit_ratio"].held is False  # 10 points off
+    assert set(by_metric(result)) == {"token_hit_ratio", "ttft_p50_s"}
+
+
+def test_without_ttft_only_the_hit_ratio_is_judged():
+    records = [dataclasses.replace(r, ttft_s=None) for r in served(20, 0.59)]
+    result = check_promises(recommendation(), VLLM, records, "c", tolerance_points=1.0)
+    assert by_metric(result)["ttft_p50_s"].held is None and result.held is True
+
+
+def test_bad_settings_are_named():
+    with pytest.raises(ValueError, match="min_requests"):
+        check_promises(recommendation(), VLLM, [], "c", min_requests=0)
+
+
+# ------------------------------------------------------------------ the command line, on a store
+
+def run(argv) -> int:
+    parser = argparse.ArgumentParser()
+    recommend_verb.add_arguments(parser)
+    return recommend_verb.run(parser.parse_args(argv))
+
+
+def add_metrics(store_path, num_gpu_blocks: int) -> None:
+    labels = f'block_size="{BLOCK_TOKENS}",engine="0",num_gpu_blocks="{num_gpu_blocks}"'
+    with TraceStore(store_path) as store:
+        store.ingest(EventBatch.from_intervals(Origin("vllm", "node-1", "node-1/scrape"), 1, [
+            MetricInterval(10.0, 20.0, "vllm:cache_config_info", "gauge", 1.0, labels)]))
+
+
+@pytest.fixture(scope="module")
+def recommended(tmp_path_factory):
+    """A vLLM store (300 requests) whose collector scraped vLLM's cache geometry, and the
+    recommendation made from it with no capacity flag."""
+    root = tmp_path_factory.mktemp("check")
+    store = vllm_like_store(root / "kvtier.duckdb")
+    add_metrics(store, 31)
+    assert run(["--store", str(store), "--engine", "vllm", "--host-headroom-bytes", str(1 << 40),
+                "--out", str(root / "reco")]) == 0
+    doc = json.loads((root / "reco" / "recommendation.json").read_text())
+    return store, root / "reco" / "recommendation.json", doc
+
+
+def test_recommend_takes_the_gpu_capacity_vllm_published(recommended):
+    _, _, doc = recommended
+    inputs = {i["name"]: i for i in doc["evidence"]["inputs"]}
+    assert inputs["gpu_tokens"]["source"] == "measured"
+    assert inputs["gpu_tokens"]["value"] == 30 * BLOCK_TOKENS  # 31 blocks less the null block
+    assert doc["evidence"]["tiers_blocks"]["gpu"] == 30
+
+
+def phase_two(store, doc, hit_ratio: float, n: int) -> str:
+    """``n`` requests served under the pushed configuration; its tier configuration."""
+    config = f"gpu+cpu:{doc['evidence']['engines']['vllm']['cpu_tier_bytes']}"
+    with TraceStore(store) as opened:
+        opened.ingest(EventBatch.from_rows(Origin("vllm", "node-1", "node-1/phase-2"), 1, [],
+                                           served(n, hit_ratio, config=config, start_s=1e6)))
+    return config
+
+
+def test_recommend_check_waits_then_judges(recommended, tmp_path, capsys):
+    store, reco, doc = recommended
+    copy = tmp_path / "kvtier.duckdb"
+    copy.write_bytes(store.read_bytes())
+    ratio = doc["evidence"]["token_hit_ratio"]["cpu_lru_admit_all"]
+    needed = doc["evidence"]["train_requests"] + doc["evidence"]["evaluated_requests"]
+    config = phase_two(copy, doc, ratio, 10)
+    capsys.readouterr()
+    assert run(["--check", str(reco), "--store", str(copy)]) == 3
+    out = capsys.readouterr().out
+    assert f"needs {needed - 10} more requests under {config}" in out
+    with TraceStore(copy) as opened:  # the rest arrive
+        opened.ingest(EventBatch.from_rows(Origin("vllm", "node-1", "node-1/phase-2b"), 1, [], [
+            dataclasses.replace(r, request_id=f"late-{r.request_id}", arrival_s=r.arrival_s + 1e5)
+            for r in served(needed, ratio, ttft_s=None, config=config, start_s=1e6)]))
+    assert run(["--check", str(reco), "--store", str(copy), "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["tier_config"] == config and answer["held"] is True
+    assert answer["promises"][0]["metric"] == "token_hit_ratio"
+
+
+def test_recommend_check_says_a_missed_hit_ratio(recommended, tmp_path, capsys):
+    store, reco, doc = recommended
+    copy = tmp_path / "kvtier.duckdb"
+    copy.write_bytes(store.read_bytes())
+    ratio = doc["evidence"]["token_hit_ratio"]["cpu_lru_admit_all"]
+    phase_two(copy, doc, max(0.0, ratio - 0.1), 400)
+    capsys.readouterr()
+    assert run(["--check", str(reco), "--store", str(copy)]) == 4
+    out = capsys.readouterr().out
+    assert "OUTSIDE" in out and "not held: token_hit_ratio" in out
