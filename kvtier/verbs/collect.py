@@ -25,9 +25,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--sglang-events", action="append", default=[], metavar="ENDPOINT",
                         help="bind this ZMQ endpoint for SGLang's KV-event publisher (its "
                              "--kv-events-config; the same wire format as vLLM's; repeatable)")
+    parser.add_argument("--dynamo-events", action="append", default=[], metavar="ENDPOINT",
+                        help="a Dynamo worker's ZMQ KV-event endpoint (its --zmq-kv-events-ports; "
+                             "the vLLM wire format; it binds, so add --vllm-connect; repeatable)")
     parser.add_argument("--vllm-connect", action="store_true",
-                        help="connect to the --vllm-events and --sglang-events endpoints instead of "
-                             "binding (for a publisher that binds: an endpoint such as tcp://*:5557)")
+                        help="connect to the --vllm-events, --sglang-events and --dynamo-events "
+                             "endpoints instead of binding (for a publisher that binds: an "
+                             "endpoint such as tcp://*:5557)")
     parser.add_argument("--trtllm-events", action="append", default=[], metavar="URL",
                         help="poll TensorRT-LLM's /kv_cache_events at this URL (repeatable)")
     parser.add_argument("--scrape", action="append", default=[], metavar="URL[=PROFILE]",
@@ -199,7 +203,8 @@ def _serve(args) -> int:
             warn_if_exposed("collect", "--hooks", host, endpoint.rsplit(":", 1)[-1])
     if not args.vllm_connect:
         for flag, endpoints in (("--vllm-events", args.vllm_events),
-                                ("--sglang-events", args.sglang_events)):
+                                ("--sglang-events", args.sglang_events),
+                                ("--dynamo-events", args.dynamo_events)):
             for endpoint in endpoints:
                 host = zmq_host(endpoint)
                 if host is not None:
@@ -267,7 +272,8 @@ def _taps(args, instance: str, services: list) -> tuple[list, dict[str, str]]:
         return services[0].store.latest_source(prefix)
 
     for flag, engine, endpoints in (("--vllm-events", "vllm", args.vllm_events),
-                                    ("--sglang-events", "sglang", args.sglang_events)):
+                                    ("--sglang-events", "sglang", args.sglang_events),
+                                    ("--dynamo-events", "dynamo", args.dynamo_events)):
         if not endpoints:
             continue
         from kvtier.probes.vllm.tap import VllmEventTap, VllmTapConfig

@@ -10,9 +10,10 @@ engine     default endpoint            kept metric families
 =========  ==========================  =============================================
 vllm       :8000/metrics               ``vllm:kv_offload_*``, ``vllm:prefix_cache_*``,
                                        ``vllm:prompt_tokens_cached*``, TTFT/ITL, ...
-lmcache    :6999/metrics (or vLLM's)   ``lmcache:*``
+lmcache    :6999/metrics (or vLLM's)   ``lmcache:*``, ``lmcache_mp_*`` (``lmcache server``)
 sglang     :30000/metrics              ``sglang:*``
-dynamo     :6880/metrics (KVBM)        ``kvbm_*``
+dynamo     :6880/metrics (KVBM)        ``kvbm_*``, ``dynamo_component_*`` (a worker's
+                                       system port), ``dynamo_frontend_*``
 trtllm     :8000/prometheus/metrics    ``trtllm_*``
 =========  ==========================  =============================================
 
@@ -49,9 +50,12 @@ PROFILES: dict[str, EngineProfile] = {p.engine: p for p in (
         "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
         "vllm:e2e_request_latency_seconds", "vllm:request_prefill_kv_computed_tokens",
         "vllm:num_requests_", "vllm:kv_block_", "vllm:lmcache_", "vllm:cache_config_info")),
-    EngineProfile("lmcache", f"{DEFAULT_HOST}:6999/metrics", ("lmcache:",)),
+    # LMCache inside vLLM (``lmcache:``) and its multi-process server's own page (``lmcache_mp_``)
+    EngineProfile("lmcache", f"{DEFAULT_HOST}:6999/metrics", ("lmcache:", "lmcache_mp_")),
     EngineProfile("sglang", f"{DEFAULT_HOST}:30000/metrics", ("sglang:",)),
-    EngineProfile("dynamo", f"{DEFAULT_HOST}:6880/metrics", ("kvbm_",)),
+    # KVBM's page, a worker's system page and the frontend's
+    EngineProfile("dynamo", f"{DEFAULT_HOST}:6880/metrics", (
+        "kvbm_", "dynamo_component_", "dynamo_frontend_")),
     EngineProfile("trtllm", f"{DEFAULT_HOST}:8000/prometheus/metrics", ("trtllm_",)),
 )}
 
