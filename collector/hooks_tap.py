@@ -24,16 +24,15 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 from kvtier.collector.shipment import ShipmentError, decode
+from kvtier.collector.taps import count_queued, drain_until_quiet
 
 log = logging.getLogger(__name__)
 
 DEFAULT_HOOKS_ENDPOINT = "tcp://127.0.0.1:5570"
-_QUIET_S = 0.2  # a drain ends when nothing more arrived for this long (all that was sent is in)
 
 
 @dataclass(frozen=True)
@@ -172,30 +171,12 @@ class HooksTap:
 
         if self._socket is None:
             return 0
-        deadline = time.monotonic() + timeout_s
         try:
-            while (left_s := deadline - time.monotonic()) > 0:
-                if not self._socket.poll(int(min(_QUIET_S, left_s) * 1000)):
-                    break
-                try:
-                    self._on_frames(self._socket.recv_multipart(zmq.NOBLOCK, copy=True))
-                except zmq.Again:
-                    continue
-            return self._count_queued(zmq)
+            drain_until_quiet(lambda s: self._socket.poll(int(s * 1000)),
+                              lambda: self.poll(0.0, max_messages=1), timeout_s)
+            return count_queued(self._socket, zmq, self.config.queue_batches)
         except zmq.ZMQError as error:
             raise OSError(f"hooks endpoint {self.name}: {error}") from None
-
-    def _count_queued(self, zmq) -> int:
-        """Receive and count what waits now, at most a queue's worth (a sender that keeps
-        sending would never let this end)."""
-        unread = 0
-        for _ in range(self.config.queue_batches):
-            try:
-                self._socket.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                break
-            unread += 1
-        return unread
 
     def _on_frames(self, frames) -> int:
         try:

@@ -13,6 +13,7 @@ a byte of it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -116,8 +117,7 @@ class TraceStore:
         """Store a batch atomically, once. Returns after the commit (the acknowledgement)."""
         origin = batch.origin
         self._writable()
-        with self._lock:
-            con = self._live()
+        with self._connection() as con:
             con.execute("BEGIN TRANSACTION")
             try:
                 seen = con.execute(
@@ -137,36 +137,41 @@ class TraceStore:
                      sum(batch.rejected.values()), self._clock()],
                 )
                 con.execute("COMMIT")
-            except BaseException as error:
-                self._abandon(con, error)
+            except BaseException:
+                self._roll_back(con)
                 raise
         self.rejected_total.update(batch.rejected)
         return IngestResult(origin.source, batch.sequence, batch.block_events.num_rows,
                             batch.requests.num_rows, batch.rejected, False, batch_id,
                             batch.metric_intervals.num_rows, batch.step_records.num_rows)
 
-    def _abandon(self, con, error: BaseException) -> None:
+    @staticmethod
+    def _roll_back(con) -> None:
         """Roll back a failed ingest; the original error is what the caller sees."""
         try:
             con.execute("ROLLBACK")
         except duckdb.Error:  # a failed COMMIT rolled back already, or the database is lost
             pass
-        if isinstance(error, duckdb.FatalException):
-            # DuckDB refuses every later call ("must be restarted", after e.g. a checkpoint
-            # into a full disk): the next call opens the file again, replaying its WAL
-            self._broken = True
 
-    def _live(self) -> duckdb.DuckDBPyConnection:
-        """The connection, opened again first if DuckDB invalidated it (lock held)."""
-        if self._broken:
+    @contextlib.contextmanager
+    def _connection(self):
+        """The connection, with the store's lock held. After a fatal error DuckDB refuses
+        every call on it ("must be restarted": e.g. a checkpoint into a full disk), so the
+        next call opens the file again first, which replays its WAL."""
+        with self._lock:
+            if self._broken:
+                try:
+                    self._con.close()
+                except duckdb.Error:
+                    pass
+                self._con = connect(self.path, read_only=self.read_only)
+                self._broken = False
+                log.warning("store %s: opened again after DuckDB invalidated it", self.path)
             try:
-                self._con.close()
-            except duckdb.Error:
-                pass
-            self._con = connect(self.path, read_only=self.read_only)
-            self._broken = False
-            log.warning("store %s: opened again after DuckDB invalidated it", self.path)
-        return self._con
+                yield self._con
+            except duckdb.FatalException:
+                self._broken = True
+                raise
 
     def _insert(self, table: str, data: pa.Table, batch_id: int) -> None:
         if data.num_rows == 0:
@@ -193,9 +198,9 @@ class TraceStore:
         self._writable()
         cutoff = self._clock() - max_age_s
         deleted = {}
-        with self._lock:
+        with self._connection() as con:
             for table in TIME_COLUMN:
-                deleted[table] = self._live().execute(
+                deleted[table] = con.execute(
                     f"DELETE FROM {table} WHERE {TIME_COLUMN[table]} < ?", [cutoff]
                 ).fetchall()[0][0]
         return PruneResult(cutoff, **deleted)
@@ -217,12 +222,12 @@ class TraceStore:
 
     def query(self, sql: str, params: list | None = None) -> pa.Table:
         """Run a read query on the store's connection and return an Arrow table."""
-        with self._lock:
-            return self._live().sql(sql, params=params or None).to_arrow_table()
+        with self._connection() as con:
+            return con.sql(sql, params=params or None).to_arrow_table()
 
     def scalar(self, sql: str, params: list | None = None):
-        with self._lock:
-            rows = self._live().execute(sql, params or []).fetchall()
+        with self._connection() as con:
+            rows = con.execute(sql, params or []).fetchall()
         return rows[0][0] if rows else None
 
     def count(self, table: str) -> int:
@@ -239,8 +244,8 @@ class TraceStore:
         """The source whose name starts with ``prefix`` that stored a batch last, and the
         highest sequence stored from it; ``None`` if no source does (a tap resuming a stream
         after the collector restarted)."""
-        with self._lock:
-            row = self._con.execute(
+        with self._connection() as con:
+            row = con.execute(
                 f"SELECT source, max(sequence) FROM {LEDGER_TABLE} WHERE starts_with(source, ?) "
                 "GROUP BY source ORDER BY max(ingested_at_s) DESC, max(batch_id) DESC LIMIT 1",
                 [prefix]).fetchone()
@@ -248,8 +253,8 @@ class TraceStore:
 
     def run_locked(self, work: Callable[[duckdb.DuckDBPyConnection], object]):
         """Run ``work(connection)`` with the store's lock held (for exports and readers)."""
-        with self._lock:
-            return work(self._live())
+        with self._connection() as con:
+            return work(con)
 
     def close(self) -> None:
         with self._lock:

@@ -247,6 +247,28 @@ class TapRunner:
                              None if gaps is None else lost or 0, self.endpoints)
 
 
+def drain_until_quiet(wait_s: Callable[[float], object], read: Callable[[], object],
+                      timeout_s: float, quiet_s: float = 0.2) -> None:
+    """A socket tap's drain: ``read()`` while ``wait_s(seconds)`` says something arrived, until
+    nothing did for ``quiet_s`` (all that was sent is in) or ``timeout_s`` passed."""
+    deadline = time.monotonic() + timeout_s
+    while (left_s := deadline - time.monotonic()) > 0:
+        if not wait_s(min(quiet_s, left_s)):
+            return
+        read()
+
+
+def count_queued(sock, zmq, limit: int) -> int:
+    """Receive and count, without delivering, the messages waiting on a ZMQ socket now (at
+    most ``limit``: a sender that keeps sending would never let this end)."""
+    for count in range(limit):
+        try:
+            sock.recv_multipart(zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return count
+    return limit
+
+
 def describe(error: BaseException) -> str:
     """A one-line description of ``error`` (its message, else its type)."""
     text = str(error).strip().splitlines()

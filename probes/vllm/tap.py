@@ -33,6 +33,7 @@ from typing import Callable, NamedTuple
 from kvtier.collector.batch import EventBatch
 from kvtier.collector.columns import Rejections
 from kvtier.collector.events import Origin
+from kvtier.collector.taps import count_queued, drain_until_quiet
 from kvtier.probes.vllm.streams import StreamState
 from kvtier.probes.vllm.tap_config import TapStats, VllmTapConfig
 from kvtier.probes.vllm.wire import Frame, FrameError, decode_payload, decoded_columns, split_frame
@@ -42,7 +43,6 @@ log = logging.getLogger(__name__)
 __all__ = ["TapStats", "VllmEventTap", "VllmTapConfig"]
 
 _ROUND_MESSAGES = 1000  # messages read from one socket before the next socket's turn
-_QUIET_S = 0.2  # a drain ends when nothing more arrived for this long
 
 
 def _wire_columns():
@@ -167,27 +167,12 @@ class VllmEventTap:
 
         if self._sub is None:
             return 0
-        deadline = time.monotonic() + timeout_s
-        try:
-            while (left_s := deadline - time.monotonic()) > 0:
-                if not self._poller.poll(int(min(_QUIET_S, left_s) * 1000)):
-                    break
-                self._poll(zmq, 0.0, _ROUND_MESSAGES)  # a round at a time: the deadline holds
-            self.flush()
-            return self._count_queued(zmq)
+        try:  # a round at a time, so the deadline holds
+            drain_until_quiet(lambda s: self._poller.poll(int(s * 1000)),
+                              lambda: self._poll(zmq, 0.0, _ROUND_MESSAGES), timeout_s)
+            return count_queued(self._sub, zmq, self.config.receive_hwm)
         except zmq.ZMQError as error:
             raise OSError(error.errno, f"ZMQ: {error.strerror}") from None
-
-    def _count_queued(self, zmq) -> int:
-        """Receive and count the live frames waiting now (at most a queue's worth)."""
-        unread = 0
-        for _ in range(self.config.receive_hwm):
-            try:
-                self._sub.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                break
-            unread += 1
-        return unread
 
     def _poll(self, zmq, timeout_s: float, max_messages: int) -> int:
         delivered = 0

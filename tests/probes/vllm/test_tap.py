@@ -370,3 +370,30 @@ def test_a_restarted_collector_without_replay_counts_the_gap_as_lost(tmp_path):
         runner.stop()
         store.close()
         pub.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_stop_hands_over_every_frame_already_in_the_socket():
+    from kvtier.collector.taps import TapRunner
+
+    slow = []
+
+    def store_slowly(batch):  # a store slower than the publisher: frames queue in the socket,
+        time.sleep(0.12)      # more than a stop that waited 5 s for the thread would take
+        slow.append(batch)
+
+    pub = FakePublisher("tcp://127.0.0.1:0", replay=False)
+    tap = VllmEventTap(VllmTapConfig(endpoints=(pub.endpoint,), instance="node-a"), store_slowly)
+    runner = TapRunner(tap)
+    runner.open()
+    try:
+        pub.wait_for_subscriber()
+        runner.start()
+        for block in range(50):
+            pub.publish([stored([block])])
+        assert runner.stop(grace_s=30.0) == 0
+    finally:
+        runner.stop()
+        pub.close()
+    assert sorted(r["block_hash"] for b in slow for r in rows(b)) == list(range(50))
+    assert tap._sub is None  # closed by the polling thread, after it drained
