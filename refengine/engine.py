@@ -4,7 +4,10 @@ Each :meth:`ReferenceEngine.step` admits waiting requests that fit (allocating b
 promoting lower-tier hits), prefills their uncached tokens one request at a time, decodes one
 token for every other running request in one batched pass (padded and masked), registers newly
 filled blocks, finishes completed requests (one ``RequestRecord`` each) and publishes the
-step's KV events. Decoding is greedy.
+step's KV events. Decoding is greedy. A step that computed records one ``StepRecord``: the
+scheduler's :class:`~kvtier.refengine.scheduler.ScheduledWork`, the bytes promoted into and
+offloaded out of the GPU tier meanwhile, and the step's measured duration (its start to its
+end, on the injected ``timer``; the engine does not preempt, so ``preempted_requests`` is 0).
 
 Thread contract: :meth:`submit` and :meth:`reconfigure` may be called from any thread;
 everything else runs on the thread that calls :meth:`step` (or :meth:`run_until_idle`).
@@ -32,9 +35,10 @@ from kvtier.refengine.transfer_stats import TransferStats
 
 
 class ReferenceEngine:
-    """``recorder`` receives block events and request records; ``publish(payload)`` (e.g.
-    :meth:`KvEventPublisher.publish`) receives one encoded vLLM ``KVEventBatch`` per step
-    that had events; ``on_request(record)`` sees each finished request (metrics)."""
+    """``recorder`` receives block events, request records and step records;
+    ``publish(payload)`` (e.g. :meth:`KvEventPublisher.publish`) receives one encoded vLLM
+    ``KVEventBatch`` per step that had events; ``on_request(record)`` sees each finished
+    request (metrics)."""
 
     def __init__(self, config: EngineConfig, recorder, *,
                  publish: Callable[[bytes], None] | None = None,
@@ -54,6 +58,7 @@ class ReferenceEngine:
         self._incoming: queue.Queue[Sequence] = queue.Queue()
         self._pending_tiers: queue.Queue[TierConfig] = queue.Queue()
         self._aborts: queue.Queue[tuple[Sequence, str]] = queue.Queue()
+        self.steps = 0  # steps that computed, numbering the step records
 
     # ---- any thread
     def submit(self, seq: Sequence) -> None:
@@ -85,11 +90,13 @@ class ReferenceEngine:
     # ---- engine thread
     def step(self) -> bool:
         """One scheduling round; ``False`` if there was nothing to do."""
+        started_s, started, moved = self._clock(), self._timer(), self.transfers.snapshot()
         while not self._incoming.empty():
             self.scheduler.add(self._incoming.get_nowait())
         self._apply_aborts()
         self._apply_pending_tiers()
         admitted = self.scheduler.admit(self.kv) if self._pending_tiers.empty() else []
+        work = self.scheduler.work(admitted)
         for seq in admitted:
             seq.tier_config_id = self.config.tiers.config_id
             self._prefill(seq)
@@ -98,10 +105,22 @@ class ReferenceEngine:
             self._decode(decoding)
         for seq in [s for s in self.scheduler.running if s.is_done]:
             self._finish(seq)
+        if work.computes:
+            self._record_step(work, started_s, started, moved)
         events = self.events.take()
         if events and self._publish is not None:
             self._publish(encode_batch(self._clock(), events))
         return bool(admitted or self.scheduler.running or events)
+
+    def _record_step(self, work, started_s: float, started: float, moved: dict) -> None:
+        now = self.transfers.snapshot()
+        self._recorder.record_step(
+            started_s, self.steps, self._timer() - started, work.prefill_tokens,
+            work.prefill_requests, work.prefill_context_tokens, work.cached_tokens,
+            work.decode_requests, work.decode_context_tokens, work.running_requests,
+            work.waiting_requests, 0, now["load"][0] - moved["load"][0],
+            now["store"][0] - moved["store"][0])
+        self.steps += 1
 
     def run_until_idle(self, max_steps: int = 1_000_000) -> None:
         for _ in range(max_steps):

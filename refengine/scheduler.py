@@ -5,9 +5,31 @@ request that does not fit yet holds the queue (no overtaking), so queueing is vi
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 from kvtier.refengine.kv_manager import KvCacheManager
 from kvtier.refengine.sequence import Sequence
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledWork:
+    """What one step computes, decided before it runs (the scheduler's side of a
+    ``StepRecord``): admitted requests prefill their uncached prompt tokens, whose context is
+    what their tiers served (``cached_tokens``); every other running request decodes one token
+    over its context. ``running_requests``/``waiting_requests`` are counted after admission."""
+
+    prefill_tokens: int
+    prefill_requests: int
+    prefill_context_tokens: int
+    cached_tokens: int
+    decode_requests: int
+    decode_context_tokens: int
+    running_requests: int
+    waiting_requests: int
+
+    @property
+    def computes(self) -> bool:
+        return bool(self.prefill_requests or self.decode_requests)
 
 
 class Scheduler:
@@ -31,6 +53,18 @@ class Scheduler:
             self.running.append(seq)
             admitted.append(seq)
         return admitted
+
+    def work(self, admitted: list[Sequence]) -> ScheduledWork:
+        """The step's work, once ``admitted`` (this step's admissions) hold their blocks."""
+        decoding = [s for s in self.running if s not in admitted]
+        return ScheduledWork(
+            prefill_tokens=sum(s.prompt_len - s.num_computed for s in admitted),
+            prefill_requests=len(admitted),
+            prefill_context_tokens=sum(s.num_computed for s in admitted),
+            cached_tokens=sum(s.cached_tokens for s in admitted),
+            decode_requests=len(decoding),
+            decode_context_tokens=sum(s.num_computed for s in decoding),
+            running_requests=len(self.running), waiting_requests=len(self.waiting))
 
     def finish(self, seq: Sequence, kv: KvCacheManager) -> None:
         self.running.remove(seq)
