@@ -15,6 +15,7 @@ from kvtier.collector.batch import EventBatch
 from kvtier.collector.periodic import Periodic
 from kvtier.collector.recorder import Recorder
 from kvtier.collector.store import IngestResult, TraceStore
+from kvtier.collector.taps import describe
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ class Flusher:
         self.batches_stored = 0
         self.rows_stored = 0
         self.failures = 0
+        self._failing = 0  # failed attempts in a row
 
     def flush_once(self) -> IngestResult | None:
         """Store the pending batch or the next one drained; ``None`` if there was nothing."""
@@ -53,10 +55,17 @@ class Flusher:
         self._pending = batch
         try:
             result = self.store.ingest(batch)
-        except Exception:
+        except Exception as error:
             self.failures += 1
-            log.exception("store rejected batch %s/%d; will retry", batch.origin.source, batch.sequence)
+            self._failing += 1
+            if self._failing == 1:  # once per outage: a full disk would repeat it every interval
+                log.warning("store %s rejected batch %s/%d (%s); retrying every %g s", self.store.path,
+                            batch.origin.source, batch.sequence, describe(error), self.interval_s)
             return None
+        if self._failing:
+            log.warning("store %s takes writes again after %d failed attempt(s)", self.store.path,
+                        self._failing)
+            self._failing = 0
         self._pending = None
         self.batches_stored += 0 if result.duplicate else 1
         self.rows_stored += result.stored

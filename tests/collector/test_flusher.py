@@ -44,6 +44,32 @@ def test_failed_batch_is_retried_with_the_same_sequence(origin, clock):
     store.close()
 
 
+class FailingThrice(TraceStore):
+    """A real store whose first three ingests fail: a disk full for a while."""
+
+    failures_left = 3
+
+    def ingest(self, batch):
+        if self.failures_left:
+            self.failures_left -= 1
+            raise OSError(28, "No space left on device")
+        return super().ingest(batch)
+
+
+def test_a_store_that_keeps_failing_is_one_line_per_outage_without_a_traceback(origin, clock, caplog):
+    store = FailingThrice(":memory:", clock=clock)
+    recorder = Recorder(origin)
+    flusher = Flusher(recorder, store)
+    recorder.record(Outcome.STORE, 1)
+    for _ in range(3):
+        assert flusher.flush() == 0
+    assert flusher.flush() == 1 and store.count("block_events") == 1
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2 and "No space left on device" in said[0] and "again" in said[1]
+    assert not [r for r in caplog.records if r.exc_info]
+    store.close()
+
+
 def test_a_failing_hook_does_not_stop_the_flusher(origin, store):
     recorder = Recorder(origin)
 
