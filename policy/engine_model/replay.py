@@ -73,15 +73,18 @@ class EngineReplay:
     steps: int
 
 
-def replay(requests: EngineRequests, params: EngineModelParams) -> EngineReplay:
-    """Run ``requests`` through the engine model (see the module doc)."""
+def replay(requests: EngineRequests, params: EngineModelParams,
+           rng: np.random.Generator | None = None) -> EngineReplay:
+    """Run ``requests`` through the engine model (see the module doc). ``rng`` draws the
+    steps' spread (``params.step_spread``; default a generator seeded 0, so a replay
+    repeats)."""
     n = len(requests)
     if n == 0:
         empty = np.empty(0)
         return EngineReplay(empty, empty, empty, 0)
     ready = ready_s(requests.arrival_s, requests.cpu_tokens, requests.cold_tokens,
                     params.kv_bytes_per_token, params.cpu_link, params.cold_link)
-    run = _Run(requests, params, ready)
+    run = _Run(requests, params, ready, rng if rng is not None else np.random.default_rng(0))
     run.until_done()
     first, end = run.first_token_s, run.end_s
     outputs = requests.output_tokens
@@ -93,8 +96,10 @@ def replay(requests: EngineRequests, params: EngineModelParams) -> EngineReplay:
 class _Run:
     """The mutable state of one replay: the clock, the scheduler, each request's progress."""
 
-    def __init__(self, requests: EngineRequests, params: EngineModelParams, ready: np.ndarray):
+    def __init__(self, requests: EngineRequests, params: EngineModelParams, ready: np.ndarray,
+                 rng: np.random.Generator):
         self.coefficients = params.step_cost.coefficients
+        self.spread, self.rng = np.asarray(params.step_spread, dtype=float), rng
         compute = np.maximum(requests.recompute_tokens, 1)  # the last prompt token is always computed
         self.prompt = np.maximum(requests.prompt_tokens, compute)
         self.outputs = requests.output_tokens
@@ -128,8 +133,8 @@ class _Run:
         attention = sum(t * (ctx + t / 2) for _, t, ctx in plan.chunks)
         decoding = np.fromiter(plan.decoding, dtype=np.int64, count=len(plan.decoding))
         context = float((self.prompt[decoding] + self.generated[decoding]).sum())
-        self.now += (c[0] + c[1] * tokens + c[2] * len(plan.chunks) + c[3] * attention
-                     + c[4] * len(decoding) + c[5] * context)
+        self.now += float((c[0] + c[1] * tokens + c[2] * len(plan.chunks) + c[3] * attention
+                           + c[4] * len(decoding) + c[5] * context) * self._spread(1)[0])
         self.steps += 1
         started = np.array(self.scheduler.computed(plan), dtype=np.int64)
         self.first_token_s[started] = self.now
@@ -144,13 +149,20 @@ class _Run:
         context = float((self.prompt[running] + self.generated[running]).sum())
         base = c[0] + c[4] * width + c[5] * context
         steps = np.arange(1, remaining + 1)
-        ends = self.now + steps * base + c[5] * width * steps * (steps - 1) / 2
+        ends = self.now + np.cumsum((base + c[5] * width * (steps - 1)) * self._spread(remaining))
         k = remaining
         if self.next < len(self.order) and width < self.scheduler.limits.max_running:
             k = min(k, int(np.searchsorted(ends, self.ready[self.order[self.next]])) + 1)
         self.now = float(ends[k - 1])
         self.steps += k
         self._emit(running, k)
+
+    def _spread(self, steps: int) -> np.ndarray:
+        """Each of ``steps`` steps' multiplier: a draw from the spread's quantiles."""
+        if not len(self.spread):
+            return np.ones(steps)
+        grid = np.linspace(0.0, 1.0, len(self.spread))
+        return np.interp(self.rng.random(steps), grid, self.spread)
 
     def _emit(self, requests: np.ndarray, tokens: int) -> None:
         """``requests`` each produced ``tokens`` tokens by now; those done leave."""
