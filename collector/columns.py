@@ -28,12 +28,15 @@ from kvtier.collector.events import (
     METRIC_KINDS,
     PRIORITY_MAX,
     PRIORITY_MIN,
+    SERVED_OVER_PROMPT,
+    SERVED_TOKEN_FIELDS,
     BlockEvent,
     MetricInterval,
     Outcome,
     RequestRecord,
     StepRecord,
     Tier,
+    upper_bounds,
 )
 from kvtier.collector.record_types import RECORD_TABLES, record_table
 
@@ -321,9 +324,29 @@ def validate_table(record_type: type, table: pa.Table) -> tuple[pa.Table, Reject
         priority = table.column("priority")
         outside = pc.fill_null(pc.or_(pc.less(priority, PRIORITY_MIN), pc.greater(priority, PRIORITY_MAX)), False)
         bad = _count_and_merge(bad, outside, f"priority outside {PRIORITY_MIN}..{PRIORITY_MAX}", rejections, priority)
+    bad = _bounds_and_sums(record_type, table, bad, rejections)
     if bad is None or not pc.any(bad).as_py():
         return table, rejections
     return table.filter(pc.invert(bad)), rejections
+
+
+def _bounds_and_sums(record_type: type, table: pa.Table, bad, rejections: Rejections) -> Any:
+    """Upper bounds and the served-tokens sum; a row already left out is not counted again."""
+    def fresh(broken):
+        return broken if bad is None else pc.and_(broken, pc.invert(bad))
+
+    for name, limit in upper_bounds(record_type):
+        column = table.column(name)
+        above = fresh(pc.fill_null(pc.greater(column, limit), False))  # +inf too
+        bad = _count_and_merge(bad, above, f"{name} above {limit:g}", rejections, column)
+    if record_type is RequestRecord:
+        served = None
+        for name in SERVED_TOKEN_FIELDS:
+            tokens = pc.fill_null(table.column(name), 0)
+            served = tokens if served is None else pc.add(served, tokens)
+        over = fresh(pc.fill_null(pc.greater(served, table.column("prompt_tokens")), False))
+        bad = _count_and_merge(bad, over, SERVED_OVER_PROMPT, rejections, None)
+    return bad
 
 
 def _count_and_merge(bad, broken, reason: str, rejections: Rejections, column) -> Any:

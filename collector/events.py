@@ -288,12 +288,39 @@ class StepRecord:
 
 # ---- validation rules, shared by the dataclasses and the store's columnar checks ----
 
-NON_NEGATIVE_BLOCK_FIELDS = ("position", "tokens", "size_bytes", "latency_s")
+NON_NEGATIVE_BLOCK_FIELDS = ("time_s", "position", "tokens", "size_bytes", "latency_s")
 NON_NEGATIVE_REQUEST_FIELDS = (
-    "prompt_tokens", "output_tokens", "block_size_tokens", "gpu_hit_tokens",
+    "arrival_s", "prompt_tokens", "output_tokens", "block_size_tokens", "gpu_hit_tokens",
     "cpu_promotion_tokens", "cold_promotion_tokens", "recomputed_tokens",
     "ttft_s", "itl_s", "e2e_latency_s",
 )
+
+
+MAX_TIME_S = 4_102_444_800.0  # 2100-01-01 UTC: times are Unix seconds or seconds into a trace
+MAX_DURATION_S = 7 * 86_400.0  # a week: a longer latency is a broken clock or unit, not a wait
+# Upper bounds by field name, for every record type that has the field; above one (or
+# infinite) the value is refused. Lower bounds are the NON_NEGATIVE_* tuples.
+UPPER_BOUNDS = {
+    "time_s": MAX_TIME_S, "arrival_s": MAX_TIME_S, "start_s": MAX_TIME_S, "end_s": MAX_TIME_S,
+    "latency_s": MAX_DURATION_S, "ttft_s": MAX_DURATION_S, "itl_s": MAX_DURATION_S,
+    "e2e_latency_s": MAX_DURATION_S, "duration_s": MAX_DURATION_S,
+}
+# Prompt tokens a tier served: together at most the prompt (recomputed tokens are the rest).
+SERVED_TOKEN_FIELDS = ("gpu_hit_tokens", "cpu_promotion_tokens", "cold_promotion_tokens")
+SERVED_OVER_PROMPT = "served tokens (gpu_hit + cpu_promotion + cold_promotion) exceed prompt_tokens"
+
+
+def upper_bounds(record_type: type) -> tuple[tuple[str, float], ...]:
+    """The bounded fields of ``record_type`` and their largest allowed values."""
+    bounds = _BOUNDS_BY_TYPE.get(record_type)
+    if bounds is None:
+        names = {f.name for f in dataclasses.fields(record_type)}
+        bounds = _BOUNDS_BY_TYPE[record_type] = tuple(
+            (name, limit) for name, limit in UPPER_BOUNDS.items() if name in names)
+    return bounds
+
+
+_BOUNDS_BY_TYPE: dict[type, tuple[tuple[str, float], ...]] = {}
 
 
 def validate_block_event(event: BlockEvent) -> None:
@@ -309,6 +336,7 @@ def validate_block_event(event: BlockEvent) -> None:
     if event.parent_hash is not None and not 0 <= event.parent_hash <= UINT64_MAX:
         raise ValueError(f"parent_hash must be an unsigned 64-bit int, got {event.parent_hash!r}")
     _non_negative(event, NON_NEGATIVE_BLOCK_FIELDS)
+    _bounded(event)
     if event.priority is not None and not PRIORITY_MIN <= event.priority <= PRIORITY_MAX:
         raise ValueError(f"priority must be in {PRIORITY_MIN}..{PRIORITY_MAX}, got {event.priority}")
 
@@ -318,6 +346,10 @@ def validate_request(record: RequestRecord) -> None:
     if not isinstance(record.request_id, str) or not record.request_id:
         raise ValueError(f"request_id must be a non-empty string, got {record.request_id!r}")
     _non_negative(record, NON_NEGATIVE_REQUEST_FIELDS)
+    _bounded(record)
+    served = sum(getattr(record, name) or 0 for name in SERVED_TOKEN_FIELDS)
+    if served > record.prompt_tokens:
+        raise ValueError(f"{SERVED_OVER_PROMPT}: {served} > {record.prompt_tokens}")
     if not isinstance(record.block_hashes, tuple):
         raise ValueError("block_hashes must be a tuple of ints")
     if record.finish_status is not None and record.finish_status not in FINISH_STATUSES:
@@ -333,6 +365,7 @@ def validate_metric_interval(record: MetricInterval) -> None:
         raise ValueError(f"kind must be one of {', '.join(METRIC_KINDS)}, got {record.kind!r}")
     if not record.end_s >= record.start_s:
         raise ValueError(f"end_s {record.end_s!r} is before start_s {record.start_s!r}")
+    _bounded(record)
 
 
 NON_NEGATIVE_STEP_FIELDS = (
@@ -347,10 +380,18 @@ def validate_step(record: StepRecord) -> None:
     if not isinstance(record.time_s, (int, float)) or not math.isfinite(record.time_s):
         raise ValueError(f"time_s must be a finite number of seconds, got {record.time_s!r}")
     _non_negative(record, NON_NEGATIVE_STEP_FIELDS)
+    _bounded(record)
     if record.duration_s is not None and not math.isfinite(record.duration_s):
         raise ValueError(f"duration_s must be finite, got {record.duration_s!r}")
     if record.prefill_tokens and not record.prefill_requests:
         raise ValueError(f"prefill_tokens {record.prefill_tokens} over no prefill_requests")
+
+
+def _bounded(record) -> None:
+    for name, limit in upper_bounds(type(record)):
+        value = getattr(record, name)
+        if value is not None and value > limit:  # also rejects +inf
+            raise ValueError(f"{name} above {limit:g}, got {value!r}")
 
 
 def _non_negative(record, names: tuple[str, ...]) -> None:

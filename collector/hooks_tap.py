@@ -37,7 +37,10 @@ DEFAULT_HOOKS_ENDPOINT = "tcp://127.0.0.1:5570"
 
 @dataclass(frozen=True)
 class HooksTapConfig:
-    """Endpoints to bind (``tcp://HOST:PORT`` or ``ipc://PATH``) and the receive queue."""
+    """Endpoints to bind (``tcp://HOST:PORT`` or ``ipc://PATH``) and the receive queue.
+
+    A message above ``max_message_bytes`` is skipped, counted as a bad frame and logged; one
+    above twice that is cut off by ZMQ itself (the sender's connection is dropped)."""
 
     endpoints: tuple[str, ...] = (DEFAULT_HOOKS_ENDPOINT,)
     queue_batches: int = 1000
@@ -118,7 +121,9 @@ class HooksTap:
         self._context = zmq.Context()
         socket = self._context.socket(zmq.PULL)
         socket.setsockopt(zmq.RCVHWM, self.config.queue_batches)
-        socket.setsockopt(zmq.MAXMSGSIZE, self.config.max_message_bytes)
+        # ZMQ drops a connection silently on a frame above MAXMSGSIZE; up to twice the limit
+        # a message is received, so that it is counted and logged as a bad frame instead
+        socket.setsockopt(zmq.MAXMSGSIZE, 2 * self.config.max_message_bytes)
         socket.setsockopt(zmq.LINGER, 0)
         try:
             for endpoint in self.config.endpoints:
@@ -179,16 +184,15 @@ class HooksTap:
             raise OSError(f"hooks endpoint {self.name}: {error}") from None
 
     def _on_frames(self, frames) -> int:
+        size = sum(len(frame) for frame in frames)
+        if size > self.config.max_message_bytes:
+            return self._bad_frame(f"a message of {size} bytes is above the limit of "
+                                   f"{self.config.max_message_bytes} bytes")
         try:
             shipment = decode(frames)
             batch = shipment.packed.to_event_batch(shipment.sequence)
         except ShipmentError as error:
-            with self._lock:
-                self.stats.bad_frames += 1
-                count = self.stats.bad_frames
-            log.log(logging.WARNING if count <= 10 else logging.DEBUG,
-                    "hooks tap: bad message skipped (%s); %d so far", error, count)
-            return 0
+            return self._bad_frame(str(error))
         try:
             result = self._on_batch(batch)
         except Exception:
@@ -198,6 +202,14 @@ class HooksTap:
             return 0
         self._count(shipment, batch, duplicate=getattr(result, "duplicate", False))
         return 1
+
+    def _bad_frame(self, reason: str) -> int:
+        with self._lock:
+            self.stats.bad_frames += 1
+            count = self.stats.bad_frames
+        log.log(logging.WARNING if count <= 10 else logging.DEBUG,
+                "hooks tap: bad message skipped (%s); %d so far", reason, count)
+        return 0
 
     def _count(self, shipment, batch, duplicate: bool) -> None:
         origin = batch.origin

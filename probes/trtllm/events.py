@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -38,16 +39,23 @@ _LEVEL_TIER = {0: Tier.GPU, 1: Tier.CPU}
 
 
 class EventError(ValueError):
-    """One TRT-LLM event that does not follow the documented shape."""
+    """One TRT-LLM event that does not follow the documented shape; ``reason`` is the short
+    label it is counted under (the message adds the value)."""
+
+    def __init__(self, message: str, reason: str = "malformed event"):
+        super().__init__(message)
+        self.reason = reason
 
 
 def to_block_hash(value) -> int:
     """An int (``v1_block_key``, ``v2_sha256_64``) or a hex string (``v2_sha256``) -> uint64."""
     if isinstance(value, bool):
         raise EventError("block hash cannot be a boolean")
-    if isinstance(value, int):
-        return value & UINT64_MAX
-    if isinstance(value, str) and value:
+    if isinstance(value, int):  # TRT-LLM's keys are unsigned: a negative one is corrupt
+        if not 0 <= value <= UINT64_MAX:
+            raise EventError(f"block hash {value} is outside 0..2**64-1", "block hash out of range")
+        return value
+    if isinstance(value, str) and value and not value.lstrip().startswith(("-", "+")):
         try:  # the low 64 bits of the digest, as block_hash_from_bytes folds bytes
             return int(value, 16) & UINT64_MAX
         except ValueError:
@@ -60,26 +68,40 @@ class TrtllmEventMapper:
     """Stateful mapping: it remembers each block's cache level so ``removed`` names a tier.
 
     One mapper per engine instance. ``capacity_blocks`` holds the last ``created`` event's
-    blocks per level; ``bad_events`` counts events skipped as malformed.
+    blocks per level; ``bad_events`` counts events skipped as malformed, ``rejected`` the
+    same by reason (the first few are logged).
     """
 
     max_tracked_blocks: int = 1_000_000
     capacity_blocks: tuple[int, ...] = ()
     bad_events: int = 0
+    rejected: Counter = field(default_factory=Counter)
     _levels: dict = field(default_factory=dict)
 
     def map_events(self, events, time_s: float) -> list[BlockEvent]:
-        """Map a list of TRT-LLM event dicts; malformed ones are counted and skipped."""
+        """Map a list of TRT-LLM event dicts; malformed ones are counted and skipped (an
+        event maps whole or not at all)."""
         if not isinstance(events, list):
-            self.bad_events += 1
+            self._reject("body is not a list of events", type(events).__name__)
             return []
         out: list[BlockEvent] = []
         for event in events:
             try:
                 out.extend(self._map_one(event, time_s))
-            except (EventError, ValueError, TypeError, KeyError, AttributeError):
-                self.bad_events += 1
+            except EventError as error:
+                self._reject(error.reason, error)
+            except KeyError as error:
+                self._reject(f"missing key {error}", event)
+            except (ValueError, TypeError, AttributeError) as error:
+                self._reject("malformed event", error)
         return out
+
+    def _reject(self, reason: str, example) -> None:
+        self.bad_events += 1
+        self.rejected[reason] += 1
+        if self.rejected[reason] <= 3:
+            log.warning("TRT-LLM event skipped: %s (%s); %d so far", reason, str(example)[:200],
+                        self.rejected[reason])
 
     def _map_one(self, event, time_s: float) -> list[BlockEvent]:
         data = event["data"]
@@ -103,8 +125,11 @@ class TrtllmEventMapper:
             block_hash = to_block_hash(block["block_hash"])
             level = _level(block.get("cache_level", 0))
             tokens = block.get("tokens")
+            if tokens is not None and not isinstance(tokens, list):
+                raise EventError(f"a stored block's tokens must be a list, got {tokens!r:.40}",
+                                 "block tokens not a list")
             out.append(BlockEvent(time_s, Outcome.STORE, block_hash, parent_hash=parent,
-                                  tokens=len(tokens) if isinstance(tokens, list) else None,
+                                  tokens=None if tokens is None else len(tokens),
                                   tier_to=_LEVEL_TIER[level],
                                   priority=_priority(block.get("priority"))))
             self._remember(block_hash, level)
@@ -187,6 +212,7 @@ class PollStats:
     block_events: int = 0
     fetch_errors: int = 0
     bad_bodies: int = 0
+    bad_events: int = 0
     callback_errors: int = 0
 
 
@@ -255,6 +281,7 @@ class TrtllmEventPoller:
     def deliver(self, events) -> int:
         """Map and hand over events obtained elsewhere (e.g. ``LLM.get_kv_cache_events()``)."""
         rows = self.mapper.map_events(events, self._clock())
+        self.stats.bad_events = self.mapper.bad_events
         if not rows:
             return 0
         batch = EventBatch.from_rows(self._origin, self._sequence, block_events=rows)

@@ -82,10 +82,33 @@ def test_malformed_events_are_counted_not_raised(bad):
 
 
 def test_hash_forms():
-    assert to_block_hash(5) == 5 and to_block_hash(-1) == 2**64 - 1
+    assert to_block_hash(5) == 5 and to_block_hash(2**64 - 1) == 2**64 - 1
     assert to_block_hash("0x10") == 16 and to_block_hash("ff" * 32) == 2**64 - 1
-    with pytest.raises(EventError):
-        to_block_hash("")
+    for bad in ("", -5, -1, 2**64, "-5"):  # TRT-LLM's keys are unsigned 64-bit
+        with pytest.raises(EventError):
+            to_block_hash(bad)
+
+
+@pytest.mark.parametrize("block, reason", [
+    ({"block_hash": -5}, "block hash out of range"),
+    ({"block_hash": 2**64}, "block hash out of range"),
+    ({"block_hash": 7, "tokens": "many"}, "block tokens not a list"),
+    ({"block_hash": 7, "tokens": 12}, "block tokens not a list"),
+    ({"tokens": []}, "missing key 'block_hash'"),
+])
+def test_a_stored_block_with_a_bad_hash_or_token_count_is_rejected_and_counted_by_reason(block, reason):
+    mapper = TrtllmEventMapper()
+    event = {"data": {"type": "stored", "parent_hash": None,
+                      "blocks": [{"block_hash": 3, "tokens": []}, block]}}
+    assert table(mapper.map_events([event, DRAIN_1[1]], 1.0)) == table(
+        TrtllmEventMapper().map_events([DRAIN_1[1]], 1.0))  # the bad event maps not at all
+    assert mapper.bad_events == 1 and dict(mapper.rejected) == {reason: 1}
+
+
+def test_the_poller_reports_the_events_it_skipped(engine):
+    poller = TrtllmEventPoller(TrtllmPollerConfig(url=engine.url + "/kv_cache_events"), lambda b: None)
+    poller.deliver([{"data": {"type": "removed", "block_hashes": [-5]}}, DRAIN_1[1]])
+    assert poller.stats.bad_events == 1 and poller.stats.block_events == 2
 
 
 @pytest.fixture

@@ -1,0 +1,126 @@
+"""Bad values are refused where they enter, by one set of rules per schema field: the
+dataclasses raise naming the field, the columnar checks (rows, whole columns, the recorder's
+packed buffer) drop the row and count it by reason; the hooks socket counts and logs a frame
+above its size limit instead of losing it silently."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import pytest
+
+from kvtier.collector.columns import columns_table, rows_to_table
+from kvtier.collector.events import (
+    MAX_DURATION_S, MAX_TIME_S, SERVED_OVER_PROMPT, BlockEvent, MetricInterval, Origin, Outcome,
+    RequestRecord,
+)
+from kvtier.collector.hooks_tap import HooksTap, HooksTapConfig
+from kvtier.collector.recorder import Recorder
+from tests.conftest import free_port
+
+BAD_NUMBERS = [float("nan"), float("inf"), float("-inf"), 1e300, -1e9]
+
+
+def below_or_nan(name):
+    return f"negative or NaN {name}"
+
+
+def reason_for(name: str, value: float, limit: float) -> str:
+    return f"{name} above {limit:g}" if value > 0 else below_or_nan(name)
+
+
+@pytest.mark.parametrize("value", BAD_NUMBERS)
+@pytest.mark.parametrize("field", ["time_s", "latency_s"])
+def test_a_block_event_refuses_a_time_or_latency_that_cannot_be(field, value):
+    with pytest.raises(ValueError, match=field):
+        BlockEvent(**{"time_s": 1.0, "kind": Outcome.GPU_HIT, "block_hash": 1, field: value})
+
+
+@pytest.mark.parametrize("value", BAD_NUMBERS)
+@pytest.mark.parametrize("field", ["arrival_s", "ttft_s", "itl_s", "e2e_latency_s"])
+def test_a_request_refuses_a_time_or_latency_that_cannot_be(field, value):
+    with pytest.raises(ValueError, match=field):
+        RequestRecord(**{"request_id": "r", "arrival_s": 1.0, "prompt_tokens": 8, field: value})
+
+
+@pytest.mark.parametrize("value", [float("inf"), 1e300])
+def test_a_metric_interval_refuses_an_endless_end(value):
+    with pytest.raises(ValueError, match="end_s above"):
+        MetricInterval(metric="m", labels=(), kind="counter", start_s=1.0, end_s=value, value=1.0)
+
+
+@pytest.mark.parametrize("served", [
+    {"gpu_hit_tokens": 9}, {"gpu_hit_tokens": 5, "cpu_promotion_tokens": 4},
+    {"gpu_hit_tokens": 4, "cpu_promotion_tokens": 2, "cold_promotion_tokens": 3},
+])
+def test_a_request_cannot_be_served_more_tokens_than_its_prompt(served):
+    with pytest.raises(ValueError, match="exceed prompt_tokens"):
+        RequestRecord("r", 1.0, 8, **served)
+    RequestRecord("r", 1.0, 9, **served)  # exactly the prompt is fine
+
+
+def test_the_edges_of_the_ranges_are_allowed():
+    BlockEvent(MAX_TIME_S, Outcome.GPU_HIT, 1, latency_s=MAX_DURATION_S)
+    RequestRecord("r", 0.0, 1, ttft_s=0.0, e2e_latency_s=MAX_DURATION_S)
+
+
+def test_rows_break_the_same_rules_and_are_counted_by_reason():
+    good = {"request_id": "ok", "arrival_s": 1.0, "prompt_tokens": 8, "gpu_hit_tokens": 8, "block_hashes": [1]}
+    rows = [good]
+    expected: dict[str, int] = {}
+    for value in BAD_NUMBERS:
+        for name, limit in (("arrival_s", MAX_TIME_S), ("ttft_s", MAX_DURATION_S)):
+            rows.append({**good, "request_id": f"{name}={value}", name: value})
+            reason = reason_for(name, value, limit)
+            expected[reason] = expected.get(reason, 0) + 1
+    rows.append({**good, "request_id": "over", "gpu_hit_tokens": 6, "cpu_promotion_tokens": 3})
+    expected[SERVED_OVER_PROMPT] = 1
+    table, rejected = rows_to_table(RequestRecord, rows)
+    assert table.column("request_id").to_pylist() == ["ok"]
+    assert dict(rejected) == expected
+
+
+def test_whole_columns_break_the_same_rules():
+    times = np.array([1.0, np.nan, np.inf, 1e300, -1e9, 2.0])
+    latencies = np.array([0.001, 0.001, 0.001, 0.001, 0.001, 1e300])
+    table, rejected = columns_table(BlockEvent, {
+        "time_s": times, "kind": np.full(6, int(Outcome.GPU_HIT)), "block_hash": np.arange(6, dtype=np.uint64),
+        "latency_s": latencies})
+    assert table.column("block_hash").to_pylist() == [0]
+    assert dict(rejected) == {"negative or NaN time_s": 2, f"time_s above {MAX_TIME_S:g}": 2,
+                              f"latency_s above {MAX_DURATION_S:g}": 1}
+
+
+def test_what_an_engine_hook_records_is_checked_by_the_same_rules():
+    recorder = Recorder(Origin("engine", "instance", "source"))
+    for i, latency in enumerate([0.002, float("nan"), float("inf"), 1e300, -1e9]):
+        recorder.record(Outcome.CPU_PROMOTION, i, latency_s=latency, time_s=10.0)
+    recorder.record(Outcome.GPU_HIT, 9, time_s=1e300)
+    batch = recorder.take_events()
+    assert batch.block_events.column("block_hash").to_pylist() == [0]
+    assert dict(batch.rejected) == {"negative or NaN latency_s": 2,
+                                    f"latency_s above {MAX_DURATION_S:g}": 2,
+                                    f"time_s above {MAX_TIME_S:g}": 1}
+
+
+def test_a_frame_above_the_hooks_limit_is_counted_and_logged(caplog):
+    import zmq
+
+    where = f"tcp://127.0.0.1:{free_port()}"
+    tap = HooksTap(HooksTapConfig((where,), max_message_bytes=4096), lambda batch: None)
+    tap.open()
+    push = zmq.Context.instance().socket(zmq.PUSH)
+    push.connect(where)
+    try:
+        with caplog.at_level(logging.WARNING, logger="kvtier.collector.hooks_tap"):
+            push.send_multipart([b"{}", b"x" * 6000, b"[]"])
+            deadline = time.monotonic() + 30  # bounds a broken tap, not a timing assertion
+            while tap.stats.bad_frames < 1 and time.monotonic() < deadline:
+                tap.poll(0.1)
+    finally:
+        push.close(linger=0)
+        tap.close()
+    assert tap.stats.bad_frames == 1
+    assert "a message of 6004 bytes is above the limit of 4096 bytes" in caplog.text
