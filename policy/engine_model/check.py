@@ -17,7 +17,8 @@ import numpy as np
 from kvtier.collector.events import RequestRecord, StepRecord
 from kvtier.policy.engine_model.fit import fit_engine
 from kvtier.policy.engine_model.params import EngineModelParams
-from kvtier.policy.engine_model.replay import EngineRequests, replay
+from kvtier.policy.engine_model.closed_loop import engine_requests
+from kvtier.policy.engine_model.replay import replay
 from kvtier.policy.engine_model.scheduler import SchedulerLimits
 
 FIELDS = ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s")
@@ -64,11 +65,12 @@ class LatencyCheck:
     measured: Latencies
     predicted: Latencies
     single_server: Latencies | None
+    closed_loop: bool = False  # replayed as closed-loop clients (closed_loop.py)
 
     def to_dict(self) -> dict:
         single = self.single_server
         return {"tier_config_id": self.tier_config_id, "requests": self.requests,
-                "measured": self.measured.to_dict(), "predicted": self.predicted.to_dict(),
+                "closed_loop": self.closed_loop, "measured": self.measured.to_dict(), "predicted": self.predicted.to_dict(),
                 "ratio": self.predicted.ratios(self.measured),
                 "single_server": single.to_dict() if single else None,
                 "single_server_ratio": single.ratios(self.measured) if single else None}
@@ -91,24 +93,25 @@ class HeldOutCheck:
 
 
 def check_latency(records: Sequence[RequestRecord], params: EngineModelParams,
-                  single_server=None) -> tuple[LatencyCheck, ...]:
+                  single_server=None, arrivals: str = "auto") -> tuple[LatencyCheck, ...]:
     """Each tier configuration's requests (in arrival order) replayed through the engine
     model, against what they measured; ``single_server`` (``CostParams``) priced beside."""
     by_config: dict[str, list[RequestRecord]] = {}
     for record in sorted(records, key=lambda r: r.arrival_s):
         if record.ttft_s is not None:
             by_config.setdefault(record.tier_config_id or "", []).append(record)
-    return tuple(_check_one(config, group, params, single_server)
+    return tuple(_check_one(config, group, params, single_server, arrivals)
                  for config, group in by_config.items())
 
 
 def _check_one(config: str, records: list[RequestRecord], params: EngineModelParams,
-               single_server) -> LatencyCheck:
-    result = replay(EngineRequests.from_records(records), params)
+               single_server, arrivals: str) -> LatencyCheck:
+    requests = engine_requests(records, arrivals)
+    result = replay(requests, params)
     measured = Latencies.of([r.ttft_s for r in records],
                             [np.nan if r.itl_s is None else r.itl_s for r in records])
     return LatencyCheck(config, len(records), measured, Latencies.of(result.ttft_s, result.itl_s),
-                        _single_server(records, single_server))
+                        _single_server(records, single_server), requests.follows is not None)
 
 
 def _single_server(records: list[RequestRecord], cost) -> Latencies | None:
@@ -124,7 +127,7 @@ def _single_server(records: list[RequestRecord], cost) -> Latencies | None:
 
 def held_out_check(records: Sequence[RequestRecord], steps: Sequence[StepRecord], jobs, *,
                    bytes_per_token: int | None = None, limits: SchedulerLimits | None = None,
-                   fit_share: float = 0.5) -> HeldOutCheck:
+                   fit_share: float = 0.5, arrivals: str = "auto") -> HeldOutCheck:
     """Fit on the earliest ``fit_share`` of ``records`` (and the step records before the
     first later request), check on the rest. ``ValueError`` when either part is empty."""
     from kvtier.policy.calibrate import calibrate
@@ -138,9 +141,10 @@ def held_out_check(records: Sequence[RequestRecord], steps: Sequence[StepRecord]
     earlier, later = ordered[:cut], ordered[cut:]
     split_s = later[0].arrival_s
     params = fit_engine(earlier, [s for s in steps if s.time_s < split_s], jobs,
-                        bytes_per_token=bytes_per_token, limits=limits)
+                        bytes_per_token=bytes_per_token, limits=limits, arrivals=arrivals)
     try:
         single, note = calibrate(earlier, jobs, bytes_per_token=bytes_per_token).params, ""
     except ValueError as error:
         single, note = None, str(error)
-    return HeldOutCheck(params, split_s, len(earlier), check_latency(later, params, single), note)
+    return HeldOutCheck(params, split_s, len(earlier),
+                        check_latency(later, params, single, arrivals), note)

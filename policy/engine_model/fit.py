@@ -27,8 +27,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from kvtier.collector.events import RequestRecord, StepRecord
+from kvtier.policy.engine_model.closed_loop import engine_requests
 from kvtier.policy.engine_model.params import EngineModelParams
-from kvtier.policy.engine_model.replay import EngineRequests, replay
+from kvtier.policy.engine_model.replay import replay
 from kvtier.policy.engine_model.scheduler import SchedulerLimits
 from kvtier.policy.engine_model.step_cost import StepCost, step_durations, step_features
 
@@ -74,7 +75,7 @@ def fit_step_spread(steps: Sequence[StepRecord], cost: StepCost) -> tuple[float,
 
 
 def fit_step_cost_to_requests(records: Sequence[RequestRecord], base: EngineModelParams,
-                              *, evaluations: int = 160) -> StepCost:
+                              *, evaluations: int = 160, arrivals: str = "auto") -> StepCost:
     """The step cost whose replay of ``records`` (recorded arrivals and tier splits, the
     limits and links of ``base``) best matches their measured TTFT and ITL quantiles."""
     from dataclasses import replace
@@ -84,7 +85,8 @@ def fit_step_cost_to_requests(records: Sequence[RequestRecord], base: EngineMode
     timed = [r for r in records if r.ttft_s is not None]
     if len(timed) < MIN_REQUESTS:
         raise ValueError(f"{len(timed)} requests with a measured TTFT; the fit needs >= {MIN_REQUESTS}")
-    requests = EngineRequests.from_records(timed)
+    requests = engine_requests(sorted(timed, key=lambda r: r.arrival_s), arrivals)
+    timed = sorted(timed, key=lambda r: r.arrival_s)
     ttft_q = np.percentile([r.ttft_s for r in timed], TTFT_QUANTILES)
     itl = np.array([r.itl_s for r in timed if r.itl_s is not None], dtype=float)
     itl_q = np.percentile(itl, ITL_QUANTILES) if len(itl) else None
@@ -142,7 +144,7 @@ def max_in_flight(records: Sequence[RequestRecord]) -> int:
 
 def fit_engine(records: Sequence[RequestRecord], steps: Sequence[StepRecord], jobs, *,
                bytes_per_token: int | None = None, limits: SchedulerLimits | None = None,
-               evaluations: int = 160) -> EngineModelParams:
+               evaluations: int = 160, arrivals: str = "auto") -> EngineModelParams:
     """Every engine-model parameter from one engine's records: promotion links from its
     promotion jobs (``kvtier.policy.calibrate.fit_promotions``; defaults where it has none),
     limits (:func:`fit_limits` unless given), the step cost from ``steps`` when there are
@@ -166,5 +168,5 @@ def fit_engine(records: Sequence[RequestRecord], steps: Sequence[StepRecord], jo
         cost = fit_step_cost(steps)
         return replace(base, step_cost=cost, fitted_from="step_records",
                        step_spread=fit_step_spread(steps, cost))
-    return replace(base, step_cost=fit_step_cost_to_requests(records, base, evaluations=evaluations),
-                   fitted_from="request_search")
+    cost = fit_step_cost_to_requests(records, base, evaluations=evaluations, arrivals=arrivals)
+    return replace(base, step_cost=cost, fitted_from="request_search")

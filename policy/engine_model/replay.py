@@ -1,7 +1,8 @@
 """The engine model's replay: requests through transfer queues, a batch scheduler and
 costed steps; TTFT, ITL and end-to-end latency per request come out.
 
-Requests enter at their arrival times with their prompt and output tokens and their tier
+Requests enter at their arrival times (open loop; or, where ``EngineRequests.follows``
+names a predecessor, ``think_s`` after its predicted end: a closed-loop client) with their prompt and output tokens and their tier
 split (from the tier replay, or as recorded). Promotions delay a request until its KV is on
 the GPU (``transfers.py``); then the scheduler (``scheduler.py``) puts it into steps, each
 step costing :class:`~kvtier.policy.engine_model.step_cost.StepCost` of its work. A
@@ -16,15 +17,16 @@ longer), so thousands of requests replay in well under a second.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from kvtier.collector.events import RequestRecord
 from kvtier.policy.engine_model.params import EngineModelParams
 from kvtier.policy.engine_model.scheduler import BatchScheduler, StepPlan
-from kvtier.policy.engine_model.transfers import ready_s
+from kvtier.policy.engine_model.transfers import TransferQueues
 
 
 @dataclass(frozen=True)
@@ -38,9 +40,19 @@ class EngineRequests:
     cpu_tokens: np.ndarray
     cold_tokens: np.ndarray
     recompute_tokens: np.ndarray
+    follows: np.ndarray | None = field(default=None, compare=False)
+    think_s: np.ndarray | None = field(default=None, compare=False)
 
     def __len__(self) -> int:
         return len(self.arrival_s)
+
+    def closed_loop(self, follows: np.ndarray, think_s: np.ndarray) -> EngineRequests:
+        """These requests, each sent ``think_s[i]`` after request ``follows[i]`` ended
+        (``follows[i] == i``: at its arrival time); see ``closed_loop.client_chains``."""
+        from dataclasses import replace
+
+        return replace(self, follows=np.asarray(follows, dtype=np.int64),
+                       think_s=np.asarray(think_s, dtype=float))
 
     @classmethod
     def from_records(cls, records: Sequence[RequestRecord],
@@ -82,21 +94,19 @@ def replay(requests: EngineRequests, params: EngineModelParams,
     if n == 0:
         empty = np.empty(0)
         return EngineReplay(empty, empty, empty, 0)
-    ready = ready_s(requests.arrival_s, requests.cpu_tokens, requests.cold_tokens,
-                    params.kv_bytes_per_token, params.cpu_link, params.cold_link)
-    run = _Run(requests, params, ready, rng if rng is not None else np.random.default_rng(0))
+    run = _Run(requests, params, rng if rng is not None else np.random.default_rng(0))
     run.until_done()
     first, end = run.first_token_s, run.end_s
     outputs = requests.output_tokens
     with np.errstate(invalid="ignore", divide="ignore"):
         itl = np.where(outputs > 1, (end - first) / (outputs - 1), np.nan)
-    return EngineReplay(first - requests.arrival_s, itl, end - requests.arrival_s, run.steps)
+    return EngineReplay(first - run.arrival_s, itl, end - run.arrival_s, run.steps)
 
 
 class _Run:
     """The mutable state of one replay: the clock, the scheduler, each request's progress."""
 
-    def __init__(self, requests: EngineRequests, params: EngineModelParams, ready: np.ndarray,
+    def __init__(self, requests: EngineRequests, params: EngineModelParams,
                  rng: np.random.Generator):
         self.coefficients = params.step_cost.coefficients
         self.spread, self.rng = np.asarray(params.step_spread, dtype=float), rng
@@ -107,25 +117,44 @@ class _Run:
         self.first_token_s = np.full(len(requests), np.nan)
         self.end_s = np.full(len(requests), np.nan)
         self.scheduler = BatchScheduler(params.limits, self.prompt, compute.copy())
-        self.ready, self.order = ready, np.argsort(ready, kind="stable")
-        self.next, self.finished, self.steps = 0, 0, 0
-        self.now = float(ready[self.order[0]])
+        self.requests, self.arrival_s = requests, requests.arrival_s.astype(float)
+        self.transfers = TransferQueues(params.kv_bytes_per_token, params.cpu_link, params.cold_link)
+        n = len(requests)
+        follows = requests.follows if requests.follows is not None else np.arange(n)
+        self.successors: dict[int, list[int]] = {}
+        for i, j in enumerate(follows.tolist()):
+            if j != i:
+                self.successors.setdefault(j, []).append(i)
+        # two heaps of (time, request): arrivals to come, and arrived requests whose KV is
+        # still moving (by ready time)
+        self.arriving = [(float(self.arrival_s[i]), i) for i in range(n) if follows[i] == i]
+        heapq.heapify(self.arriving)
+        self.moving: list[tuple[float, int]] = []
+        self.finished, self.steps = 0, 0
+        self.now = self.arriving[0][0]
 
     def until_done(self) -> None:
         scheduler = self.scheduler
-        while self.finished < len(self.ready):
+        while self.finished < len(self.prompt):
             self._take_arrivals()
             if not scheduler.running and not scheduler.waiting:
-                self.now = float(self.ready[self.order[self.next]])
+                self.now = self._next_event_s()
             elif not scheduler.prefilling() and not scheduler.can_admit():
                 self._decode_run()
             else:
                 self._step(scheduler.schedule())
 
+    def _next_event_s(self) -> float:
+        return min(heap[0][0] for heap in (self.arriving, self.moving) if heap)
+
     def _take_arrivals(self) -> None:
-        while self.next < len(self.order) and self.ready[self.order[self.next]] <= self.now:
-            self.scheduler.add(int(self.order[self.next]))
-            self.next += 1
+        r = self.requests
+        while self.arriving and self.arriving[0][0] <= self.now:
+            arrival, i = heapq.heappop(self.arriving)
+            ready = self.transfers.ready_at(arrival, int(r.cpu_tokens[i]), int(r.cold_tokens[i]))
+            heapq.heappush(self.moving, (ready, i))
+        while self.moving and self.moving[0][0] <= self.now:
+            self.scheduler.add(heapq.heappop(self.moving)[1])
 
     def _step(self, plan: StepPlan) -> None:
         c = self.coefficients
@@ -151,8 +180,8 @@ class _Run:
         steps = np.arange(1, remaining + 1)
         ends = self.now + np.cumsum((base + c[5] * width * (steps - 1)) * self._spread(remaining))
         k = remaining
-        if self.next < len(self.order) and width < self.scheduler.limits.max_running:
-            k = min(k, int(np.searchsorted(ends, self.ready[self.order[self.next]])) + 1)
+        if (self.arriving or self.moving) and width < self.scheduler.limits.max_running:
+            k = min(k, int(np.searchsorted(ends, self._next_event_s())) + 1)
         self.now = float(ends[k - 1])
         self.steps += k
         self._emit(running, k)
@@ -174,3 +203,7 @@ class _Run:
             self.end_s[done] = self.now
             self.scheduler.finish(done.tolist())
             self.finished += len(done)
+            for j in done.tolist():
+                for i in self.successors.get(j, ()):
+                    self.arrival_s[i] = self.now + float(self.requests.think_s[i])
+                    heapq.heappush(self.arriving, (self.arrival_s[i], i))

@@ -4,7 +4,7 @@ Two links, each one FIFO server: cold->CPU and CPU->GPU. A request's CPU promoti
 on the CPU->GPU link, started at its arrival; a cold promotion is a job on the cold->CPU link
 started at arrival, then the request's whole promotion (CPU and cold tokens) one job on the
 CPU->GPU link once it is in CPU. A job takes ``op_latency_s + bytes / bandwidth_bytes_per_s``
-and waits for the jobs ahead of it (Lindley). The request may be scheduled once its last job
+and waits for the jobs of requests that arrived before it (Lindley). The request may be scheduled once its last job
 ends; a request that promotes nothing is ready at arrival.
 """
 
@@ -35,29 +35,32 @@ class TransferLink:
         return asdict(self)
 
 
-def fifo_done_s(start_s: np.ndarray, service_s: np.ndarray) -> np.ndarray:
-    """When each job ends on one FIFO server, jobs served in order of ``start_s`` (stable)."""
-    done = np.empty(len(start_s))
-    free_at = -np.inf
-    for i in np.argsort(start_s, kind="stable").tolist():
-        free_at = max(free_at, start_s[i]) + service_s[i]
-        done[i] = free_at
-    return done
+class TransferQueues:
+    """The two links' state: when each is free. Requests must come in arrival order."""
+
+    def __init__(self, bytes_per_token: int, cpu_link: TransferLink, cold_link: TransferLink):
+        self.bytes_per_token, self.cpu_link, self.cold_link = bytes_per_token, cpu_link, cold_link
+        self.cpu_free_s = self.cold_free_s = float("-inf")
+
+    def ready_at(self, arrival_s: float, cpu_tokens: int, cold_tokens: int) -> float:
+        """When a request arriving now has its promoted KV on the GPU."""
+        start = arrival_s
+        if cold_tokens > 0:
+            self.cold_free_s = start = (max(self.cold_free_s, arrival_s)
+                                        + float(self.cold_link.job_s(cold_tokens * self.bytes_per_token)))
+        if cpu_tokens + cold_tokens > 0:
+            self.cpu_free_s = start = (max(self.cpu_free_s, start) + float(
+                self.cpu_link.job_s((cpu_tokens + cold_tokens) * self.bytes_per_token)))
+        return start
 
 
 def ready_s(arrival_s: np.ndarray, cpu_tokens: np.ndarray, cold_tokens: np.ndarray,
             bytes_per_token: int, cpu_link: TransferLink, cold_link: TransferLink) -> np.ndarray:
-    """When each request's promoted KV is on the GPU (its arrival when it promotes nothing)."""
+    """When each request's promoted KV is on the GPU (its arrival when it promotes nothing),
+    the requests taken in arrival order."""
+    queues = TransferQueues(bytes_per_token, cpu_link, cold_link)
     arrival = np.asarray(arrival_s, dtype=float)
-    cpu, cold = np.asarray(cpu_tokens, dtype=float), np.asarray(cold_tokens, dtype=float)
-    ready = arrival.copy()
-    from_cold = np.flatnonzero(cold > 0)
-    gpu_start = arrival.copy()
-    if len(from_cold):
-        gpu_start[from_cold] = fifo_done_s(arrival[from_cold],
-                                           cold_link.job_s(cold[from_cold] * bytes_per_token))
-    moving = np.flatnonzero(cpu + cold > 0)
-    if len(moving):
-        ready[moving] = fifo_done_s(gpu_start[moving],
-                                    cpu_link.job_s((cpu + cold)[moving] * bytes_per_token))
+    ready = np.empty(len(arrival))
+    for i in np.argsort(arrival, kind="stable").tolist():
+        ready[i] = queues.ready_at(arrival[i], int(cpu_tokens[i]), int(cold_tokens[i]))
     return ready

@@ -1,0 +1,57 @@
+"""Closed-loop clients in recorded traffic: who waited for whom.
+
+A load generator with N clients (kvtier's load probe, a benchmark client) sends a client's
+next request when its last one ends. Replayed at the recorded arrival times, such traffic
+misleads: an engine model a little slower than the engine piles up a queue the clients would
+never have built. So each request is chained to the request it waited for: the unclaimed
+request that ended latest before it arrived, at most ``max_think_s`` before; it is then
+replayed ``think_s`` (the recorded gap) after that request's predicted end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.engine_model.replay import EngineRequests
+
+ARRIVALS = ("auto", "open", "closed")
+MAX_THINK_S = 0.05
+CLOSED_SHARE = 0.8  # auto: closed loop when this share of requests after the first is chained
+
+
+def client_chains(records: Sequence[RequestRecord], max_think_s: float = MAX_THINK_S
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """``(follows, think_s)`` for records in arrival order: ``follows[i]`` the request that
+    request ``i`` waited for (``i`` itself for none), ``think_s[i]`` the gap after its end."""
+    n = len(records)
+    follows, think = np.arange(n), np.zeros(n)
+    ended: list[tuple[float, int]] = []  # (end, request), not yet claimed
+    for i, record in enumerate(records):
+        ended = [(end, j) for end, j in ended if end >= record.arrival_s - max_think_s]
+        before = [(end, j) for end, j in ended if end <= record.arrival_s]
+        if before:
+            end, j = max(before)
+            ended.remove((end, j))
+            follows[i], think[i] = j, record.arrival_s - end
+        if record.e2e_latency_s is not None:
+            ended.append((record.arrival_s + record.e2e_latency_s, i))
+    return follows, think
+
+
+def engine_requests(records: Sequence[RequestRecord], arrivals: str = "auto") -> EngineRequests:
+    """``records`` (in arrival order) as the replay's requests: open loop, closed loop
+    (:func:`client_chains`), or ``auto`` (closed when :data:`CLOSED_SHARE` of them chain)."""
+    if arrivals not in ARRIVALS:
+        raise ValueError(f"arrivals must be one of {', '.join(ARRIVALS)}, got {arrivals!r}")
+    requests = EngineRequests.from_records(records)
+    if arrivals == "open" or len(records) < 2:
+        return requests
+    follows, think = client_chains(records)
+    chained = float(np.mean(follows[1:] != np.arange(1, len(records))))
+    if arrivals == "auto" and chained < CLOSED_SHARE:
+        return requests
+    return requests.closed_loop(follows, think)
+
