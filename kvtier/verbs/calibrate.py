@@ -25,6 +25,20 @@ def add_arguments(parser) -> None:
     parser.add_argument("--cpu-policy", default="lru", help="the CPU tier's eviction policy")
     parser.add_argument("--prefill-servers", type=int, default=1,
                         help="prefill servers of the TTFT queue model (default 1)")
+    parser.add_argument("--max-running", type=int,
+                        help="engine model: most requests a step runs (vLLM max_num_seqs, the reference "
+                             "engine's max_batch_size; default: the most the store shows running)")
+    parser.add_argument("--token-budget", type=int,
+                        help="engine model: tokens per step (vLLM max_num_batched_tokens; default: none)")
+    parser.add_argument("--chunked-prefill", action="store_true",
+                        help="engine model: split prompts over the token budget across steps")
+    parser.add_argument("--arrivals", default="auto", choices=("auto", "open", "closed"),
+                        help="engine model: replay requests at their recorded times (open), as "
+                             "closed-loop clients that send the next request when the last ends "
+                             "(closed), or closed when most requests chain so (auto, default)")
+    parser.add_argument("--fit-share", type=float, default=0.5,
+                        help="engine model: fit on this earliest share of the requests, check on the "
+                             "rest (default 0.5)")
     parser.add_argument("--out", help="write the fitted parameters here (kvtier simulate --cost-params)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -45,28 +59,92 @@ def run(args) -> int:
         output_file(args.out, "--out")
     for flag, value, least in (("--gpu-blocks", args.gpu_blocks, 1), ("--cpu-blocks", args.cpu_blocks, 0),
                                ("--cold-blocks", args.cold_blocks, 0),
-                               ("--prefill-servers", args.prefill_servers, 1)):
+                               ("--prefill-servers", args.prefill_servers, 1),
+                               ("--max-running", args.max_running, 1),
+                               ("--token-budget", args.token_budget, 1)):
         if value is not None and value < least:
             raise KvtierError(f"{flag} must be >= {least}, got {value}")
     requests, jobs, bytes_per_token = _read(store, args.instance, args.engine, args.tier_config)
     if not requests:
         raise KvtierError(f"{store} holds no engine request records with a tier split"
                           + (f" for instance {args.instance!r}" if args.instance else ""))
+    if not 0 < args.fit_share < 1:
+        raise KvtierError(f"--fit-share must be in (0, 1), got {args.fit_share}")
+    steps = _read_steps(store)
     try:
         fitted = calibrate(requests, jobs, bytes_per_token=bytes_per_token)
-    except ValueError as error:
-        raise KvtierError(str(error)) from None
+    except ValueError as error:  # concurrent traffic only: the engine model still fits
+        fitted, single_note = None, str(error)
     output = {"store": str(store), "instance": args.instance, "requests": len(requests),
-              "promotion_jobs": len(jobs), "kv_bytes_per_token": bytes_per_token,
-              "fitted": fitted.fitted()}
-    if args.gpu_blocks is not None:
+              "promotion_jobs": len(jobs), "step_records": len(steps),
+              "kv_bytes_per_token": bytes_per_token,
+              "fitted": fitted.fitted() if fitted else {}}
+    if fitted is None:
+        output["single_server_note"] = single_note
+    output["engine_model"] = _engine_check(args, requests, steps, jobs, bytes_per_token)
+    if args.gpu_blocks is not None and fitted is not None:
         output.update(_check(args, requests, fitted.params, jobs, bytes_per_token))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(fitted.to_json() + "\n")
+        Path(args.out).write_text(_params_json(args, fitted, requests, steps, jobs, bytes_per_token))
         output["out"] = args.out
     print_json(output) if args.json else print(_text(output))
     return 0
+
+
+def _limits(args, requests, steps):
+    from kvtier.policy.engine_model.fit import fit_limits
+
+    return fit_limits(requests, steps, max_running=args.max_running,
+                      token_budget=args.token_budget, chunked_prefill=args.chunked_prefill)
+
+
+def _engine_check(args, requests, steps, jobs, bytes_per_token) -> dict:
+    """The engine model fitted on the earlier requests, checked per tier configuration on
+    the later ones, the single-server model beside it."""
+    from kvtier.errors import KvtierError
+    from kvtier.policy.engine_model.check import held_out_check
+
+    try:
+        held = held_out_check(requests, steps, jobs, bytes_per_token=bytes_per_token,
+                              limits=_limits(args, requests, steps), fit_share=args.fit_share,
+                              arrivals=args.arrivals)
+    except ValueError as error:
+        raise KvtierError(f"engine model: {error}") from None
+    return held.to_dict()
+
+
+def _params_json(args, fitted, requests, steps, jobs, bytes_per_token) -> str:
+    """The single-server parameters (when they fitted) and the engine model's, fitted on
+    every request, as one ``--cost-params`` file."""
+    import json
+
+    from kvtier.policy.engine_model.fit import fit_engine
+    from kvtier.policy.engine_model.params import SECTION
+
+    body = json.loads(fitted.to_json()) if fitted else {"probe": "calibrate", "cost_params": {}}
+    body[SECTION] = fit_engine(requests, steps, jobs, bytes_per_token=bytes_per_token,
+                               limits=_limits(args, requests, steps), arrivals=args.arrivals).to_dict()
+    return json.dumps(body, indent=2) + "\n"
+
+
+def _read_steps(store):
+    """The store's step records in step order; none when it has no step_records table (a
+    store written before engines recorded steps)."""
+    from kvtier.collector.events import StepRecord
+    from kvtier.collector.storefile import connect
+
+    con = connect(store, read_only=True)
+    try:
+        tables = {name for (name,) in con.execute(
+            "SELECT table_name FROM information_schema.tables").fetchall()}
+        if "step_records" not in tables:
+            return []
+        names = [f.name for f in StepRecord.__dataclass_fields__.values()]
+        rows = con.execute(f"SELECT {', '.join(names)} FROM step_records ORDER BY time_s, step").fetchall()
+    finally:
+        con.close()
+    return [StepRecord(**dict(zip(names, row))) for row in rows]
 
 
 def _check(args, requests, params, jobs, bytes_per_token) -> dict:
@@ -135,10 +213,32 @@ def _read(store, instance, engine=None, tier_config=None):
     return requests, jobs, per_token if per_token and per_token % 2 == 0 else None
 
 
+def _engine_text(held: dict) -> list[str]:
+    params = held["params"]
+    cost = ", ".join(f"{k} {v:.3g}" for k, v in params["step_cost"].items())
+    lines = [f"engine model fitted on the earliest {held['fit_requests']} requests "
+             f"({params['fitted_from']}; max running {params['limits']['max_running']}): {cost}",
+             "later requests, predicted / measured ms (ratio); single-server TTFT ratios after |"]
+    for check in held["by_tier_config"]:
+        p, m, r = check["predicted"], check["measured"], check["ratio"]
+        cells = [f"{name.removesuffix('_s').replace('_', ' ')} {p[name] * 1e3:.1f}/{m[name] * 1e3:.1f} "
+                 f"({r[name]:.2f})" for name in p]
+        single = check["single_server_ratio"]
+        old = (" | " + " ".join(f"{single[n]:.2f}" for n in ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s"))
+               if single else "")
+        loop = ", closed loop" if check["closed_loop"] else ""
+        lines.append(f"  {check['tier_config_id'] or '-'} ({check['requests']}{loop}): "
+                     + ", ".join(cells) + old)
+    return lines
+
+
 def _text(output: dict) -> str:
-    lines = [f"{output['requests']} engine requests, {output['promotion_jobs']} promotion jobs "
-             f"in {output['store']}", "fitted: " + ", ".join(
-                 f"{k} {v:.4g}" for k, v in sorted(output["fitted"].items()))]
+    lines = [f"{output['requests']} engine requests, {output['promotion_jobs']} promotion jobs, "
+             f"{output['step_records']} step records in {output['store']}",
+             "single-server model fitted: " + (", ".join(
+                 f"{k} {v:.4g}" for k, v in sorted(output["fitted"].items()))
+                 or output.get("single_server_note", "nothing"))]
+    lines += _engine_text(output["engine_model"])
     split = output.get("tier_split")
     if split:
         lines.append(f"tier split: {split['exact_requests']}/{split['requests']} requests exact; "
