@@ -3,7 +3,8 @@
 
 from kvtier.verbs.arg_types import int_at_least
 
-TRACE_FORMATS = ("mooncake", "weka", "bailian", "store")  # kvtier.policy.readers.FORMATS
+# kvtier.policy.readers.FORMATS, restated so --help imports no reader (a test holds them equal)
+TRACE_FORMATS = ("mooncake", "weka", "bailian", "lmcache", "store")
 
 
 def add_trace_arguments(parser) -> None:

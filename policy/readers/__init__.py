@@ -11,16 +11,19 @@ from pathlib import Path
 
 from kvtier.policy.readers.bailian import BailianReader
 from kvtier.policy.readers.base import TraceFormatError, open_text
+from kvtier.policy.readers.lmcache import FILE_GLOB as LMCACHE_GLOB, LmcacheReader
 from kvtier.policy.readers.mooncake import MooncakeReader
 from kvtier.policy.readers.weka import WekaLayout, WekaReader
 
-READERS = {"mooncake": MooncakeReader, "weka": WekaReader, "bailian": BailianReader}
+READERS = {"mooncake": MooncakeReader, "weka": WekaReader, "bailian": BailianReader,
+           "lmcache": LmcacheReader}
 # The store and Parquet segments are read by kvtier.collector.reader .
 FORMATS = (*READERS, "store")
 
 __all__ = [
     "FORMATS",
     "BailianReader",
+    "LmcacheReader",
     "MooncakeReader",
     "TraceFormatError",
     "WekaLayout",
@@ -38,7 +41,8 @@ def open_trace(path: str | Path, format: str | None = None, *, skip_bad: bool = 
     ``tier_config_id`` and ``engine`` keep the requests of one tier configuration and of
     origins of one engine (a store or segment folder only).
 
-    ``block_tokens`` overrides the format's block size (Mooncake, Bailian). Raises
+    ``block_tokens`` overrides the format's block size (Mooncake, Bailian; LMCache's logs
+    carry theirs, which it must match). Raises
     ``FileNotFoundError`` for a missing path and :class:`TraceFormatError` for an unknown
     format, naming the allowed ones.
     """
@@ -78,12 +82,15 @@ def _store_reader(path: Path, instance: str | None = None, tier_config_id: str |
 def sniff_format(path: Path) -> str:
     """The trace format of ``path`` from its name and first record."""
     if path.is_dir():
+        if any(path.glob(LMCACHE_GLOB)):
+            return "lmcache"
         if any(path.glob("*.json")):
             return "weka"
         if any(path.glob("*.duckdb")) or any(path.rglob("*.parquet")):
             return "store"
-        raise TraceFormatError(path, None, "folder holds no *.json conversations, *.duckdb or "
-                                           f"*.parquet; allowed formats: {', '.join(FORMATS)}")
+        raise TraceFormatError(path, None, "folder holds no *.json conversations, "
+                                           f"{LMCACHE_GLOB}, *.duckdb or *.parquet; allowed "
+                                           f"formats: {', '.join(FORMATS)}")
     name = path.name
     if name.endswith((".tar.gz", ".tgz", ".tar", ".json")):
         return "weka"
@@ -104,5 +111,7 @@ def _sniff_jsonl(path: Path) -> str:
         return "bailian"
     if isinstance(obj, dict) and {"timestamp", "input_length", "hash_ids"} <= obj.keys():
         return "mooncake"
+    if isinstance(obj, dict) and {"chunk_hashes", "seq_len", "chunk_size"} <= obj.keys():
+        return "lmcache"
     raise TraceFormatError(path, 1, "first record matches no known trace format; allowed: "
                                     f"{', '.join(FORMATS)}")
