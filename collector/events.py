@@ -390,14 +390,21 @@ def validate_step(record: StepRecord) -> None:
 def _bounded(record) -> None:
     for name, limit in upper_bounds(type(record)):
         value = getattr(record, name)
-        if value is not None and value > limit:  # also rejects +inf
+        if value is not None and _number(record, name, value) > limit:  # also rejects +inf
             raise ValueError(f"{name} above {limit:g}, got {value!r}")
+
+
+def _number(record, name: str, value):
+    """``value`` if it is a number (numpy's too); ``ValueError`` naming the field otherwise."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__float__"):
+        raise ValueError(f"{type(record).__name__}.{name} must be a number, got {value!r}")
+    return value
 
 
 def _non_negative(record, names: tuple[str, ...]) -> None:
     for name in names:
         value = getattr(record, name)
-        if value is not None and not value >= 0:  # also rejects NaN
+        if value is not None and not _number(record, name, value) >= 0:  # also rejects NaN
             raise ValueError(f"{name} must be >= 0, got {value!r}")
 
 

@@ -132,13 +132,32 @@ def _with_all_columns(con, root: Path, table: str) -> str:
     """The table's segments as a relation with every schema column: segments exported before
     a nullable column was added to the schema (immutable files) read it as NULL."""
     relation = segments_relation(root, table)
-    have = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()}
+    have = {row[0]: row[1] for row in con.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()}
+    if any(c.name in have and have[c.name] != _sql_type(c) for c in TABLE_COLUMNS[table]):
+        _name_the_odd_file(con, root, table)
     missing = [c for c in TABLE_COLUMNS[table] if c.name not in have and c.nullable]
     if not missing:
         return relation
     nulls = ", ".join(f"CAST(NULL AS {'VARCHAR' if c.enum_type else c.sql_type}) AS {c.name}"
                       for c in missing)
     return f"(SELECT *, {nulls} FROM {relation})"
+
+
+def _sql_type(column) -> str:
+    return "VARCHAR" if column.enum_type else column.sql_type
+
+
+def _name_the_odd_file(con, root: Path, table: str) -> None:
+    """Segments whose union changed a column's type: ``ValueError`` naming the first file
+    that holds the column in another type (written by another program or schema)."""
+    expected = {c.name: _sql_type(c) for c in TABLE_COLUMNS[table]}
+    for path in sorted((root / table).rglob("*.parquet")):
+        quoted = str(path).replace("'", "''")
+        for name, sql_type, *_ in con.execute(f"DESCRIBE SELECT * FROM read_parquet('{quoted}')").fetchall():
+            if name in expected and sql_type != expected[name]:
+                raise ValueError(f"{path}: column {name} is {sql_type} where kvtier's {table} have "
+                                 f"{expected[name]} (a file another program or schema wrote); move "
+                                 f"it out of {root}, or export the segments again")
 
 
 def open_store(path: str | Path, *, tier_config_id: str | None = None,

@@ -61,6 +61,12 @@ def test_a_request_cannot_be_served_more_tokens_than_its_prompt(served):
     RequestRecord("r", 1.0, 9, **served)  # exactly the prompt is fine
 
 
+@pytest.mark.parametrize("field", ["prompt_tokens", "ttft_s"])
+def test_a_number_field_given_text_names_the_field(field):
+    with pytest.raises(ValueError, match=f"RequestRecord.{field} must be a number, got '12'"):
+        RequestRecord(**{"request_id": "r", "arrival_s": 1.0, "prompt_tokens": 8, field: "12"})
+
+
 def test_the_edges_of_the_ranges_are_allowed():
     BlockEvent(MAX_TIME_S, Outcome.GPU_HIT, 1, latency_s=MAX_DURATION_S)
     RequestRecord("r", 0.0, 1, ttft_s=0.0, e2e_latency_s=MAX_DURATION_S)

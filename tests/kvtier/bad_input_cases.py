@@ -157,6 +157,10 @@ CASES = [
     case("analyze-store-locked-no-segments", "analyze --store stores/lonely/kvtier.duckdb", 1,
          "pass its Parquet segments instead", "lock:stores/lonely/kvtier.duckdb"),
     case("analyze-damaged-segments", "analyze --trace stores/damaged-segments", 2, "a segment file cannot be read"),
+    case("analyze-schema-changed-segment", "analyze --trace stores/schema-changed-segments", 2,
+         "column prompt_tokens is VARCHAR where kvtier's requests have INTEGER"),
+    case("simulate-schema-changed-segment", "simulate --trace stores/schema-changed-segments --gpu-tokens 1M", 2,
+         "move it out of stores/schema-changed-segments, or export the segments again"),
     case("analyze-single-parquet", "analyze --trace stores/not.parquet", 2, "a single Parquet file; pass the folder"),
     # simulate
     case("simulate-no-gpu", "simulate --trace traces/mc300.jsonl", 2, "--gpu-tokens is required"),

@@ -11,6 +11,7 @@ import gzip
 import io
 import itertools
 import json
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -127,6 +128,12 @@ def stores(out: Path, trace: Path) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(source.read_bytes()[:100])
     (out / "no-segments").mkdir()
+    changed = out / "schema-changed-segments"
+    shutil.copytree(out / "segments", changed)
+    first = sorted((changed / "requests").rglob("*.parquet"))[0]
+    rows = pq.read_table(first)  # one file whose prompt_tokens another program wrote as text
+    index = rows.schema.get_field_index("prompt_tokens")
+    pq.write_table(rows.set_column(index, "prompt_tokens", rows.column(index).cast(pa.string())), first)
 
 
 def recommendations(out: Path) -> None:
