@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kvtier.policy.readers.bailian import BailianReader
 from kvtier.policy.readers.base import TraceFormatError, open_text
-from kvtier.policy.readers.lmcache import FILE_GLOB as LMCACHE_GLOB, LmcacheReader
+from kvtier.policy.readers.lmcache_lookups import FILE_GLOB as LMCACHE_GLOB, LmcacheReader
 from kvtier.policy.readers.mooncake import MooncakeReader
 from kvtier.policy.readers.weka import WekaLayout, WekaReader
 
