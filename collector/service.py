@@ -222,10 +222,9 @@ class CollectorService:
         first hands over what already reached it (at most ``stop_grace_s`` in all), the
         writer makes its last attempt, the last export runs, and the store's counts are read
         before it closes. ``None`` if no store was open."""
-        deadline = time.monotonic() + self.config.stop_grace_s
         for runner in self._runners:  # all drain at once, within one grace
             runner.request_stop(self.config.stop_grace_s)
-        unread = sum(runner.stop(max(0.0, deadline - time.monotonic())) for runner in self._runners)
+        unread = sum(runner.stop() for runner in self._runners)
         if self._started:
             self._retries.stop()
             self._writer.close()

@@ -162,7 +162,8 @@ class TapRunner:
         self._stopping.set()
 
     def stop(self, grace_s: float = 5.0) -> int:
-        """Stop as :meth:`request_stop` says and wait for it; returns batches left unread."""
+        """Stop as :meth:`request_stop` says (with the grace asked there, if it was) and wait
+        for it; returns batches left unread."""
         if not self._stopping.is_set():
             self.request_stop(grace_s)
         thread, self._thread = self._thread, None
