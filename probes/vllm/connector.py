@@ -15,8 +15,11 @@ stores, evictions and promotions come from the spec wrapper (``probes/vllm/spec.
 shares the engine's recorder. Only the scheduler-side instance records (the workers' instance
 is vLLM's unchanged), and the recorder is shipped to ``kvtier collect --hooks`` by the
 process's shipper; ``shutdown`` flushes it. Works with vLLM 0.32 and 0.33 (their connector
-API is the same). With kvtier's learned cache policy (``probes/vllm/next_use_policy.py``) as
-``eviction_policy``, each finished request's record tells the policy how it ended.
+API is the same). Each scheduler step is recorded too, one ``StepRecord`` from the step's
+``SchedulerOutput`` (``probes/vllm/step_accounting.py`` says where each field comes from;
+the connector cannot see the waiting queue, so ``waiting_requests`` is 0). With kvtier's
+learned cache policy (``probes/vllm/next_use_policy.py``) as ``eviction_policy``, each
+finished request's record tells the policy how it ended.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ def _connector_class():
     from kvtier.probes.vllm.recorders import flush, recorder_for
     from kvtier.probes.vllm.hook_settings import HookSettings
     from kvtier.probes.vllm.next_use_policy import note_finished
+    from kvtier.probes.vllm.step_accounting import StepAccounting
 
     class KvtierOffloadingConnector(OffloadingConnector):
         """vLLM's OffloadingConnector with per-request accounting (see module doc)."""
@@ -76,6 +80,7 @@ def _connector_class():
             self._kvtier = RequestTokenAccounting(
                 recorder, vllm_config.cache_config.block_size,
                 model=served_model(vllm_config.model_config))
+            self._kvtier_steps = StepAccounting(recorder)
             self._kvtier_next_use = (transfer.kv_connector_extra_config.get("eviction_policy")
                                      == "KvtierNextUsePolicy")
 
@@ -94,15 +99,30 @@ def _connector_class():
             if self._kvtier is not None:
                 self._kvtier.admitted(request, request.request_id, num_external_tokens,
                                       request.block_hashes)
+                self._kvtier_steps.admitted(request.request_id, request.num_prompt_tokens)
             return result
+
+        def build_connector_meta(self, scheduler_output):
+            meta = super().build_connector_meta(scheduler_output)
+            if self._kvtier is not None:
+                self._kvtier_steps.scheduled(scheduler_output, *self._kvtier_moved())
+            return meta
+
+        def _kvtier_moved(self) -> tuple[int, int]:
+            # kvtier's spec wrapper counts the chunks this step's prepare_load/_store took
+            manager = getattr(self.connector_scheduler, "manager", None)
+            take = getattr(getattr(manager, "observer", None), "take_step_bytes", None)
+            return take() if take is not None else (0, 0)
 
         def take_events(self):
             # Called by the scheduler every step, after the step's output tokens are appended.
             if self._kvtier is not None:
                 self._kvtier.step(_output_tokens)
+                self._kvtier_steps.ended()
             return super().take_events()
 
         def _kvtier_finished(self, request) -> None:
+            self._kvtier_steps.finished(request.request_id)
             status = getattr(request.status, "name", None)
             record = self._kvtier.finished(
                 request.request_id, status=status, stop_reason=request.stop_reason,
@@ -126,6 +146,8 @@ def _connector_class():
             return super().request_finished_all_groups(request, block_ids)
 
         def shutdown(self):
+            if self._kvtier is not None:
+                self._kvtier_steps.close()
             try:
                 super().shutdown()
             finally:

@@ -63,6 +63,7 @@ class ManagerRecorder:
         self.track_evictions = True
         self._evictions_seen: set[bytes] = set()
         self._misses: dict[str, set] = {}  # request -> keys already reported missing
+        self._step_chunks = [0, 0]  # chunks prepared to load, to store, since take_step_bytes
 
     def lookup(self, key: bytes, result: str, request_id: str) -> None:
         """A waiting request is looked up again every step: report each miss once."""
@@ -78,8 +79,17 @@ class ManagerRecorder:
     def request_finished(self, request_id: str) -> None:
         self._misses.pop(request_id, None)
 
+    def take_step_bytes(self) -> tuple[int, int]:
+        """Bytes prepared to load into and to store out of the GPU since the last call (the
+        connector's step records); 0 when the chunk size is unknown."""
+        loads, stores = self._step_chunks
+        self._step_chunks = [0, 0]
+        per_chunk = self.chunk_bytes or 0
+        return loads * per_chunk, stores * per_chunk
+
     def prepared_store(self, keys_to_store, evicted_keys, request_id: str) -> None:
         now = self._clock()
+        self._step_chunks[1] += len(keys_to_store)
         if evicted_keys:
             if type(evicted_keys) is not list:
                 evicted_keys = list(evicted_keys)
@@ -103,6 +113,7 @@ class ManagerRecorder:
         """``sources`` are the manager's load source labels per key (``"host"``, ``"disk"``,
         ...), or ``None`` when all come from the CPU tier."""
         now = self._clock()
+        self._step_chunks[0] += len(keys)
         warm = (now, _CPU_PROMOTION)
         if sources is None:
             self._load_started.update(zip(keys, repeat(warm)))

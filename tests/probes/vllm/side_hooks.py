@@ -217,6 +217,7 @@ def run_connector():
     from kvtier.collector.recorder import Recorder
     from kvtier.probes.vllm.accounting import RequestTokenAccounting
     from kvtier.probes.vllm.hook_settings import HookSettings
+    from kvtier.probes.vllm.step_accounting import StepAccounting
 
     cls = KVConnectorFactory.get_connector_class(KVTransferConfig(
         kv_connector="KvtierOffloadingConnector", kv_connector_module_path="kvtier.probes.vllm.connector",
@@ -232,6 +233,7 @@ def run_connector():
     now = [1000.0]
     recorder = Recorder(Origin("vllm", "conn", "conn-1"), clock=lambda: now[0])
     connector._kvtier = RequestTokenAccounting(recorder, 16, model="tiny", clock=lambda: now[0])
+    connector._kvtier_steps = StepAccounting(recorder, clock=lambda: now[0])
     connector._kvtier_settings = HookSettings.from_extra_config(IN_PROCESS)
     ids = SimpleNamespace(request_id="chatcmpl-c", external_req_id=None)
     InputProcessor.assign_request_id(ids)  # vLLM's frontend names the engine-core request
@@ -270,6 +272,7 @@ def run_tier_config():
     from kvtier.collector.recorder import Recorder
     from kvtier.probes.vllm.accounting import RequestTokenAccounting
     from kvtier.probes.vllm.hook_settings import HookSettings
+    from kvtier.probes.vllm.step_accounting import StepAccounting
 
     results = {}
     for name, extra in (("derived", {"cpu_bytes_to_use": 2.0 * (1 << 30)}),
@@ -287,6 +290,7 @@ def run_tier_config():
             take_events=lambda: (), request_finished=lambda request: (False, None))
         recorder = Recorder(Origin("vllm", "conn", f"conn-{name}"), clock=lambda: 5.0)
         connector._kvtier = RequestTokenAccounting(recorder, 16, model="tiny", clock=lambda: 5.0)
+        connector._kvtier_steps = StepAccounting(recorder, clock=lambda: 5.0)
         connector._kvtier_settings = HookSettings.from_extra_config(
             transfer.kv_connector_extra_config)  # as the connector's __init__ reads it
         for request_id, params in (("plain", None),
