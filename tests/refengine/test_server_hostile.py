@@ -62,6 +62,21 @@ def test_a_bad_content_length_is_answered_without_waiting_for_a_body(server, len
     assert code == status and says in body["error"]["message"]
 
 
+def test_too_many_or_too_long_headers_are_refused(server):
+    many = "".join(f"X-Filler-{i}: {i}\r\n" for i in range(200))
+    assert exchange_status(server, post_head("/v1/completions", "0") + many) == 431
+    assert exchange_status(server, post_head("/v1/completions", "0") + "X-Long: " + "a" * 70_000 + "\r\n") == 431
+
+
+def exchange_status(srv, head: str) -> int:
+    with connect(srv) as sock:
+        sock.sendall(head.encode() + b"\r\n")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    return int(data.split(b" ", 2)[1])
+
+
 def test_a_chunked_body_is_refused(server):
     head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
     code, body = exchange(server, head, b"5\r\nhello\r\n0\r\n\r\n")
