@@ -150,6 +150,17 @@ def test_poller_skips_bad_bodies_and_raises_for_an_engine_error(engine):
     assert poller.mapper.bad_events == 1 and len(batches) == 1
 
 
+def test_a_stop_takes_what_the_engine_holds_once_more_and_never_raises(engine):
+    engine.routes[("POST", "/kv_cache_events")] = [(200, json.dumps(DRAIN_1).encode())]
+    batches = []
+    poller = TrtllmEventPoller(TrtllmPollerConfig(url=engine.url + "/kv_cache_events"),
+                               batches.append)
+    assert poller.drain(5.0) == 0 and len(batches) == 1  # nothing waits in the poller itself
+    assert poller.drain(0.0) == 0 and len(engine.requests) == 1  # no grace: no request
+    engine.close()
+    assert poller.drain(1.0) == 0  # an engine already gone is no error at stop
+
+
 def test_poller_raises_for_an_unreachable_engine():
     poller = TrtllmEventPoller(TrtllmPollerConfig(url="http://127.0.0.1:9/kv_cache_events",
                                                   timeout_s=1.0), lambda b: None)
