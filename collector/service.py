@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from kvtier.collector.batch import EventBatch
+from kvtier.collector.ddl import BLOCK_EVENTS_TABLE, LEDGER_TABLE, REQUESTS_TABLE
 from kvtier.collector.exports.aggregate import MetricsState
 from kvtier.collector.exports.prometheus import KvtierCollector, MetricsServer, Sample
 from kvtier.collector.periodic import Periodic
@@ -252,8 +253,6 @@ class CollectorService:
         return summary
 
     def _final_counts(self, unread: int, dropped: int) -> StopSummary:
-        from kvtier.collector.ddl import BLOCK_EVENTS_TABLE, LEDGER_TABLE, REQUESTS_TABLE
-
         try:
             counts = [self.store.count(t) for t in (LEDGER_TABLE, BLOCK_EVENTS_TABLE, REQUESTS_TABLE)]
         except Exception as error:
