@@ -86,6 +86,8 @@ CASES = [
     case("collect-export-every-zero", "collect --duration-s 1 --metrics-port 0 --store s.duckdb --export-every-s 0", 2,
          "--export-every-s must be a number > 0"),
     case("collect-duration-negative", "collect --metrics-port 0 --store s.duckdb --duration-s -1", 2, "--duration-s must be a number > 0"),
+    case("collect-stop-grace-negative", "collect --metrics-port 0 --store s.duckdb --stop-grace-s -1", 2,
+         "--stop-grace-s must be a number >= 0"),
     case("collect-instance-empty", "collect --duration-s 1 --metrics-port 0 --store s.duckdb --instance ''", 2, "--instance must not be empty"),
     case("collect-recommendation-notjson", "collect --duration-s 1 --metrics-port 0 --store s.duckdb --recommendation reco/notjson.json",
          2, "--recommendation reco/notjson.json: not a recommendation JSON"),
