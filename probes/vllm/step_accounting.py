@@ -74,8 +74,13 @@ class StepAccounting:
         self._steps += 1
         if len(self._open) >= MAX_OPEN_STEPS:
             self._record(self._open.popleft(), None)
+        try:
+            work = self._work(output)
+        except Exception:  # a SchedulerOutput of another shape must never break the engine
+            self._recorder.rejected_events += 1
+            work = None
         # an empty step stays in line too: its end is the next take_events() all the same
-        self._open.append((started, (time_s, step, self._work(output), loaded_bytes, stored_bytes)))
+        self._open.append((started, (time_s, step, work, loaded_bytes, stored_bytes)))
 
     def ended(self) -> None:
         """``take_events()``: the oldest open step's output has been applied."""
