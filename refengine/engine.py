@@ -173,7 +173,7 @@ class ReferenceEngine:
             self._on_request(record)
         seq.on_finish(seq)
 
-    def _request_record(self, seq: Sequence) -> RequestRecord:
+    def _request_record(self, seq: Sequence, finish_status: str | None = None) -> RequestRecord:
         times = seq.token_times_s
         gaps = [b - a for a, b in zip(times, times[1:])]
         served = seq.served
@@ -185,7 +185,8 @@ class ReferenceEngine:
             cpu_promotion_tokens=served.cpu, cold_promotion_tokens=served.cold,
             recomputed_tokens=seq.prompt_len - served.gpu - served.cpu - served.cold,
             ttft_s=max(times[0] - seq.arrival_s, 0.0), itl_s=sum(gaps) / len(gaps) if gaps else None,
-            e2e_latency_s=max(times[-1] - seq.arrival_s, 0.0), tier_config_id=seq.tier_config_id)
+            e2e_latency_s=max(times[-1] - seq.arrival_s, 0.0), tier_config_id=seq.tier_config_id,
+            finish_status=finish_status)
 
     def _apply_aborts(self) -> None:
         while not self._aborts.empty():
@@ -194,6 +195,8 @@ class ReferenceEngine:
                 continue
             if seq in self.scheduler.running:
                 self.scheduler.finish(seq, self.kv)
+                if seq.token_times_s:  # it was served: its tier split and first token are real
+                    self._recorder.record_request(self._request_record(seq, "aborted"))
             elif seq in self.scheduler.waiting:
                 self.scheduler.waiting.remove(seq)
             seq.error = reason

@@ -35,6 +35,7 @@ MAX_BODY_BYTES = 8 << 20  # a prompt of token ids for the longest context is far
 MAX_JSON_DEPTH = 64
 SOCKET_TIMEOUT_S = 60.0  # a client that stops sending (or reading) mid-request is let go
 CLIENT_GONE = "the client disconnected"
+CLIENT_CHECK_S = 0.2  # how often a waiting request looks whether its client is still there
 
 
 @dataclass(frozen=True)
@@ -280,14 +281,18 @@ class _Handler(BaseHTTPRequestHandler):
         waiting, a client that hung up raises ``ConnectionAbortedError``."""
         def gen():
             deadline = time.monotonic() + self.owner.settings.request_timeout_s
+            checked = time.monotonic()
             while True:
+                now = time.monotonic()
+                if now - checked >= CLIENT_CHECK_S:  # tokens may keep coming: check anyway
+                    checked = now
+                    if self._client_gone():
+                        raise ConnectionAbortedError(CLIENT_GONE)
                 try:
-                    token = tokens.get(timeout=min(0.2, max(deadline - time.monotonic(), 0)))
+                    token = tokens.get(timeout=min(CLIENT_CHECK_S, max(deadline - now, 0)))
                 except queue.Empty:
                     if time.monotonic() >= deadline:
                         raise
-                    if self._client_gone():
-                        raise ConnectionAbortedError(CLIENT_GONE) from None
                     continue
                 if token is None:
                     return

@@ -181,6 +181,8 @@ def test_streaming_clients_that_hang_up_are_aborted_and_free_their_blocks(long_s
         client.join(120)
     assert all_ended(srv, seqs, 10)
     assert all(s.error == CLIENT_GONE and len(s.output) < 2000 for s in seqs)
+    stored = srv.recorder.take_events().requests.to_pylist()
+    assert len(stored) == 10 and {r["finish_status"] for r in stored} == {"aborted"}
     gpu = srv.engine.kv.gpu
     assert gpu.available() == gpu.num_blocks  # no slot held by a request
     assert complete(srv, prompt(4), max_tokens=4)["usage"]["completion_tokens"] == 4
