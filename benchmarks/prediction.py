@@ -29,8 +29,8 @@ import numpy as np  # noqa: E402
 
 from kvtier.cli import main as kvtier  # noqa: E402
 from kvtier.policy.engine_model.params import EngineModelParams  # noqa: E402
-from kvtier.policy.engine_model.replay import EngineRequests, replay  # noqa: E402
-from kvtier.policy.engine_model.scheduler import SchedulerLimits  # noqa: E402
+from kvtier.policy.engine_model.step_replay import EngineRequests, replay  # noqa: E402
+from kvtier.policy.engine_model.batch_scheduler import SchedulerLimits  # noqa: E402
 from kvtier.policy.engine_model.step_cost import StepCost  # noqa: E402
 from tests.policy.engine_model.refengine_store import write_store  # noqa: E402
 

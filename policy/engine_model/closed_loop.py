@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from kvtier.collector.events import RequestRecord
-from kvtier.policy.engine_model.replay import EngineRequests
+from kvtier.policy.engine_model.step_replay import EngineRequests
 
 ARRIVALS = ("auto", "open", "closed")
 MAX_THINK_S = 0.05

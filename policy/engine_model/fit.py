@@ -29,8 +29,8 @@ import numpy as np
 from kvtier.collector.events import RequestRecord, StepRecord
 from kvtier.policy.engine_model.closed_loop import engine_requests
 from kvtier.policy.engine_model.params import EngineModelParams
-from kvtier.policy.engine_model.replay import replay
-from kvtier.policy.engine_model.scheduler import SchedulerLimits
+from kvtier.policy.engine_model.step_replay import replay
+from kvtier.policy.engine_model.batch_scheduler import SchedulerLimits
 from kvtier.policy.engine_model.step_cost import StepCost, step_durations, step_features
 
 TTFT_QUANTILES = (10, 25, 50, 75, 90, 95, 99)

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvtier.policy.engine_model.scheduler import SchedulerLimits
+from kvtier.policy.engine_model.batch_scheduler import SchedulerLimits
 from kvtier.policy.engine_model.step_cost import StepCost
 from kvtier.policy.engine_model.transfers import TransferLink
 

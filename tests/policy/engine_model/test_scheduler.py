@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from kvtier.policy.engine_model.params import EngineModelParams
-from kvtier.policy.engine_model.replay import EngineRequests, replay
-from kvtier.policy.engine_model.scheduler import SchedulerLimits
+from kvtier.policy.engine_model.step_replay import EngineRequests, replay
+from kvtier.policy.engine_model.batch_scheduler import SchedulerLimits
 from kvtier.policy.engine_model.step_cost import StepCost
 
 

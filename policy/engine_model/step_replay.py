@@ -4,7 +4,7 @@ costed steps; TTFT, ITL and end-to-end latency per request come out.
 Requests enter at their arrival times (open loop; or, where ``EngineRequests.follows``
 names a predecessor, ``think_s`` after its predicted end: a closed-loop client) with their prompt and output tokens and their tier
 split (from the tier replay, or as recorded). Promotions delay a request until its KV is on
-the GPU (``transfers.py``); then the scheduler (``scheduler.py``) puts it into steps, each
+the GPU (``transfers.py``); then the scheduler (``batch_scheduler.py``) puts it into steps, each
 step costing :class:`~kvtier.policy.engine_model.step_cost.StepCost` of its work. A
 request's first token comes at the end of the step that computes its last prompt token;
 each later one at the end of a step that decodes it. Queueing and batching follow from the
@@ -25,7 +25,7 @@ import numpy as np
 
 from kvtier.collector.events import RequestRecord
 from kvtier.policy.engine_model.params import EngineModelParams
-from kvtier.policy.engine_model.scheduler import BatchScheduler, StepPlan
+from kvtier.policy.engine_model.batch_scheduler import BatchScheduler, StepPlan
 from kvtier.policy.engine_model.transfers import TransferQueues
 
 
