@@ -1,14 +1,17 @@
 """Whether tier capacities fit the machine: a check before any tensor is allocated.
 
 The GPU tier lives on the compute device (CUDA memory, or process memory standing in for it),
-the CPU tier in host memory; each is compared with what that memory has free now. Capacities
-freed by a tier switch (the caches restart empty) count as free. The error names the field
-(``gpu_blocks``, ``cpu_blocks``) so the command line and the admin API can name their own.
+the CPU tier in host memory, the cold tier in files under ``file_dir``; each is compared with
+what that memory or disk has free now. Capacities freed by a tier switch (the caches restart
+empty) count as free. The error names the field (``gpu_blocks``, ``cpu_blocks``,
+``cold_blocks``) so the command line and the admin API can name their own.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 
 def host_available_bytes() -> int:
@@ -41,7 +44,15 @@ def human_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-def check_tiers_fit(tiers, block_bytes: int, device, *, held=None) -> None:
+def disk_available_bytes(folder: str | Path) -> int:
+    """Free bytes of the filesystem ``folder`` is (or would be created) on."""
+    path = Path(folder).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def check_tiers_fit(tiers, block_bytes: int, device, *, held=None, file_dir=None) -> None:
     """``ValueError`` naming the field if ``tiers`` (a ``TierConfig``) cannot be allocated.
 
     ``held`` is the ``TierConfig`` whose memory is released before ``tiers`` is allocated
@@ -61,6 +72,10 @@ def check_tiers_fit(tiers, block_bytes: int, device, *, held=None) -> None:
         device_free = device_available_bytes(device) + held_gpu
         _fits("gpu_blocks", tiers.gpu_blocks, gpu_bytes, block_bytes, device_free, f"{device} has")
         _fits("cpu_blocks", tiers.cpu_blocks, cpu_bytes, block_bytes, host_free, "this host has")
+    if tiers.cold_blocks and file_dir is not None:  # the tier's old files are removed first
+        disk_free = disk_available_bytes(file_dir) + (held.cold_blocks * block_bytes if held else 0)
+        _fits("cold_blocks", tiers.cold_blocks, tiers.cold_blocks * block_bytes, block_bytes,
+              disk_free, f"the disk of {file_dir} has")
 
 
 def _fits(field: str, blocks: int, need: int, block_bytes: int, free: int, where: str) -> None:

@@ -25,7 +25,7 @@ from kvtier.collector.events import RequestRecord
 from kvtier.refengine.config import EngineConfig, TierConfig
 from kvtier.refengine.device import compute_device, torch_dtype
 from kvtier.refengine.hashing import chain_hashes
-from kvtier.refengine.host_memory import check_tiers_fit
+from kvtier.refengine.capacity import check_tiers_fit
 from kvtier.refengine.kv_events import KvEventBuffer, encode_batch
 from kvtier.refengine.kv_manager import KvCacheManager
 from kvtier.refengine.model import TinyDecoder
@@ -46,7 +46,7 @@ class ReferenceEngine:
                  clock: Callable[[], float] = time.time, timer: Callable[[], float] = time.perf_counter):
         self.config = config
         self.device, self.dtype = compute_device(), torch_dtype(config.dtype)
-        check_tiers_fit(config.tiers, config.block_bytes, self.device)
+        check_tiers_fit(config.tiers, config.block_bytes, self.device, file_dir=config.file_dir)
         self.model = TinyDecoder(config, self.device, self.dtype)
         self._recorder, self._publish, self._on_request = recorder, publish, on_request
         self._clock, self._timer = clock, timer
@@ -79,7 +79,8 @@ class ReferenceEngine:
         if not isinstance(tiers, TierConfig):
             raise ValueError(f"tiers must be a TierConfig, got {type(tiers).__name__}")
         self.config.with_tiers(tiers)  # validates against the engine config (file_dir)
-        check_tiers_fit(tiers, self.config.block_bytes, self.device, held=self.config.tiers)
+        check_tiers_fit(tiers, self.config.block_bytes, self.device, held=self.config.tiers,
+                        file_dir=self.config.file_dir)
         self._pending_tiers.put(tiers)
 
     def abort(self, seq: Sequence, reason: str) -> None:

@@ -333,6 +333,8 @@ CASES = [
          "--gpu-blocks=100000000000 needs 819.2 TB (8192 bytes a block); this host has"),
     case("engine-cpu-blocks-beyond-host", "engine --port 0 --cpu-blocks 100000000000", 2,
          "--cpu-blocks=100000000000 needs 819.2 TB (8192 bytes a block)"),
+    case("engine-cold-blocks-beyond-disk", "engine --port 0 --cpu-blocks 8 --cold-blocks 1000000000000000 --file-dir files", 2,
+         "--cold-blocks=1000000000000000 needs 8192.0 PB (8192 bytes a block); the disk of files has"),
     case("engine-store-foreign", "engine --port 0 --store stores/foreign.duckdb", 2, "not a kvtier store"),
     case("engine-store-locked", "engine --port 0 --store stores/kvtier.duckdb", 1, "is locked by process",
          "lock:stores/kvtier.duckdb"),

@@ -22,8 +22,8 @@ pytestmark = pytest.mark.timeout(180)
 
 
 @pytest.fixture
-def server():
-    srv = EngineServer(tiny_config(gpu_blocks=12), ServerSettings(port=0))
+def server(tmp_path):
+    srv = EngineServer(tiny_config(tmp_path, gpu_blocks=12), ServerSettings(port=0))
     try:
         yield srv.start()
     finally:
@@ -117,6 +117,7 @@ def tiers_now(srv) -> dict:
     ({"cpu_blocks": 1e11}, "cpu_blocks must be an int >= 0, got 100000000000.0"),
     ({"cpu_blocks": 10 ** 11}, "cpu_blocks=100000000000 needs"),
     ({"gpu_blocks": 10 ** 12}, "gpu_blocks=1000000000000 needs"),
+    ({"gpu_blocks": 12, "cpu_blocks": 4, "cold_blocks": 10 ** 15}, "cold_blocks=1000000000000000 needs"),
     ({"gpu_blocks": True}, "gpu_blocks must be an int >= 1"),
     ({"gpu_blocks": 12, "cpu_blocks": "8"}, "cpu_blocks must be an int >= 0"),
 ])
