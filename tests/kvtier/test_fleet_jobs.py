@@ -110,7 +110,7 @@ def test_recommend_writes_one_recommendation_per_instance_whatever_the_jobs(segm
 
 def test_bad_jobs_is_one_line_and_a_store_file_splits_too(segments, tmp_path, capsys):
     assert main(["simulate", "--trace", str(segments), *SIM, "--jobs", "0"]) == 2
-    assert "--jobs must be" in capsys.readouterr().err
+    assert "argument --jobs: must be an int >= 1, got 0" in capsys.readouterr().err
     store = tmp_path / "both.duckdb"
     from kvtier.collector.batch import EventBatch
     from kvtier.collector.events import Origin, RequestRecord

@@ -68,7 +68,10 @@ def test_simulate_every_policy_runs(tiny_trace, capsys, policy):
     (["--gpu-tokens", "lots"], "--gpu-tokens: bad capacity 'lots'"),
     (["--gpu-tokens", "16GiB", "--model", "gpt-9"], "unknown model geometry 'gpt-9'"),
     ([], "--gpu-tokens is required"),
-    (["--gpu-tokens", "1k", "--policy", "trtllm", "--cold-tokens", "5k"], "cold_blocks must be 0"),
+    (["--gpu-tokens", "1k", "--policy", "trtllm", "--cpu-tokens", "4k", "--cold-tokens", "5k"],
+     "cold_blocks must be 0"),
+    (["--gpu-tokens", "1k", "--cold-tokens", "5k"], "--cold-tokens 5k needs --cpu-tokens"),
+    (["--sweep", "1k,2k", "--cpu-tokens", "4k"], "--cpu-tokens 4k would be ignored"),
 ])
 def test_simulate_bad_options_are_one_line_errors(tiny_trace, capsys, argv, message):
     assert main(["simulate", "--trace", str(tiny_trace), *argv]) == 2
