@@ -109,7 +109,9 @@ def test_recommend_writes_one_recommendation_per_instance_whatever_the_jobs(segm
 
 
 def test_bad_jobs_is_one_line_and_a_store_file_splits_too(segments, tmp_path, capsys):
-    assert main(["simulate", "--trace", str(segments), *SIM, "--jobs", "0"]) == 2
+    with pytest.raises(SystemExit) as refused:  # argparse's own exit
+        main(["simulate", "--trace", str(segments), *SIM, "--jobs", "0"])
+    assert refused.value.code == 2
     assert "argument --jobs: must be an int >= 1, got 0" in capsys.readouterr().err
     store = tmp_path / "both.duckdb"
     from kvtier.collector.batch import EventBatch
