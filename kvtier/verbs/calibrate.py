@@ -32,6 +32,10 @@ def add_arguments(parser) -> None:
                         help="engine model: tokens per step (vLLM max_num_batched_tokens; default: none)")
     parser.add_argument("--chunked-prefill", action="store_true",
                         help="engine model: split prompts over the token budget across steps")
+    parser.add_argument("--first-token", default="auto", choices=("auto", "step_end", "own_prefill"),
+                        help="engine model: a prompt's first token at the end of its step (vLLM) or "
+                             "right after its own prefill (the reference engine); auto: own_prefill "
+                             "when every record is the reference engine's")
     parser.add_argument("--arrivals", default="auto", choices=("auto", "open", "closed"),
                         help="engine model: replay requests at their recorded times (open), as "
                              "closed-loop clients that send the next request when the last ends "
@@ -93,10 +97,30 @@ def run(args) -> int:
 
 
 def _limits(args, requests, steps):
+    from pathlib import Path
+
     from kvtier.policy.engine_model.fit import fit_limits
 
-    return fit_limits(requests, steps, max_running=args.max_running,
-                      token_budget=args.token_budget, chunked_prefill=args.chunked_prefill)
+    first_token = args.first_token
+    if first_token == "auto":
+        engines = {args.engine} if args.engine else _engines(Path(args.store), args.instance)
+        first_token = "own_prefill" if engines == {"reference"} else "step_end"
+    return fit_limits(requests, steps, max_running=args.max_running, token_budget=args.token_budget,
+                      chunked_prefill=args.chunked_prefill, first_token=first_token)
+
+
+def _engines(store, instance) -> set[str]:
+    """The engines whose request records carry a tier split."""
+    from kvtier.collector.storefile import connect
+
+    con = connect(store, read_only=True)
+    try:
+        where, params = ("AND instance = ?", [instance]) if instance else ("", [])
+        return {name for (name,) in con.execute(
+            "SELECT DISTINCT engine FROM requests_with_origin WHERE gpu_hit_tokens IS NOT NULL "
+            + where, params).fetchall()}
+    finally:
+        con.close()
 
 
 def _engine_check(args, requests, steps, jobs, bytes_per_token) -> dict:

@@ -21,14 +21,22 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 
+FIRST_TOKEN = ("step_end", "own_prefill")
+
+
 @dataclass(frozen=True)
 class SchedulerLimits:
     """An engine's batching limits (vLLM: ``max_num_seqs``, ``max_num_batched_tokens``,
-    ``enable_chunked_prefill``; the reference engine: ``max_batch_size``, no budget)."""
+    ``enable_chunked_prefill``; the reference engine: ``max_batch_size``, no budget), and
+    when a prompt's first token comes out: at the end of the step (``step_end``: vLLM, which
+    samples the whole batch at once) or right after its own prefill, the step's prefills
+    running one request after another before its decodes (``own_prefill``: the reference
+    engine)."""
 
     max_running: int = 256
     token_budget: int | None = None
     chunked_prefill: bool = False
+    first_token: str = "step_end"
 
     def __post_init__(self) -> None:
         if isinstance(self.max_running, bool) or not isinstance(self.max_running, int) \
@@ -37,6 +45,8 @@ class SchedulerLimits:
         if self.token_budget is not None and (isinstance(self.token_budget, bool) or not
                                               isinstance(self.token_budget, int) or self.token_budget < 1):
             raise ValueError(f"token_budget must be None or an int >= 1, got {self.token_budget!r}")
+        if self.first_token not in FIRST_TOKEN:
+            raise ValueError(f"first_token must be one of {', '.join(FIRST_TOKEN)}, got {self.first_token!r}")
 
     def to_dict(self) -> dict:
         return asdict(self)

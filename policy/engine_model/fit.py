@@ -124,13 +124,13 @@ def _log_ratio(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
 
 def fit_limits(records: Sequence[RequestRecord], steps: Sequence[StepRecord] = (), *,
                max_running: int | None = None, token_budget: int | None = None,
-               chunked_prefill: bool = False) -> SchedulerLimits:
+               chunked_prefill: bool = False, first_token: str = "step_end") -> SchedulerLimits:
     """Batching limits: ``max_running`` as given, else the most running requests a step
     record shows, else the most requests in flight together in ``records``."""
     if max_running is None:
         seen = max((s.running_requests for s in steps), default=0)
         max_running = seen or max_in_flight(records)
-    return SchedulerLimits(max(int(max_running), 1), token_budget, chunked_prefill)
+    return SchedulerLimits(max(int(max_running), 1), token_budget, chunked_prefill, first_token)
 
 
 def max_in_flight(records: Sequence[RequestRecord]) -> int:

@@ -117,6 +117,7 @@ class _Run:
         self.first_token_s = np.full(len(requests), np.nan)
         self.end_s = np.full(len(requests), np.nan)
         self.scheduler = BatchScheduler(params.limits, self.prompt, compute.copy())
+        self.own_prefill = params.limits.first_token == "own_prefill"
         self.requests, self.arrival_s = requests, requests.arrival_s.astype(float)
         self.transfers = TransferQueues(params.kv_bytes_per_token, params.cpu_link, params.cold_link)
         n = len(requests)
@@ -158,15 +159,20 @@ class _Run:
 
     def _step(self, plan: StepPlan) -> None:
         c = self.coefficients
-        tokens = sum(t for _, t, _ in plan.chunks)
-        attention = sum(t * (ctx + t / 2) for _, t, ctx in plan.chunks)
+        # each chunk's prefill, in the order the step runs them (after the step's overhead)
+        prefilled = np.cumsum([c[1] * t + c[2] + c[3] * t * (ctx + t / 2) for _, t, ctx in plan.chunks])
         decoding = np.fromiter(plan.decoding, dtype=np.int64, count=len(plan.decoding))
         context = float((self.prompt[decoding] + self.generated[decoding]).sum())
-        self.now += float((c[0] + c[1] * tokens + c[2] * len(plan.chunks) + c[3] * attention
-                           + c[4] * len(decoding) + c[5] * context) * self._spread(1)[0])
+        start, spread = self.now, float(self._spread(1)[0])
+        prefill_s = float(prefilled[-1]) if len(prefilled) else 0.0
+        self.now = start + (c[0] + prefill_s + c[4] * len(decoding) + c[5] * context) * spread
         self.steps += 1
         started = np.array(self.scheduler.computed(plan), dtype=np.int64)
-        self.first_token_s[started] = self.now
+        if self.own_prefill and len(started):
+            done_at = {i: start + (c[0] + p) * spread for (i, _, _), p in zip(plan.chunks, prefilled)}
+            self.first_token_s[started] = [done_at[i] for i in started.tolist()]
+        else:
+            self.first_token_s[started] = self.now
         self._emit(np.concatenate([started, decoding]), 1)
 
     def _decode_run(self) -> None:

@@ -86,3 +86,13 @@ def test_a_thousand_requests_at_load_all_finish():
     result = replay(requests(*rows), params(cost, max_running=32, token_budget=512, chunked_prefill=True))
     assert np.isfinite(result.e2e_s).all() and (result.ttft_s > 0).all()
     assert (result.e2e_s >= result.ttft_s).all()
+
+
+def test_an_engine_that_samples_after_each_prefill_gives_the_first_token_mid_step():
+    # one step: 1 s overhead, then A's prefill (1 s), then B's (2 s)
+    cost = StepCost(overhead_s=1.0, prefill_token_s=0.1, decode_request_s=0.5)
+    rows = ((0, 10, 1, 0, 0, 0, 10), (0, 20, 1, 0, 0, 0, 20))
+    at_end = replay(requests(*rows), params(cost))
+    own = replay(requests(*rows), params(cost, first_token="own_prefill"))
+    assert at_end.ttft_s.tolist() == pytest.approx([4.0, 4.0])
+    assert own.ttft_s.tolist() == pytest.approx([2.0, 4.0])
