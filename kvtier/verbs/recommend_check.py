@@ -44,7 +44,7 @@ def run_check(args) -> int:
     config = args.tier_config or _tier_config(engine, settings, args.check)
     records = _records(args.store, config, args.instance)
     try:
-        result = check_promises(rec, settings, records, config, min_requests=args.min_requests,
+        result = check_promises(rec, engine, records, config, min_requests=args.min_requests,
                                 tolerance_points=args.tolerance_points)
     except ValueError as error:
         raise KvtierError(str(error).replace("min_requests", "--min-requests")

@@ -53,7 +53,7 @@ from kvtier.policy.recommend.values import (
     TierSize,
     Verdict,
 )
-from kvtier.policy.recommend.vllm_sweep import best_cpu_setting, cold_tier_gain
+from kvtier.policy.recommend.vllm_sweep import best_cpu_setting, cold_tier_gain, vllm_replay
 from kvtier.policy.rollback.rule import LatencyBudget
 
 VALIDATION_FRACTION = 0.2
@@ -151,21 +151,30 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
                 split.records, Tiers(inputs.gpu_blocks, cpu.wanted_bytes // cpu.block_bytes),
                 "lru", count_from=split.count_from).result.token_hit_ratio,
             token_hit_ratio_lru_at_cap=measured.baseline.result.token_hit_ratio)
-    vllm_cpu, by_setting = best_cpu_setting(split.train, inputs.gpu_blocks, cpu.chosen_blocks,
+    vllm_blocks = vllm_cpu_blocks(cpu, inputs.gpu_blocks)
+    vllm_cpu, by_setting = best_cpu_setting(split.train, inputs.gpu_blocks, vllm_blocks,
                                             validate_from)
+    vllm_later = vllm_replay(split.records, inputs.gpu_blocks, vllm_blocks, split.count_from,
+                             vllm_cpu)
+    vllm_vs_gpu = expected_changes(gpu_later, vllm_later, params,
+                                   np.random.default_rng(inputs.seed), windows=inputs.windows,
+                                   servers=servers)
     cold_size = _cold_size(curve, split, inputs, params, block_tokens, cpu.chosen_blocks)
-    cold = _cold_tier(split.train, inputs, cold_size, cpu.chosen_blocks, validate_from,
+    cold = _cold_tier(split.train, inputs, cold_size, vllm_blocks, validate_from,
                       by_setting[vllm_cpu], params, block_tokens, vllm_cpu[0])
     cold_bytes = 0 if cold_size is None else cold_size.chosen_bytes
     per_engine, notes = engines.settings(
         cpu.chosen_bytes, measured.chosen.min_priority, learned.classes,
         measured.candidate.result.token_hit_ratio > measured.baseline.result.token_hit_ratio,
         ranges=learned.ranges, range_min_priority=learned.range_gate.min_priority,
-        vllm_cpu=vllm_cpu, cold=cold, cold_bytes=cold_bytes, cold_path=inputs.cold_path)
+        vllm_cpu=vllm_cpu, cold=cold, cold_bytes=cold_bytes, cold_path=inputs.cold_path,
+        vllm_cpu_bytes=vllm_blocks * cpu.block_bytes)
     evidence = dataclasses.replace(
         _evidence(split, inputs, reuse, host, gpu_only, learned, measured, servers, cpu,
                   cold_size, cold, by_setting, vs_gpu, block_tokens), inputs=sources,
-        expected_admit_all_vs_gpu_only=admit_all_vs_gpu)
+        expected_admit_all_vs_gpu_only=admit_all_vs_gpu, expected_vllm_vs_gpu_only=vllm_vs_gpu)
+    evidence = dataclasses.replace(evidence, token_hit_ratio=dataclasses.replace(
+        evidence.token_hit_ratio, vllm=vllm_later.result.token_hit_ratio))
     return Recommendation(
         verdict=verdict,
         settings=engines.neutral(cpu.chosen_bytes, measured.chosen.min_priority, learned.classes),
@@ -200,6 +209,16 @@ def _evidence(split: Split, inputs: Inputs, reuse: Verdict, host: HostCheck,
         admitter_misses=measured.admitter_misses,
         sizes=(cpu,) if cold_size is None else (cpu, cold_size), expected_vs_gpu_only=vs_gpu,
         rollback=inputs.rollback())
+
+
+def vllm_cpu_blocks(cpu: TierSize, gpu_blocks: int) -> int:
+    """vLLM's CPU tier for ``cpu``: vLLM writes every block it computes through to its CPU
+    tier, which so holds a copy of the GPU's blocks; to hold ``cpu.chosen_blocks`` beyond the
+    GPU it is the GPU's size larger (still capped where ``cpu`` was)."""
+    if not cpu.chosen_blocks:
+        return 0
+    blocks = cpu.chosen_blocks + gpu_blocks
+    return blocks if cpu.cap_bytes is None else min(blocks, cpu.cap_bytes // cpu.block_bytes)
 
 
 def _cpu_size(curve: HitRatioCurve, split: Split, inputs: Inputs, params: CostParams,

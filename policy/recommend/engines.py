@@ -30,13 +30,16 @@ def neutral(cpu_bytes: int, min_priority: int | None, classes) -> EngineSettings
 def settings(cpu_bytes: int, min_priority: int, classes, admission_helps: bool, *,
              ranges: tuple[RetentionClass, ...] = (), range_min_priority: int | None = None,
              vllm_cpu: tuple[str, int] = ("lru", 0), cold: ColdTierDecision | None = None,
-             cold_bytes: int = 0, cold_path: str | None = None):
+             cold_bytes: int = 0, cold_path: str | None = None,
+             vllm_cpu_bytes: int | None = None):
     """``((engine, EngineSettings), ...)`` and ``((engine, note), ...)``. ``ranges``: the
     per-request-class token-range retention TensorRT-LLM gets, and ``range_min_priority`` the
     offload threshold swept over the priorities those ranges assign (``None``: no ranges;
     TensorRT-LLM then gets the per-block threshold and classes). ``vllm_cpu``: the replayed
-    best ``(eviction_policy, store_threshold)`` for vLLM. ``cold``: vLLM's file-tier decision
-    (``None``: none was considered), its size ``cold_bytes`` and directory ``cold_path``."""
+    best ``(eviction_policy, store_threshold)`` for vLLM, ``vllm_cpu_bytes`` its CPU tier
+    (default ``cpu_bytes``; larger, as vLLM's holds a copy of the GPU's blocks). ``cold``:
+    vLLM's file-tier decision (``None``: none was considered), its size ``cold_bytes`` and
+    directory ``cold_path``."""
     vllm_file = _VllmFile(cold, cold_bytes, cold_path)
     trtllm = (EngineSettings(cpu_tier_bytes=cpu_bytes, offload_min_priority=range_min_priority,
                              retention_ranges=tuple(ranges), kv_events=True)
@@ -48,7 +51,8 @@ def settings(cpu_bytes: int, min_priority: int, classes, admission_helps: bool, 
         "trtllm": trtllm,
         "dynamo": EngineSettings(cpu_tier_bytes=cpu_bytes, offload_min_priority=min_priority,
                                  kv_events=True),
-        "vllm": _vllm(cpu_bytes, vllm_cpu, vllm_file),
+        "vllm": _vllm(cpu_bytes if vllm_cpu_bytes is None else vllm_cpu_bytes, vllm_cpu,
+                      vllm_file),
         "lmcache": EngineSettings(cpu_tier_bytes=cpu_bytes, eviction_policy="lru"),
         "sglang": EngineSettings(cpu_tier_bytes=cpu_bytes, eviction_policy="lru",
                                  write_policy="write_through_selective" if admission_helps
@@ -57,6 +61,10 @@ def settings(cpu_bytes: int, min_priority: int, classes, admission_helps: bool, 
     notes = [("vllm", (f"vLLM cannot express {gate}; eviction_policy={vllm_cpu[0]}, "
                        f"store_threshold={vllm_cpu[1]} is the best of lru/arc x 0, 2, 3 "
                        "replayed under vLLM's semantics")),
+             *([("vllm", (f"cpu_tier_bytes is {vllm_cpu_bytes} for vLLM ({cpu_bytes} beyond the "
+                          "GPU tier): vLLM's CPU tier also holds a copy of the blocks it "
+                          "stores from the GPU"))]
+               if vllm_cpu_bytes not in (None, cpu_bytes) else []),
              *_file_notes(vllm_file),
              ("lmcache", (f"LMCache's priority_limit is per request, not per block: {gate} "
                           "is not applied")),

@@ -9,9 +9,10 @@ that same first share (after a restart the tiers start empty), and says of each 
 whether the measurement falls inside its interval. The hit ratio carries no interval of its
 own: it holds within ``tolerance_points`` percentage points.
 
-Which prediction is the engine's: with a per-block priority gate in the engine's settings
-(``offload_min_priority``: TensorRT-LLM, Dynamo) the learned gate's; otherwise (vLLM,
-LMCache, SGLang) the CPU tier admitting every block; with no CPU tier, the GPU tier alone.
+Which prediction is the engine's: vLLM's replayed under vLLM's own semantics, for vLLM;
+with a per-block priority gate in the engine's settings (``offload_min_priority``:
+TensorRT-LLM, Dynamo) the learned gate's; otherwise (LMCache, SGLang) the CPU tier admitting
+every block; with no CPU tier, the GPU tier alone.
 Pure: records in, a :class:`PromiseCheck` out.
 """
 
@@ -25,7 +26,6 @@ import numpy as np
 from kvtier.collector.events import RequestRecord
 from kvtier.policy.recommend.recommendation import Recommendation
 from kvtier.policy.recommend.values import Change
-from kvtier.policy.writers.settings import EngineSettings
 
 TTFT_METRICS = (("ttft_p50_s", 50), ("ttft_p95_s", 95), ("ttft_p99_s", 99))
 DEFAULT_TOLERANCE_POINTS = 2.0
@@ -85,11 +85,11 @@ class PromiseCheck:
         return max(0, self.requests - self.warmup)
 
 
-def check_promises(rec: Recommendation, settings: EngineSettings | None,
+def check_promises(rec: Recommendation, engine: str | None,
                    records: Sequence[RequestRecord], tier_config: str, *,
                    min_requests: int | None = None,
                    tolerance_points: float = DEFAULT_TOLERANCE_POINTS) -> PromiseCheck:
-    """``rec``'s predictions for the engine running ``settings`` (``None``: the neutral
+    """``rec``'s predictions for ``engine`` running its settings (``None``: the neutral
     ones) against ``records``, the requests served under ``tier_config``. ``min_requests``:
     how many to wait for (default: as many as the recommendation was made from)."""
     if min_requests is not None and min_requests < 1:
@@ -103,7 +103,7 @@ def check_promises(rec: Recommendation, settings: EngineSettings | None,
     ordered = sorted(records, key=lambda r: r.arrival_s)
     warmup = int(len(ordered) * share)
     later = ordered[warmup:]
-    basis, ratio, changes = _prediction(rec, settings or rec.settings)
+    basis, ratio, changes = _prediction(rec, engine)
     tolerance = tolerance_points / 100
     promises = [Promise("token_hit_ratio", ratio, ratio - tolerance, ratio + tolerance,
                         _hit_ratio(later))]
@@ -119,12 +119,18 @@ def check_promises(rec: Recommendation, settings: EngineSettings | None,
                         tuple(promises))
 
 
-def _prediction(rec: Recommendation, settings: EngineSettings
+def _prediction(rec: Recommendation, engine: str | None
                 ) -> tuple[str, float, tuple[Change, ...]]:
     """(basis in words, predicted token hit ratio, TTFT changes against the GPU tier alone)."""
     ratios, evidence = rec.evidence.token_hit_ratio, rec.evidence
+    settings = (rec.for_engine(engine) if engine else None) or rec.settings
     if not settings.cpu_tier_bytes or ratios.cpu_lru_admit_all is None:
         return "the GPU tier alone", ratios.gpu_only, ()
+    if engine == "vllm" and ratios.vllm is not None:
+        return (f"vLLM's CPU tier of {settings.cpu_tier_bytes} bytes "
+                f"({settings.eviction_policy or 'lru'}, store_threshold "
+                f"{settings.store_threshold or 0}) under vLLM's semantics", ratios.vllm,
+                evidence.expected_vllm_vs_gpu_only)
     if settings.offload_min_priority is not None and ratios.cpu_learned_priority is not None:
         return ("the CPU tier behind the learned priority gate", ratios.cpu_learned_priority,
                 evidence.expected_vs_gpu_only)

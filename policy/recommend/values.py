@@ -253,6 +253,9 @@ class HitRatios:
     gpu_only: float
     cpu_lru_admit_all: float | None = None
     cpu_learned_priority: float | None = None
+    # vLLM's own semantics (its CPU tier holds a copy of what it stores from the GPU) at the
+    # recommended size and vLLM's chosen eviction_policy and store_threshold
+    vllm: float | None = None
 
 
 @dataclass(frozen=True)
@@ -296,6 +299,7 @@ class Evidence:
     # the same against the CPU tier admitting every block (LRU): what an engine that cannot
     # gate by priority (vLLM, LMCache, SGLang) runs at the recommended size
     expected_admit_all_vs_gpu_only: tuple[Change, ...] = ()
+    expected_vllm_vs_gpu_only: tuple[Change, ...] = ()  # vLLM's, as token_hit_ratio.vllm
     rollback: RollbackRule | None = None
     inputs: tuple[InputSource, ...] = ()
 

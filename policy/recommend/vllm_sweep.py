@@ -15,7 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvtier.collector.events import RequestRecord
+from kvtier.policy.learn.replay import Replayed, RequestTokens
 from kvtier.policy.sim.config import SimConfig
+from kvtier.policy.sim.result import SimResult
 from kvtier.policy.sim.simulator import Simulator
 
 STORE_THRESHOLDS = (0, 2, 3)
@@ -45,6 +47,26 @@ def cold_tier_gain(records: Sequence[RequestRecord], gpu_blocks: int, cpu_blocks
                                                    cold_blocks, 0, policy), count_from)
     prompt = sum(r.prompt_tokens for r in records[count_from:])
     return (recomputed_without - with_file) / prompt if prompt else 0.0
+
+
+def vllm_replay(records: Sequence[RequestRecord], gpu_blocks: int, cpu_blocks: int,
+                count_from: int, setting: tuple[str, int] = ("lru", 0)) -> Replayed:
+    """``records`` replayed under vLLM's semantics at these sizes and ``(eviction_policy,
+    store_threshold)``: what vLLM itself would serve. Totals and each request's tokens count
+    from ``count_from`` on; the earlier requests only warm the tiers."""
+    simulator = Simulator(_config(records, gpu_blocks, cpu_blocks, 0, setting[1], setting[0]))
+    outcomes = []
+    for index, record in enumerate(records):
+        outcome = simulator.serve(record)
+        if index >= count_from:
+            outcomes.append(RequestTokens(outcome.gpu_hit_tokens, outcome.cpu_promotion_tokens,
+                                          outcome.cold_promotion_tokens, outcome.recompute_tokens))
+    counted = records[count_from:]
+    result = SimResult(requests=len(counted), prompt_tokens=sum(r.prompt_tokens for r in counted),
+                       **{name: sum(getattr(o, name) for o in outcomes) for name in (
+                           "gpu_hit_tokens", "cpu_promotion_tokens", "cold_promotion_tokens",
+                           "recompute_tokens")})
+    return Replayed(result, tuple(counted), tuple(outcomes))
 
 
 def recomputed_tokens(records: Sequence[RequestRecord], config: SimConfig,

@@ -21,20 +21,25 @@ from kvtier.policy.writers.settings import EngineSettings
 from kvtier.verbs import recommend as recommend_verb
 from tests.policy.recommend.test_engine_inputs import BLOCK_TOKENS, vllm_like_store
 
-VLLM = EngineSettings(cpu_tier_bytes=1 << 20, eviction_policy="lru", store_threshold=0)
+VLLM = EngineSettings(cpu_tier_bytes=2 << 20, eviction_policy="lru", store_threshold=0)
+LMCACHE = EngineSettings(cpu_tier_bytes=1 << 20, eviction_policy="lru")
+DYNAMO = EngineSettings(cpu_tier_bytes=1 << 20, offload_min_priority=40)
 
 
 def recommendation(train: int = 10, evaluated: int = 10) -> Recommendation:
     """Predicts a 0.60 hit ratio with the CPU tier admitting all (0.70 with the learned
-    gate), TTFT p50 0.10 s in [0.09, 0.12] and p99 0.30 s in [0.25, 0.35]."""
+    gate, 0.55 for vLLM), TTFT p50 0.10 s in [0.09, 0.12] and p99 0.30 s in [0.25, 0.35]
+    admitting all."""
     admit_all = (Change("ttft_p50_s", 0.20, 0.10, -0.10, -0.11, -0.08),
                  Change("ttft_p99_s", 0.50, 0.30, -0.20, -0.25, -0.15))
-    evidence = Evidence(Verdict("offload"), HostCheck(False), HitRatios(0.30, 0.60, 0.70),
+    evidence = Evidence(Verdict("offload"), HostCheck(False), HitRatios(0.30, 0.60, 0.70, 0.55),
                         train_requests=train, evaluated_requests=evaluated,
                         expected_vs_gpu_only=(Change("ttft_p50_s", 0.2, 0.05, -0.15, -0.2, -0.1),),
-                        expected_admit_all_vs_gpu_only=admit_all)
+                        expected_admit_all_vs_gpu_only=admit_all,
+                        expected_vllm_vs_gpu_only=admit_all[:1])
     return Recommendation(Verdict("offload"), EngineSettings(cpu_tier_bytes=1 << 20), evidence,
-                          engine_settings=(("vllm", VLLM),))
+                          engine_settings=(("vllm", VLLM), ("lmcache", LMCACHE),
+                                           ("dynamo", DYNAMO)))
 
 
 def served(n: int, hit_ratio: float, ttft_s: float = 0.1, config: str = "gpu+cpu:1048576",
@@ -52,7 +57,7 @@ def by_metric(result) -> dict:
 
 
 def test_too_few_requests_say_how_many_more_and_judge_nothing():
-    result = check_promises(recommendation(), VLLM, served(12, 0.6), "gpu+cpu:1048576")
+    result = check_promises(recommendation(), "lmcache", served(12, 0.6), "gpu+cpu:1048576")
     assert not result.enough and result.needed == 20 and result.more_needed == 8
     assert result.held is None
 
@@ -61,7 +66,7 @@ def test_the_warm_up_share_is_left_out_as_the_prediction_left_it_out():
     """20 requests, trained on 10 / measured on 10: the first 10 under the new configuration
     (cold tiers after the restart, hit ratio 0) are not judged; the last 10 hit 0.61."""
     records = served(10, 0.0) + served(10, 0.61, start_s=100)
-    result = check_promises(recommendation(), VLLM, records, "gpu+cpu:1048576")
+    result = check_promises(recommendation(), "lmcache", records, "gpu+cpu:1048576")
     assert result.warmup == 10 and result.judged == 10
     hit = by_metric(result)["token_hit_ratio"]
     assert (hit.predicted, hit.measured) == (0.60, pytest.approx(0.61)) and hit.held
@@ -69,7 +74,7 @@ def test_the_warm_up_share_is_left_out_as_the_prediction_left_it_out():
 
 
 def test_ttft_percentiles_are_judged_against_their_intervals():
-    result = check_promises(recommendation(), VLLM, served(20, 0.6, ttft_s=0.3), "c")
+    result = check_promises(recommendation(), "lmcache", served(20, 0.6, ttft_s=0.3), "c")
     promises = by_metric(result)
     assert (promises["ttft_p50_s"].low, promises["ttft_p50_s"].high) == pytest.approx((0.09, 0.12))
     assert promises["ttft_p50_s"].measured == pytest.approx(0.3)
@@ -78,22 +83,28 @@ def test_ttft_percentiles_are_judged_against_their_intervals():
 
 
 def test_an_engine_that_gates_by_priority_is_held_to_the_learned_prediction():
-    gated = dataclasses.replace(VLLM, offload_min_priority=40)
-    result = check_promises(recommendation(), gated, served(20, 0.6), "c")
+    result = check_promises(recommendation(), "dynamo", served(20, 0.6), "c")
     assert by_metric(result)["token_hit_ratio"].predicted == 0.70
     assert by_metric(result)["token_hit_ratio"].held is False  # 10 points off
     assert set(by_metric(result)) == {"token_hit_ratio", "ttft_p50_s"}
 
 
+def test_vllm_is_held_to_its_own_semantics():
+    result = check_promises(recommendation(), "vllm", served(20, 0.56), "c")
+    assert by_metric(result)["token_hit_ratio"].predicted == 0.55
+    assert by_metric(result)["token_hit_ratio"].held is True
+    assert "vLLM's CPU tier of 2097152 bytes (lru, store_threshold 0)" in result.basis
+
+
 def test_without_ttft_only_the_hit_ratio_is_judged():
     records = [dataclasses.replace(r, ttft_s=None) for r in served(20, 0.59)]
-    result = check_promises(recommendation(), VLLM, records, "c", tolerance_points=1.0)
+    result = check_promises(recommendation(), "lmcache", records, "c", tolerance_points=1.0)
     assert by_metric(result)["ttft_p50_s"].held is None and result.held is True
 
 
 def test_bad_settings_are_named():
     with pytest.raises(ValueError, match="min_requests"):
-        check_promises(recommendation(), VLLM, [], "c", min_requests=0)
+        check_promises(recommendation(), "vllm", [], "c", min_requests=0)
 
 
 # ------------------------------------------------------------------ the command line, on a store
@@ -145,7 +156,7 @@ def test_recommend_check_waits_then_judges(recommended, tmp_path, capsys):
     store, reco, doc = recommended
     copy = tmp_path / "kvtier.duckdb"
     copy.write_bytes(store.read_bytes())
-    ratio = doc["evidence"]["token_hit_ratio"]["cpu_lru_admit_all"]
+    ratio = doc["evidence"]["token_hit_ratio"]["vllm"]
     needed = doc["evidence"]["train_requests"] + doc["evidence"]["evaluated_requests"]
     config = phase_two(copy, doc, ratio, 10)
     capsys.readouterr()
@@ -166,9 +177,22 @@ def test_recommend_check_says_a_missed_hit_ratio(recommended, tmp_path, capsys):
     store, reco, doc = recommended
     copy = tmp_path / "kvtier.duckdb"
     copy.write_bytes(store.read_bytes())
-    ratio = doc["evidence"]["token_hit_ratio"]["cpu_lru_admit_all"]
+    ratio = doc["evidence"]["token_hit_ratio"]["vllm"]
     phase_two(copy, doc, max(0.0, ratio - 0.1), 400)
     capsys.readouterr()
     assert run(["--check", str(reco), "--store", str(copy)]) == 4
     out = capsys.readouterr().out
     assert "OUTSIDE" in out and "not held: token_hit_ratio" in out
+
+
+def test_vllms_cpu_tier_also_holds_the_gpus_copy(recommended):
+    """vLLM writes every block through to its CPU tier: to hold the recommended blocks beyond
+    the GPU (30 blocks) its CPU tier is 30 blocks larger, and its prediction is replayed so."""
+    _, _, doc = recommended
+    evidence = doc["evidence"]
+    beyond = evidence["tiers_blocks"]["cpu"]
+    assert evidence["engines"]["vllm"]["cpu_tier_bytes"] == (beyond + 30) * 65_536
+    assert doc["settings"]["cpu_tier_bytes"] == beyond * 65_536
+    assert evidence["token_hit_ratio"]["vllm"] is not None
+    assert any("copy of the blocks" in note for engine, note in evidence["engine_notes"]
+               if engine == "vllm")
