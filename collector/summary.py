@@ -22,3 +22,33 @@ def store_summary(store: TraceStore) -> dict:
                         "GROUP BY ALL ORDER BY kind").to_pylist()
     summary["block_events_by_kind"] = {row["kind"]: row["n"] for row in kinds}
     return summary
+
+
+def segments_summary(root) -> dict:
+    """:func:`store_summary` from a store's Parquet segments (what a running collector has
+    exported): the same counts, span and kinds; the ledger's batches, sources and rejected
+    rows stay in the store, so they are ``None``."""
+    import duckdb
+
+    from kvtier.collector.segments import has_segments, segments_relation
+
+    con = duckdb.connect()
+    try:
+        con.execute("SET enable_progress_bar = false")
+
+        def rows(table: str, sql: str) -> list:
+            if not has_segments(root, table):
+                return []
+            return con.sql(sql.format(t=segments_relation(root, table))).fetchall()
+
+        (count,), = rows(REQUESTS_TABLE, "SELECT count(*) FROM {t}") or [(0,)]
+        (events, lo, hi), = rows(BLOCK_EVENTS_TABLE,
+                                 "SELECT count(*), min(time_s), max(time_s) FROM {t}") or [(0, None, None)]
+        kinds = rows(BLOCK_EVENTS_TABLE, "SELECT CAST(kind AS VARCHAR), count(*) FROM {t} "
+                                         "GROUP BY ALL ORDER BY 1")
+    finally:
+        con.close()
+    return {"path": str(root), "batches": None, "sources": None, "rejected_rows": None,
+            "block_events": events, "requests": count,
+            "block_events_span_s": (hi - lo) if lo is not None else None,
+            "block_events_by_kind": dict(kinds)}

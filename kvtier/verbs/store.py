@@ -64,16 +64,45 @@ def run(args) -> int:
         from kvtier.verbs.checks import output_dir
 
         output_dir(args.segments, "--segments")
+    if args.action == "info":
+        return _info_of(path, args)
     with TraceStore(path, read_only=read_only, migrate=args.action == "migrate") as store:
         return _ACTIONS[args.action](store, args)
 
 
-def _info(store, args) -> int:
-    import json
+def _info_of(path, args) -> int:
+    """``info`` on the store, or, while a running collector holds it, on the Parquet
+    segments that collector exports (said in one line on stderr)."""
+    import sys
 
+    from kvtier.collector.segments import segments_of
+    from kvtier.collector.store import TraceStore
+    from kvtier.collector.storefile import StoreLockedError
+    from kvtier.collector.summary import segments_summary
+
+    try:
+        with TraceStore(path, read_only=True) as store:
+            return _info(store, args)
+    except StoreLockedError as locked:
+        segments = segments_of(path)
+        if segments is None:
+            raise
+        holder = f"process {locked.pid}" if locked.pid else "another process"
+        print(f"kvtier store: note: {path} is held by {holder} (a running collector); "
+              f"reading its Parquet segments in {segments} instead (up to their last export)",
+              file=sys.stderr, flush=True)
+        return _print_summary(segments_summary(segments), args)
+
+
+def _info(store, args) -> int:
     from kvtier.collector.summary import store_summary
 
-    summary = store_summary(store)
+    return _print_summary(store_summary(store), args)
+
+
+def _print_summary(summary: dict, args) -> int:
+    import json
+
     if args.json:
         print(json.dumps(summary))
         return 0

@@ -104,8 +104,9 @@ CASES = [
     case("store-info-empty-db", "store info stores/empty-db.duckdb", 2, "not a kvtier store (it holds no tables)"),
     case("store-info-other-schema", "store info stores/other-schema.duckdb", 2, "a kvtier store of another schema"),
     case("store-info-older", "store info stores/older.duckdb", 2, "kvtier store migrate stores/older.duckdb"),
-    case("store-info-locked", "store info stores/kvtier.duckdb", 1, "stores/kvtier.duckdb is locked by process",
-         "lock:stores/kvtier.duckdb"),
+    # no segments beside it to read instead (with them, store info reads them: test_bad_inputs)
+    case("store-info-locked", "store info stores/lonely/kvtier.duckdb", 1,
+         "stores/lonely/kvtier.duckdb is locked by process", "lock:stores/lonely/kvtier.duckdb"),
     case("store-export-to-file", "store export stores/kvtier.duckdb --segments segfile", 2, "--segments segfile is a file",
          "file:segfile"),
     case("store-export-read-only", "store export stores/kvtier.duckdb --segments ro", 1, "--segments ro: cannot write segments there", "dir:ro", "ro:ro"),

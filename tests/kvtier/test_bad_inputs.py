@@ -166,6 +166,7 @@ def test_a_store_held_by_a_running_collector_is_read_through_its_segments(files,
             time.sleep(0.1)
         result = kvtier(["analyze", "--store", str(store), "--json"], work)
         alone = kvtier(["analyze", "--store", "stores/kvtier.duckdb", "--json"], work)
+        info = kvtier(["store", "info", str(store), "--json"], work)
     finally:
         collector.terminate()
         collector.wait(30)
@@ -177,6 +178,9 @@ def test_a_store_held_by_a_running_collector_is_read_through_its_segments(files,
 
     assert json.loads(result.stdout)["trace"]["requests"] == 120
     assert json.loads(alone.stdout)["trace"]["requests"] == 120  # the same rows, unlocked
+    assert info.returncode == 0, info.stderr  # store info too, from the same segments
+    assert info.stderr.startswith(f"kvtier store: note: {store} is held by process {collector.pid}")
+    assert json.loads(info.stdout)["requests"] == 120
     assert not (store.parent / "kvtier.duckdb.segments.json").exists()  # removed when it stopped
 
 
