@@ -206,7 +206,8 @@ def recommendation(args):
                         cold_cost=cold_cost, min_gain_per_gib=args.min_gain_per_gib,
                         ttft_slo_s=args.ttft_slo_s, itl_slo_s=args.itl_slo_s,
                         baseline_tier_config=getattr(args, "tier_config", None),
-                        gpu_source=gpu_source, gpu_note=gpu_note)
+                        gpu_source=gpu_source, gpu_note=gpu_note,
+                        engine=_engine_params(getattr(args, "cost_params", None)))
     except (OSError, ValueError) as error:  # the inputs' names, as this verb's flags
         from kvtier.errors import flag_names
 
@@ -279,3 +280,12 @@ def _size_flag(text: str, block_tokens: int, model, flag: str) -> int | None:
     if blocks is None:
         raise KvtierError(f"{flag} must be auto or a finite capacity, got {text!r}")
     return blocks
+
+
+def _engine_params(path):
+    """The engine model's parameters in a ``--cost-params`` file (None without the section)."""
+    if not path:
+        return None
+    from kvtier.policy.engine_model.params import read_engine_params
+
+    return read_engine_params(path)

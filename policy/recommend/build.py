@@ -32,6 +32,7 @@ from kvtier.policy.recommend import engines
 from kvtier.policy.recommend.cold_tier import MIN_COLD_GAIN, ColdCost, cost_from_params
 from kvtier.policy.recommend.cold_tier import decide as decide_cold_tier
 from kvtier.policy.recommend.decision import decide
+from kvtier.policy.engine_model.params import EngineModelParams
 from kvtier.policy.recommend.expected import expected_changes
 from kvtier.policy.recommend.gate import Learned, Measured, learn, measure
 from kvtier.policy.recommend.headroom import NOT_CHECKED, HostLimit
@@ -83,6 +84,9 @@ class Inputs:
     baseline_tier_config: str | None = None  # the configuration the records were selected from
     gpu_source: str = "given"  # where gpu_blocks came from: given, measured or default
     gpu_note: str | None = None  # how it was measured
+    # the step-level engine model's EngineModelParams (kvtier calibrate --out's engine_model
+    # section); given, the expected TTFT levels come from it instead of the FIFO queue
+    engine: EngineModelParams | None = None
 
     def __post_init__(self) -> None:
         if self.gpu_blocks < 1:
@@ -141,7 +145,7 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
                        count_from=split.count_from)
     changes, vs_gpu, admit_all_vs_gpu = (
         expected_changes(base, candidate, params, np.random.default_rng(inputs.seed),
-                         windows=inputs.windows, servers=servers)
+                         windows=inputs.windows, servers=servers, engine=inputs.engine)
         for base, candidate in ((measured.baseline, measured.candidate),
                                 (gpu_later, measured.candidate),
                                 (gpu_later, measured.baseline)))
@@ -158,7 +162,7 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
                              vllm_cpu)
     vllm_vs_gpu = expected_changes(gpu_later, vllm_later, params,
                                    np.random.default_rng(inputs.seed), windows=inputs.windows,
-                                   servers=servers)
+                                   servers=servers, engine=inputs.engine)
     cold_size = _cold_size(curve, split, inputs, params, block_tokens, cpu.chosen_blocks)
     cold = _cold_tier(split.train, inputs, cold_size, vllm_blocks, validate_from,
                       by_setting[vllm_cpu], params, block_tokens, vllm_cpu[0])

@@ -3,7 +3,10 @@
 The evaluation period is cut, in time order, into ``windows`` windows of equal request
 counts (arrivals tie on coarse clocks, so equal spans could be empty); each is priced on
 its own (the FIFO queueing model of :mod:`kvtier.policy.cost`), giving per-window token totals and
-TTFT percentiles for the baseline and the candidate. The change is the mean per-window
+TTFT percentiles for the baseline and the candidate. Given the step-level engine model's
+parameters (``engine``), TTFT comes from it instead: the whole period replayed once through
+batched steps with each request's replayed tier split (so a window starts with the queue the
+one before left), then cut into the same windows. The change is the mean per-window
 difference; its interval is the 5th-95th percentile of that mean over windows resampled
 with replacement (a paired bootstrap, ``rng`` injected).
 """
@@ -25,12 +28,13 @@ TTFT_METRICS = ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s")
 
 def expected_changes(baseline: Replayed, candidate: Replayed, params: CostParams,
                      rng: np.random.Generator, *, windows: int = 10, servers: int = 1,
-                     resamples: int = 500) -> tuple[Change, ...]:
-    """Per-window means and bootstrap intervals for tokens per outcome and TTFT."""
+                     resamples: int = 500, engine=None) -> tuple[Change, ...]:
+    """Per-window means and bootstrap intervals for tokens per outcome and TTFT (from the
+    engine model when ``engine``, its ``EngineModelParams``, is given)."""
     if windows < 2 or resamples < 10:
         raise ValueError(f"windows must be >= 2 and resamples >= 10, got {windows}, {resamples}")
-    a = _per_window(baseline, params, windows, servers)
-    b = _per_window(candidate, params, windows, servers)
+    a = _per_window(baseline, params, windows, servers, engine)
+    b = _per_window(candidate, params, windows, servers, engine)
     picks = rng.integers(0, len(a), size=(resamples, len(a)))
     out = []
     for column, metric in enumerate((*TOKEN_METRICS, *TTFT_METRICS)):
@@ -42,21 +46,34 @@ def expected_changes(baseline: Replayed, candidate: Replayed, params: CostParams
     return tuple(out)
 
 
-def _per_window(replayed: Replayed, params: CostParams, windows: int, servers: int
-                ) -> np.ndarray:
+def _per_window(replayed: Replayed, params: CostParams, windows: int, servers: int,
+                engine=None) -> np.ndarray:
     arrivals = np.asarray([r.arrival_s for r in replayed.requests])
     if len(arrivals) < windows:
         raise ValueError(f"need at least {windows} requests for {windows} windows, "
                          f"got {len(arrivals)}")
     # equal-count cuts keep every window non-empty when arrivals tie (3 s ticks in Mooncake)
     bounds = np.linspace(0, len(arrivals), windows + 1).astype(int)
+    engine_ttft = _engine_ttft(replayed, engine) if engine is not None else None
     rows = []
     for lo, hi in pairwise(bounds.tolist()):
         outcomes = replayed.outcomes[lo:hi]
         tokens = [sum(getattr(o, m) for o in outcomes) for m in TOKEN_METRICS]
+        if engine_ttft is not None:
+            rows.append([*tokens, *np.percentile(engine_ttft[lo:hi], [50, 95, 99])])
+            continue
         services = [params.service_s(o.cpu_promotion_tokens, o.cold_promotion_tokens,
                                      o.recompute_tokens) for o in outcomes]
         ttft = queue_ttft(arrivals[lo:hi], services, servers=servers)
         rows.append([*tokens, ttft.p50_s, ttft.p95_s, ttft.p99_s])
     return np.asarray(rows, dtype=float)
+
+
+def _engine_ttft(replayed: Replayed, engine) -> np.ndarray:
+    """Each request's TTFT through the engine model, with its replayed tier split."""
+    from kvtier.policy.engine_model.step_replay import EngineRequests, replay
+
+    splits = [(o.gpu_hit_tokens, o.cpu_promotion_tokens, o.cold_promotion_tokens,
+               o.recompute_tokens) for o in replayed.outcomes]
+    return replay(EngineRequests.from_records(replayed.requests, splits), engine).ttft_s
 
