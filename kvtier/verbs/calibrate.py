@@ -79,13 +79,16 @@ def run(args) -> int:
         fitted = calibrate(requests, jobs, bytes_per_token=bytes_per_token)
     except ValueError as error:  # concurrent traffic only: the engine model still fits
         fitted, single_note = None, str(error)
+    engine = _engine_check(args, requests, steps, jobs, bytes_per_token)
+    if fitted is None and "note" in engine:
+        raise KvtierError(f"{single_note}; engine model: {engine['note']}")
     output = {"store": str(store), "instance": args.instance, "requests": len(requests),
               "promotion_jobs": len(jobs), "step_records": len(steps),
               "kv_bytes_per_token": bytes_per_token,
               "fitted": fitted.fitted() if fitted else {}}
     if fitted is None:
         output["single_server_note"] = single_note
-    output["engine_model"] = _engine_check(args, requests, steps, jobs, bytes_per_token)
+    output["engine_model"] = engine
     if args.gpu_blocks is not None and fitted is not None:
         output.update(_check(args, requests, fitted.params, jobs, bytes_per_token))
     if args.out:
@@ -125,8 +128,8 @@ def _engines(store, instance) -> set[str]:
 
 def _engine_check(args, requests, steps, jobs, bytes_per_token) -> dict:
     """The engine model fitted on the earlier requests, checked per tier configuration on
-    the later ones, the single-server model beside it."""
-    from kvtier.errors import KvtierError
+    the later ones, the single-server model beside it; ``{"note": why}`` when too few
+    requests to fit and check (the single-server fit still stands)."""
     from kvtier.policy.engine_model.check import held_out_check
 
     try:
@@ -134,7 +137,7 @@ def _engine_check(args, requests, steps, jobs, bytes_per_token) -> dict:
                               limits=_limits(args, requests, steps), fit_share=args.fit_share,
                               arrivals=args.arrivals)
     except ValueError as error:
-        raise KvtierError(f"engine model: {error}") from None
+        return {"note": str(error)}
     return held.to_dict()
 
 
@@ -147,8 +150,12 @@ def _params_json(args, fitted, requests, steps, jobs, bytes_per_token) -> str:
     from kvtier.policy.engine_model.params import SECTION
 
     body = json.loads(fitted.to_json()) if fitted else {"probe": "calibrate", "cost_params": {}}
-    body[SECTION] = fit_engine(requests, steps, jobs, bytes_per_token=bytes_per_token,
-                               limits=_limits(args, requests, steps), arrivals=args.arrivals).to_dict()
+    try:
+        body[SECTION] = fit_engine(requests, steps, jobs, bytes_per_token=bytes_per_token,
+                                   limits=_limits(args, requests, steps),
+                                   arrivals=args.arrivals).to_dict()
+    except ValueError:  # too few requests: the file holds the single-server parameters
+        pass
     return json.dumps(body, indent=2) + "\n"
 
 
@@ -238,6 +245,8 @@ def _read(store, instance, engine=None, tier_config=None):
 
 
 def _engine_text(held: dict) -> list[str]:
+    if "note" in held:
+        return [f"engine model: {held['note']}"]
     params = held["params"]
     cost = ", ".join(f"{k} {v:.3g}" for k, v in params["step_cost"].items())
     lines = [f"engine model fitted on the earliest {held['fit_requests']} requests "

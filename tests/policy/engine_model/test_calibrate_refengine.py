@@ -44,3 +44,21 @@ def test_the_text_report_puts_both_models_side_by_side(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "engine model fitted on the earliest 20 requests" in out
     assert "ttft p50" in out and "itl p99" in out and "gpu+cpu (20" in out
+
+
+def test_too_few_requests_for_the_engine_model_leave_the_single_server_fit_standing(tmp_path, capsys):
+    import random
+
+    from kvtier.collector.batch import EventBatch
+    from kvtier.collector.events import Origin
+    from kvtier.collector.store import TraceStore
+    from tests.policy.test_calibrate import engine_records
+
+    store = tmp_path / "kvtier.duckdb"
+    with TraceStore(store) as s:  # ten requests, one at a time: five to fit, five to check
+        s.ingest(EventBatch.from_rows(Origin("vllm", "node-1", "hooks-1"), 0, [],
+                                      engine_records(10, rng=random.Random(3))))
+    assert main(["calibrate", str(store), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert "prefill_tokens_per_s" in report["fitted"]
+    assert "the fit needs >= 8" in report["engine_model"]["note"]
