@@ -27,7 +27,8 @@ def kvtier(*args, timeout=60):
 def test_collect_help_lists_the_scrape_and_sglang_taps():
     done = kvtier("collect", "--help")
     assert done.returncode == 0
-    for flag in ("--scrape URL[=PROFILE]", "--sglang-events ENDPOINT", "--vllm-replay ENDPOINT"):
+    for flag in ("--scrape URL[=PROFILE]", "--sglang-events ENDPOINT", "--vllm-replay ENDPOINT",
+                 "--dynamo-events ENDPOINT"):
         assert flag in done.stdout
     assert "vllm, lmcache, sglang, dynamo, trtllm" in " ".join(done.stdout.split())
 
