@@ -34,8 +34,11 @@ Where each field comes from (vLLM 0.32 and 0.33, whose ``SchedulerOutput`` and
   ``schedule()``, times the bytes of one chunk (kvtier's spec wrapper counts them,
   ``probes/vllm/recording.py``; 0 under a spec that is not kvtier's).
 
-Steps that scheduled no token and preempted nothing (vLLM takes empty steps while transfers
-drain) are not recorded; their numbers are skipped.
+Steps that scheduled no token, preempted nothing and moved no bytes (vLLM takes empty steps
+while transfers drain) are not recorded; their numbers are skipped. A step that only started
+loads is recorded: a request whose prefix comes from the CPU tier is admitted in one step
+(its chunks prepared to load, nothing scheduled: it waits for the load) and computes in a
+later one.
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ class StepAccounting:
         if len(self._open) >= MAX_OPEN_STEPS:
             self._record(self._open.popleft(), None)
         try:
-            work = self._work(output)
+            work = self._work(output, moved=bool(loaded_bytes or stored_bytes))
         except Exception:  # a SchedulerOutput of another shape must never break the engine
             self._recorder.rejected_events += 1
             work = None
@@ -100,12 +103,12 @@ class StepAccounting:
         self._recorder.record_step(time_s, number, duration_s, *work,
                                    loaded_bytes=loaded_bytes, stored_bytes=stored_bytes)
 
-    def _work(self, output) -> tuple | None:
+    def _work(self, output, *, moved: bool) -> tuple | None:
         """(prefill tokens, prefill requests, prefill context, cached, decode requests,
         decode context, running, waiting, preempted), or ``None`` for an empty step."""
         scheduled = output.num_scheduled_tokens
         preempted = len(getattr(output, "preempted_req_ids", None) or ())
-        if not scheduled and not preempted:
+        if not scheduled and not preempted and not moved:
             return None
         prefill = [0, 0, 0, 0]  # tokens, requests, context, cached
         decode = [0, 0]  # requests, context

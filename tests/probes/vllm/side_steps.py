@@ -59,7 +59,7 @@ def main() -> None:
     stored = manager.prepare_store([key(0)], ReqContext("old"))  # a chunk A will find on CPU
     manager.complete_store(stored.keys_to_store, ReqContext("old"))
     manager.observer.take_step_bytes()  # before the engine's first step
-    stores = [[key(10), key(11)], [key(12)], [], [], []]  # what each step offloads
+    stores = [[key(10), key(11)], [key(12)], [], [], [], []]  # what each step offloads
 
     def build_meta(output):
         keys = stores.pop(0)
@@ -108,19 +108,25 @@ def main() -> None:
     ends = step(10.1, [], cached(("A", 40), ("B", 32)), {"A": 1, "B": 68}, 0.08)
     timer[0] += ends
     connector.take_events()
-    # step 2: nothing scheduled (vLLM steps while transfers drain): not recorded
+    # step 2: C is admitted with 16 tokens on the CPU tier and waits for their load; A and B
+    # wait too (say the token budget went to nothing): only the load is recorded
+    connector.update_state_after_alloc(request("C", 20), None, 16)
     step(10.2, [], cached(), {}, 0.0)
+    timer[0] += 0.01
     connector.take_events()
-    # steps 3 and 4 overlap (async scheduling): 4 is scheduled before 3 ends. In 3, B was
-    # preempted and A decodes; in 4, B resumes (16 tokens found again) and A decodes
+    # step 3: nothing scheduled, nothing moved (vLLM steps while transfers drain): not recorded
+    step(10.25, [], cached(), {}, 0.0)
+    connector.take_events()
+    # steps 4 and 5 overlap (async scheduling): 5 is scheduled before 4 ends. In 4, B was
+    # preempted and A decodes; in 5, B resumes (16 tokens found again) and A decodes
     step(10.3, [], cached(("A", 41)), {"A": 1}, 0.0, preempted={"B"})
     timer[0] += 0.02
     connector.update_state_after_alloc(request("B", 100), None, 0)
     step(10.32, [], cached(("A", 42), ("B", 16), resumed={"B"}), {"A": 1, "B": 84}, 0.0)
     timer[0] += 0.03
-    connector.take_events()  # step 3 ends
-    timer[0] += 0.04
     connector.take_events()  # step 4 ends
+    timer[0] += 0.04
+    connector.take_events()  # step 5 ends
     packed = recorder.take_packed()
     print("RESULT " + json.dumps({"vllm_version": vllm.__version__,
                                   "steps": [list(s) for s in packed.steps],

@@ -45,10 +45,12 @@ def test_a_fixed_step_sequence_yields_exactly_the_expected_step_records(driven):
         StepRecord(10.1, 1, 0.08, prefill_tokens=68, prefill_requests=1, prefill_context_tokens=32,
                    decode_requests=1, decode_context_tokens=40, running_requests=2,
                    stored_bytes=4096),
-        # step 2 scheduled nothing: not recorded; 3 and 4 overlap, each ends in its own order
-        StepRecord(10.3, 3, 0.05, decode_requests=1, decode_context_tokens=41, running_requests=1,
+        # step 2 only started C's load (C waits for it); step 3 did nothing: not recorded
+        StepRecord(10.2, 2, 0.01, loaded_bytes=4096),
+        # steps 4 and 5 overlap; each ends in its own order
+        StepRecord(10.3, 4, 0.05, decode_requests=1, decode_context_tokens=41, running_requests=1,
                    preempted_requests=1),
-        StepRecord(10.32, 4, 0.07, prefill_tokens=84, prefill_requests=1, prefill_context_tokens=16,
+        StepRecord(10.32, 5, 0.07, prefill_tokens=84, prefill_requests=1, prefill_context_tokens=16,
                    cached_tokens=16, decode_requests=1, decode_context_tokens=42,
                    running_requests=2),
     ]
