@@ -50,6 +50,7 @@ class ServerSettings:
     store_path: str | None = None
     instance: str = "reference"
     request_timeout_s: float = 600.0
+    max_connections: int = 256  # beyond this many at once, a new connection gets a 503
 
 
 class EngineServer:
@@ -94,8 +95,8 @@ class EngineServer:
 
             self._store = TraceStore(self.settings.store_path)
             self._flusher = Flusher(self.recorder, self._store, interval_s=0.5).start()
-        self._http = _HttpServer((self.settings.host, self.settings.port), _handler(self))
-        self._http.daemon_threads = True
+        self._http = _HttpServer((self.settings.host, self.settings.port), _handler(self),
+                                 max_connections=self.settings.max_connections)
         self._threads = [threading.Thread(target=self._loop, name="kvtier-engine", daemon=True),
                          threading.Thread(target=self._http.serve_forever, name="kvtier-http", daemon=True)]
         for thread in self._threads:
@@ -324,7 +325,36 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class _HttpServer(ThreadingHTTPServer):
+    """One thread per connection, at most ``max_connections`` at once: a client that opens
+    connections and sends nothing cannot take every thread (each also times out)."""
+
     daemon_threads = True
+
+    def __init__(self, address, handler, *, max_connections: int):
+        super().__init__(address, handler)
+        self._slots = threading.BoundedSemaphore(max_connections)
+
+    def process_request(self, request, client_address) -> None:
+        if not self._slots.acquire(blocking=False):
+            body = json.dumps(ApiError("too many connections; retry later", 503).body()).encode()
+            try:
+                request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread started: its slot is free again
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     def handle_error(self, request, client_address) -> None:
         """One log line, no traceback on stderr: a failed connection is the client's business."""

@@ -77,6 +77,27 @@ def exchange_status(srv, head: str) -> int:
     return int(data.split(b" ", 2)[1])
 
 
+def test_idle_connections_cannot_take_every_thread():
+    srv = EngineServer(tiny_config(gpu_blocks=12), ServerSettings(port=0, max_connections=3)).start()
+    idle = [connect(srv) for _ in range(3)]
+    try:
+        for sock in idle:  # each holds a handler thread, waiting for its request line
+            sock.sendall(b"GET /health HTTP/1.1\r\n")
+        deadline = time.monotonic() + 60  # bounds a broken server, not a timing assertion
+        while exchange_status(srv, "GET /health HTTP/1.1\r\nHost: x\r\n") != 503:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        for sock in idle:
+            sock.close()
+    try:
+        while exchange_status(srv, "GET /health HTTP/1.1\r\nHost: x\r\n") != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        srv.stop()
+
+
 def test_a_chunked_body_is_refused(server):
     head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
     code, body = exchange(server, head, b"5\r\nhello\r\n0\r\n\r\n")
