@@ -26,9 +26,9 @@ class EngineModelParams:
     """Step cost, batching limits, the two promotion links and the KV bytes per token;
     ``fitted_from`` says how the step cost was found (one of :data:`FITTED_FROM`).
 
-    ``step_spread``: quantiles (evenly spaced, 0th to 100th) of a step's measured duration
-    over the step cost's; the replay multiplies each step by a draw from them (a loaded
-    host's slow steps). Empty: every step costs exactly the step cost."""
+    ``step_noise_s``: quantiles (evenly spaced, 0th to 100th) of a step's measured duration
+    less the step cost's, in seconds; the replay adds a draw from them to each step (a
+    loaded host's slow steps). Empty: every step costs exactly the step cost."""
 
     step_cost: StepCost = field(default_factory=StepCost)
     limits: SchedulerLimits = field(default_factory=SchedulerLimits)
@@ -36,7 +36,7 @@ class EngineModelParams:
     cold_link: TransferLink = TransferLink(2e9, 200e-6)
     kv_bytes_per_token: int = 131072
     fitted_from: str = "given"
-    step_spread: tuple[float, ...] = ()
+    step_noise_s: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.fitted_from not in FITTED_FROM:
@@ -45,15 +45,15 @@ class EngineModelParams:
         if isinstance(self.kv_bytes_per_token, bool) or not isinstance(self.kv_bytes_per_token, int) \
                 or self.kv_bytes_per_token < 1:
             raise ValueError(f"kv_bytes_per_token must be an int >= 1, got {self.kv_bytes_per_token!r}")
-        spread = self.step_spread
-        if len(spread) == 1 or any(not v >= 0 for v in spread) or list(spread) != sorted(spread):
-            raise ValueError(f"step_spread must be empty or >= 2 non-decreasing ratios >= 0, got {spread!r}")
+        noise = self.step_noise_s
+        if len(noise) == 1 or list(noise) != sorted(noise):
+            raise ValueError(f"step_noise_s must be empty or >= 2 non-decreasing seconds, got {noise!r}")
 
     def to_dict(self) -> dict:
         return {"version": VERSION, "fitted_from": self.fitted_from,
                 "step_cost": self.step_cost.to_dict(), "limits": self.limits.to_dict(),
                 "cpu_link": self.cpu_link.to_dict(), "cold_link": self.cold_link.to_dict(),
-                "kv_bytes_per_token": self.kv_bytes_per_token, "step_spread": list(self.step_spread)}
+                "kv_bytes_per_token": self.kv_bytes_per_token, "step_noise_s": list(self.step_noise_s)}
 
     @classmethod
     def from_dict(cls, body: dict) -> EngineModelParams:
@@ -65,7 +65,7 @@ class EngineModelParams:
             return cls(StepCost(**body["step_cost"]), SchedulerLimits(**body["limits"]),
                        TransferLink(**body["cpu_link"]), TransferLink(**body["cold_link"]),
                        int(body["kv_bytes_per_token"]), body["fitted_from"],
-                       tuple(float(v) for v in body.get("step_spread", ())))
+                       tuple(float(v) for v in body.get("step_noise_s", ())))
         except (KeyError, TypeError) as error:
             raise ValueError(f"engine_model section is malformed: {error}") from None
 

@@ -88,7 +88,7 @@ class EngineReplay:
 def replay(requests: EngineRequests, params: EngineModelParams,
            rng: np.random.Generator | None = None) -> EngineReplay:
     """Run ``requests`` through the engine model (see the module doc). ``rng`` draws the
-    steps' spread (``params.step_spread``; default a generator seeded 0, so a replay
+    steps' noise (``params.step_noise_s``; default a generator seeded 0, so a replay
     repeats)."""
     n = len(requests)
     if n == 0:
@@ -109,7 +109,7 @@ class _Run:
     def __init__(self, requests: EngineRequests, params: EngineModelParams,
                  rng: np.random.Generator):
         self.coefficients = params.step_cost.coefficients
-        self.spread, self.rng = np.asarray(params.step_spread, dtype=float), rng
+        self.noise_s, self.rng = np.asarray(params.step_noise_s, dtype=float), rng
         compute = np.maximum(requests.recompute_tokens, 1)  # the last prompt token is always computed
         self.prompt = np.maximum(requests.prompt_tokens, compute)
         self.outputs = requests.output_tokens
@@ -163,13 +163,14 @@ class _Run:
         prefilled = np.cumsum([c[1] * t + c[2] + c[3] * t * (ctx + t / 2) for _, t, ctx in plan.chunks])
         decoding = np.fromiter(plan.decoding, dtype=np.int64, count=len(plan.decoding))
         context = float((self.prompt[decoding] + self.generated[decoding]).sum())
-        start, spread = self.now, float(self._spread(1)[0])
         prefill_s = float(prefilled[-1]) if len(prefilled) else 0.0
-        self.now = start + (c[0] + prefill_s + c[4] * len(decoding) + c[5] * context) * spread
+        work_s = c[0] + prefill_s + c[4] * len(decoding) + c[5] * context
+        start = self.now + max(float(self._noise_s(1)[0]), -work_s)  # a slow step waits first
+        self.now = start + work_s
         self.steps += 1
         started = np.array(self.scheduler.computed(plan), dtype=np.int64)
         if self.own_prefill and len(started):
-            done_at = {i: start + (c[0] + p) * spread for (i, _, _), p in zip(plan.chunks, prefilled)}
+            done_at = {i: start + c[0] + p for (i, _, _), p in zip(plan.chunks, prefilled)}
             self.first_token_s[started] = [done_at[i] for i in started.tolist()]
         else:
             self.first_token_s[started] = self.now
@@ -184,7 +185,8 @@ class _Run:
         context = float((self.prompt[running] + self.generated[running]).sum())
         base = c[0] + c[4] * width + c[5] * context
         steps = np.arange(1, remaining + 1)
-        ends = self.now + np.cumsum((base + c[5] * width * (steps - 1)) * self._spread(remaining))
+        work = base + c[5] * width * (steps - 1)
+        ends = self.now + np.cumsum(np.maximum(work + self._noise_s(remaining), 0.0))
         k = remaining
         if (self.arriving or self.moving) and width < self.scheduler.limits.max_running:
             k = min(k, int(np.searchsorted(ends, self._next_event_s())) + 1)
@@ -192,12 +194,13 @@ class _Run:
         self.steps += k
         self._emit(running, k)
 
-    def _spread(self, steps: int) -> np.ndarray:
-        """Each of ``steps`` steps' multiplier: a draw from the spread's quantiles."""
-        if not len(self.spread):
-            return np.ones(steps)
-        grid = np.linspace(0.0, 1.0, len(self.spread))
-        return np.interp(self.rng.random(steps), grid, self.spread)
+    def _noise_s(self, steps: int) -> np.ndarray:
+        """Seconds each of ``steps`` steps takes beyond its cost: draws from the noise's
+        quantiles (a step never takes less than no time)."""
+        if not len(self.noise_s):
+            return np.zeros(steps)
+        grid = np.linspace(0.0, 1.0, len(self.noise_s))
+        return np.interp(self.rng.random(steps), grid, self.noise_s)
 
     def _emit(self, requests: np.ndarray, tokens: int) -> None:
         """``requests`` each produced ``tokens`` tokens by now; those done leave."""

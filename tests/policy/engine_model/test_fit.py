@@ -110,3 +110,16 @@ def test_an_unknown_version_is_named():
     body = EngineModelParams().to_dict() | {"version": 99}
     with pytest.raises(ValueError, match="version 99"):
         EngineModelParams.from_dict(body)
+
+
+def test_the_noise_is_what_steps_took_beyond_their_cost_and_the_replay_adds_it():
+    from kvtier.policy.engine_model.fit import fit_step_noise_s
+
+    steps = synthetic_steps(100, np.random.default_rng(6))
+    slow = [_with_duration(s, s.duration_s + 0.005) for s in steps]  # every step 5 ms late
+    assert fit_step_noise_s(slow, TRUE) == pytest.approx((0.005,) * 41)
+    one = EngineRequests.from_records([RequestRecord("a", 0.0, 10, output_tokens=3, recomputed_tokens=10)])
+    quiet = replay(one, EngineModelParams(StepCost(overhead_s=1.0)))
+    noisy = replay(one, EngineModelParams(StepCost(overhead_s=1.0), step_noise_s=(0.5, 0.5)))
+    assert noisy.ttft_s[0] == pytest.approx(quiet.ttft_s[0] + 0.5)
+    assert noisy.e2e_s[0] == pytest.approx(quiet.e2e_s[0] + 3 * 0.5)  # three steps, each late
