@@ -58,6 +58,7 @@ class ReferenceEngine:
         self._incoming: queue.Queue[Sequence] = queue.Queue()
         self._pending_tiers: queue.Queue[TierConfig] = queue.Queue()
         self._aborts: queue.Queue[tuple[Sequence, str]] = queue.Queue()
+        self.switch_error: str | None = None  # why the last tier switch was not applied
         self.steps = 0  # steps that computed, numbering the step records
 
     # ---- any thread
@@ -210,9 +211,17 @@ class ReferenceEngine:
             tiers = self._pending_tiers.get_nowait()
         self._clear_caches()
         self.kv.close()
-        self.config = self.config.with_tiers(tiers)
-        self.kv = KvCacheManager(self.config, self.device, self.dtype, self._recorder, self.events,
-                                 stats=self.transfers, timer=self._timer)
+        try:
+            self.kv = self._kv_manager(self.config.with_tiers(tiers))
+        except (RuntimeError, MemoryError, OSError) as error:  # the machine changed since the check
+            self.switch_error = f"tiers {tiers.config_id} could not be allocated: {error}"
+            self.kv = self._kv_manager(self.config)  # back to the tiers that worked
+            return
+        self.config, self.switch_error = self.config.with_tiers(tiers), None
+
+    def _kv_manager(self, config: EngineConfig) -> KvCacheManager:
+        return KvCacheManager(config, self.device, self.dtype, self._recorder, self.events,
+                              stats=self.transfers, timer=self._timer)
 
     def _clear_caches(self) -> None:
         """Evict every resident block, tier by tier, recorded and published as evictions."""

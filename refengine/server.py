@@ -188,7 +188,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, {"object": "list", "data": [{"id": MODEL_NAME, "object": "model"}]})
         elif self.path == "/admin/tiers":
             engine = self.owner.engine
-            self._json(200, {**dataclasses.asdict(engine.config.tiers), "switch_pending": engine.switch_pending})
+            self._json(200, {**dataclasses.asdict(engine.config.tiers), "switch_pending": engine.switch_pending,
+                             "switch_error": engine.switch_error})
         else:
             self._json(404, {"error": {"message": f"no route {self.path}"}})
 

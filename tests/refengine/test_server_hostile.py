@@ -153,6 +153,26 @@ def test_a_tier_switch_the_host_cannot_hold_is_refused_naming_the_field(server, 
     assert complete(server, prompt(2))["kvtier"]["tier_config_id"] == before["config_id"]
 
 
+def test_a_switch_that_fails_to_allocate_keeps_the_tiers_that_worked(server, monkeypatch):
+    import kvtier.refengine.engine as engine_module
+
+    real = engine_module.KvCacheManager
+
+    def allocate(config, *args, **kwargs):
+        if config.tiers.config_id == "next":
+            raise RuntimeError("not enough memory: you tried to allocate 819 TB")
+        return real(config, *args, **kwargs)
+
+    monkeypatch.setattr(engine_module, "KvCacheManager", allocate)
+    before = tiers_now(server)
+    data = json.dumps({"gpu_blocks": 12, "cpu_blocks": 4, "config_id": "next"}).encode()
+    assert exchange(server, post_head("/admin/tiers", str(len(data))), data)[0] == 202
+    assert complete(server, prompt(6))["kvtier"]["tier_config_id"] == before["config_id"]
+    after = tiers_now(server)
+    assert after["config_id"] == before["config_id"] and after["switch_pending"] is False
+    assert after["switch_error"].startswith("tiers next could not be allocated: not enough memory")
+
+
 @pytest.fixture
 def long_server():
     """Requests that could generate ~2,000 tokens each; four run at once."""
