@@ -130,3 +130,27 @@ def test_a_frame_above_the_hooks_limit_is_counted_and_logged(caplog):
         tap.close()
     assert tap.stats.bad_frames == 1
     assert "a message of 6004 bytes is above the limit of 4096 bytes" in caplog.text
+
+
+def test_bad_values_an_engine_ships_are_left_out_and_counted_in_the_store(store):
+    from kvtier.collector.shipper import Shipper, ShipperConfig
+    from tests.collector.test_shipper import Collected, endpoint, recorder
+
+    where = endpoint()
+    collected = Collected(store, where)
+    rec = recorder()
+    shipper = Shipper(ShipperConfig(where, interval_s=0.05))
+    shipper.add(rec)
+    try:
+        for i, latency in enumerate([0.001, float("nan"), 1e300, -1e9]):
+            rec.record(Outcome.CPU_PROMOTION, 100 + i, request_id="r", latency_s=latency, time_s=10.0)
+        rec.record(Outcome.GPU_HIT, 200, request_id="r", time_s=float("inf"))
+        rec.record_request(RequestRecord("r", 10.0, 64, gpu_hit_tokens=32, recomputed_tokens=32))
+        collected.wait_for(1, timeout_s=30)
+    finally:
+        shipper.close()
+        collected.runner.stop()
+    assert store.query("SELECT block_hash FROM block_events").column(0).to_pylist() == [100]
+    assert dict(store.rejected_total) == {"negative or NaN latency_s": 2,
+                                          f"latency_s above {MAX_DURATION_S:g}": 1,
+                                          f"time_s above {MAX_TIME_S:g}": 1}
