@@ -33,8 +33,8 @@ def what_if(records: Iterable[RequestRecord], config: SimConfig,
             servers: int = 1) -> WhatIf:
     """Replay ``records`` against ``config``; ``time_scale`` < 1 compresses inter-arrival
     times (a load ramp: 0.5 doubles the request rate); ``servers`` prefill in parallel."""
-    if not time_scale > 0:
-        raise ValueError(f"time_scale must be > 0, got {time_scale!r}")
+    if not (np.isfinite(time_scale) and time_scale > 0):
+        raise ValueError(f"time_scale must be a finite number > 0, got {time_scale!r}")
     arrivals, services = [], []
 
     def price(record: RequestRecord, outcome) -> None:

@@ -155,3 +155,12 @@ def test_prefill_seconds_grow_with_the_position_of_the_recomputed_tokens():
     equal = params.attention_equal_tokens.value
     assert params.prefill_s(int(equal) - 1, 2) == pytest.approx(2 * params.recompute_s(2), rel=1e-3)
     assert params.prefill_s(100, 0) == 0.0
+
+
+@pytest.mark.parametrize("scale", [0, -1.0, float("inf"), float("nan")])
+def test_what_if_refuses_a_time_scale_that_is_not_finite_and_positive(scale):
+    from kvtier.policy.sim.config import SimConfig
+    from kvtier.policy.whatif import what_if
+
+    with pytest.raises(ValueError, match="time_scale must be a finite number > 0"):
+        what_if([], SimConfig(gpu_blocks=1), time_scale=scale)
