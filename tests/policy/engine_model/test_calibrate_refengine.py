@@ -13,11 +13,12 @@ from tests.policy.engine_model.refengine_store import write_store
 
 pytestmark = pytest.mark.timeout(300)
 
-# Measured on this project's shared 2-core host while other suites ran (11 runs, concurrency 4,
-# 120 requests, same seed): held-out TTFT p50 predicted/measured 0.55-5.6, most within 0.9-2.7.
-# The same decode batch takes 1.1-7 ms from one step to the next there, and that noise differs
-# between the halves, so the band only catches a model off by an order of magnitude.
-P50_BAND = (0.2, 10.0)
+# Measured on this project's shared 2-core host while other suites ran (8 runs of this test's
+# store, concurrency 4, 120 requests, and 6 stores of benchmarks/prediction.py's at concurrency
+# 1 and 4): held-out TTFT p50 predicted/measured 0.89-1.86. The same decode batch takes
+# 1.1-7 ms from one step to the next there, and that noise differs between the halves the
+# model is fitted and checked on, so the band leaves about 2x either side.
+P50_BAND = (0.4, 4.0)
 
 
 def test_calibrate_fits_concurrent_reference_engine_traffic_and_predicts_the_later_half(tmp_path, capsys):
