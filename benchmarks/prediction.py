@@ -28,10 +28,10 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from kvtier.cli import main as kvtier  # noqa: E402
-from kvtier.policy.engine_model.params import EngineModelParams  # noqa: E402
-from kvtier.policy.engine_model.step_replay import EngineRequests, replay  # noqa: E402
 from kvtier.policy.engine_model.batch_scheduler import SchedulerLimits  # noqa: E402
+from kvtier.policy.engine_model.params import EngineModelParams  # noqa: E402
 from kvtier.policy.engine_model.step_cost import StepCost  # noqa: E402
+from kvtier.policy.engine_model.step_replay import EngineRequests, replay  # noqa: E402
 from tests.policy.engine_model.refengine_store import write_store  # noqa: E402
 
 # the keys of the --json object (every run prints them; tests/test_benchmarks.py checks)

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvtier.collector.events import RequestRecord, StepRecord
+from kvtier.policy.engine_model.batch_scheduler import SchedulerLimits
+from kvtier.policy.engine_model.closed_loop import engine_requests
 from kvtier.policy.engine_model.fit import fit_engine
 from kvtier.policy.engine_model.params import EngineModelParams
-from kvtier.policy.engine_model.closed_loop import engine_requests
 from kvtier.policy.engine_model.step_replay import replay
-from kvtier.policy.engine_model.batch_scheduler import SchedulerLimits
 
 FIELDS = ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s")
 

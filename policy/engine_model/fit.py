@@ -30,11 +30,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from kvtier.collector.events import RequestRecord, StepRecord
+from kvtier.policy.engine_model.batch_scheduler import SchedulerLimits
 from kvtier.policy.engine_model.closed_loop import engine_requests
 from kvtier.policy.engine_model.params import EngineModelParams
-from kvtier.policy.engine_model.step_replay import replay
-from kvtier.policy.engine_model.batch_scheduler import SchedulerLimits
 from kvtier.policy.engine_model.step_cost import StepCost, step_durations, step_features
+from kvtier.policy.engine_model.step_replay import replay
 
 TTFT_QUANTILES = (10, 25, 50, 75, 90, 95, 99)
 ITL_QUANTILES = (10, 50, 90)

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvtier.collector.events import RequestRecord
-from kvtier.policy.engine_model.params import EngineModelParams
 from kvtier.policy.engine_model.batch_scheduler import BatchScheduler, StepPlan
+from kvtier.policy.engine_model.params import EngineModelParams
 from kvtier.policy.engine_model.transfers import TransferQueues
 
 

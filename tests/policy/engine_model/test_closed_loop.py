@@ -8,8 +8,8 @@ import pytest
 from kvtier.collector.events import RequestRecord
 from kvtier.policy.engine_model.closed_loop import client_chains, engine_requests
 from kvtier.policy.engine_model.params import EngineModelParams
-from kvtier.policy.engine_model.step_replay import replay
 from kvtier.policy.engine_model.step_cost import StepCost
+from kvtier.policy.engine_model.step_replay import replay
 
 
 def record(name: str, arrival_s: float, e2e_s: float) -> RequestRecord:

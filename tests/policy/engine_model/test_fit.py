@@ -10,11 +10,11 @@ import pytest
 
 from kvtier.collector.events import RequestRecord, StepRecord
 from kvtier.policy.cost import measured_cost_params
+from kvtier.policy.engine_model.batch_scheduler import SchedulerLimits
 from kvtier.policy.engine_model.fit import fit_limits, fit_step_cost, fit_step_cost_to_requests
 from kvtier.policy.engine_model.params import EngineModelParams, read_engine_params
-from kvtier.policy.engine_model.step_replay import EngineRequests, replay
-from kvtier.policy.engine_model.batch_scheduler import SchedulerLimits
 from kvtier.policy.engine_model.step_cost import StepCost, step_features
+from kvtier.policy.engine_model.step_replay import EngineRequests, replay
 
 TRUE = StepCost(overhead_s=0.004, prefill_token_s=2e-5, prefill_request_s=5e-4,
                 attention_s=1e-9, decode_request_s=3e-4, decode_context_s=2e-7)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvtier.policy.engine_model.params import EngineModelParams
-from kvtier.policy.engine_model.step_replay import EngineRequests, replay
 from kvtier.policy.engine_model.batch_scheduler import SchedulerLimits
+from kvtier.policy.engine_model.params import EngineModelParams
 from kvtier.policy.engine_model.step_cost import StepCost
+from kvtier.policy.engine_model.step_replay import EngineRequests, replay
 
 
 def requests(*rows) -> EngineRequests:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvtier.policy.engine_model.params import EngineModelParams
-from kvtier.policy.engine_model.step_replay import replay
 from kvtier.policy.engine_model.batch_scheduler import SchedulerLimits
+from kvtier.policy.engine_model.params import EngineModelParams
 from kvtier.policy.engine_model.step_cost import StepCost
+from kvtier.policy.engine_model.step_replay import replay
 from kvtier.policy.engine_model.transfers import TransferLink, ready_s
 from tests.policy.engine_model.test_scheduler import requests
 
