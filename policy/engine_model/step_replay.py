@@ -1,13 +1,15 @@
 """The engine model's replay: requests through transfer queues, a batch scheduler and
 costed steps; TTFT, ITL and end-to-end latency per request come out.
 
-Requests enter at their arrival times (open loop; or, where ``EngineRequests.follows``
-names a predecessor, ``think_s`` after its predicted end: a closed-loop client) with their prompt and output tokens and their tier
-split (from the tier replay, or as recorded). Promotions delay a request until its KV is on
-the GPU (``transfers.py``); then the scheduler (``batch_scheduler.py``) puts it into steps, each
-step costing :class:`~kvtier.policy.engine_model.step_cost.StepCost` of its work. A
-request's first token comes at the end of the step that computes its last prompt token;
-each later one at the end of a step that decodes it. Queueing and batching follow from the
+Requests enter at their arrival times (open loop), or, where ``EngineRequests.follows``
+names a predecessor, ``think_s`` after its predicted end (a closed-loop client), with their
+prompt and output tokens and their tier split (from the tier replay, or as recorded).
+Promotions delay a request until its KV is on the GPU (``transfers.py``); then the scheduler
+(``batch_scheduler.py``) puts it into steps, each step costing
+:class:`~kvtier.policy.engine_model.step_cost.StepCost` of its work plus a draw of the
+fitted step noise. A request's first token comes at the end of the step that computes its
+last prompt token (or right after its own prefill, ``first_token="own_prefill"``); each
+later one at the end of a step that decodes it. Queueing and batching follow from the
 steps; nothing else is added.
 
 Runs of steps that only decode (nothing to prefill, nobody who could join) are advanced in
