@@ -26,12 +26,12 @@ def add_arguments(parser) -> None:
                         help="bind this ZMQ endpoint for SGLang's KV-event publisher (its "
                              "--kv-events-config; the same wire format as vLLM's; repeatable)")
     parser.add_argument("--dynamo-events", action="append", default=[], metavar="ENDPOINT",
-                        help="a Dynamo worker's ZMQ KV-event endpoint (its --zmq-kv-events-ports; "
-                             "the vLLM wire format; it binds, so add --vllm-connect; repeatable)")
+                        help="connect to a Dynamo worker's ZMQ KV-event publisher (it binds its "
+                             "--zmq-kv-events-ports; the vLLM wire format), e.g. "
+                             "tcp://127.0.0.1:5557 (repeatable)")
     parser.add_argument("--vllm-connect", action="store_true",
-                        help="connect to the --vllm-events, --sglang-events and --dynamo-events "
-                             "endpoints instead of binding (for a publisher that binds: an "
-                             "endpoint such as tcp://*:5557)")
+                        help="connect to the --vllm-events and --sglang-events endpoints instead of "
+                             "binding (for a publisher that binds: an endpoint such as tcp://*:5557)")
     parser.add_argument("--trtllm-events", action="append", default=[], metavar="URL",
                         help="poll TensorRT-LLM's /kv_cache_events at this URL (repeatable)")
     parser.add_argument("--scrape", action="append", default=[], metavar="URL[=PROFILE]",
@@ -203,8 +203,7 @@ def _serve(args) -> int:
             warn_if_exposed("collect", "--hooks", host, endpoint.rsplit(":", 1)[-1])
     if not args.vllm_connect:
         for flag, endpoints in (("--vllm-events", args.vllm_events),
-                                ("--sglang-events", args.sglang_events),
-                                ("--dynamo-events", args.dynamo_events)):
+                                ("--sglang-events", args.sglang_events)):
             for endpoint in endpoints:
                 host = zmq_host(endpoint)
                 if host is not None:
@@ -279,9 +278,10 @@ def _taps(args, instance: str, services: list) -> tuple[list, dict[str, str]]:
         from kvtier.probes.vllm.tap import VllmEventTap, VllmTapConfig
 
         replays = tuple(enumerate(args.vllm_replay)) if engine == "vllm" else ()
+        bind = not args.vllm_connect and engine != "dynamo"  # a Dynamo worker binds its publisher
         try:  # the user typed the address: a non-loopback bind is warned about, not refused
             # one store batch per stream per poll: the store's cost is per batch
-            config = VllmTapConfig(endpoints=tuple(endpoints), bind=not args.vllm_connect,
+            config = VllmTapConfig(endpoints=tuple(endpoints), bind=bind,
                                    replay_endpoints=replays, instance=instance, engine=engine,
                                    allow_all_interfaces=True, coalesce_frames=True)
         except ValueError as error:

@@ -111,7 +111,7 @@ def test_collect_stores_the_mockers_kv_events_and_dynamos_metrics(dynamo, tmp_pa
     store = tmp_path / "kvtier.duckdb"
     collector = subprocess.Popen(
         [sys.executable, "-m", "kvtier", "collect", "--store", str(store), "--metrics-port", "0",
-         "--instance", "mocker-0", "--dynamo-events", events, "--vllm-connect",
+         "--instance", "mocker-0", "--dynamo-events", events,
          "--scrape", f"{system_metrics}=dynamo", "--scrape", f"{frontend}/metrics=dynamo",
          "--scrape-interval-s", "0.5", "--stop-grace-s", "10"],
         stdout=subprocess.PIPE, text=True)
