@@ -195,6 +195,11 @@ CASES = [
          "is locked by process", "lock:stores/lonely/kvtier.duckdb"),
     # recommend
     case("recommend-both-inputs", "recommend --out o", 2, "give exactly one of --trace PATH or --store DB"),
+    case("recommend-check-no-store", "recommend --check reco.json", 2, "--check needs --store STORE"),
+    case("recommend-check-missing", "recommend --check reco.json --store stores/kvtier.duckdb", 2,
+         "--check reco.json: No such file or directory"),
+    case("recommend-check-not-one", "recommend --check outfile --store stores/kvtier.duckdb", 2,
+         "--check outfile: ", "file:outfile"),
     case("recommend-empty", "recommend --trace traces/empty.jsonl --format mooncake --out o", 2, "no requests"),
     case("recommend-too-few", "recommend --trace traces/mc300.jsonl --max-requests 10 --out o", 2, "needs at least 40"),
     case("recommend-out-is-file", "recommend --trace traces/mc300.jsonl --out outfile", 2, "--out outfile is a file", "file:outfile"),

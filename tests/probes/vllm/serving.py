@@ -93,6 +93,20 @@ class EngineSetup:
                 "topic": "kv"})]
         return argv
 
+    def serve_yaml(self, model: Path) -> str:
+        """The same flags as a ``vllm serve --config`` file (JSON configs as JSON strings)."""
+        flags = self.argv("python", model)[3:]
+        lines, i = [], 0
+        while i < len(flags):
+            key = flags[i][2:]
+            if i + 1 < len(flags) and not flags[i + 1].startswith("--"):
+                lines.append(f"{key}: {json.dumps(flags[i + 1])}")
+                i += 2
+            else:
+                lines.append(f"{key}: true")
+                i += 1
+        return "# vllm serve --config\n" + "\n".join(lines) + "\n"
+
 
 def build_model(python: str, out: Path) -> Path:
     """The tiny model (``tiny_model.py``), built once into ``out``."""
@@ -107,8 +121,11 @@ class VllmServer:
     """One ``vllm.entrypoints.openai.api_server`` process (see module doc)."""
 
     def __init__(self, python: str, model: Path, setup: EngineSetup, workdir: Path, *,
-                 extra_path: tuple[str, ...] = (), env: dict | None = None):
-        self.python, self.model, self.setup = python, model, setup
+                 extra_path: tuple[str, ...] = (), env: dict | None = None,
+                 config: Path | None = None):
+        """``config``: start from this ``vllm serve --config`` file alone (its port must be
+        ``setup.port``) instead of ``setup``'s flags."""
+        self.python, self.model, self.setup, self.config = python, model, setup, config
         self.workdir = Path(workdir)
         self.url = f"http://127.0.0.1:{setup.port}"
         self.log_path = self.workdir / f"vllm-{setup.port}.log"
@@ -124,7 +141,9 @@ class VllmServer:
         env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                    PYTHONPATH=os.pathsep.join((str(path), *self._extra_path)), **self._env)
         self._log = open(self.log_path, "w")
-        self.process = subprocess.Popen(self.setup.argv(self.python, self.model), env=env,
+        argv = (self.setup.argv(self.python, self.model) if self.config is None else
+                [self.python, "-m", "vllm.entrypoints.openai.api_server", "--config", str(self.config)])
+        self.process = subprocess.Popen(argv, env=env,
                                         stdout=self._log, stderr=subprocess.STDOUT,
                                         cwd=self.workdir)
         return self
@@ -192,7 +211,8 @@ class CollectorProcess:
     """``kvtier collect`` in its own process (the product's collector, as a user runs it)."""
 
     def __init__(self, store: Path, *, hooks: str | None = None, kv_events: str | None = None,
-                 instance: str = "tiny-vllm", segments: Path | None = None):
+                 instance: str = "tiny-vllm", segments: Path | None = None,
+                 scrape: str | None = None):
         self.argv = [sys.executable, "-m", "kvtier", "collect", "--store", str(store),
                      "--metrics-port", "0", "--instance", instance]
         if hooks:
@@ -201,6 +221,8 @@ class CollectorProcess:
             self.argv += ["--vllm-events", kv_events]
         if segments:
             self.argv += ["--segments", str(segments), "--export-every-s", "1"]
+        if scrape:  # the engine's /metrics page, every second
+            self.argv += ["--scrape", scrape, "--scrape-interval-s", "1"]
         self.process: subprocess.Popen | None = None
         self.metrics_url: str | None = None
         self.lines: list[str] = []
@@ -209,7 +231,7 @@ class CollectorProcess:
         self.process = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
         started = threading.Event()
-        taps = self.argv.count("--hooks") + self.argv.count("--vllm-events")
+        taps = self.argv.count("--hooks") + self.argv.count("--vllm-events") + self.argv.count("--scrape")
 
         def read() -> None:
             for line in self.process.stdout:
