@@ -170,6 +170,40 @@ def test_at_concurrency_4_the_store_still_equals_vllms_counters(run, con):
                                         "recomputed": recomputed})
 
 
+def test_step_records_add_up_to_vllms_computed_prompt_tokens(run, con):
+    """One row per scheduler step from the connector: over the load run (engine A, one request
+    at a time) the steps' prefill tokens are vLLM's locally computed prompt tokens, their
+    cached tokens its prefix and external hits, their decodes the tokens after each request's
+    first; engine B's preemptions are vLLM's."""
+    steps = rows(con, f"SELECT * FROM step_records_with_origin WHERE {HOOKS} "
+                      "AND instance = 'tiny-vllm-a' AND time_s BETWEEN ? AND ? ORDER BY step",
+                 run.window)
+    requests = load_requests(con)
+    total_of = lambda name: sum(s[name] for s in steps)  # noqa: E731
+    b = rows(con, f"SELECT sum(preempted_requests) AS preempted, max(running_requests) AS most, "
+                  f"sum(prefill_tokens) AS prefill FROM step_records_with_origin WHERE {HOOKS} "
+                  "AND instance = 'tiny-vllm-b'")[0]
+    seen = {"steps": len(steps), "prefill": (total_of("prefill_tokens"), run.local_compute),
+            "cached": (total_of("cached_tokens"),
+                       sum(r["gpu_hit_tokens"] + r["cpu_promotion_tokens"] for r in requests)),
+            "decodes": (total_of("decode_requests"), sum(r["output_tokens"] - 1 for r in requests)),
+            "prefill_requests": total_of("prefill_requests"),
+            "loaded": (total_of("loaded_bytes"), run.deltas["vllm:kv_offload_load_bytes_total"]),
+            "running": sorted({s["running_requests"] for s in steps}), "engine B": b,
+            "b_vllm": (run.b_counters["preemptions"], run.b_counters["local_compute"])}
+    print("steps vs vLLM:", seen)
+    assert seen["prefill"][0] == seen["prefill"][1] > 0
+    assert seen["cached"][0] == seen["cached"][1] > 0
+    assert seen["decodes"][0] == seen["decodes"][1] > 0
+    assert seen["prefill_requests"] >= engine_run.LOAD_REQUESTS
+    # one request at a time; 0 in a step that only started loads (the request waits for them)
+    assert set(seen["running"]) <= {0, 1} and all(s["waiting_requests"] == 0 for s in steps)
+    assert all(s["duration_s"] is not None and s["duration_s"] > 0 for s in steps)
+    assert seen["loaded"][0] == seen["loaded"][1] > 0
+    assert b["preempted"] == run.b_counters["preemptions"] and b["most"] <= 4
+    assert b["prefill"] >= run.b_counters["local_compute"]  # preempted requests compute again
+
+
 def test_request_records_say_how_each_request_ended_and_what_the_client_sent(run, con):
     requests = load_requests(con)
     assert {r["finish_status"] for r in requests} == {"length"}  # the load probe ignores EOS
