@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -34,28 +33,25 @@ def peer_python(variable: str, make_target: str) -> Path:
 class PeerProcess:
     """One server of a peer, started in its own process group, output to ``log``."""
 
-    def __init__(self, argv: list[str], log: Path, env: dict[str, str] | None = None,
-                 cwd: Path | None = None):
+    def __init__(self, argv: list[str], log: Path, env: dict[str, str] | None = None):
         self.log = log
         self._out = open(log, "wb")
         self.process = subprocess.Popen(argv, stdout=self._out, stderr=subprocess.STDOUT,
-                                        env={**os.environ, **(env or {})}, cwd=cwd,
+                                        env={**os.environ, **(env or {})},
                                         start_new_session=True)
 
-    def wait_http(self, url: str, timeout_s: float = 120.0, *, status_ok: bool = True) -> bytes:
-        """GET ``url`` until it answers 200 (or any status, ``status_ok=False``); fail with
-        the log's tail when the process exits or the time runs out."""
+    def wait_http(self, url: str, timeout_s: float = 120.0) -> bytes:
+        """GET ``url`` until it answers 200; fail with the log's tail when the process exits
+        or the time runs out."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                pytest.fail(f"{self.process.args[:3]} exited {self.process.returncode}:\n{self.tail()}")
+                pytest.fail(f"{self.process.args[:3]} exited {self.process.returncode}:\n"
+                            f"{self.tail()}")
             try:
                 with urllib.request.urlopen(url, timeout=5) as answer:
                     return answer.read()
-            except urllib.error.HTTPError as error:
-                if not status_ok:
-                    return error.read()
-            except OSError:
+            except OSError:  # not listening yet, or an error status
                 pass
             time.sleep(0.5)
         pytest.fail(f"{url} did not answer in {timeout_s:g} s:\n{self.tail()}")

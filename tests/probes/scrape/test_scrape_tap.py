@@ -47,6 +47,19 @@ def test_the_profile_is_guessed_from_the_series_names():
     assert guess_profiles("# nothing\nprocess_cpu_seconds_total 3\n") == ()
 
 
+def test_lmcaches_server_page_and_dynamos_worker_page_are_guessed():
+    """LMCache 0.5.6's ``lmcache server`` page and a Dynamo 1.6.1 worker's system page (which
+    also carries a few ``vllm:`` series), by the names those servers expose."""
+    server = ('lmcache_mp_lookup_hit_tokens_total{model_name="m"} 6144.0\n'
+              'lmcache_mp_l1_usage_ratio{backend="dram",l1_tag="_default"} 0.0\n')
+    worker = ('dynamo_component_requests_total{dynamo_endpoint="generate"} 3\n'
+              'dynamo_component_kv_publisher_zmq_events_total{event_type="stored"} 19\n'
+              'vllm:kv_cache_usage_perc{engine="0",model_name="tiny"} 0\n')
+    assert guess_profiles(server) == ("lmcache",)
+    assert guess_profiles(worker) == ("dynamo", "vllm")
+    assert guess_profiles("dynamo_frontend_requests_total{model=\"tiny\"} 3\n") == ("dynamo",)
+
+
 def test_a_vllm_page_with_lmcache_inside_is_stored_as_intervals(engine):
     tap, store = scraped(engine)
     assert tap.engine == "vllm"
