@@ -57,10 +57,12 @@ def test_the_in_engine_modules_record_and_ship_without_kvtiers_heavy_dependencie
             settings = HookSettings.from_extra_config(
                 {{"kvtier_collector": "{where}", "kvtier_instance": "no-deps"}})
             rec = recorders.recorder_for("engine-1", settings)
+            import time
             acc = accounting.RequestTokenAccounting(rec, 32, model="m")
-            acc.matched("r1", arrival_s=1.0, prompt_tokens=64, gpu_tokens=32, sources={{}})
+            acc.matched("r1", arrival_s=time.time(), prompt_tokens=64, gpu_tokens=32, sources={{}})
             acc.admitted(None, "r1", 0, [b"\\x01" * 32, b"\\x02" * 32])
             acc.finished("r1", status="FINISHED_LENGTH_CAPPED", output_tokens=1)
+            rec.record_step(time.time(), 0, 0.01, prefill_tokens=32, prefill_requests=1)
             recorders.flush(5.0)
             import sys
             print("loaded:", sorted(m for m in sys.modules if m.startswith("kvtier.")))
@@ -75,6 +77,7 @@ def test_the_in_engine_modules_record_and_ship_without_kvtiers_heavy_dependencie
     assert batch.origin.instance == "no-deps"
     assert batch.requests.column("finish_status").to_pylist() == ["length"]
     assert batch.block_events.column("kind").to_pylist() == ["gpu_hit"]
+    assert batch.step_records.column("prefill_tokens").to_pylist() == [32]
 
 
 def test_a_sigterm_handled_by_the_engine_flushes_what_the_recorders_hold(tmp_path):
