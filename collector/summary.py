@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvtier.collector.ddl import BLOCK_EVENTS_TABLE, LEDGER_TABLE, REQUESTS_TABLE
+from kvtier.collector.ddl import BLOCK_EVENTS_TABLE, LEDGER_TABLE, REQUESTS_TABLE, STEP_RECORDS_TABLE
 from kvtier.collector.store import TraceStore
 
 
@@ -15,6 +15,7 @@ def store_summary(store: TraceStore) -> dict:
         "rejected_rows": store.scalar(f"SELECT coalesce(sum(rejected), 0) FROM {LEDGER_TABLE}"),
         "block_events": store.count(BLOCK_EVENTS_TABLE),
         "requests": store.count(REQUESTS_TABLE),
+        "step_records": store.count(STEP_RECORDS_TABLE),
     }
     span = store.query(f"SELECT min(time_s) AS lo, max(time_s) AS hi FROM {BLOCK_EVENTS_TABLE}").to_pylist()[0]
     summary["block_events_span_s"] = (span["hi"] - span["lo"]) if span["lo"] is not None else None
@@ -42,6 +43,7 @@ def segments_summary(root) -> dict:
             return con.sql(sql.format(t=segments_relation(root, table))).fetchall()
 
         (count,), = rows(REQUESTS_TABLE, "SELECT count(*) FROM {t}") or [(0,)]
+        (steps,), = rows(STEP_RECORDS_TABLE, "SELECT count(*) FROM {t}") or [(0,)]
         (events, lo, hi), = rows(BLOCK_EVENTS_TABLE,
                                  "SELECT count(*), min(time_s), max(time_s) FROM {t}") or [(0, None, None)]
         kinds = rows(BLOCK_EVENTS_TABLE, "SELECT CAST(kind AS VARCHAR), count(*) FROM {t} "
@@ -49,6 +51,6 @@ def segments_summary(root) -> dict:
     finally:
         con.close()
     return {"path": str(root), "batches": None, "sources": None, "rejected_rows": None,
-            "block_events": events, "requests": count,
+            "block_events": events, "requests": count, "step_records": steps,
             "block_events_span_s": (hi - lo) if lo is not None else None,
             "block_events_by_kind": dict(kinds)}

@@ -20,6 +20,7 @@ from kvtier.collector.shipment import Shipment, decode, encode
 from kvtier.collector.shipper import Shipper, ShipperConfig
 from kvtier.collector.step_records import read_step_records
 from kvtier.collector.store import TraceStore
+from kvtier.collector.summary import segments_summary, store_summary
 from kvtier.collector.taps import TapRunner
 from tests.conftest import free_port
 
@@ -162,6 +163,8 @@ def test_the_reader_gives_columns_per_instance_from_a_store_and_its_segments(tmp
         store.ingest(EventBatch.from_steps(b, 0, [step(0, prefill_tokens=7)]))
         live = read_step_records(store)
         export_segments(store, tmp_path / "segments")
+        assert store_summary(store)["step_records"] == 3
+    assert segments_summary(tmp_path / "segments")["step_records"] == 3
     from_file = read_step_records(tmp_path / "s.duckdb")
     from_segments = read_step_records(tmp_path / "segments")
     for tables in (live, from_file, from_segments):
