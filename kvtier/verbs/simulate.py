@@ -162,10 +162,23 @@ def _replay(args, records, block_tokens: int, model) -> tuple[dict, object]:
     if not args.prefill_servers >= 1:
         raise KvtierError(f"--prefill-servers must be >= 1, got {args.prefill_servers}")
     outcome = what_if(records, config, _cost_params(args.cost_params, CostParams(model=model)),
-                      time_scale=args.time_scale, servers=args.prefill_servers)
+                      time_scale=args.time_scale, servers=args.prefill_servers,
+                      engine=_engine_params(args.cost_params))
     return {"policy": args.policy, "semantics": config.semantics, "block_tokens": block_tokens,
             "gpu_blocks": config.gpu_blocks, "cpu_blocks": config.cpu_blocks,
             "cold_blocks": config.cold_blocks, **outcome.to_dict()}, outcome
+
+
+def _engine_params(path):
+    """The engine model's parameters in a ``--cost-params`` file (None without the section)."""
+    if not path:
+        return None
+    from kvtier.policy.engine_model.params import read_engine_params
+
+    try:
+        return read_engine_params(path)
+    except ValueError as error:
+        raise KvtierError(f"--cost-params {error}") from None
 
 
 def _cost_params(path, base):

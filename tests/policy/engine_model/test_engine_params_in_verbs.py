@@ -1,5 +1,5 @@
-"""`kvtier recommend --cost-params FILE` with an ``engine_model`` section: the expected TTFT
-levels come from the step-level engine model; without the section, from the FIFO queue."""
+"""`kvtier simulate|recommend --cost-params FILE` with an ``engine_model`` section: TTFT comes
+from the step-level engine model; without the section, from the FIFO queue."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from kvtier.cli import main
 from kvtier.policy.engine_model.batch_scheduler import SchedulerLimits
 from kvtier.policy.engine_model.params import EngineModelParams
 from kvtier.policy.engine_model.step_cost import StepCost
@@ -36,3 +37,25 @@ def test_expected_ttft_comes_from_the_engine_model_when_its_parameters_are_given
     assert docs["plain"]["ttft_p50_s"]["baseline"] < 1.0
     # the token split is the tier replay's either way
     assert docs["stepped"]["gpu_hit_tokens"] == docs["plain"]["gpu_hit_tokens"]
+
+
+def test_simulate_estimates_ttft_with_the_engine_model_when_its_parameters_are_given(tmp_path, capsys):
+    trace = write_mooncake(tmp_path / "t.jsonl", conversations(200, seed=9, block_tokens=512))
+    body = {"probe": "calibrate", "kv_bytes_per_token": 131072, "cost_params": {}}
+    engine = EngineModelParams(StepCost(overhead_s=1.0), SchedulerLimits(max_running=256),
+                               kv_bytes_per_token=131072)
+    plain, stepped = tmp_path / "plain.json", tmp_path / "stepped.json"
+    plain.write_text(json.dumps(body))
+    stepped.write_text(json.dumps(body | {"engine_model": engine.to_dict()}))
+    out = {}
+    for name, path in (("plain", plain), ("stepped", stepped)):
+        assert main(["simulate", "--trace", str(trace), "--policy", "vllm", "--gpu-tokens", "1e6",
+                     "--cost-params", str(path), "--json"]) == 0
+        out[name] = json.loads(capsys.readouterr().out)
+    assert out["stepped"]["ttft_p50_s"] >= 1.0 > out["plain"]["ttft_p50_s"]
+    assert out["stepped"]["parameter_sources"]["engine_model"] == "calibrated"
+    assert out["stepped"]["token_hit_ratio"] == out["plain"]["token_hit_ratio"]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(body | {"engine_model": {"version": 99}}))
+    assert main(["simulate", "--trace", str(trace), "--gpu-tokens", "1e6", "--cost-params", str(bad)]) == 2
+    assert "version 99" in capsys.readouterr().err
