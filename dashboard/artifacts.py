@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from kvtier.collector.exports.recommendation import CHECK_FILE
 from kvtier.policy.recommend.recommendation import Recommendation as TypedRecommendation
 from kvtier.policy.recommend.recommendation import from_json
 
@@ -55,7 +56,8 @@ class RecommendationFolder:
     :class:`kvtier.policy.recommend.recommendation.Recommendation` (``None`` when the file is not in
     that format: ``problem`` says why and ``doc`` holds it raw); ``configs`` are the engine
     configs next to it as (file name, language, text); ``plots`` the report's PNGs;
-    ``report`` the text of ``report.md`` if present."""
+    ``report`` the text of ``report.md`` if present; ``check`` what ``kvtier recommend
+    --check`` last said of it (its ``--json`` object), if it ran."""
 
     doc: dict
     rec: TypedRecommendation | None
@@ -63,6 +65,7 @@ class RecommendationFolder:
     configs: tuple[tuple[str, str, str], ...]
     plots: tuple[Path, ...] = ()
     report: str | None = None
+    check: dict | None = None
 
 
 def load_whatif(folder: Path) -> WhatIf | None:
@@ -156,4 +159,14 @@ def load_recommendation(folder: Path) -> RecommendationFolder | None:
     report = folder / "report.md"
     return RecommendationFolder(doc, rec, problem, configs,
                                 tuple(p for p in files if p.suffix == ".png"),
-                                report.read_text(errors="replace") if report.is_file() else None)
+                                report.read_text(errors="replace") if report.is_file() else None,
+                                _check(folder / CHECK_FILE))
+
+
+def _check(path: Path) -> dict | None:
+    """The check's verdict; ``None`` when it never ran or its file cannot be read."""
+    try:
+        check = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return check if isinstance(check, dict) and isinstance(check.get("promises"), list) else None

@@ -1,7 +1,9 @@
 """The current recommendation as labels for ``kvtier_recommendation_info``.
 
 Reads the ``recommendation.json`` that ``kvtier recommend`` writes, at scrape time, and only
-again when the file changes, so a new recommendation shows up without a restart.
+again when the file changes, so a new recommendation shows up without a restart. Once
+``kvtier recommend --check`` has judged it, the ``recommendation.check.json`` beside it adds
+the label ``promises``: ``held``, ``not_held`` or ``too_few`` (requests to judge it yet).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import logging
 from pathlib import Path
 
 log = logging.getLogger(__name__)
+CHECK_FILE = "recommendation.check.json"  # what kvtier recommend --check writes beside it
 
 
 class RecommendationLabels:
@@ -26,9 +29,12 @@ class RecommendationLabels:
             stat = self.path.stat()
         except FileNotFoundError:
             return None
-        if self._seen != (stat.st_mtime, stat.st_size):
-            self._seen = (stat.st_mtime, stat.st_size)
+        seen = (stat.st_mtime, stat.st_size, _stamp(self.path.with_name(CHECK_FILE)))
+        if self._seen != seen:
+            self._seen = seen
             self._labels = self._read()
+            if self._labels is not None:
+                self._labels.update(_promises(self.path.with_name(CHECK_FILE)))
         return self._labels
 
     def _read(self) -> dict[str, str] | None:
@@ -43,6 +49,26 @@ class RecommendationLabels:
         if verdict is not None:
             labels["verdict"] = str(verdict)
         return labels
+
+
+def _stamp(path: Path) -> tuple[float, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_mtime, stat.st_size
+
+
+def _promises(path: Path) -> dict[str, str]:
+    """``{"promises": held|not_held|too_few}`` from the check's verdict, ``{}`` without one."""
+    try:
+        held = json.loads(path.read_text()).get("held", "absent")
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, AttributeError) as error:
+        log.warning("cannot read the recommendation's check %s: %s", path, error)
+        return {}
+    return {"promises": {True: "held", False: "not_held", None: "too_few"}.get(held, "too_few")}
 
 
 def _text(value) -> str:

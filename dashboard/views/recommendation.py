@@ -45,6 +45,7 @@ def render(ctx: PageContext) -> None:
     _settings(rec)
     _inputs(rec)
     _ttft(rec)
+    _promises(loaded.check)
     _sizes(rec)
     _tokens(rec)
     _host_and_cold(rec)
@@ -106,6 +107,29 @@ def _ttft(rec: Recommendation) -> None:
         rows.append({"quantile": quantile, "change_ms": c.change * 1e3, "low_ms": c.low * 1e3,
                      "high_ms": c.high * 1e3})
     chart(pd.DataFrame(rows), charts.ttft_change())
+
+
+def _promises(check: dict | None) -> None:
+    """What ``kvtier recommend --check`` last said: each prediction against the measurement
+    on the requests under the pushed tier configuration."""
+    if check is None:
+        return
+    st.subheader("Did it hold?")
+    held = check.get("held")
+    words = (f"{check.get('requests')} requests under `{check.get('tier_config')}`; predicted "
+             f"for {check.get('basis')}")
+    if held is None:
+        st.info(f"Not judged yet: {words}; {check.get('more_needed')} more needed.")
+    else:
+        (st.success if held else st.error)(
+            f"{'Every prediction held' if held else 'A prediction did not hold'}: {words}.")
+    st.table(pd.DataFrame([{"metric": p.get("metric"), "predicted": p.get("predicted"),
+                            "low": p.get("low"), "high": p.get("high"),
+                            "measured": p.get("measured"),
+                            "held": {True: "held", False: "outside", None: ""}.get(p.get("held"), "")}
+                           for p in check["promises"]]).set_index("metric"))
+    st.caption("kvtier recommend --check RECOMMENDATION --store STORE writes this; the first "
+               "share of requests, which warms the new tiers, is left out as in the prediction.")
 
 
 def _sizes(rec: Recommendation) -> None:

@@ -4,7 +4,9 @@ on the requests it served under the recommended tier configuration
 (:mod:`kvtier.policy.recommend.promises`).
 
 Exit 0: every promise held; 3: too few requests under that configuration yet (the line says
-how many more); 4: a promise did not hold.
+how many more); 4: a promise did not hold. The verdict is also written beside the
+recommendation, as ``recommendation.check.json``, where the collector
+(``--recommendation``) exports it and the dashboard shows it.
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ def run_check(args) -> int:
         print(json.dumps(_as_json(result)))
     else:
         _print(result, args.check)
+    from kvtier.collector.exports.recommendation import CHECK_FILE
+
+    _keep(result, Path(args.check).with_name(CHECK_FILE), quiet=args.json)
     if not result.enough or result.held is None:
         return TOO_FEW
     return HELD if result.held else BROKEN
@@ -103,6 +108,23 @@ def _records(store: str, config: str, instance: str | None) -> list:
     if getattr(reader, "note", None):  # a locked store read through its segments
         print(f"kvtier recommend: note: {reader.note}", file=sys.stderr, flush=True)
     return list(reader.requests())
+
+
+def _keep(result, path: Path, quiet: bool) -> None:
+    """The verdict beside the recommendation, replaced in one rename; a folder that cannot
+    be written is said, not fatal (the verdict was printed)."""
+    import os
+
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        partial.write_text(json.dumps(_as_json(result), indent=2) + "\n")
+        os.replace(partial, path)
+    except OSError as error:
+        print(f"kvtier recommend: note: {path} not written: {error.strerror or error}",
+              file=sys.stderr)
+        return
+    if not quiet:
+        print(f"wrote {path}")
 
 
 def _as_json(result) -> dict:

@@ -210,6 +210,25 @@ def test_recommendation_without_budgets_says_there_is_no_rule(monkeypatch, full_
     assert any("no rollback budgets" in i.value for i in at.info)
 
 
+CHECKED = {"tier_config": "gpu+cpu:12779520", "requests": 80, "needed": 80, "more_needed": 0,
+           "warmup": 37, "basis": "vLLM's CPU tier", "held": False, "promises": [
+               {"metric": "token_hit_ratio", "predicted": 0.89, "low": 0.87, "high": 0.91,
+                "measured": 0.89, "held": True},
+               {"metric": "ttft_p99_s", "predicted": 0.026, "low": 0.016, "high": 0.036,
+                "measured": 0.073, "held": False}]}
+
+
+def test_recommendation_shows_what_its_check_said(monkeypatch, full_segments, tmp_path):
+    folder = write_recommendation(tmp_path / "reco", ttft_p99_budget_s=None)
+    (folder / "recommendation.check.json").write_text(json.dumps(CHECKED))
+    at = open_page(monkeypatch, full_segments, "recommendation", recommendation=folder)
+    assert any("A prediction did not hold: 80 requests under `gpu+cpu:12779520`" in e.value
+               for e in at.error)
+    held = [t for t in at.table if "ttft_p99_s" in t.value.index][0].value
+    assert list(held["held"]) == ["held", "outside"]
+    assert all('"tier_config"' not in c.value for c in at.code)  # not shown as an engine config
+
+
 def test_a_recommendation_in_another_format_is_shown_raw_with_the_reason(monkeypatch, full_segments,
                                                                          tmp_path):
     folder = tmp_path / "reco"

@@ -97,6 +97,20 @@ def test_recommendation_file_becomes_an_info_metric_and_follows_changes(tmp_path
     assert labels() is None
 
 
+def test_the_recommendations_check_is_a_label_of_its_info_metric(tmp_path):
+    import json
+
+    from kvtier.collector.exports.recommendation import CHECK_FILE, RecommendationLabels
+
+    path = tmp_path / "recommendation.json"
+    path.write_text(json.dumps({"settings": {"cpu_tier_bytes": 65536}, "evidence": {"verdict": "offload"}}))
+    labels = RecommendationLabels(path)
+    assert "promises" not in labels()  # not checked yet
+    for held, label in ((None, "too_few"), (True, "held"), (False, "not_held")):
+        (tmp_path / CHECK_FILE).write_text(json.dumps({"held": held, "promises": []}) + " " * len(label))
+        assert labels()["promises"] == label  # the check's file changed: read again
+
+
 def offload_batch(origin, sequence, stored, evicted, gpu_stored=()):
     """A source's view of CPU offloads: stores GPU->CPU, evictions from CPU, and (the KV-event
     tap only) stores into the GPU."""

@@ -170,6 +170,8 @@ def test_recommend_check_waits_then_judges(recommended, tmp_path, capsys):
     assert run(["--check", str(reco), "--store", str(copy), "--json"]) == 0
     answer = json.loads(capsys.readouterr().out)
     assert answer["tier_config"] == config and answer["held"] is True
+    kept = json.loads(reco.with_name("recommendation.check.json").read_text())
+    assert kept == answer  # beside the recommendation, for the collector and the dashboard
     assert answer["promises"][0]["metric"] == "token_hit_ratio"
 
 
