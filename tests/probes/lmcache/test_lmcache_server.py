@@ -33,7 +33,8 @@ CHUNK_TOKENS, LOOKUP_TOKENS = 256, 1024
 CHUNK_BYTES = 1 << 20  # the what-if's bytes per chunk: capacities are whole chunks
 COUNTERS = ("lmcache_mp_lookup_requested_tokens_total", "lmcache_mp_lookup_hit_tokens_total",
             "lmcache_mp_lookup_hit_l1_tokens_total", "lmcache_mp_lookup_hit_l2_tokens_total",
-            "lmcache_mp_lookups_requests_total")
+            "lmcache_mp_lookups_requests_total", "lmcache_mp_l1_write_chunks_total",
+            "lmcache_mp_l1_read_chunks_total")
 QUIET = {**os.environ, "LMCACHE_DISABLE_BANNER": "1"}
 
 
@@ -121,6 +122,7 @@ def test_collect_scrape_stores_the_servers_lookup_counters(lmcache, tmp_path):
     assert grew["lmcache_mp_lookups_requests_total"] == 12  # 6 sequences, cold and warm
     assert grew["lmcache_mp_lookup_requested_tokens_total"] == 12 * LOOKUP_TOKENS
     assert grew["lmcache_mp_lookup_hit_tokens_total"] >= 6 * LOOKUP_TOKENS  # every warm one
+    assert grew["lmcache_mp_l1_write_chunks_total"] > 0
     assert {name: stored.get(name, 0.0) for name in COUNTERS} == grew
 
 
