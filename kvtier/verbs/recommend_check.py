@@ -37,6 +37,7 @@ def add_arguments(parser) -> None:
 
 def run_check(args) -> int:
     """The verb's glue: read the recommendation and the store, print the verdict."""
+    from kvtier.collector.exports.recommendation import CHECK_FILE
     from kvtier.policy.recommend.promises import check_promises
 
     if not args.store:
@@ -55,8 +56,6 @@ def run_check(args) -> int:
         print(json.dumps(_as_json(result)))
     else:
         _print(result, args.check)
-    from kvtier.collector.exports.recommendation import CHECK_FILE
-
     _keep(result, Path(args.check).with_name(CHECK_FILE), quiet=args.json)
     if not result.enough or result.held is None:
         return TOO_FEW
