@@ -16,7 +16,9 @@ trap 'rm -rf "$wheels"' EXIT
 "$VENV/bin/pip" download --quiet --no-deps --only-binary :all: --dest "$wheels" \
     ai-dynamo==1.6.1 ai-dynamo-runtime==1.6.1
 "$VENV/bin/pip" install --quiet --no-deps "$wheels"/*.whl
-"$VENV/bin/pip" install --quiet aiohttp msgspec prometheus-client pyzmq redis tqdm \
-    typing-extensions zstandard "pydantic<=2.13.5" uvloop pyyaml packaging
+# the versions these tests were run against (pinned: no resolver search, the same set each time)
+"$VENV/bin/pip" install --quiet aiohttp==3.14.5 msgspec==0.23.0 prometheus_client==0.26.0 \
+    pyzmq==27.3.0 redis==8.1.0 tqdm==4.70.1 typing_extensions==4.16.0 zstandard==0.25.0 \
+    pydantic==2.13.5 uvloop==0.23.0 PyYAML==6.0.4 packaging==26.4
 "$VENV/bin/python" -c "import dynamo.mocker, dynamo.frontend; print('Dynamo 1.6.1 mocker environment ready')"
 echo "built $VENV in $(( $(date +%s) - started )) s"
