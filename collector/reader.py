@@ -15,7 +15,8 @@ import duckdb
 
 from kvtier.collector.columns import REQUEST_COLUMNS
 from kvtier.collector.ddl import BLOCK_EVENTS_TABLE, REQUESTS_TABLE, TABLE_COLUMNS, WITH_ORIGIN
-from kvtier.collector.events import LOOKUP_OUTCOMES, RequestRecord
+from kvtier.collector.block_kinds import LOOKUP_OUTCOMES
+from kvtier.collector.events import RequestRecord
 from kvtier.collector.segments import has_segments, segments_of, segments_relation
 from kvtier.collector.store import TraceStore
 from kvtier.collector.storefile import StoreLockedError

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kvtier.collector.events import LOOKUP_OUTCOMES
+from kvtier.collector.block_kinds import LOOKUP_OUTCOMES
 from kvtier.dashboard.data import SEEN, SERVED, Filters, SegmentData, and_where, bucket_width_s, empty_frame
 
 # Lookup outcomes in order of quality (best first), for stacking and colours.

@@ -6,7 +6,7 @@ import hashlib
 import struct
 from typing import Sequence
 
-from kvtier.collector.events import block_hash_from_bytes
+from kvtier.collector.block_kinds import block_hash_from_bytes
 
 _ROOT = b"kvtier-reference-engine"
 

@@ -36,7 +36,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Callable
 
-from kvtier.collector.events import Outcome, RequestRecord, Tier, block_hash_from_bytes
+from kvtier.collector.block_kinds import block_hash_from_bytes
+from kvtier.collector.events import Outcome, RequestRecord, Tier
 
 _COLD_SOURCES = ("disk", "p2p")
 # vLLM RequestStatus names -> the schema's finish_status (FINISHED_IGNORED: a prompt longer than

@@ -9,7 +9,7 @@ Wire format (vLLM 0.33.0, ``vllm/distributed/kv_events.py``; see
 * legacy array-encoded: ``["BlockStored", block_hashes, parent, token_ids, block_size, ...]``.
 
 Hashes are uint64 ints (vLLM's default) or the raw digest bytes, folded with
-:func:`kvtier.collector.events.block_hash_from_bytes`. ``medium`` GPU/CPU/STORAGE maps to the
+:func:`kvtier.collector.block_kinds.block_hash_from_bytes`. ``medium`` GPU/CPU/STORAGE maps to the
 GPU/CPU/COLD tiers; a missing medium means GPU (older vLLM had no such field).
 
 Mapping to the schema (one row of :class:`BlockEvent` fields per block hash; rows are dicts,
@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from kvtier.collector.events import UINT64_MAX, Outcome, Tier, block_hash_from_bytes
+from kvtier.collector.block_kinds import UINT64_MAX, Outcome, Tier, block_hash_from_bytes
 
 SEQ_BYTES = 8
 #: The replay server's end-of-replay marker: seq -1 as a signed 8-byte int, empty payload.

@@ -8,9 +8,9 @@ import typing
 import pytest
 
 from kvtier.collector.batch import EventBatch
+from kvtier.collector.block_kinds import block_hash_from_bytes, parse_outcome, parse_tier
 from kvtier.collector.events import (
-    BlockEvent, MetricInterval, Outcome, RequestRecord, StepRecord, Tier, block_hash_from_bytes,
-    parse_outcome, parse_tier,
+    BlockEvent, MetricInterval, Outcome, RequestRecord, StepRecord, Tier,
 )
 
 TABLES = [(BlockEvent, "block_events"), (RequestRecord, "requests"),
