@@ -27,12 +27,11 @@ from kvtier.refengine.api import ApiError, chunk_body, completion_body, parse_co
 from kvtier.refengine.config import EngineConfig, TierConfig
 from kvtier.refengine.engine import ReferenceEngine
 from kvtier.refengine.metrics import EngineMetrics
+from kvtier.refengine.request_body import MAX_BODY_BYTES, content_length, parse_json
 from kvtier.refengine.sequence import Sequence
 
 log = logging.getLogger(__name__)
 MODEL_NAME = "kvtier-reference"
-MAX_BODY_BYTES = 8 << 20  # a prompt of token ids for the longest context is far below this
-MAX_JSON_DEPTH = 64
 SOCKET_TIMEOUT_S = 60.0  # a client that stops sending (or reading) mid-request is let go
 CLIENT_GONE = "the client disconnected"
 CLIENT_CHECK_S = 0.2  # how often a waiting request looks whether its client is still there
@@ -221,7 +220,7 @@ class _Handler(BaseHTTPRequestHandler):
         MAX_BODY_BYTES (the body is not read then, and the connection closes)."""
         if self.headers.get("Transfer-Encoding"):
             raise ApiError("chunked request bodies are not accepted; send Content-Length", 411)
-        length = _content_length(self.headers.get_all("Content-Length") or [])
+        length = content_length(self.headers.get_all("Content-Length") or [])
         if length > MAX_BODY_BYTES:
             self.close_connection = True
             raise ApiError(f"body of {length} bytes exceeds the limit of {MAX_BODY_BYTES} bytes", 413)
@@ -362,51 +361,3 @@ class _HttpServer(ThreadingHTTPServer):
         import sys
 
         log.debug("connection from %s failed: %s", client_address, sys.exc_info()[1])
-
-
-def _content_length(values: list[str]) -> int:
-    if not values:
-        return 0
-    if len(set(values)) > 1:
-        raise ApiError(f"conflicting Content-Length headers {values}")
-    text = values[0].strip()
-    if not text.isascii() or not text.isdigit():
-        raise ApiError(f"Content-Length must be a whole number of bytes >= 0, got {text!r}")
-    return int(text)
-
-
-def parse_json(data: bytes):
-    """``json.loads`` with nesting bounded to MAX_JSON_DEPTH (checked before parsing when the
-    body opens that many arrays or objects at all), errors as 400s."""
-    if data.count(b"[") + data.count(b"{") > MAX_JSON_DEPTH and json_depth(data) > MAX_JSON_DEPTH:
-        raise ApiError(f"body nests deeper than {MAX_JSON_DEPTH} levels")
-    try:
-        return json.loads(data)
-    except RecursionError:
-        raise ApiError(f"body nests deeper than {MAX_JSON_DEPTH} levels") from None
-    except ValueError as error:  # JSONDecodeError, or bytes that are no Unicode
-        raise ApiError(f"body is not JSON: {getattr(error, 'msg', error)}") from None
-
-
-def json_depth(data: bytes) -> int:
-    """The deepest nesting of arrays and objects in ``data``, ignoring brackets in strings."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for byte in data:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:  # backslash
-                escaped = True
-            elif byte == 0x22:  # quote
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):
-            depth += 1
-            deepest = max(deepest, depth)
-            if deepest > MAX_JSON_DEPTH:
-                break  # deep enough to refuse
-        elif byte in (0x5D, 0x7D):
-            depth -= 1
-    return deepest
