@@ -28,7 +28,10 @@ class EngineModelParams:
 
     ``step_noise_s``: quantiles (evenly spaced, 0th to 100th) of a step's measured duration
     less the step cost's, in seconds; the replay adds a draw from them to each step (a
-    loaded host's slow steps). Empty: every step costs exactly the step cost."""
+    loaded host's slow steps). Empty: every step costs exactly the step cost.
+    ``prefill_step_noise_s``: the same for the steps that prefill, when measured apart (their
+    spread is several times a decode step's: a mixed step's prefill costs vary more than the
+    step cost's line follows); empty: they draw from ``step_noise_s`` too."""
 
     step_cost: StepCost = field(default_factory=StepCost)
     limits: SchedulerLimits = field(default_factory=SchedulerLimits)
@@ -37,6 +40,7 @@ class EngineModelParams:
     kv_bytes_per_token: int = 131072
     fitted_from: str = "given"
     step_noise_s: tuple[float, ...] = ()
+    prefill_step_noise_s: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.fitted_from not in FITTED_FROM:
@@ -45,15 +49,17 @@ class EngineModelParams:
         if isinstance(self.kv_bytes_per_token, bool) or not isinstance(self.kv_bytes_per_token, int) \
                 or self.kv_bytes_per_token < 1:
             raise ValueError(f"kv_bytes_per_token must be an int >= 1, got {self.kv_bytes_per_token!r}")
-        noise = self.step_noise_s
-        if len(noise) == 1 or list(noise) != sorted(noise):
-            raise ValueError(f"step_noise_s must be empty or >= 2 non-decreasing seconds, got {noise!r}")
+        for name in ("step_noise_s", "prefill_step_noise_s"):
+            noise = getattr(self, name)
+            if len(noise) == 1 or list(noise) != sorted(noise):
+                raise ValueError(f"{name} must be empty or >= 2 non-decreasing seconds, got {noise!r}")
 
     def to_dict(self) -> dict:
         return {"version": VERSION, "fitted_from": self.fitted_from,
                 "step_cost": self.step_cost.to_dict(), "limits": self.limits.to_dict(),
                 "cpu_link": self.cpu_link.to_dict(), "cold_link": self.cold_link.to_dict(),
-                "kv_bytes_per_token": self.kv_bytes_per_token, "step_noise_s": list(self.step_noise_s)}
+                "kv_bytes_per_token": self.kv_bytes_per_token, "step_noise_s": list(self.step_noise_s),
+                "prefill_step_noise_s": list(self.prefill_step_noise_s)}
 
     @classmethod
     def from_dict(cls, body: dict) -> EngineModelParams:
@@ -65,7 +71,8 @@ class EngineModelParams:
             return cls(StepCost(**body["step_cost"]), SchedulerLimits(**body["limits"]),
                        TransferLink(**body["cpu_link"]), TransferLink(**body["cold_link"]),
                        int(body["kv_bytes_per_token"]), body["fitted_from"],
-                       tuple(float(v) for v in body.get("step_noise_s", ())))
+                       tuple(float(v) for v in body.get("step_noise_s", ())),
+                       tuple(float(v) for v in body.get("prefill_step_noise_s", ())))
         except (KeyError, TypeError) as error:
             raise ValueError(f"engine_model section is malformed: {error}") from None
 

@@ -2,7 +2,15 @@
 
 ``duration_s = overhead_s + prefill_token_s * prefill tokens + prefill_request_s * prefill
 requests + attention_s * prefill attention + decode_request_s * decode requests +
-decode_context_s * decode context tokens``, every coefficient >= 0.
+decode_context_s * decode context tokens + decode_pass_s * decode passes``, every
+coefficient >= 0.
+
+A *decode pass* is 1 in a step that decodes anything, else 0: an engine decodes its running
+requests in one batched forward pass whose fixed cost is paid once however many decode. It is
+kept apart from ``overhead_s`` (paid by every step, before its prefills) because an engine
+that emits a prompt's first token right after its own prefill (the reference engine) runs the
+decode pass after the step's prefills: folded into the overhead, it would delay every first
+token by a decode pass it never waits for.
 
 *Prefill attention* is the sum over a step's prefill chunks of ``n * (c + n / 2)`` for a
 chunk of ``n`` tokens after ``c`` tokens of context: the token-position pairs attention
@@ -21,7 +29,7 @@ import numpy as np
 from kvtier.collector.events import StepRecord
 
 FEATURES = ("steps", "prefill_tokens", "prefill_requests", "prefill_attention",
-            "decode_requests", "decode_context_tokens")
+            "decode_requests", "decode_context_tokens", "decode_passes")
 
 
 @dataclass(frozen=True)
@@ -34,6 +42,7 @@ class StepCost:
     attention_s: float = 0.0
     decode_request_s: float = 0.0
     decode_context_s: float = 0.0
+    decode_pass_s: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -65,7 +74,9 @@ def step_features(steps: Sequence[StepRecord]) -> np.ndarray:
     tokens, requests, context = rows[:, 0], rows[:, 1], rows[:, 2]
     per_request = np.maximum(requests, 1.0)
     attention = tokens * (context + tokens / 2) / per_request  # equal chunks
-    return np.column_stack([np.ones(len(rows)), tokens, requests, attention, rows[:, 3], rows[:, 4]])
+    passes = (rows[:, 3] > 0).astype(float)
+    return np.column_stack([np.ones(len(rows)), tokens, requests, attention, rows[:, 3], rows[:, 4],
+                            passes])
 
 
 def step_durations(steps: Sequence[StepRecord]) -> np.ndarray:

@@ -7,8 +7,10 @@ prompt and output tokens and their tier split (from the tier replay, or as recor
 Promotions delay a request until its KV is on the GPU (``transfers.py``); then the scheduler
 (``batch_scheduler.py``) puts it into steps, each step costing
 :class:`~kvtier.policy.engine_model.step_cost.StepCost` of its work plus a draw of the
-fitted step noise. A request's first token comes at the end of the step that computes its
-last prompt token (or right after its own prefill, ``first_token="own_prefill"``); each
+fitted step noise (the prefill steps' own, where fitted apart), which stretches the step's
+work evenly. A request's first token comes at the end of the step that computes its
+last prompt token (or right after its own prefill, ``first_token="own_prefill"``: after the
+step's overhead and the prefills before it, before the decode pass); each
 later one at the end of a step that decodes it. Queueing and batching follow from the
 steps; nothing else is added.
 
@@ -112,6 +114,8 @@ class _Run:
                  rng: np.random.Generator):
         self.coefficients = params.step_cost.coefficients
         self.noise_s, self.rng = np.asarray(params.step_noise_s, dtype=float), rng
+        prefill_noise = params.prefill_step_noise_s or params.step_noise_s
+        self.prefill_noise_s = np.asarray(prefill_noise, dtype=float)
         compute = np.maximum(requests.recompute_tokens, 1)  # the last prompt token is always computed
         self.prompt = np.maximum(requests.prompt_tokens, compute)
         self.outputs = requests.output_tokens
@@ -166,13 +170,18 @@ class _Run:
         decoding = np.fromiter(plan.decoding, dtype=np.int64, count=len(plan.decoding))
         context = float((self.prompt[decoding] + self.generated[decoding]).sum())
         prefill_s = float(prefilled[-1]) if len(prefilled) else 0.0
-        work_s = c[0] + prefill_s + c[4] * len(decoding) + c[5] * context
-        start = self.now + max(float(self._noise_s(1)[0]), -work_s)  # a slow step waits first
-        self.now = start + work_s
+        decode_s = c[4] * len(decoding) + c[5] * context + (c[6] if len(decoding) else 0.0)
+        work_s = c[0] + prefill_s + decode_s  # overhead, the prefills in turn, the decode pass
+        # a host's stall lands anywhere in the step: its noise stretches the step's work
+        # evenly, so a prefill run first sees only its share of it
+        noise = self.prefill_noise_s if plan.chunks else self.noise_s
+        taken_s = max(work_s + float(self._noise_s(1, noise)[0]), 0.0)
+        stretch = taken_s / work_s if work_s > 0 else 1.0
+        start, self.now = self.now, self.now + taken_s
         self.steps += 1
         started = np.array(self.scheduler.computed(plan), dtype=np.int64)
         if self.own_prefill and len(started):
-            done_at = {i: start + c[0] + p for (i, _, _), p in zip(plan.chunks, prefilled)}
+            done_at = {i: start + (c[0] + p) * stretch for (i, _, _), p in zip(plan.chunks, prefilled)}
             self.first_token_s[started] = [done_at[i] for i in started.tolist()]
         else:
             self.first_token_s[started] = self.now
@@ -185,10 +194,10 @@ class _Run:
         width = len(running)
         remaining = int((self.outputs[running] - self.generated[running]).min())
         context = float((self.prompt[running] + self.generated[running]).sum())
-        base = c[0] + c[4] * width + c[5] * context
+        base = c[0] + c[4] * width + c[5] * context + c[6]
         steps = np.arange(1, remaining + 1)
         work = base + c[5] * width * (steps - 1)
-        ends = self.now + np.cumsum(np.maximum(work + self._noise_s(remaining), 0.0))
+        ends = self.now + np.cumsum(np.maximum(work + self._noise_s(remaining, self.noise_s), 0.0))
         k = remaining
         if (self.arriving or self.moving) and width < self.scheduler.limits.max_running:
             k = min(k, int(np.searchsorted(ends, self._next_event_s())) + 1)
@@ -196,13 +205,13 @@ class _Run:
         self.steps += k
         self._emit(running, k)
 
-    def _noise_s(self, steps: int) -> np.ndarray:
+    def _noise_s(self, steps: int, quantiles: np.ndarray) -> np.ndarray:
         """Seconds each of ``steps`` steps takes beyond its cost: draws from the noise's
-        quantiles (a step never takes less than no time)."""
-        if not len(self.noise_s):
+        ``quantiles`` (a step never takes less than no time)."""
+        if not len(quantiles):
             return np.zeros(steps)
-        grid = np.linspace(0.0, 1.0, len(self.noise_s))
-        return np.interp(self.rng.random(steps), grid, self.noise_s)
+        grid = np.linspace(0.0, 1.0, len(quantiles))
+        return np.interp(self.rng.random(steps), grid, quantiles)
 
     def _emit(self, requests: np.ndarray, tokens: int) -> None:
         """``requests`` each produced ``tokens`` tokens by now; those done leave."""

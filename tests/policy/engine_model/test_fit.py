@@ -123,3 +123,32 @@ def test_the_noise_is_what_steps_took_beyond_their_cost_and_the_replay_adds_it()
     noisy = replay(one, EngineModelParams(StepCost(overhead_s=1.0), step_noise_s=(0.5, 0.5)))
     assert noisy.ttft_s[0] == pytest.approx(quiet.ttft_s[0] + 0.5)
     assert noisy.e2e_s[0] == pytest.approx(quiet.e2e_s[0] + 3 * 0.5)  # three steps, each late
+
+
+def test_the_decode_pass_is_told_from_the_overhead_though_few_steps_prefill_alone():
+    # under concurrency nearly every step decodes (1-4 requests): 300 decode-only steps, 60
+    # that prefill beside decodes, 6 that prefill alone; a third of the steps stall by up
+    # to 5 ms. Counted one by one, the fit would fold the decode pass into the overhead
+    truth = StepCost(overhead_s=0.0005, prefill_request_s=0.003, decode_pass_s=0.004)
+    rng, steps, t = np.random.default_rng(7), [], 1000.0
+    kinds = [(0, True)] * 300 + [(1, True)] * 60 + [(1, False)] * 6
+    for i in rng.permutation(len(kinds)):
+        prefills, decodes = kinds[i][0], int(rng.integers(1, 5)) * kinds[i][1]
+        step = StepRecord(t, len(steps), None, 50 * prefills, prefills, 0, 0, decodes, decodes * 100)
+        stall = rng.uniform(0, 0.005) if rng.random() < 0.33 else 0.0
+        steps.append(_with_duration(step, float(truth.seconds(step_features([step]))[0]) + stall))
+        t += steps[-1].duration_s
+    fitted = fit_step_cost(steps)
+    assert fitted.overhead_s < 0.001
+    assert fitted.decode_pass_s == pytest.approx(0.004, abs=0.001)
+
+
+def test_prefill_steps_and_decode_steps_keep_their_own_noise():
+    from kvtier.policy.engine_model.fit import fit_step_noise_s
+
+    steps = synthetic_steps(200, np.random.default_rng(8))
+    late = [_with_duration(s, s.duration_s + (0.01 if s.prefill_requests else 0.001)) for s in steps]
+    assert fit_step_noise_s(late, TRUE, prefill=True) == pytest.approx((0.01,) * 41)
+    assert fit_step_noise_s(late, TRUE, prefill=False) == pytest.approx((0.001,) * 41)
+    params = EngineModelParams(step_noise_s=(0.001, 0.001), prefill_step_noise_s=(0.01, 0.02))
+    assert EngineModelParams.from_dict(json.loads(json.dumps(params.to_dict()))) == params

@@ -96,3 +96,23 @@ def test_an_engine_that_samples_after_each_prefill_gives_the_first_token_mid_ste
     own = replay(requests(*rows), params(cost, first_token="own_prefill"))
     assert at_end.ttft_s.tolist() == pytest.approx([4.0, 4.0])
     assert own.ttft_s.tolist() == pytest.approx([2.0, 4.0])
+
+
+def test_a_prompt_joining_a_decoding_batch_does_not_wait_for_the_decode_pass():
+    # A prefills alone (0-2), then decodes in steps of 1 s overhead + 4 s decode pass; B
+    # arrives at 3 and joins the step that starts at 7: its prefill (1 s) runs after the
+    # overhead and before the decode pass, so its first token is out at 9, not at 13
+    cost = StepCost(overhead_s=1.0, prefill_token_s=0.1, decode_pass_s=4.0)
+    rows = ((0, 10, 4, 0, 0, 0, 10), (3, 10, 2, 0, 0, 0, 10))
+    own = replay(requests(*rows), params(cost, first_token="own_prefill"))
+    at_end = replay(requests(*rows), params(cost))
+    assert own.ttft_s.tolist() == pytest.approx([2.0, 6.0])
+    assert at_end.ttft_s.tolist() == pytest.approx([2.0, 10.0])
+
+
+def test_a_slow_step_stretches_its_work_so_a_first_prefill_sees_its_share():
+    # one step: 1 s overhead, A's prefill 1 s, B's 2 s: 4 s of work, 4 s of noise doubles it
+    cost = StepCost(overhead_s=1.0, prefill_token_s=0.1)
+    rows = ((0, 10, 1, 0, 0, 0, 10), (0, 20, 1, 0, 0, 0, 20))
+    slow = EngineModelParams(cost, SchedulerLimits(first_token="own_prefill"), step_noise_s=(4.0, 4.0))
+    assert replay(requests(*rows), slow).ttft_s.tolist() == pytest.approx([4.0, 8.0])
