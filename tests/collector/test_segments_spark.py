@@ -47,7 +47,7 @@ def fill(store: TraceStore, instance: str, seed: int, segments) -> None:
         requests = [RequestRecord(f"{instance}-{hour}-{i}", t0 + i, 512, 32,
                                   block_hashes=(int(rng.integers(0, 2**63)), 2**64 - 1),
                                   block_size_tokens=16,
-                                  **{name: int(rng.integers(0, 200)) for name in TIERS})
+                                  **{name: int(rng.integers(0, 128)) for name in TIERS})  # within the prompt
                     for i in range(int(rng.integers(20, 60)))]
         batch = EventBatch.from_rows(origin, hour, requests=requests)
         store.ingest(EventBatch(origin, hour, events.block_events, batch.requests))

@@ -25,7 +25,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "test-artifacts" / "dashboard"
 CHARTS = "[data-testid='stVegaLiteChart'] canvas, [data-testid='stVegaLiteChart'] svg.marks"
 # page slug -> charts it draws with the fixture data (0: checked by its other content)
-EXPECTED_CHARTS = {"overview": 2, "latency": 5, "reuse": 4, "whatif": 1, "recommendation": 4}
+EXPECTED_CHARTS = {"overview": 3, "latency": 5, "reuse": 4, "whatif": 1, "recommendation": 4}
 
 if os.environ.get("CI") == "true":  # make test installs both: a skip there would hide a broken set-up
     import playwright.sync_api as playwright_api
