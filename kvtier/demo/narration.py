@@ -140,3 +140,18 @@ def _delta(before: float | None, after: float | None) -> str:
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1e3:.1f} ms"
+
+
+def prediction_lines(predictions) -> list[str]:
+    """Per deployed tier configuration (``kvtier.demo.prediction.TtftPrediction``): TTFT
+    p50/p95/p99 predicted with its interval, measured, their ratio, and whether the
+    measurement fell inside the interval."""
+    lines = [f"{'phase':22s} {'reqs':>5s}  " + "  ".join(
+        f"{'TTFT ' + q + ' predicted [interval] / measured (ratio)':>52s}" for q in ("p50", "p95", "p99"))]
+    for p in predictions:
+        cells = [f"{_ms(pr)} [{lo * 1e3:.1f}, {hi * 1e3:.1f}] / {_ms(me)} ({r:.2f}, "
+                 f"{'inside' if ok else 'outside'})"
+                 for pr, lo, hi, me, r, ok in zip(p.predicted_s, p.low_s, p.high_s, p.measured_s,
+                                                  p.ratios(), p.inside())]
+        lines.append(f"{p.tier_config_id:22s} {p.requests:5d}  " + "  ".join(f"{c:>52s}" for c in cells))
+    return lines

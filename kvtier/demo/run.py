@@ -22,6 +22,7 @@ from kvtier.demo.sized_plan import Sizes
 
 ACT2 = "chat/"  # act one's phases are named after its workload: agentic/..., or trace/...
 ROLLOUTS = "rollouts"  # one JSON per act: its phases, the budget each was held to, the rule's action
+ENGINE_MODEL = "engine-model.json"  # the engine model calibrated on act one's GPU-only phase
 UNSIZED_COLD_BLOCKS = 8192  # act two's cold tier: 64 MiB of the engine's blocks, sized by nobody
 
 
@@ -73,7 +74,9 @@ def run_demo(config: DemoConfig, *, clock: Callable[[], float] = time.time, say=
             export_segments(store, segments)
             say(f"  {baseline.tiers.config_id} measured; the rollback budget it sets: "
                 f"{_budget_text(plan.budget)}")
-            sizes, rec = _decide(config, act1, segments, probes, plan.budget, out, say)
+            decided["engine_model"] = _calibrate(store, f"{act1.name}/gpu-only", out, say)
+            sizes, rec = _decide(config, act1, segments, probes, plan.budget, out, say,
+                                 None if decided["engine_model"] is None else out / ENGINE_MODEL)
             decided["recommendation"] = rec
             return sizes
 
@@ -81,6 +84,8 @@ def run_demo(config: DemoConfig, *, clock: Callable[[], float] = time.time, say=
         with progress_lines(say) as progress:
             report1 = run_act(running, act1, records1, plan, store, progress)
         _show_act(report1, store, say)
+        if decided.get("engine_model") is not None:
+            _show_prediction(store, decided["engine_model"], f"{act1.name}/gpu-only", report1, say)
         _write_rollout(report1, f"{act1.name}/", out / ROLLOUTS)
         rec, sizes = decided.get("recommendation"), plan.sizes
         if rec is not None and sizes is not None:
@@ -98,9 +103,37 @@ def run_demo(config: DemoConfig, *, clock: Callable[[], float] = time.time, say=
     return DemoResult(store_path, segments, tuple(reports), rec, elapsed)
 
 
-def _decide(config: DemoConfig, act, segments: Path, probes: dict, budget, out: Path, say
-            ) -> tuple[Sizes, object | None]:
-    """The tier sizes for the rest of the rollout, from what the baseline stored."""
+def _calibrate(store, baseline: str, out: Path, say):
+    """The engine model fitted on the baseline phase's steps (written to ``ENGINE_MODEL`` for
+    recommend's ``--cost-params``); ``None``, said why, when the phase is too short to fit."""
+    from kvtier.demo.prediction import calibrate_phase
+
+    try:
+        params, requests, steps = calibrate_phase(store, baseline, out / ENGINE_MODEL)
+    except ValueError as error:
+        say(f"  the engine model is not calibrated ({error}); TTFT is priced by the queue model")
+        return None
+    say(f"  the engine model, calibrated on {baseline}'s {steps} steps and {requests} requests "
+        f"-> {out / ENGINE_MODEL} (recommend --cost-params)")
+    return params
+
+
+def _show_prediction(store, params, baseline: str, report, say) -> None:
+    from kvtier.demo.narration import prediction_lines
+    from kvtier.demo.prediction import predicted_vs_measured
+
+    rows = predicted_vs_measured(store, params, baseline, [p.tiers for p in report.phases])
+    say(f"  the engine model's TTFT for each deployed configuration, over {baseline}'s requests "
+        "(median of step-noise draws, 5th-95th percentile interval), beside the engine's own "
+        "measurement (arrival at the engine to the first token):")
+    for line in prediction_lines(rows):
+        say(f"    {line}")
+
+
+def _decide(config: DemoConfig, act, segments: Path, probes: dict, budget, out: Path, say,
+            cost_params: Path | None = None) -> tuple[Sizes, object | None]:
+    """The tier sizes for the rest of the rollout, from what the baseline stored; TTFT
+    levels from the engine model when ``cost_params`` holds it."""
     if not config.recommend:
         return _curve_sizes(segments, act, say), None
     import json
@@ -119,7 +152,8 @@ def _decide(config: DemoConfig, act, segments: Path, probes: dict, budget, out: 
     reco = out / "recommendation"
     run_verb("recommend", [*select, "--itl-slo-s", f"{budget.itl_p99_s:.6g}",
                            "--engine", "all", "--fs-json", str(probes["fs"]),
-                           "--cold-path", str((out / "file-tier").resolve()), "--out", str(reco)],
+                           "--cold-path", str((out / "file-tier").resolve()), "--out", str(reco),
+                           *(["--cost-params", str(cost_params)] if cost_params else [])],
              say, show=lambda line: not line.startswith("wrote"))
     rec = from_json(json.loads((reco / "recommendation.json").read_text()))
     cpu, cold = rec.evidence.size("cpu"), rec.evidence.size("cold")
@@ -250,6 +284,7 @@ def _clear_previous_run(out: Path, say) -> None:
         path.unlink(missing_ok=True)
     for name in ("segments", "whatif", "recommendation", "analysis", "file-tier", ROLLOUTS):
         shutil.rmtree(out / name, ignore_errors=True)
+    (out / ENGINE_MODEL).unlink(missing_ok=True)
 
 
 def _check_replaceable(store_path: Path) -> None:

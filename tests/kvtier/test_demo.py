@@ -66,6 +66,40 @@ def test_the_summary_states_what_the_cpu_phase_measured(demo):
     assert re.search(r"expected by replay .*TTFT p50 [-+][\d.]+ ms \[[-+][\d.]+, [-+][\d.]+\]", summary)
 
 
+CELL = re.compile(r"([\d.]+) ms \[([\d.]+), ([\d.]+)\] / ([\d.]+) ms \(([\d.]+), (inside|outside)\)")
+
+
+def test_the_engine_model_calibrated_on_the_baseline_prices_the_recommendation(demo):
+    out, stdout, _ = demo
+    body = json.loads((out / "engine-model.json").read_text())
+    assert body["engine_model"]["fitted_from"] == "step_records"
+    assert body["engine_model"]["limits"]["first_token"] == "own_prefill"  # the reference engine
+    assert f"--cost-params {out / 'engine-model.json'}" in stdout  # recommend was given it
+
+
+def test_each_deployed_configuration_shows_its_predicted_ttft_beside_the_engines_measurement(demo):
+    out, stdout, _ = demo
+    from kvtier.collector.store import TraceStore
+
+    rows = {m.group(1): CELL.findall(m.group(3)) for m in re.finditer(
+        r"^    (agentic/\S+) +(\d+)  (.* ms \(.*)$", stdout, re.M) if CELL.search(m.group(3))}
+    assert set(rows) == {"agentic/gpu-only", "agentic/gpu+cpu"}  # the baseline and the tiers deployed
+    with TraceStore(out / "kvtier.duckdb") as store:
+        for config, cells in rows.items():
+            ttft = [r["ttft_s"] for r in store.query(
+                "SELECT ttft_s FROM requests_with_origin WHERE engine = 'reference' "
+                "AND tier_config_id = ?", [config]).to_pylist()]
+            measured_ms = np.percentile(ttft, [50, 95, 99]) * 1e3
+            assert len(cells) == 3, config
+            for (pred, low, high, meas, ratio, verdict), expected in zip(cells, measured_ms):
+                pred, low, high, meas = float(pred), float(low), float(high), float(meas)
+                assert meas == pytest.approx(expected, abs=0.051)  # the engine's own records
+                assert low <= pred <= high
+                assert float(ratio) == pytest.approx(pred / meas, rel=0.01, abs=0.006)
+                if min(abs(meas - low), abs(meas - high)) > 0.05:  # not at a printed bound
+                    assert verdict == ("inside" if low <= meas <= high else "outside")
+
+
 def test_the_summary_sets_what_recommendation_json_says(demo):
     out, _, summary = demo
     doc = json.loads((out / "recommendation" / "recommendation.json").read_text())

@@ -1,0 +1,138 @@
+"""The demo's latency prediction: the engine model calibrated on the GPU-only phase, what it
+predicts for each tier configuration the rollout then deploys, and the measurement beside it.
+
+The engine model (``kvtier.policy.engine_model``) is fitted on the reference engine's step
+records and request records of the act's GPU-only phase, and written as a ``--cost-params``
+file for ``kvtier recommend``. For a deployed configuration it replays the GPU-only phase's
+requests (closed-loop clients, as the load probe sends them) with the tier split the tier
+replay gives at that configuration's sizes (``kvtier.policy.learn.replay``, as the
+recommendation replays them), once per draw of the fitted step noise: the prediction is the
+median over draws, its interval the 5th-95th percentile. The measurement is the same
+requests' TTFT as the engine recorded it (from arrival at the engine to the first token),
+the quantity the model is fitted to.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from kvtier.collector.events import RequestRecord, StepRecord
+from kvtier.collector.store import TraceStore
+from kvtier.policy.engine_model.params import SECTION, EngineModelParams
+
+ENGINE = "reference"  # the demo's engine; its records carry the tier split and the steps
+DRAWS = 40  # replays under fresh step-noise draws, for the interval
+QUANTILES = (50, 95, 99)
+
+
+@dataclass(frozen=True)
+class TtftPrediction:
+    """One tier configuration's TTFT p50/p95/p99 in seconds: predicted (median over draws),
+    the draws' 5th-95th percentile interval, and measured on the engine (NaN: not run)."""
+
+    tier_config_id: str
+    requests: int
+    predicted_s: tuple[float, float, float]
+    low_s: tuple[float, float, float]
+    high_s: tuple[float, float, float]
+    measured_s: tuple[float, float, float]
+
+    def ratios(self) -> tuple[float, ...]:
+        return tuple(p / m if m > 0 else float("nan") for p, m in zip(self.predicted_s, self.measured_s))
+
+    def inside(self) -> tuple[bool, ...]:
+        """Whether each measured percentile fell inside its predicted interval."""
+        return tuple(lo <= m <= hi for lo, m, hi in zip(self.low_s, self.measured_s, self.high_s))
+
+
+def engine_records(store: TraceStore, tier_config_id: str) -> list[RequestRecord]:
+    """The engine's request records of one phase, in arrival order."""
+    names = list(RequestRecord.__dataclass_fields__)
+    rows = store.query(f"SELECT {', '.join(names)} FROM requests_with_origin WHERE engine = ? "
+                       "AND tier_config_id = ? AND gpu_hit_tokens IS NOT NULL "
+                       "ORDER BY arrival_s, batch_id", [ENGINE, tier_config_id]).to_pylist()
+    return [RequestRecord(**{**row, "block_hashes": tuple(row["block_hashes"] or ())}) for row in rows]
+
+
+def phase_steps(store: TraceStore, records: Sequence[RequestRecord]) -> list[StepRecord]:
+    """The engine's step records from the first of ``records``' arrivals to the last end."""
+    from kvtier.collector.step_records import read_step_records
+
+    if not records:
+        return []
+    start = records[0].arrival_s
+    end = max(r.arrival_s + (r.e2e_latency_s or 0.0) for r in records)
+    names = list(StepRecord.__dataclass_fields__)
+    steps = []
+    for table in read_step_records(store).values():
+        for row in table.select(names).to_pylist():
+            if start <= row["time_s"] <= end:
+                steps.append(StepRecord(**row))
+    return sorted(steps, key=lambda s: (s.time_s, s.step))
+
+
+def calibrate_phase(store: TraceStore, tier_config_id: str, out: Path
+                    ) -> tuple[EngineModelParams, int, int]:
+    """The engine model fitted on one phase's requests and steps, written to ``out`` as a
+    ``--cost-params`` file; the parameters, the requests and the steps fitted on.
+    ``ValueError`` when the phase has too few of either."""
+    from kvtier.policy.engine_model.fit import fit_engine, fit_limits
+
+    records = engine_records(store, tier_config_id)
+    steps = phase_steps(store, records)
+    limits = fit_limits(records, steps, first_token="own_prefill")  # the reference engine's rule
+    params = fit_engine(records, steps, [], limits=limits)
+    body = {"probe": "kvtier demo", "cost_params": {}, SECTION: params.to_dict()}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(body, indent=2) + "\n")
+    return params, len(records), len(steps)
+
+
+def predict(params: EngineModelParams, records: Sequence[RequestRecord],
+            splits: Sequence[tuple[int, int, int, int]], *, draws: int = DRAWS
+            ) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+    """TTFT p50/p95/p99 of ``records`` (arrival order) replayed with ``splits`` (GPU, CPU,
+    cold, recompute tokens each): the median over ``draws`` step-noise draws, and the 5th and
+    95th percentiles."""
+    from kvtier.policy.engine_model.closed_loop import engine_requests
+    from kvtier.policy.engine_model.step_replay import EngineRequests, replay
+
+    chained = engine_requests(records)
+    split = EngineRequests.from_records(records, splits)
+    requests = replace(split, follows=chained.follows, think_s=chained.think_s)
+    levels = np.array([np.percentile(replay(requests, params, np.random.default_rng(seed)).ttft_s,
+                                     QUANTILES) for seed in range(draws)])
+    middle, low, high = np.percentile(levels, [50, 5, 95], axis=0)
+    return tuple(map(float, middle)), tuple(map(float, low)), tuple(map(float, high))
+
+
+def tier_splits(records: Sequence[RequestRecord], gpu_blocks: int, cpu_blocks: int,
+                cold_blocks: int) -> list[tuple[int, int, int, int]]:
+    """Each request's tier split under these sizes, as the recommendation replays it."""
+    from kvtier.policy.learn.replay import Tiers, replay
+
+    outcomes = replay(records, Tiers(gpu_blocks, cpu_blocks, cold_blocks), "lru").outcomes
+    return [(o.gpu_hit_tokens, o.cpu_promotion_tokens, o.cold_promotion_tokens, o.recompute_tokens)
+            for o in outcomes]
+
+
+def predicted_vs_measured(store: TraceStore, params: EngineModelParams, baseline: str,
+                          phases: Sequence) -> list[TtftPrediction]:
+    """For each measured phase (``PhaseTiers``-like: ``config_id``, ``gpu_blocks``,
+    ``cpu_blocks``, ``cold_blocks``), the prediction over ``baseline``'s requests beside the
+    phase's measured TTFT."""
+    records = engine_records(store, baseline)
+    out = []
+    for tiers in phases:
+        splits = tier_splits(records, tiers.gpu_blocks, tiers.cpu_blocks, tiers.cold_blocks)
+        middle, low, high = predict(params, records, splits)
+        measured = [r.ttft_s for r in engine_records(store, tiers.config_id) if r.ttft_s is not None]
+        levels = np.percentile(measured, QUANTILES) if measured else [np.nan] * 3
+        out.append(TtftPrediction(tiers.config_id, len(measured), middle, low, high,
+                                  tuple(map(float, levels))))
+    return out
