@@ -112,7 +112,8 @@ def check_promises(rec: Recommendation, engine: str | None,
     for metric, q in TTFT_METRICS:
         change = by_metric.get(metric)
         if change is not None:
-            promises.append(Promise(metric, change.candidate, change.baseline + change.low,
+            # the interval is the change's, about the baseline; a latency is never below 0
+            promises.append(Promise(metric, change.candidate, max(0.0, change.baseline + change.low),
                                     change.baseline + change.high,
                                     float(np.percentile(ttft, q)) if ttft.size else None))
     return PromiseCheck(tier_config, len(ordered), min_requests or made_from, warmup, basis,
