@@ -22,7 +22,8 @@ What a push keeps: the connector the file loads, when it is vLLM's ``OffloadingC
 or kvtier's recording ``KvtierOffloadingConnector`` (with its module path), the spec family
 (vLLM's, or kvtier's recording specs from ``kvtier.probes.vllm.spec``: a tier change moves
 between the CPU and the tiering spec of the same family), every ``kvtier_*`` key and every
-KV-events setting but the on/off switch; it never writes an endpoint. Another connector
+KV-events setting but the on/off switch; it never writes an endpoint, and a file with no
+KV-events settings gets none (a note names the line to add). Another connector
 (LMCache's, say) is replaced only with ``force``. ``cpu_tier_bytes: 0`` keeps the connector
 and spec loaded with ``cpu_bytes_to_use: 1``, the smallest value vLLM takes: zero CPU
 chunks, so nothing is offloaded, and kvtier's plug-ins go on recording every request.
@@ -46,6 +47,10 @@ NATIVE_CONNECTOR = "OffloadingConnector"
 ZERO_CPU_BYTES = 1  # vLLM refuses 0 ("must be specified"); 1 byte holds zero chunks
 # spec_module_path -> (the CPU spec, the CPU + secondary-tier spec) of one family
 SPEC_FAMILIES = {None: ("CPUOffloadingSpec", "TieringOffloadingSpec"), **KVTIER_SPECS}
+# what a user adds for events kvtier can collect: vLLM connects to a concrete host (it binds
+# only a "*" endpoint), and the endpoint is the user's to name
+EVENTS_LINE = ("""kv-events-config: '{"enable_kv_cache_events": true, "publisher": "zmq", """
+               """"endpoint": "<the endpoint kvtier collect --vllm-events binds>"}'""")
 
 
 def validate(settings: EngineSettings) -> None:
@@ -178,9 +183,7 @@ def render(settings: EngineSettings, existing: str | None, suffix: str, *,
         _checked(config, None)
         notes = _notes(settings)
         if settings.kv_events:
-            notes += ("KV events are a separate flag: --kv-events-config "
-                      f"'{json.dumps(events_config(settings, None))}' (vLLM's default "
-                      "endpoint; add yours)",)
+            notes += (f"kv_events: KV events are a separate flag; add {EVENTS_LINE}",)
         return Rendered(json.dumps(config, indent=2) + "\n", notes)
     if suffix in (".yaml", ".yml"):
         return _render_yaml(settings, existing or "", force)
@@ -196,15 +199,18 @@ def _render_yaml(settings: EngineSettings, existing: str, force: bool) -> Render
             raise ConfigFileError(f"{key} must be a JSON object or a mapping, got {raw!r}")
         if key == "kv-transfer-config":
             value = transfer_config(settings, current, force=force)
-        elif settings.kv_events is not None:
+        elif settings.kv_events is not None and current is not None:
             value = events_config(settings, current)
-        else:
+        else:  # no events settings in the file: nothing to switch, no endpoint to invent
             values[key] = current
             continue
         values[key] = value
         updates[(key,)] = value if isinstance(raw, dict) else json.dumps(value)  # the file's style
     _checked(values["kv-transfer-config"], values["kv-events-config"])
-    return Rendered(yaml_set(existing, updates, spellings=True), _notes(settings))
+    notes = _notes(settings)
+    if settings.kv_events and values["kv-events-config"] is None:
+        notes += (f"kv_events: the file has no kv-events-config, none added; add {EVENTS_LINE}",)
+    return Rendered(yaml_set(existing, updates, spellings=True), notes)
 
 
 def _checked(transfer: dict, events: dict | None) -> None:

@@ -68,10 +68,16 @@ def test_turning_events_off_keeps_the_endpoints():
 
 def test_no_endpoint_is_ever_invented():
     on = EngineSettings(cpu_tier_bytes=GiB, kv_events=True)
-    yaml_out = vllm.render(on, "model: m\n", ".yaml").text
-    assert json.loads(yaml_get(yaml_out, ("kv-events-config",))) == {"enable_kv_cache_events": True}
+    yaml_out = vllm.render(on, "model: m\n", ".yaml")
+    assert yaml_get(yaml_out.text, ("kv-events-config",)) is None  # events left absent
+    assert [n for n in yaml_out.notes if "kv-events-config" in n] == [
+        f"kv_events: the file has no kv-events-config, none added; add {vllm.EVENTS_LINE}"]
     json_out = vllm.render(on, None, ".json")
     assert "tcp://" not in json_out.text + " ".join(json_out.notes)
+    assert any(vllm.EVENTS_LINE in n for n in json_out.notes)
+    off = vllm.render(EngineSettings(cpu_tier_bytes=GiB, kv_events=False), "model: m\n", ".yaml")
+    assert yaml_get(off.text, ("kv-events-config",)) is None
+    assert not [n for n in off.notes if "kv-events-config" in n]
     null = 'model: m\nkv-events-config: \'{"publisher": "null"}\'\n'
     assert json.loads(yaml_get(vllm.render(on, null, ".yaml").text, ("kv-events-config",))) == {
         "publisher": "zmq", "enable_kv_cache_events": True}
