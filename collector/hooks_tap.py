@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from kvtier.collector.peer_monitor import PeerMonitor
 from kvtier.collector.shipment import ShipmentError, decode
 from kvtier.collector.taps import count_queued, drain_until_quiet
 
@@ -40,7 +42,8 @@ class HooksTapConfig:
     """Endpoints to bind (``tcp://HOST:PORT`` or ``ipc://PATH``) and the receive queue.
 
     A message above ``max_message_bytes`` is skipped, counted as a bad frame and logged; one
-    above twice that is cut off by ZMQ itself (the sender's connection is dropped)."""
+    above twice that is cut off by ZMQ itself (the sender's connection is dropped, so memory
+    stays bounded): the tap counts and logs that disconnect (``kvtier_hooks_disconnects_total``)."""
 
     endpoints: tuple[str, ...] = (DEFAULT_HOOKS_ENDPOINT,)
     queue_batches: int = 1000
@@ -70,6 +73,24 @@ class SourceCounters:
     dropped_steps_total: int = 0
     lost_batches: int = 0
     lost_events: int = 0
+    batches: int = 0
+    last_batch_s: float | None = None  # Unix seconds
+
+
+@dataclass(frozen=True)
+class SourceSeen:
+    """One engine stream the tap has received from, for ``/healthz``: its plug-ins are live
+    while ``last_batch_s`` (Unix seconds) keeps moving."""
+
+    source: str
+    engine: str
+    instance: str
+    batches: int
+    last_batch_s: float
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "engine": self.engine, "instance": self.instance,
+                "batches": self.batches, "last_batch_s": round(self.last_batch_s, 3)}
 
 
 @dataclass
@@ -82,6 +103,7 @@ class HooksTapStats:
     step_records: int = 0
     bad_frames: int = 0
     callback_errors: int = 0
+    disconnects: int = 0
     sources: dict[str, SourceCounters] = field(default_factory=dict)
 
     @property
@@ -101,13 +123,15 @@ class HooksTap:
     poll_every_s = 0.0  # poll() itself waits
 
     def __init__(self, config: HooksTapConfig, on_batch: Callable[[object], object], *,
-                 resume: Callable[[str], int | None] | None = None):
+                 resume: Callable[[str], int | None] | None = None,
+                 clock: Callable[[], float] = time.time):
         self.config = config
+        self._clock = clock
         self._on_batch = on_batch
         self._resume = resume
         self.stats = HooksTapStats()
         self._lock = threading.Lock()  # stats: read by /metrics while the thread writes
-        self._context = self._socket = None
+        self._context = self._socket = self._monitor = None
         self._bound: list[str] = []
         self.name = ",".join(config.endpoints)
 
@@ -125,16 +149,18 @@ class HooksTap:
         # a message is received, so that it is counted and logged as a bad frame instead
         socket.setsockopt(zmq.MAXMSGSIZE, 2 * self.config.max_message_bytes)
         socket.setsockopt(zmq.LINGER, 0)
+        monitor = PeerMonitor(socket, f"hooks tap {self.name}", 2 * self.config.max_message_bytes)
         try:
             for endpoint in self.config.endpoints:
                 socket.bind(endpoint)
                 self._bound.append(socket.getsockopt_string(zmq.LAST_ENDPOINT))
         except zmq.ZMQError as error:
+            monitor.close()
             socket.close()
             self._context.term()
             self._context, self._bound = None, []
             raise OSError(error.errno, f"cannot bind hooks endpoint {endpoint}: {error.strerror}") from None
-        self._socket = socket
+        self._socket, self._monitor = socket, monitor
         return self._bound
 
     @property
@@ -144,9 +170,11 @@ class HooksTap:
 
     def close(self) -> None:
         if self._socket is not None:
+            self._count_disconnects()
+            self._monitor.close()
             self._socket.close(linger=0)
             self._context.term()
-        self._socket = self._context = None
+        self._socket = self._context = self._monitor = None
 
     def poll(self, timeout_s: float = 0.0, max_messages: int = 100) -> int:
         """Wait up to ``timeout_s`` for a message, deliver what is there (at most
@@ -156,7 +184,12 @@ class HooksTap:
         self.open()
         delivered = 0
         try:
-            if not self._socket.poll(int(timeout_s * 1000)):
+            poller = zmq.Poller()  # a disconnect wakes it too, so it is counted at once
+            poller.register(self._socket, zmq.POLLIN)
+            poller.register(self._monitor.events, zmq.POLLIN)
+            ready = dict(poller.poll(int(timeout_s * 1000)))
+            self._count_disconnects()
+            if self._socket not in ready:
                 return 0
             for _ in range(max_messages):
                 try:
@@ -182,6 +215,12 @@ class HooksTap:
             return count_queued(self._socket, zmq, self.config.queue_batches)
         except zmq.ZMQError as error:
             raise OSError(f"hooks endpoint {self.name}: {error}") from None
+
+    def _count_disconnects(self) -> None:
+        seen = self._monitor.read()
+        if seen:
+            with self._lock:
+                self.stats.disconnects += seen
 
     def _on_frames(self, frames) -> int:
         size = sum(len(frame) for frame in frames)
@@ -232,10 +271,19 @@ class HooksTap:
                                                 shipment.dropped_requests_total)
             source.dropped_steps_total = max(source.dropped_steps_total,
                                              shipment.dropped_steps_total)
+            source.batches += 1
+            source.last_batch_s = self._clock()
             stats.batches += 1
             stats.block_events += batch.block_events.num_rows
             stats.requests += batch.requests.num_rows
             stats.step_records += batch.step_records.num_rows
+
+    def sources_seen(self) -> tuple[SourceSeen, ...]:
+        """Each engine stream received from, by source name (``/healthz``)."""
+        with self._lock:
+            return tuple(SourceSeen(name, s.engine, s.instance, s.batches, s.last_batch_s)
+                         for name, s in sorted(self.stats.sources.items())
+                         if s.last_batch_s is not None)
 
     def samples(self):
         """Drop and loss counters per engine and instance (summed over its streams), as
@@ -244,6 +292,7 @@ class HooksTap:
 
         totals: dict[tuple[str, str], list[int]] = {}
         with self._lock:
+            disconnects = self.stats.disconnects
             for s in self.stats.sources.values():
                 acc = totals.setdefault((s.engine, s.instance), [0, 0, 0, 0, 0])
                 for i, value in enumerate((s.dropped_events_total, s.dropped_requests_total,
@@ -261,3 +310,6 @@ class HooksTap:
                          "(sequence gaps)", batches, labels)
             yield Sample("kvtier_hooks_lost_events_total", "Block events in shipped batches that "
                          "never arrived", lost, labels)
+        yield Sample("kvtier_hooks_disconnects_total", "Senders' connections the hooks endpoint "
+                     "lost (an engine stopped, or ZMQ cut off a message above twice the size "
+                     "limit)", disconnects, {"endpoint": self.name})

@@ -90,7 +90,9 @@ class TapHealth:
     ``stopped``. ``failures_total`` counts failed opens and polls since the service started.
     For a tap whose source numbers its batches, ``sequence_gaps_total`` counts the gaps it saw
     (a publisher's batches that did not arrive: dropped, or sent while the collector was down)
-    and ``lost_batches_total`` the missing batches no replay recovered; ``None`` otherwise."""
+    and ``lost_batches_total`` the missing batches no replay recovered; ``None`` otherwise.
+    A hooks tap lists in ``sources`` each engine stream it received from (instance, batches,
+    last batch time), so a user sees the plug-ins are live."""
 
     name: str
     kind: str
@@ -101,6 +103,7 @@ class TapHealth:
     sequence_gaps_total: int | None = None
     lost_batches_total: int | None = None
     endpoints: tuple[str, ...] = ()  # bound, with the port chosen for ``:0``
+    sources: tuple | None = None  # a hooks tap's engine streams (``HooksTap.sources_seen``)
 
     @property
     def up(self) -> bool:
@@ -111,6 +114,7 @@ class TapHealth:
                 "failures_total": self.failures_total, "last_error": self.last_error,
                 "retry_in_s": None if self.retry_in_s is None else round(self.retry_in_s, 3),
                 **({"endpoints": list(self.endpoints)} if self.endpoints else {}),
+                **({} if self.sources is None else {"sources": [s.to_dict() for s in self.sources]}),
                 **({} if self.sequence_gaps_total is None else {
                     "sequence_gaps_total": self.sequence_gaps_total,
                     "lost_batches_total": self.lost_batches_total})}
@@ -243,9 +247,11 @@ class TapRunner:
             retry_in = None if self._retry_at is None else max(0.0, self._retry_at - self._clock())
             stats = getattr(self.tap, "stats", None)
             gaps, lost = getattr(stats, "gaps", None), getattr(stats, "lost_batches", None)
+            seen = getattr(self.tap, "sources_seen", None)
             return TapHealth(self.tap.name, type(self.tap).__name__, self._state,
                              self._failures_total, self._last_error, retry_in, gaps,
-                             None if gaps is None else lost or 0, self.endpoints)
+                             None if gaps is None else lost or 0, self.endpoints,
+                             None if seen is None else seen())
 
 
 def drain_until_quiet(wait_s: Callable[[float], object], read: Callable[[], object],

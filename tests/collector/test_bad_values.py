@@ -154,3 +154,28 @@ def test_bad_values_an_engine_ships_are_left_out_and_counted_in_the_store(store)
     assert dict(store.rejected_total) == {"negative or NaN latency_s": 2,
                                           f"latency_s above {MAX_DURATION_S:g}": 1,
                                           f"time_s above {MAX_TIME_S:g}": 1}
+
+
+def test_a_frame_zmq_cuts_off_is_counted_as_a_disconnect_and_logged(caplog):
+    """Above twice the limit ZMQ drops the sender's connection before the tap sees a byte
+    (memory stays bounded); the socket monitor counts that and the log names it."""
+    import zmq
+
+    where = f"tcp://127.0.0.1:{free_port()}"
+    tap = HooksTap(HooksTapConfig((where,), max_message_bytes=4096), lambda batch: None)
+    tap.open()
+    push = zmq.Context.instance().socket(zmq.PUSH)
+    push.connect(where)
+    try:
+        with caplog.at_level(logging.WARNING, logger="kvtier.collector.peer_monitor"):
+            push.send_multipart([b"{}", b"x" * (1 << 20), b"[]"])  # 256 times the limit
+            deadline = time.monotonic() + 30  # bounds a broken tap, not a timing assertion
+            while tap.stats.disconnects < 1 and time.monotonic() < deadline:
+                tap.poll(0.1)
+        samples = {s.name: s.value for s in tap.samples()}
+    finally:
+        push.close(linger=0)
+        tap.close()
+    assert (tap.stats.disconnects, tap.stats.bad_frames, tap.stats.batches) == (1, 0, 0)
+    assert samples["kvtier_hooks_disconnects_total"] == 1
+    assert "a message above 8192 bytes, which ZMQ cuts off unseen; 1 so far" in caplog.text

@@ -214,3 +214,32 @@ def test_a_busy_hooks_endpoint_is_an_os_error(store):
             HooksTap(HooksTapConfig((where,)), store.ingest).open()
     finally:
         first.close()
+
+
+def test_healthz_lists_each_engine_stream_the_hooks_tap_received_from(store):
+    where = endpoint()
+    tap = HooksTap(HooksTapConfig((where,)), store.ingest, clock=lambda: 1234.5)
+    runner = TapRunner(tap)
+    assert runner.health().to_dict()["sources"] == []  # none seen yet: the plug-ins are not live
+    runner.open()
+    runner.start()
+    recorders = [recorder("engine-a"), recorder("engine-b")]
+    shipper = Shipper(ShipperConfig(where, interval_s=0.05))
+    for rec in recorders:
+        shipper.add(rec)
+    try:
+        time.sleep(0.3)  # the PUSH socket connects
+        for rec in recorders:
+            record_requests(rec, 2)
+        deadline = time.monotonic() + 10
+        while store.count("requests") < 4 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        shipper.close()
+        runner.stop()
+    rows = store.query("SELECT source, count(*) AS n FROM ingested_batches GROUP BY source")
+    batches = {r["source"]: r["n"] for r in rows.to_pylist()}
+    assert runner.health().to_dict()["sources"] == [
+        {"source": f"vllm-hooks:{name}:1", "engine": "vllm", "instance": name,
+         "batches": batches[f"vllm-hooks:{name}:1"], "last_batch_s": 1234.5}
+        for name in ("engine-a", "engine-b")]
