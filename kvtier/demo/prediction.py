@@ -76,16 +76,18 @@ def phase_steps(store: TraceStore, records: Sequence[RequestRecord]) -> list[Ste
     return sorted(steps, key=lambda s: (s.time_s, s.step))
 
 
-def calibrate_phase(store: TraceStore, tier_config_id: str, out: Path
+def calibrate_phase(store: TraceStore, tier_config_id: str, gpu_blocks: int, out: Path
                     ) -> tuple[EngineModelParams, int, int]:
-    """The engine model fitted on one phase's requests and steps, written to ``out`` as a
-    ``--cost-params`` file; the parameters, the requests and the steps fitted on.
-    ``ValueError`` when the phase has too few of either."""
+    """The engine model fitted on one phase's requests and steps (the engine's GPU holding
+    ``gpu_blocks`` KV blocks), written to ``out`` as a ``--cost-params`` file; the
+    parameters, the requests and the steps fitted on. ``ValueError`` when the phase has too
+    few of either."""
     from kvtier.policy.engine_model.fit import fit_engine, fit_limits
 
     records = engine_records(store, tier_config_id)
     steps = phase_steps(store, records)
-    limits = fit_limits(records, steps, first_token="own_prefill")  # the reference engine's rule
+    # the reference engine's rule: a first token right after its own prefill
+    limits = fit_limits(records, steps, first_token="own_prefill", kv_blocks=gpu_blocks)
     params = fit_engine(records, steps, [], limits=limits)
     body = {"probe": "kvtier demo", "cost_params": {}, SECTION: params.to_dict()}
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -74,7 +74,8 @@ def run_demo(config: DemoConfig, *, clock: Callable[[], float] = time.time, say=
             export_segments(store, segments)
             say(f"  {baseline.tiers.config_id} measured; the rollback budget it sets: "
                 f"{_budget_text(plan.budget)}")
-            decided["engine_model"] = _calibrate(store, f"{act1.name}/gpu-only", out, say)
+            decided["engine_model"] = _calibrate(store, f"{act1.name}/gpu-only", act1.gpu_blocks,
+                                                 out, say)
             sizes, rec = _decide(config, act1, segments, probes, plan.budget, out, say,
                                  None if decided["engine_model"] is None else out / ENGINE_MODEL)
             decided["recommendation"] = rec
@@ -103,13 +104,13 @@ def run_demo(config: DemoConfig, *, clock: Callable[[], float] = time.time, say=
     return DemoResult(store_path, segments, tuple(reports), rec, elapsed)
 
 
-def _calibrate(store, baseline: str, out: Path, say):
+def _calibrate(store, baseline: str, gpu_blocks: int, out: Path, say):
     """The engine model fitted on the baseline phase's steps (written to ``ENGINE_MODEL`` for
     recommend's ``--cost-params``); ``None``, said why, when the phase is too short to fit."""
     from kvtier.demo.prediction import calibrate_phase
 
     try:
-        params, requests, steps = calibrate_phase(store, baseline, out / ENGINE_MODEL)
+        params, requests, steps = calibrate_phase(store, baseline, gpu_blocks, out / ENGINE_MODEL)
     except ValueError as error:
         say(f"  the engine model is not calibrated ({error}); TTFT is priced by the queue model")
         return None

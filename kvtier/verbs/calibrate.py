@@ -17,7 +17,8 @@ def add_arguments(parser) -> None:
                                               "(a rollout phase, e.g. gpu+cpu)")
     parser.add_argument("--gpu-blocks", type=int,
                         help="the engine's GPU prefix-cache capacity in blocks, for the tier-split "
-                             "check (vLLM: num_gpu_blocks less its null block)")
+                             "check and the engine model's admission (vLLM: num_gpu_blocks less its "
+                             "null block)")
     parser.add_argument("--cpu-blocks", type=int, default=0, help="CPU tier capacity in blocks")
     parser.add_argument("--cold-blocks", type=int, default=0, help="cold tier capacity in blocks")
     parser.add_argument("--semantics", default="vllm", choices=("vllm", "exclusive", "trtllm"),
@@ -109,7 +110,8 @@ def _limits(args, requests, steps):
         engines = {args.engine} if args.engine else _engines(Path(args.store), args.instance)
         first_token = "own_prefill" if engines == {"reference"} else "step_end"
     return fit_limits(requests, steps, max_running=args.max_running, token_budget=args.token_budget,
-                      chunked_prefill=args.chunked_prefill, first_token=first_token)
+                      chunked_prefill=args.chunked_prefill, first_token=first_token,
+                      kv_blocks=args.gpu_blocks)
 
 
 def _engines(store, instance) -> set[str]:

@@ -11,6 +11,13 @@ request whole in the step it joins.
 
 A prompt always costs at least one token of one step: an engine computes the last prompt
 token to produce the first output token, even when every block was cached.
+
+With ``kv_blocks`` (the GPU's KV capacity in blocks of ``block_tokens``), a waiting request
+joins only while the running requests' blocks and its own fit (the reference engine reserves
+a request's prompt and every token it may generate when it admits it; vLLM admits while its
+free blocks hold the prompt): long prompts under concurrency run fewer at a time than
+``max_running`` allows and queue meanwhile. Blocks shared between running requests are
+counted once per request.
 """
 
 from __future__ import annotations
@@ -37,8 +44,14 @@ class SchedulerLimits:
     token_budget: int | None = None
     chunked_prefill: bool = False
     first_token: str = "step_end"
+    kv_blocks: int | None = None
+    block_tokens: int = 16
 
     def __post_init__(self) -> None:
+        for name, value in (("kv_blocks", self.kv_blocks), ("block_tokens", self.block_tokens)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be an int >= 1{' or None' if name == 'kv_blocks' else ''}, "
+                                 f"got {value!r}")
         if isinstance(self.max_running, bool) or not isinstance(self.max_running, int) \
                 or self.max_running < 1:
             raise ValueError(f"max_running must be an int >= 1, got {self.max_running!r}")
@@ -71,13 +84,20 @@ class BatchScheduler:
     waiting: deque = field(default_factory=deque)
     running: list = field(default_factory=list)
     in_prompt: set = field(default_factory=set)  # running requests with prompt tokens left
+    kv_need: np.ndarray | None = None  # blocks each request holds while running (with kv_blocks)
+    kv_used: int = 0
 
     def add(self, request: int) -> None:
         self.waiting.append(request)
 
     def can_admit(self) -> bool:
-        """Whether a waiting request could join the running set now."""
-        return bool(self.waiting) and len(self.running) < self.limits.max_running
+        """Whether a waiting request could join the running set now (its KV fits, or nothing
+        runs: a request larger than the whole capacity still runs alone)."""
+        if not self.waiting or len(self.running) >= self.limits.max_running:
+            return False
+        if self.kv_need is None or self.limits.kv_blocks is None or not self.running:
+            return True
+        return self.kv_used + int(self.kv_need[self.waiting[0]]) <= self.limits.kv_blocks
 
     def prefilling(self) -> bool:
         return bool(self.in_prompt)
@@ -100,6 +120,8 @@ class BatchScheduler:
             request = self.waiting.popleft()
             self.running.append(request)
             in_prompt.add(request)
+            if self.kv_need is not None:
+                self.kv_used += int(self.kv_need[request])
         return StepPlan(tuple(chunks), tuple(decoding))
 
     def computed(self, plan: StepPlan) -> list[int]:
@@ -123,3 +145,5 @@ class BatchScheduler:
     def finish(self, requests) -> None:
         gone = set(requests)
         self.running = [i for i in self.running if i not in gone]
+        if self.kv_need is not None:
+            self.kv_used -= int(self.kv_need[list(gone)].sum())

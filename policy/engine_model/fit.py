@@ -152,13 +152,17 @@ def _log_ratio(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
 
 def fit_limits(records: Sequence[RequestRecord], steps: Sequence[StepRecord] = (), *,
                max_running: int | None = None, token_budget: int | None = None,
-               chunked_prefill: bool = False, first_token: str = "step_end") -> SchedulerLimits:
+               chunked_prefill: bool = False, first_token: str = "step_end",
+               kv_blocks: int | None = None) -> SchedulerLimits:
     """Batching limits: ``max_running`` as given, else the most running requests a step
-    record shows, else the most requests in flight together in ``records``."""
+    record shows, else the most requests in flight together in ``records``; ``kv_blocks``
+    (the GPU's KV capacity) in the records' block size."""
     if max_running is None:
         seen = max((s.running_requests for s in steps), default=0)
         max_running = seen or max_in_flight(records)
-    return SchedulerLimits(max(int(max_running), 1), token_budget, chunked_prefill, first_token)
+    block_tokens = next((r.block_size_tokens for r in records if r.block_size_tokens), 16)
+    return SchedulerLimits(max(int(max_running), 1), token_budget, chunked_prefill, first_token,
+                           kv_blocks, int(block_tokens))
 
 
 def max_in_flight(records: Sequence[RequestRecord]) -> int:

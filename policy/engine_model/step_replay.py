@@ -122,7 +122,10 @@ class _Run:
         self.generated = np.zeros(len(requests), dtype=np.int64)
         self.first_token_s = np.full(len(requests), np.nan)
         self.end_s = np.full(len(requests), np.nan)
-        self.scheduler = BatchScheduler(params.limits, self.prompt, compute.copy())
+        limits = params.limits
+        need = None if limits.kv_blocks is None else \
+            -(-(self.prompt + self.outputs) // limits.block_tokens)  # prompt and every output token
+        self.scheduler = BatchScheduler(limits, self.prompt, compute.copy(), kv_need=need)
         self.own_prefill = params.limits.first_token == "own_prefill"
         self.requests, self.arrival_s = requests, requests.arrival_s.astype(float)
         self.transfers = TransferQueues(params.kv_bytes_per_token, params.cpu_link, params.cold_link)

@@ -116,3 +116,22 @@ def test_a_slow_step_stretches_its_work_so_a_first_prefill_sees_its_share():
     rows = ((0, 10, 1, 0, 0, 0, 10), (0, 20, 1, 0, 0, 0, 20))
     slow = EngineModelParams(cost, SchedulerLimits(first_token="own_prefill"), step_noise_s=(4.0, 4.0))
     assert replay(requests(*rows), slow).ttft_s.tolist() == pytest.approx([4.0, 8.0])
+
+
+def test_a_request_waits_while_the_running_requests_hold_the_gpu_kv():
+    # 10 blocks of 16 tokens; A and B each reserve 6 (80 prompt + 3 output tokens): B waits
+    # for A to finish though max_running would let both run, then runs alone
+    rows = ((0, 80, 3, 0, 0, 0, 80), (0, 80, 3, 0, 0, 0, 80))
+    roomy = replay(requests(*rows), params(first_token="own_prefill"))
+    tight = replay(requests(*rows), params(first_token="own_prefill", kv_blocks=10, block_tokens=16))
+    assert roomy.ttft_s.tolist() == [1.0, 1.0]
+    assert tight.ttft_s.tolist() == [1.0, 4.0]  # after A's three steps
+    alone = replay(requests((0, 400, 2, 0, 0, 0, 400)), params(kv_blocks=10))
+    assert alone.ttft_s.tolist() == [1.0]  # larger than the GPU: it still runs, alone
+
+
+def test_kv_capacity_must_be_a_positive_block_count():
+    with pytest.raises(ValueError, match="kv_blocks"):
+        SchedulerLimits(kv_blocks=0)
+    with pytest.raises(ValueError, match="block_tokens"):
+        SchedulerLimits(block_tokens=0)
