@@ -12,8 +12,8 @@ for the request that last used a block, the distribution of that arrival as know
   to the next arrival, normalised by a scale from the arrival row, among training requests
   still running after the same normalised time (:class:`RunningTable`).
 
-Conditioned on the time already waited, two readouts rank blocks (:func:`next_use_s`,
-:func:`reuse_within`). Everything here is numbers and trees (:mod:`kvtier.policy.learn.trees`) and
+Conditioned on the time already waited, two readouts rank blocks (:data:`READOUTS`; computed
+by the replay core and the engine plug-in, the per-row oracle is in ``tests/policy/learn/``). Everything here is numbers and trees (:mod:`kvtier.policy.learn.trees`) and
 round-trips through JSON (:meth:`NextUseModel.to_json`); the engine plug-in reads that file.
 """
 
@@ -125,19 +125,10 @@ class NextUseModel:
         t = self.classes.get(finish_class)
         return t if t is not None and len(t.quantiles) >= 2 else self.classes["*"]
 
-    def finished_view(self, finish_class: str, row: Sequence[float]) -> tuple[GapTable, float, float]:
-        """(table, p, scale) for a finished request's row."""
-        table = self.table(finish_class)
-        p = self.continuation.predict(row) if self.continuation else 1.0 - table.never_fraction
-        s = math.exp(self.gap_scale.predict(row)) if self.gap_scale else 1.0
-        return table, p, max(s, 1e-3)
-
-    def arrival_scale_of(self, row: Sequence[float]) -> float:
-        return max(math.exp(self.arrival_scale.predict(row)), 1e-3) if self.arrival_scale else 1.0
-
     def finished_views(self, rows) -> tuple[list[GapTable], list[float], list[float]]:
-        """:meth:`finished_view` of every row of ``rows`` (a requests x features float array,
-        finish columns filled), as (tables, p, scales); the same numbers, trees compiled."""
+        """(table, p, scale) of every finished request's row of ``rows`` (a requests x features
+        float array, finish columns filled), as (tables, p, scales): the finish class's table, the
+        continuation probability (else the class's rate) and the gap scale (else 1)."""
         tables = [self.table(FINISH_CLASSES[int(c)]) for c in rows[:, FINISH_COLUMN].tolist()]
         p = (self.continuation.predict_rows(rows) if self.continuation
              else [1.0 - t.never_fraction for t in tables])
@@ -146,7 +137,7 @@ class NextUseModel:
         return tables, p, [max(x, 1e-3) for x in s]
 
     def arrival_scales(self, rows) -> list[float]:
-        """:meth:`arrival_scale_of` of every row of ``rows`` (arrival columns read)."""
+        """The arrival scale of every row of ``rows`` (arrival columns read; 1 without trees)."""
         if not self.arrival_scale:
             return [1.0] * len(rows)
         width = len(self.arrival_scale.features)
@@ -185,30 +176,3 @@ class NextUseModel:
                        {str(k): int(v) for k, v in data["models"].items()})
         except (KeyError, TypeError) as error:
             raise ValueError(f"next-use model is missing or mistypes {error}") from None
-
-
-def _conditional(table: GapTable, p: float, e: float, u: float | None, horizon: float | None
-                 ) -> float:
-    """Given waited ``e`` (normalised): with ``horizon``, P(next use within it); with ``u``,
-    the ``u``-quantile of the remaining time (inf when the chain more likely never comes)."""
-    f0 = table.cdf(e)
-    survive = 1.0 - p * f0
-    if survive <= 1e-12:
-        return 1.0 if horizon is not None else 0.0
-    if horizon is not None:
-        return p * (table.cdf(e + horizon) - f0) / survive
-    target = f0 + u * survive / p if p > 0 else math.inf
-    if target > 1.0:
-        return math.inf
-    return max(0.0, table.inverse(target) - e)
-
-
-def next_use_s(table: GapTable, p: float, scale: float, waited_s: float, q: float) -> float:
-    """Seconds until the next use at quantile ``q``, given ``waited_s`` already waited."""
-    return scale * _conditional(table, p, waited_s / scale, q, None)
-
-
-def reuse_within(table: GapTable, p: float, scale: float, waited_s: float, horizon_s: float
-                 ) -> float:
-    """P(next use within ``horizon_s`` | not yet after ``waited_s``)."""
-    return _conditional(table, p, waited_s / scale, None, horizon_s / scale)

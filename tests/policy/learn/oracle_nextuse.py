@@ -1,7 +1,9 @@
 """The learned next-use order written per key in Python: the oracle the replay core's
 ``NextUseOrder`` is checked against (the rules: ``policy/learn/nextuse_tier.py``), and the
 driver that serves per-key tiers request by request (each sees a request before it is
-served)."""
+served). The readouts per row (:func:`finished_view`, :func:`arrival_scale_of`,
+:func:`next_use_s`, :func:`reuse_within`) are the scalar oracle of the model's vectorised
+``finished_views``/``arrival_scales`` and of the engine plug-in's ranking."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 
 from kvtier.collector.events import RequestRecord
-from kvtier.policy.learn.nextuse import NextUseModel, Readout, next_use_s, reuse_within
+from kvtier.policy.learn.nextuse import GapTable, NextUseModel, Readout
 from kvtier.policy.learn.replay import Replayed, RequestTokens, Tiers
 from kvtier.policy.learn.request_signals import FINISH_CLASSES, SignalTracker
 from kvtier.policy.sim.config import SimConfig
@@ -220,8 +222,8 @@ class NextUseTier:
             view = self._views.get(owner)
             if view is None:
                 row = self.tracker.features(owner, now)
-                view = self._views[owner] = self.model.finished_view(
-                    FINISH_CLASSES[int(row[12])], row)
+                view = self._views[owner] = finished_view(
+                    self.model, FINISH_CLASSES[int(row[12])], row)
             table, p, scale = view
             waited = now - request.finish_s
         elif not self.model.running.elapsed:
@@ -230,7 +232,7 @@ class NextUseTier:
             scale = self._arrival_scales.get(owner)
             if scale is None:  # a running request's row is its arrival row until it finishes
                 row = self.tracker.features(owner, now)
-                scale = self._arrival_scales[owner] = self.model.arrival_scale_of(row)
+                scale = self._arrival_scales[owner] = arrival_scale_of(self.model, row)
             elapsed = (now - request.arrival_s) / scale
             grid = self.model.running.elapsed
             k = max(0, (bisect.bisect_right(grid, elapsed) if self._grid_sorted
@@ -243,3 +245,43 @@ class NextUseTier:
         if readout.kind == "next_use":
             return next_use_s(table, p, scale, waited, readout.q)
         return -reuse_within(table, p, scale, waited, readout.horizon_s)
+
+
+def finished_view(model: NextUseModel, finish_class: str, row: Sequence[float]
+                  ) -> tuple[GapTable, float, float]:
+    """(table, p, scale) for a finished request's row."""
+    table = model.table(finish_class)
+    p = model.continuation.predict(row) if model.continuation else 1.0 - table.never_fraction
+    s = math.exp(model.gap_scale.predict(row)) if model.gap_scale else 1.0
+    return table, p, max(s, 1e-3)
+
+
+def arrival_scale_of(model: NextUseModel, row: Sequence[float]) -> float:
+    return max(math.exp(model.arrival_scale.predict(row)), 1e-3) if model.arrival_scale else 1.0
+
+
+def _conditional(table: GapTable, p: float, e: float, u: float | None, horizon: float | None
+                 ) -> float:
+    """Given waited ``e`` (normalised): with ``horizon``, P(next use within it); with ``u``,
+    the ``u``-quantile of the remaining time (inf when the chain more likely never comes)."""
+    f0 = table.cdf(e)
+    survive = 1.0 - p * f0
+    if survive <= 1e-12:
+        return 1.0 if horizon is not None else 0.0
+    if horizon is not None:
+        return p * (table.cdf(e + horizon) - f0) / survive
+    target = f0 + u * survive / p if p > 0 else math.inf
+    if target > 1.0:
+        return math.inf
+    return max(0.0, table.inverse(target) - e)
+
+
+def next_use_s(table: GapTable, p: float, scale: float, waited_s: float, q: float) -> float:
+    """Seconds until the next use at quantile ``q``, given ``waited_s`` already waited."""
+    return scale * _conditional(table, p, waited_s / scale, q, None)
+
+
+def reuse_within(table: GapTable, p: float, scale: float, waited_s: float, horizon_s: float
+                 ) -> float:
+    """P(next use within ``horizon_s`` | not yet after ``waited_s``)."""
+    return _conditional(table, p, waited_s / scale, None, horizon_s / scale)

@@ -5,9 +5,10 @@ import math
 
 import pytest
 
-from kvtier.policy.learn.nextuse import GapTable, NextUseModel, next_use_s, reuse_within
+from kvtier.policy.learn.nextuse import GapTable, NextUseModel
 from kvtier.policy.learn.nextuse_fit import fit_next_use
 from tests.policy.learn import traffic
+from tests.policy.learn.oracle_nextuse import next_use_s, reuse_within
 
 
 def test_gap_table_cdf_and_inverse_agree():

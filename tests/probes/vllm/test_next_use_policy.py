@@ -43,7 +43,7 @@ def test_the_engines_reader_ranks_as_the_trained_model(readout):
 
     from kvtier.collector.events import FINISH_CLASSES
     from kvtier.policy.learn.deploy import deployment
-    from kvtier.policy.learn.nextuse import next_use_s, reuse_within
+    from tests.policy.learn.oracle_nextuse import finished_view, next_use_s, reuse_within
     from kvtier.policy.learn.nextuse_fit import fit_next_use
     from kvtier.policy.learn.signal_table import signal_table
     from kvtier.probes.vllm.next_use_model import NextUseReader
@@ -54,7 +54,7 @@ def test_the_engines_reader_ranks_as_the_trained_model(readout):
     rows = signal_table(records, None, model.models).rows.tolist()
     finite = 0
     for i, row in enumerate(rows[::7]):
-        table, p, scale = model.finished_view(FINISH_CLASSES[int(row[12])], row)
+        table, p, scale = finished_view(model, FINISH_CLASSES[int(row[12])], row)
         view = reader.view(row)
         assert (view[1], view[2]) == (p, scale)
         waited = [0.0, 1.0, 30.0, 900.0][i % 4]
