@@ -61,14 +61,6 @@ class HitRatioCurve:
         return [(c, self.token_hit_ratio(c)) for c in capacities_blocks]
 
 
-def stack_distances(hashes: np.ndarray) -> np.ndarray:
-    """LRU stack distance of every reference (1-based); :data:`FIRST_USE` for first uses."""
-    trace = RunTrace.single_request(np.asarray(hashes, dtype=np.uint64))
-    runs = find_runs(trace)
-    distances = run_distances(runs, len(trace.hashes), FIRST_USE)
-    return np.repeat(distances, runs.lengths)
-
-
 def lru_curve(records: Iterable[RequestRecord], default_block_tokens: int = 16) -> HitRatioCurve:
     """The prefix-contiguous LRU hit-ratio curve of a trace, at every capacity, in one pass."""
     return lru_curve_of(RunTrace.from_records(records, default_block_tokens))

@@ -28,12 +28,6 @@ class RunTrace:
             builder.add(record)
         return builder.build()
 
-    @classmethod
-    def single_request(cls, hashes: np.ndarray) -> RunTrace:
-        n = len(hashes)
-        return cls(hashes, np.zeros(1, dtype=np.int64), np.ones(1, dtype=np.int64),
-                   np.ones(1, dtype=np.int64), n)
-
 
 class RunTraceBuilder:
     """Accumulates records into a :class:`RunTrace` (so another pass can share the read)."""

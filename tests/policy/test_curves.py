@@ -4,10 +4,21 @@ import numpy as np
 import pytest
 from tests.policy.sim.simtools import random_prefix_trace
 
-from kvtier.policy.curves import FIRST_USE, lru_curve, stack_distances
+from kvtier.policy.curves import FIRST_USE, lru_curve
+from kvtier.policy.runs import RunTrace, find_runs, run_distances
 from kvtier.policy.readers import MooncakeReader
 from kvtier.policy.sim.config import SimConfig
 from kvtier.policy.sim.simulator import simulate
+
+
+def stack_distances(hashes: np.ndarray) -> np.ndarray:
+    """The curve's run-compressed LRU stack distance of every reference of one request (1-based),
+    expanded back to references; :data:`FIRST_USE` for first uses."""
+    one = np.ones(1, dtype=np.int64)
+    trace = RunTrace(np.asarray(hashes, dtype=np.uint64), np.zeros(1, dtype=np.int64), one, one,
+                     len(hashes))
+    runs = find_runs(trace)
+    return np.repeat(run_distances(runs, len(trace.hashes), FIRST_USE), runs.lengths)
 
 
 def test_stack_distances_by_hand():
