@@ -134,13 +134,13 @@ def whatif_curves(tier: str, policies: list[str] | None = None) -> dict:
 
 
 def size_latency() -> dict:
-    """Median promotion time against block size (log-log), one line per source tier."""
+    """Median load wait per job against the bytes the job moved (log-log), one line per source tier."""
     return {
         "mark": {"type": "line", "point": True, "tooltip": True},
         "encoding": {
-            "x": {"field": "block_bytes", "type": "quantitative", "title": "block size (bytes, log)",
+            "x": {"field": "job_bytes", "type": "quantitative", "title": "bytes per load job (log)",
                   "scale": {"type": "log"}},
-            "y": {"field": "p50_ms", "type": "quantitative", "title": "median promotion time (ms)",
+            "y": {"field": "p50_ms", "type": "quantitative", "title": "median load wait per job (ms)",
                   "scale": {"type": "log"}},
             "color": {"field": "source_tier", "type": "nominal", "title": "source tier"},
         },

@@ -10,7 +10,9 @@ Views defined on the connection:
 * ``raw_events``: block events (``kind`` and ``tier_from`` as text);
 * ``events``: the same, each with the ``tier_config`` of its request (an as-of join by
   instance, request id and time, see ``with_config``; ``(unlabelled)`` without a record);
-* ``requests``: request records; ``request_configs``: their ids, arrivals and configurations.
+* ``requests``: request records; ``request_configs``: their ids, arrivals and configurations;
+* ``metric_intervals``: the engines' scraped Prometheus metrics, ``time_s`` the interval's end
+  (no tier configuration: a scrape does not say which requests it counted).
 
 A view exists only when its table has segments (``SegmentData.has_events`` / ``has_requests``).
 
@@ -32,7 +34,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from kvtier.collector.ddl import BLOCK_EVENTS_TABLE, REQUESTS_TABLE
+from kvtier.collector.ddl import BLOCK_EVENTS_TABLE, METRIC_INTERVALS_TABLE, REQUESTS_TABLE
 from kvtier.collector.segments import has_segments, segments_relation
 
 UNLABELLED = "(unlabelled)"
@@ -85,6 +87,7 @@ class SegmentData:
         self.con = duckdb.connect()
         self.has_events = self.root.is_dir() and has_segments(self.root, BLOCK_EVENTS_TABLE)
         self.has_requests = self.root.is_dir() and has_segments(self.root, REQUESTS_TABLE)
+        self.has_metrics = self.root.is_dir() and has_segments(self.root, METRIC_INTERVALS_TABLE)
         self._define_views()
 
     def _define_views(self) -> None:
@@ -96,6 +99,9 @@ class SegmentData:
             self.con.execute("""CREATE VIEW request_configs AS
                 SELECT instance, request_id, arrival_s, tier_config_id AS tier_config
                 FROM requests WHERE request_id IS NOT NULL""")
+        if self.has_metrics:  # an interval counts at its end, when the engine had counted it
+            self.con.execute("CREATE VIEW metric_intervals AS SELECT *, end_s AS time_s "
+                             f"FROM {segments_relation(self.root, METRIC_INTERVALS_TABLE)}")
         if not self.has_events:
             return
         self.con.execute(f"""CREATE VIEW raw_events AS
@@ -157,12 +163,13 @@ class SegmentData:
 
     def where(self, filters: Filters, view: str) -> tuple[str, list]:
         """A ``WHERE`` clause (and its parameters) applying ``filters`` to a view
-        (``events``/``raw_events``/``requests``). ``raw_events`` has no ``tier_config``, so
-        the configuration filter is left out there: apply it after joining (``with_config``)."""
+        (``events``/``raw_events``/``requests``/``metric_intervals``). ``raw_events`` and
+        ``metric_intervals`` have no ``tier_config``, so the configuration filter is left out
+        there: apply it after joining (``with_config``)."""
         time_col = "arrival_s" if view == "requests" else "time_s"
         config_col = "tier_config_id" if view == "requests" else "tier_config"
         pairs = [("engine", filters.engines), ("instance", filters.instances)]
-        if view != "raw_events":
+        if view in ("events", "requests"):  # the views that know each row's configuration
             pairs.append((config_col, filters.tier_configs))
         clauses, params = [], []
         for column, values in pairs:

@@ -100,45 +100,97 @@ def outcome_totals(frame: pd.DataFrame) -> pd.DataFrame:
     return _ranked(totals)
 
 
+def headline(totals: pd.DataFrame) -> pd.DataFrame:
+    """The overview's headline from ``outcome_totals``' frame: every configuration together,
+    one row per outcome in ``OUTCOME_ORDER`` (``outcome``, ``amount``, ``share``; an outcome
+    that never happened has amount and share 0)."""
+    amounts = totals.groupby("outcome")["amount"].sum() if len(totals) else pd.Series(dtype=float)
+    frame = pd.DataFrame({"outcome": list(OUTCOME_ORDER),
+                          "amount": [float(amounts.get(o, 0.0)) for o in OUTCOME_ORDER]})
+    whole = frame["amount"].sum()
+    frame["share"] = frame["amount"] / whole if whole else 0.0
+    return frame
+
+
 def _ranked(frame: pd.DataFrame) -> pd.DataFrame:
     """Add ``outcome_rank`` (best outcome first) for stacking order."""
     frame["outcome_rank"] = frame["outcome"].map({o: i for i, o in enumerate(OUTCOME_ORDER)})
     return frame
 
 
-def promotion_latency(data: SegmentData, filters: Filters) -> pd.DataFrame:
-    """p50/p95/p99 promotion time (ms) by source tier and kind, long form: ``source_tier``,
-    ``kind``, ``quantile``, ``latency_ms``, ``events``; recompute misses are included."""
-    if not data.has_events:
-        return empty_frame("source_tier", "kind", "quantile", "latency_ms", "events")
+# A block event's source tier: where a promotion came from, ``recompute`` for a miss.
+_SOURCE_TIER = """CASE WHEN kind = 'recompute_miss' THEN 'recompute' ELSE coalesce(tier_from,
+    CASE kind WHEN 'cpu_promotion' THEN 'cpu' ELSE 'cold' END) END"""
+_QUANTILE_ROWS = """unnest([{'quantile': 'p50', 'latency_s': qs[1]}, {'quantile': 'p95', 'latency_s': qs[2]},
+                           {'quantile': 'p99', 'latency_s': qs[3]}]) AS u(q)"""
+# vLLM's worker-side copy of loads: seconds summed over workers and jobs, and one size
+# observation per worker-side job (vllm/distributed/kv_transfer/kv_connector/v1/offloading/metrics.py).
+COPY_SECONDS, COPY_JOBS, COPY_BYTES = ("vllm:kv_offload_load_time_total", "vllm:kv_offload_load_size",
+                                       "vllm:kv_offload_load_bytes_total")
+
+
+def _load_jobs(data: SegmentData, filters: Filters, kinds: str) -> tuple[str, list]:
+    """One row per load job (``source_tier``, ``kind``, ``latency_s``, ``blocks``,
+    ``size_bytes``): the block events of one load (same source, request, kind and time) share
+    the job's latency, as vLLM's hooks record it, so a job counts once however many blocks it
+    moved (``policy/recommend/measured.py`` groups them the same way)."""
     view = data.events_view(filters)
     where, params = data.where(filters, view)
-    where = and_where(where, f"kind IN ({_PROMOTIONS_SQL}, 'recompute_miss') AND latency_s IS NOT NULL")
-    return data.df(f"""SELECT source_tier, kind, q.quantile, q.latency_s * 1000 AS latency_ms, events
-        FROM (SELECT CASE WHEN kind = 'recompute_miss' THEN 'recompute' ELSE coalesce(tier_from,
-                     CASE kind WHEN 'cpu_promotion' THEN 'cpu' ELSE 'cold' END) END AS source_tier,
-                     kind, count(*) AS events,
+    where = and_where(where, f"kind IN ({kinds}) AND latency_s IS NOT NULL")
+    return (f"""SELECT {_SOURCE_TIER} AS source_tier, kind, max(latency_s) AS latency_s,
+            count(*) AS blocks, sum(size_bytes) AS size_bytes
+        FROM {view} {where} GROUP BY source_tier, kind, source, request_id, time_s""", params)
+
+
+def load_wait(data: SegmentData, filters: Filters) -> pd.DataFrame:
+    """How long a load held its request, per load job: p50/p95/p99 (ms) of the time from the
+    scheduler's ``prepare_load`` to its ``complete_load`` (queueing and the transfer), by source
+    tier and kind, long form: ``source_tier``, ``kind``, ``quantile``, ``latency_ms``,
+    ``jobs``, ``blocks``, ``mean_ms``. Recompute misses are included (their prefill share)."""
+    columns = ("source_tier", "kind", "quantile", "latency_ms", "jobs", "blocks", "mean_ms")
+    if not data.has_events:
+        return empty_frame(*columns)
+    jobs, params = _load_jobs(data, filters, f"{_PROMOTIONS_SQL}, 'recompute_miss'")
+    return data.df(f"""SELECT source_tier, kind, q.quantile, q.latency_s * 1000 AS latency_ms,
+            jobs, blocks, mean_ms
+        FROM (SELECT source_tier, kind, count(*) AS jobs, sum(blocks) AS blocks,
+                     avg(latency_s) * 1000 AS mean_ms,
                      quantile_cont(latency_s, [0.5, 0.95, 0.99]) AS qs
-              FROM {view} {where} GROUP BY ALL),
-             unnest([{{'quantile': 'p50', 'latency_s': qs[1]}}, {{'quantile': 'p95', 'latency_s': qs[2]}},
-                     {{'quantile': 'p99', 'latency_s': qs[3]}}]) AS u(q)
+              FROM ({jobs}) GROUP BY ALL), {_QUANTILE_ROWS}
         ORDER BY source_tier, q.quantile""", params)
 
 
+def copy_time(data: SegmentData, filters: Filters) -> pd.DataFrame:
+    """The engine's own copy time per load job, where it reports one: vLLM's worker-side
+    transfer time (``kv_offload_load_time``) over its load jobs (``kv_offload_load_size``
+    observations), from the scraped metric intervals, per engine and instance: ``engine``,
+    ``instance``, ``jobs``, ``copy_s``, ``copied_bytes``, ``mean_copy_ms``. A mean, not
+    percentiles: the engine exports sums. Empty when a tier configuration is selected (a
+    scrape does not say which configuration's requests it counted)."""
+    columns = ("engine", "instance", "jobs", "copy_s", "copied_bytes", "mean_copy_ms")
+    if not data.has_metrics or filters.tier_configs:
+        return empty_frame(*columns)
+    where, params = data.where(filters, "metric_intervals")
+    return data.df(f"""SELECT engine, instance, jobs, copy_s, copied_bytes,
+            copy_s / jobs * 1000 AS mean_copy_ms
+        FROM (SELECT engine, instance, sum(value) FILTER (metric = '{COPY_JOBS}') AS jobs,
+                     sum(value) FILTER (metric = '{COPY_SECONDS}') AS copy_s,
+                     sum(value) FILTER (metric = '{COPY_BYTES}') AS copied_bytes
+              FROM metric_intervals {where} GROUP BY ALL)
+        WHERE jobs > 0 AND copy_s IS NOT NULL ORDER BY engine, instance""", params)
+
+
 def size_latency(data: SegmentData, filters: Filters) -> pd.DataFrame:
-    """Promotion time against block size: ``source_tier``, ``block_bytes`` (power-of-two
-    bucket), ``promotions``, ``p50_ms``, ``bandwidth_bytes_per_s``. Shows whether bigger
-    blocks still fit the transfer budget a request can afford."""
+    """Load wait against the bytes a job moved: ``source_tier``, ``job_bytes`` (power-of-two
+    bucket), ``jobs``, ``p50_ms``, ``bandwidth_bytes_per_s`` (bytes over wait, per job). Shows
+    whether bigger loads still fit the transfer budget a request can afford."""
     if not data.has_events:
-        return empty_frame("source_tier", "block_bytes", "promotions", "p50_ms", "bandwidth_bytes_per_s")
-    view = data.events_view(filters)
-    where, params = data.where(filters, view)
-    where = and_where(where, f"kind IN ({_PROMOTIONS_SQL}) AND size_bytes > 0 AND latency_s IS NOT NULL")
-    return data.df(f"""SELECT coalesce(tier_from, kind) AS source_tier,
-            pow(2, floor(log2(size_bytes))) AS block_bytes, count(*) AS promotions,
-            quantile_cont(latency_s, 0.5) * 1000 AS p50_ms,
+        return empty_frame("source_tier", "job_bytes", "jobs", "p50_ms", "bandwidth_bytes_per_s")
+    jobs, params = _load_jobs(data, filters, _PROMOTIONS_SQL)
+    return data.df(f"""SELECT source_tier, pow(2, floor(log2(size_bytes))) AS job_bytes,
+            count(*) AS jobs, quantile_cont(latency_s, 0.5) * 1000 AS p50_ms,
             sum(size_bytes) / nullif(sum(latency_s), 0) AS bandwidth_bytes_per_s
-        FROM {view} {where} GROUP BY ALL ORDER BY source_tier, block_bytes""", params)
+        FROM ({jobs}) WHERE size_bytes > 0 GROUP BY ALL ORDER BY source_tier, job_bytes""", params)
 
 
 def request_latency(data: SegmentData, filters: Filters) -> pd.DataFrame:

@@ -22,7 +22,8 @@ MIN_PHASE_REQUESTS = 30
 # The aggregate queries pages may run, by name: each is ``fn(data, filters, *args)``.
 QUERIES = {
     "hit_quality": queries.hit_quality,
-    "promotion_latency": queries.promotion_latency,
+    "load_wait": queries.load_wait,
+    "copy_time": queries.copy_time,
     "request_latency": queries.request_latency,
     "size_latency": queries.size_latency,
     "latency_over_time": queries.latency_over_time,

@@ -1,5 +1,6 @@
-"""Latency by tier: promotion time p50/p95/p99 by source tier (and recompute), and TTFT and
-inter-token latency per tier configuration (rollout phase)."""
+"""Latency by tier: the wait a load put on its request (per load job, p50/p95/p99 by source
+tier, and recompute) beside the engine's own copy time per job where it reports one, and TTFT
+and inter-token latency per tier configuration (rollout phase)."""
 
 from __future__ import annotations
 
@@ -18,20 +19,36 @@ def render(ctx: PageContext) -> None:
     notice = rollout_in_progress(ctx.facets)
     if notice:
         st.warning(notice)
-    _promotions(ctx)
+    _loads(ctx)
     _requests(ctx)
 
 
-def _promotions(ctx: PageContext) -> None:
-    st.subheader("Promotion time by source tier")
-    frame = ctx.query("promotion_latency")
+def _loads(ctx: PageContext) -> None:
+    st.subheader("Load wait per job by source tier (request path)")
+    frame = ctx.query("load_wait")
     if frame.empty:
         st.info("No promotion or recompute events with a latency: block events come from engine "
                 "probes (`kvtier collect`); simulated replays without a cost model carry none.")
         return
+    st.caption("From the load's start to its completion as the scheduler saw it (vLLM: "
+               "prepare_load to complete_load): queueing and the transfer, once per load job "
+               "(its blocks share the wait), not per block. Recompute: the prefill's share.")
     chart(frame, charts.grouped_quantiles("source_tier", "source tier"))
-    st.dataframe(frame.pivot_table(index=["source_tier", "events"], columns="quantile",
+    st.dataframe(frame.pivot_table(index=["source_tier", "jobs", "blocks", "mean_ms"], columns="quantile",
                                    values="latency_ms").reset_index(), hide_index=True)
+    _copy_time(ctx)
+
+
+def _copy_time(ctx: PageContext) -> None:
+    """The engine's worker-side copy beside the wait: the difference is queueing."""
+    frame = ctx.query("copy_time")
+    if frame.empty:
+        return
+    st.subheader("Copy time per load job (engine-measured)")
+    st.caption("vLLM's worker-side transfer time (kv_offload_load_time) over its load jobs, "
+               "from its scraped metrics: a mean per job, the copy alone, without the queueing "
+               "the wait above includes.")
+    st.dataframe(frame, hide_index=True)
 
 
 def _requests(ctx: PageContext) -> None:

@@ -52,9 +52,7 @@ def _events(ctx: PageContext, span, configs: list[str]) -> None:
 
 
 def _metrics(totals, unit: str) -> None:
-    overall = totals.groupby("outcome")["amount"].sum()
-    whole = overall.sum()
-    columns = st.columns(len(queries.OUTCOME_ORDER))
-    for column, outcome in zip(columns, queries.OUTCOME_ORDER):
-        share = overall.get(outcome, 0.0) / whole if whole else 0.0
-        column.metric(outcome.replace("_", " "), f"{share:.1%}", help=f"share of {unit}")
+    headline = queries.headline(totals)
+    columns = st.columns(len(headline))
+    for column, row in zip(columns, headline.itertuples()):
+        column.metric(row.outcome.replace("_", " "), f"{row.share:.1%}", help=f"share of {unit}")

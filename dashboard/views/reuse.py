@@ -39,11 +39,11 @@ def render(ctx: PageContext) -> None:
 
 
 def _size_against_budget(ctx: PageContext) -> None:
-    st.subheader("Block size against the transfer budget")
+    st.subheader("Load size against the transfer budget")
     sizes = ctx.query("size_latency")
     if sizes.empty:
-        st.info("No promotions with a block size and a latency: the transfer budget needs block "
-                "events from engine probes.")
+        st.info("No load jobs with bytes and a wait: the transfer budget needs block events "
+                "from engine probes.")
         return
     chart(sizes, charts.size_latency())
     st.dataframe(sizes, hide_index=True)

@@ -85,8 +85,8 @@ def test_reuse_page_charts_sharing_positions_and_reuse_times(monkeypatch, full_s
     assert positions.num_rows > 3
     assert gaps_spec["encoding"]["x"]["scale"]["type"] == "log" and gaps.num_rows > 0
     assert "never reused" in [m.label for m in at.metric]
-    assert size_spec["encoding"]["x"]["field"] == "block_bytes"
-    assert sorted(set(sizes.column("block_bytes").to_pylist())) == [1024 * 1024, 2 * 1024 * 1024]
+    assert size_spec["encoding"]["x"]["field"] == "job_bytes"
+    assert sorted(set(sizes.column("job_bytes").to_pylist())) == [1024 * 1024, 2 * 1024 * 1024]
 
 
 @pytest.mark.parametrize("page", ["overview", "latency", "reuse"])

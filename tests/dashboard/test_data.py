@@ -93,8 +93,9 @@ def test_filters_narrow_by_instance_configuration_and_time(data, full_segments):
     assert queries.hit_quality(data, Filters(engines=("sglang",)), (None, None))[0].empty
 
 
-def test_promotion_percentiles_match_numpy_per_source_tier(data, full_segments):
-    frame = queries.promotion_latency(data, Filters()).set_index(["source_tier", "quantile"])
+def test_load_wait_percentiles_match_numpy_per_source_tier(data, full_segments):
+    # every block event of these fixtures is its own load job (its own time)
+    frame = queries.load_wait(data, Filters()).set_index(["source_tier", "quantile"])
     assert set(frame.index.get_level_values(0)) == {"cpu", "cold", "recompute"}
     cpu = raw_events(full_segments, "CAST(kind AS VARCHAR) = 'cpu_promotion'")["latency_s"] * 1000
     for q, label in ((50, "p50"), (95, "p95"), (99, "p99")):
@@ -140,7 +141,7 @@ def test_request_only_segments_count_tokens(simulated_segments):
         records = list(SegmentReader(simulated_segments).requests())
         assert unit == "tokens"
         assert frame["amount"].sum() == sum(r.prompt_tokens for r in records)
-        assert queries.promotion_latency(data, Filters()).empty
+        assert queries.load_wait(data, Filters()).empty
         assert reuse.ReuseAnalysis(data, Filters()).classes()["blocks"].sum() > 0  # from block_hashes
 
 
@@ -168,7 +169,7 @@ def test_bucket_width_is_round_and_gives_about_sixty_buckets():
 
 
 def test_configuration_filter_reaches_event_queries(data):
-    baseline = queries.promotion_latency(data, Filters(tier_configs=("gpu-only",)))
+    baseline = queries.load_wait(data, Filters(tier_configs=("gpu-only",)))
     assert set(baseline["source_tier"]) == {"recompute"}  # nothing below GPU to promote from
     assert reuse.stores_never_promoted(data, Filters(tier_configs=("gpu-only",)))["stored_blocks"] == 0
 
@@ -214,7 +215,7 @@ def test_a_request_id_replayed_per_configuration_counts_in_each(store, origin, t
         frame, _ = queries.hit_quality(data, Filters(), (t0, t0 + 3600))
         totals = queries.outcome_totals(frame).set_index(["tier_config", "outcome"])["amount"].to_dict()
         assert totals == {("gpu-only", "recompute_miss"): 3.0, ("gpu+cpu", "cpu_promotion"): 3.0}
-        promoted = queries.promotion_latency(data, Filters(tier_configs=("gpu+cpu",)))
+        promoted = queries.load_wait(data, Filters(tier_configs=("gpu+cpu",)))
         assert set(promoted["source_tier"]) == {"cpu"}
 
 
@@ -224,3 +225,78 @@ def test_p99_over_time_covers_every_request_once(data):
     ttft = frame[frame["metric"] == "ttft"].groupby("tier_config")["requests"].sum()
     assert ttft.to_dict() == dict(zip(facets.phases["tier_config"], facets.phases["requests"]))
     assert (frame["p99_ms"] > 0).all()
+
+
+def _two_loads_and_vllms_copy_counters(tmp_path):
+    """Request r1's CPU load moves 4 blocks and holds it 40 ms, r2's moves 2 blocks for 10 ms
+    (vLLM's hooks stamp every block of one load with the load's time and wait); vLLM's scraped
+    counters say its workers copied those 2 jobs in 4 + 2 ms."""
+    from kvtier.collector.events import MetricInterval
+    from kvtier.collector.store import TraceStore
+
+    origin = Origin("vllm", "node-a", "vllm-hooks:node-a")
+    events = [BlockEvent(t0, Outcome.CPU_PROMOTION, 100 * n + i, request_id=request, position=i,
+                         tokens=16, size_bytes=1 << 20, tier_from=Tier.CPU, tier_to=Tier.GPU,
+                         latency_s=wait)
+              for n, (request, t0, blocks, wait) in enumerate((("r1", 1_800_000_000.0, 4, 0.040),
+                                                               ("r2", 1_800_000_005.0, 2, 0.010)))
+              for i in range(blocks)]
+    records = [RequestRecord(r, t, 64, tier_config_id="gpu+cpu")
+               for r, t in (("r1", 1_800_000_000.0), ("r2", 1_800_000_005.0))]
+    scrape = Origin("vllm", "node-a", "vllm-scrape:node-a:http://127.0.0.1:8000/metrics:1")
+    intervals = [row for start, copy_s in ((1_799_999_999.0, 0.004), (1_800_000_004.0, 0.002))
+                 for row in (MetricInterval(start, start + 2, "vllm:kv_offload_load_time_total",
+                                            "counter", copy_s, 'engine="0"'),
+                             MetricInterval(start, start + 2, "vllm:kv_offload_load_size", "histogram",
+                                            1.0, 'engine="0"', float(1 << 22)),
+                             MetricInterval(start, start + 2, "vllm:kv_offload_load_bytes_total",
+                                            "counter", float(1 << 22), 'engine="0"'))]
+    with TraceStore(":memory:") as store:
+        store.ingest(EventBatch.from_rows(origin, 1, events, records))
+        store.ingest(EventBatch.from_intervals(scrape, 1, intervals))
+        export_segments(store, tmp_path)
+    return tmp_path
+
+
+def test_a_loads_wait_counts_once_per_job_not_once_per_block(tmp_path):
+    with SegmentData(_two_loads_and_vllms_copy_counters(tmp_path)) as data:
+        wait = queries.load_wait(data, Filters()).set_index("quantile")
+        assert set(wait["jobs"]) == {2} and set(wait["blocks"]) == {6}
+        # per job: the median of 40 and 10 ms; per block it would be 40 (four of six blocks)
+        assert wait.loc["p50", "latency_ms"] == pytest.approx(25.0)
+        assert wait["mean_ms"].tolist() == pytest.approx([25.0] * 3)
+        sizes = queries.size_latency(data, Filters()).set_index("job_bytes")
+        assert sizes["jobs"].to_dict() == {2 << 20: 1, 4 << 20: 1}
+        # a job's bandwidth is its bytes over its one wait, not over the wait once per block
+        assert sizes.loc[4 << 20, "bandwidth_bytes_per_s"] == pytest.approx((4 << 20) / 0.040)
+
+
+def test_the_engines_copy_time_per_job_sits_beside_the_wait_it_is_part_of(tmp_path):
+    with SegmentData(_two_loads_and_vllms_copy_counters(tmp_path)) as data:
+        copy = queries.copy_time(data, Filters())
+        assert copy[["instance", "jobs", "copied_bytes"]].values.tolist() == [["node-a", 2.0, float(2 << 22)]]
+        assert copy.loc[0, "mean_copy_ms"] == pytest.approx(3.0)
+        wait = queries.load_wait(data, Filters())
+        assert copy.loc[0, "mean_copy_ms"] < wait["mean_ms"].iloc[0]  # the rest is queueing
+        # the second interval ends after 1_800_000_005: a range up to then counts the first job
+        early = queries.copy_time(data, Filters(end_s=1_800_000_002.0))
+        assert early.loc[0, "jobs"] == 1 and early.loc[0, "mean_copy_ms"] == pytest.approx(4.0)
+        # a scrape does not say which configuration's requests it counted
+        assert queries.copy_time(data, Filters(tier_configs=("gpu+cpu",))).empty
+    with SegmentData(tmp_path / "none") as empty:
+        assert queries.copy_time(empty, Filters()).empty
+
+
+def test_the_headline_is_each_outcomes_share_of_every_configuration_together(data):
+    totals = queries.outcome_totals(queries.hit_quality(data, Filters(), (None, None))[0])
+    headline = queries.headline(totals)
+    assert list(headline["outcome"]) == list(queries.OUTCOME_ORDER)
+    records = list(SegmentReader(data.root).requests())
+    assert headline.set_index("outcome")["amount"].to_dict() == {
+        "gpu_hit": sum(r.gpu_hit_tokens for r in records),
+        "cpu_promotion": sum(r.cpu_promotion_tokens for r in records),
+        "cold_promotion": sum(r.cold_promotion_tokens for r in records),
+        "recompute_miss": sum(r.recomputed_tokens for r in records)}
+    assert headline["share"].sum() == pytest.approx(1.0)
+    nothing = queries.headline(queries.outcome_totals(queries.empty_frame("tier_config", "outcome", "amount")))
+    assert nothing["amount"].tolist() == [0.0] * 4 and nothing["share"].tolist() == [0.0] * 4
