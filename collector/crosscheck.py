@@ -1,0 +1,133 @@
+"""Cross-checks in production: what an engine's hooks recorded against the engine's own
+``/metrics`` counters (``kvtier collect --hooks`` and ``--scrape`` for one instance).
+
+Both are summed over the same time window, aligned on the scrape intervals: a counter's
+side is its increase over the intervals (``metric_intervals``), the hooks' side the tokens
+of the requests that finished within those intervals (``arrival_s + e2e_latency_s``), or the
+block events timed within them. Only intervals ending ``settle_s`` before now count, so a
+request that finished but is not yet shipped is not read as a disagreement. A request that
+starts in one interval and finishes in the next moves its tokens between neighbouring
+intervals only, so the sums over the whole window agree when both sides count alike.
+
+The counters compared per engine are :data:`COUNTERS`; an engine without an entry, or an
+instance without both sources, is not checked. The store is read at the edge; the result is
+a tuple of :class:`CounterCheck` values.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kvtier.collector.ddl import WITH_ORIGIN
+
+DEFAULT_SETTLE_S = 5.0
+DEFAULT_TOLERANCE = 0.01  # a relative difference above 1% is flagged
+
+
+@dataclass(frozen=True)
+class CheckedCounter:
+    """One counter both sides keep. ``hooks_table``/``hooks_value``: the hooks' rows (a SQL
+    table of the store and the summed expression), ``hooks_where`` their filter, timed by
+    ``hooks_time``. ``metric``: the engine's series as exposed, ``labels_like`` a filter on
+    its labels, ``field`` ``value`` (a counter's increase) or ``sum_value`` (a histogram's
+    sum over the interval)."""
+
+    name: str
+    metric: str
+    hooks_table: str
+    hooks_value: str
+    hooks_time: str
+    hooks_where: str = "TRUE"
+    labels_like: str = "%"
+    field: str = "value"
+
+
+_FINISHED = "arrival_s + coalesce(e2e_latency_s, 0)"
+_REQUESTS = WITH_ORIGIN["requests"]
+COUNTERS: dict[str, tuple[CheckedCounter, ...]] = {
+    # vLLM 0.32/0.33 vllm/v1/metrics/loggers.py and its offloading connector's metrics
+    "vllm": (
+        CheckedCounter("prompt_tokens", "vllm:prompt_tokens_total", _REQUESTS,
+                       "prompt_tokens", _FINISHED),
+        CheckedCounter("gpu_hit_tokens", "vllm:prefix_cache_hits_total", _REQUESTS,
+                       "gpu_hit_tokens", _FINISHED),
+        CheckedCounter("cpu_promoted_tokens", "vllm:external_prefix_cache_hits_total", _REQUESTS,
+                       "cpu_promotion_tokens", _FINISHED),
+        CheckedCounter("recomputed_tokens", "vllm:prompt_tokens_by_source_total", _REQUESTS,
+                       "recomputed_tokens", _FINISHED, labels_like='%source="local_compute"%'),
+        CheckedCounter("cpu_stores", "vllm:kv_offload_cpu_allocation_size",
+                       WITH_ORIGIN["block_events"], "1", "time_s",
+                       "kind = 'store' AND tier_from = 'gpu'", field="sum_value"),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class CounterCheck:
+    """One counter of one instance over ``window_start_s``..``window_end_s`` (Unix seconds):
+    ``hooks_total`` what the hooks recorded, ``engine_total`` what the engine counted."""
+
+    engine: str
+    instance: str
+    counter: str
+    hooks_total: float
+    engine_total: float
+    window_start_s: float
+    window_end_s: float
+
+    @property
+    def difference(self) -> float:
+        """Hooks minus engine (positive: the hooks saw more)."""
+        return self.hooks_total - self.engine_total
+
+    @property
+    def ratio(self) -> float:
+        """Hooks over engine; 1.0 when both are 0, ``inf`` when only the engine's is 0."""
+        if self.engine_total == 0:
+            return 1.0 if self.hooks_total == 0 else math.inf
+        return self.hooks_total / self.engine_total
+
+    def disagrees(self, tolerance: float = DEFAULT_TOLERANCE) -> bool:
+        """Whether the sides differ by more than ``tolerance`` of the larger (0.01: 1%)."""
+        return abs(self.difference) > tolerance * max(abs(self.hooks_total), abs(self.engine_total))
+
+
+def crosscheck(store, now_s: float, settle_s: float = DEFAULT_SETTLE_S) -> tuple[CounterCheck, ...]:
+    """Every counter of :data:`COUNTERS` for each instance whose hooks and scraped metrics
+    are both in ``store`` (a :class:`~kvtier.collector.store.TraceStore`, or anything with its
+    ``query``), over the scrape intervals that ended by ``now_s - settle_s``."""
+    checks = []
+    for engine, counters in sorted(COUNTERS.items()):
+        for counter in counters:
+            rows = store.query(_sql(counter), [engine, engine, counter.metric, counter.labels_like,
+                                               now_s - settle_s, engine, engine,
+                                               engine, engine]).to_pylist()
+            checks += [CounterCheck(engine, r["instance"], counter.name, float(r["hooks"]),
+                                    float(r["counted"]), r["start_s"], r["end_s"]) for r in rows]
+    return tuple(sorted(checks, key=lambda c: (c.engine, c.instance, c.counter)))
+
+
+def _sql(counter: CheckedCounter) -> str:
+    # spans: each scrape interval once (a metric's label sets share them); hooks: the rows
+    # timed within a span; only instances whose hooks are in the store at all
+    intervals = WITH_ORIGIN["metric_intervals"]
+    return f"""
+        WITH series AS (
+            SELECT instance, start_s, end_s, {counter.field} AS v FROM {intervals}
+            WHERE engine = ? AND source LIKE ? || '-scrape:%' AND metric = ?
+              AND labels LIKE ? AND end_s <= ?),
+        spans AS (SELECT instance, start_s, end_s, sum(coalesce(v, 0)) AS counted
+                  FROM series GROUP BY ALL),
+        hooked AS (SELECT s.instance, s.start_s, sum(coalesce({counter.hooks_value}, 0)) AS hooks
+                   FROM spans s JOIN {counter.hooks_table} h ON h.instance = s.instance
+                    AND h.engine = ? AND h.source LIKE ? || '-hooks:%'
+                    AND {counter.hooks_where}
+                    AND {counter.hooks_time} > s.start_s AND {counter.hooks_time} <= s.end_s
+                   GROUP BY ALL)
+        SELECT s.instance, sum(s.counted) AS counted, coalesce(sum(h.hooks), 0) AS hooks,
+               min(s.start_s) AS start_s, max(s.end_s) AS end_s
+        FROM spans s LEFT JOIN hooked h USING (instance, start_s)
+        WHERE s.instance IN (SELECT DISTINCT instance FROM {_REQUESTS}
+                             WHERE engine = ? AND source LIKE ? || '-hooks:%')
+        GROUP BY s.instance"""

@@ -1,0 +1,93 @@
+"""Hooks against the engine's own /metrics, per counter over the same scrape intervals: a
+store where both agree reads zero differences, one where they disagree reads how far, and
+only settled intervals and instances with both sources are compared."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kvtier.collector.batch import EventBatch
+from kvtier.collector.crosscheck import CounterCheck, crosscheck
+from kvtier.collector.events import BlockEvent, MetricInterval, Origin, Outcome, RequestRecord, Tier
+
+HOOKS = Origin("vllm", "node-a", "vllm-hooks:node-a:7")
+SCRAPE = Origin("vllm", "node-a", "vllm-scrape:node-a:http://127.0.0.1:8000/metrics:1")
+LABELS = 'engine="0",model_name="m"'
+
+
+def request(rid: str, arrival_s: float, done_s: float, *, prompt=100, gpu=40, cpu=32, recomputed=28):
+    return RequestRecord(rid, arrival_s, prompt, output_tokens=4, gpu_hit_tokens=gpu,
+                         cpu_promotion_tokens=cpu, cold_promotion_tokens=0,
+                         recomputed_tokens=recomputed, e2e_latency_s=done_s - arrival_s)
+
+
+def store_event(time_s: float, block: int) -> BlockEvent:
+    return BlockEvent(time_s, Outcome.STORE, block, tier_from=Tier.GPU, tier_to=Tier.CPU)
+
+
+def intervals(start_s: float, end_s: float, prompt, gpu, cpu, recomputed, stores):
+    counter = lambda metric, value, labels=LABELS: MetricInterval(start_s, end_s, metric, "counter", value, labels)
+    return [counter("vllm:prompt_tokens_total", prompt),
+            counter("vllm:prefix_cache_hits_total", gpu),
+            counter("vllm:external_prefix_cache_hits_total", cpu),
+            counter("vllm:prompt_tokens_by_source_total", recomputed, LABELS + ',source="local_compute"'),
+            counter("vllm:prompt_tokens_by_source_total", gpu, LABELS + ',source="local_cache_hit"'),
+            MetricInterval(start_s, end_s, "vllm:kv_offload_cpu_allocation_size", "histogram",
+                           1, LABELS, sum_value=stores)]
+
+
+def fill(store, second_interval_prompt: float) -> None:
+    # interval 10-20: r1 (finished at 15) and 2 stores; interval 20-30: r2 (arrived at 18,
+    # finished at 22: the engine counted its prompt in the first interval) and 1 store
+    store.ingest(EventBatch.from_rows(HOOKS, 0, [store_event(12, 1), store_event(13, 2), store_event(25, 3)],
+                                      [request("r1", 11, 15), request("r2", 18, 22),
+                                       request("r3", 31, 34)]))  # r3: after the last interval
+    store.ingest(EventBatch.from_intervals(SCRAPE, 0, intervals(10, 20, 200, 80, 64, 56, 2)))
+    store.ingest(EventBatch.from_intervals(SCRAPE, 1, intervals(20, 30, second_interval_prompt - 100,
+                                                                0, 0, 0, 1)))
+
+
+def by_counter(checks) -> dict[str, CounterCheck]:
+    return {c.counter: c for c in checks}
+
+
+def test_hooks_and_counters_that_agree_differ_by_zero(store):
+    fill(store, second_interval_prompt=100)
+    checks = by_counter(crosscheck(store, now_s=100.0))
+    assert {name: (c.hooks_total, c.engine_total) for name, c in checks.items()} == {
+        "prompt_tokens": (200, 200), "gpu_hit_tokens": (80, 80), "cpu_promoted_tokens": (64, 64),
+        "recomputed_tokens": (56, 56), "cpu_stores": (3, 3)}
+    assert all(c.difference == 0 and c.ratio == 1.0 and not c.disagrees() for c in checks.values())
+    assert {(c.instance, c.window_start_s, c.window_end_s) for c in checks.values()} == {("node-a", 10, 30)}
+
+
+def test_a_disagreement_is_measured_and_flagged_beyond_the_tolerance(store):
+    fill(store, second_interval_prompt=150)  # the engine counted 50 prompt tokens more
+    prompt = by_counter(crosscheck(store, now_s=100.0))["prompt_tokens"]
+    assert (prompt.hooks_total, prompt.engine_total, prompt.difference) == (200, 250, -50)
+    assert prompt.ratio == pytest.approx(0.8)
+    assert prompt.disagrees(tolerance=0.1) and not prompt.disagrees(tolerance=0.25)
+
+
+def test_only_intervals_that_settled_are_compared(store):
+    fill(store, second_interval_prompt=100)
+    checks = by_counter(crosscheck(store, now_s=27.0, settle_s=5.0))  # 20-30 ends after 22
+    assert (checks["prompt_tokens"].hooks_total, checks["prompt_tokens"].engine_total) == (100, 200)
+    assert checks["prompt_tokens"].window_end_s == 20
+    assert crosscheck(store, now_s=14.0) == ()  # nothing settled yet
+
+
+def test_an_instance_without_hooks_or_without_a_scrape_is_not_checked(store):
+    other = Origin("vllm", "node-b", "vllm-scrape:node-b:http://b/metrics:1")
+    store.ingest(EventBatch.from_intervals(other, 0, intervals(10, 20, 5, 0, 0, 0, 0)))
+    store.ingest(EventBatch.from_rows(Origin("vllm", "node-c", "vllm-hooks:node-c:1"), 0,
+                                      requests=[request("c1", 11, 12)]))
+    assert crosscheck(store, now_s=100.0) == ()
+
+
+def test_the_ratio_when_the_engine_counted_nothing():
+    check = CounterCheck("vllm", "a", "cpu_stores", 3, 0, 0, 10)
+    assert check.ratio == math.inf and check.disagrees()
+    assert CounterCheck("vllm", "a", "cpu_stores", 0, 0, 0, 10).ratio == 1.0
