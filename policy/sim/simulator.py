@@ -54,15 +54,6 @@ class RequestOutcome:
         served = tuple(_OUTCOME_OF_TIER[t] for t in self.found)
         return served + (Outcome.RECOMPUTE_MISS,) * (self.blocks - len(served))
 
-    def apply_to(self, record: RequestRecord, tier_config_id: str | None = None) -> RequestRecord:
-        """The record with its per-tier token counts filled in, as a live probe would write."""
-        return dataclasses.replace(
-            record, gpu_hit_tokens=self.gpu_hit_tokens,
-            cpu_promotion_tokens=self.cpu_promotion_tokens,
-            cold_promotion_tokens=self.cold_promotion_tokens,
-            recomputed_tokens=self.recompute_tokens,
-            tier_config_id=tier_config_id or record.tier_config_id)
-
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class TraceReplay:

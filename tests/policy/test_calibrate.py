@@ -89,13 +89,15 @@ def test_the_simulator_check_says_which_requests_it_predicted_exactly():
     trace = [RequestRecord(f"q{i}", float(i), 16 * len(ids) + 1, block_hashes=tuple(ids), block_size_tokens=16,
                            e2e_latency_s=0.5, ttft_s=0.1)
              for i, ids in enumerate([[1, 2, 3], [1, 2, 4], [5, 6, 7, 8], [1, 2, 3], [1, 2, 4]])]
-    measured = [o.apply_to(r) for r, o in iter_outcomes(trace, config)]
-    check = check_tier_split(replay(measured, config))
+    from tests.policy.sim.simtools import measured
+
+    filled = [measured(r, o) for r, o in iter_outcomes(trace, config)]
+    check = check_tier_split(replay(filled, config))
     assert (check.exact_requests, check.requests, check.max_share_diff_points) == (5, 5, 0.0)
     assert check.measured_share[1] > 0  # the replay reaches the CPU tier
-    wrong = measured[:4] + [dataclasses.replace(measured[4], gpu_hit_tokens=0, cpu_promotion_tokens=0,
-                                                recomputed_tokens=measured[4].prompt_tokens)]
+    wrong = filled[:4] + [dataclasses.replace(filled[4], gpu_hit_tokens=0, cpu_promotion_tokens=0,
+                                              recomputed_tokens=filled[4].prompt_tokens)]
     check = check_tier_split(replay(wrong, config))
     assert check.exact_requests == 4 and [d.request_id for d in check.differing] == ["q4"]
-    ttft = check_ttft(replay(measured, config), CostParams())
+    ttft = check_ttft(replay(filled, config), CostParams())
     assert ttft.requests == 5 and ttft.measured_p50_s == pytest.approx(0.1)

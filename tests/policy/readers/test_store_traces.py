@@ -12,7 +12,7 @@ from kvtier.cli import main
 from kvtier.policy.readers import open_trace
 from kvtier.policy.sim.config import SimConfig
 from kvtier.policy.sim.simulator import Simulator, simulate
-from tests.policy.sim.simtools import random_prefix_trace
+from tests.policy.sim.simtools import measured, random_prefix_trace
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def store_path(tmp_path):
                         e.kind, e.block_hash, request_id=e.request_id, parent_hash=e.parent_hash,
                         position=e.position, tokens=e.tokens, tier_from=e.tier_from,
                         tier_to=e.tier_to, time_s=e.time_s))
-    sim.replay(records, on_request=lambda r, o: recorder.record_request(o.apply_to(r, "sim")))
+    sim.replay(records, on_request=lambda r, o: recorder.record_request(measured(r, o, "sim")))
     path = tmp_path / "traces.duckdb"
     store = TraceStore(path)
     store.ingest(recorder.take_events())

@@ -1,7 +1,7 @@
 """The simulator: prefix-contiguous accounting, tier flows, oracles and the Belady bound."""
 
 import pytest
-from tests.policy.sim.simtools import random_prefix_trace, request
+from tests.policy.sim.simtools import measured, random_prefix_trace, request
 
 from kvtier.collector.events import Outcome
 from kvtier.policy.readers import MooncakeReader
@@ -177,7 +177,7 @@ def test_record_gets_its_per_tier_tokens():
     sim = Simulator(SimConfig(gpu_blocks=4))
     sim.serve(request([1, 2]))
     record = request([1, 2, 3], prompt_tokens=10)
-    filled = sim.serve(record).apply_to(record, "gpu-only")
+    filled = measured(record, sim.serve(record), "gpu-only")
     assert (filled.gpu_hit_tokens, filled.recomputed_tokens, filled.tier_config_id) == (8, 2, "gpu-only")
 
 
