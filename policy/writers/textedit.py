@@ -77,11 +77,3 @@ def _arg_value(value) -> str:
     if re.fullmatch(r"[A-Za-z0-9_./:@+-]+", text):
         return text
     return "'" + text.replace("'", "'\\''") + "'"
-
-
-def args_get(text: str, flag: str) -> str | bool | None:
-    for line in text.splitlines():
-        if _flag_of(line) == flag:
-            rest = line.strip()[len(flag):].lstrip(" =")
-            return rest if rest else True
-    return None

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 
-from kvtier.policy.writers.settings import EngineSettings, Rendered, gib
+from kvtier.policy.writers.settings import EngineSettings, Rendered
 from kvtier.policy.writers.vllm_shape import KVTIER_CONNECTORS, KVTIER_SPECS, ShapeError, check
 from kvtier.policy.writers.yamledit import ConfigFileError, yaml_get, yaml_set
 
@@ -160,15 +160,6 @@ def events_config(settings: EngineSettings, existing: dict | None) -> dict:
     if settings.kv_events and config.get("publisher") == "null":
         config["publisher"] = "zmq"
     return config
-
-
-def short_form(settings: EngineSettings) -> list[str] | None:
-    """``--kv-offloading-size GiB`` when the CPU size is all that is set, else ``None``."""
-    others = [f for f in APPLIES if f not in ("cpu_tier_bytes",) and getattr(settings, f) is not None]
-    if not settings.cpu_tier_bytes or others:
-        return None
-    validate(settings)
-    return ["--kv-offloading-size", repr(gib(settings.cpu_tier_bytes))]
 
 
 def render(settings: EngineSettings, existing: str | None, suffix: str, *,

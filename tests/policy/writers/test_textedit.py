@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvtier.policy.writers.textedit import args_get, args_set, env_get, env_set
+from kvtier.policy.writers.textedit import args_set, env_get, env_set
+from tests.policy.writers.args_file import args_get
 
 def test_env_and_args_files():
     env = "# kvbm\nexport DYN_KVBM_CPU_CACHE_GB=4\nOTHER=x\n"

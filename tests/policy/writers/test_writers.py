@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from kvtier.policy.writers import trtllm, vllm, writer
+from kvtier.policy.writers import trtllm, writer
 from kvtier.policy.writers.settings import EngineSettings, Guardrails
-from kvtier.policy.writers.textedit import args_get, env_get
+from kvtier.policy.writers.textedit import env_get
 from kvtier.policy.writers.yamledit import yaml_get
+from tests.policy.writers.args_file import args_get
 
 GiB = 1 << 30
 
@@ -87,15 +88,13 @@ def test_vllm_refusals(settings, message):
         render("vllm", settings)
 
 
-def test_vllm_yaml_config_file_and_short_form():
+def test_vllm_yaml_config_file():
     text = render("vllm", EngineSettings(cpu_tier_bytes=8 * GiB, kv_events=True),
                   "model: m\nblock-size: 16\n", ".yaml").text
     assert yaml_get(text, ("model",)) == "m"
     assert json.loads(yaml_get(text, ("kv-transfer-config",)))["kv_connector_extra_config"] == {
         "cpu_bytes_to_use": 8 * GiB}
     assert yaml_get(text, ("kv-events-config",)) is None  # no endpoint to keep: none invented
-    assert vllm.short_form(EngineSettings(cpu_tier_bytes=10 * GiB)) == ["--kv-offloading-size", "10.0"]
-    assert vllm.short_form(EngineSettings(cpu_tier_bytes=GiB, eviction_policy="arc")) is None
 
 
 # ---------------------------------------------------------------- TensorRT-LLM
