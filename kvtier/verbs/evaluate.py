@@ -10,8 +10,19 @@ EXAMPLE = ("kvtier evaluate --trace conversation_trace.jsonl --gpu-tokens 1M --c
            "--policies lru,arc,s3fifo,learned,belady --json")
 
 
+def default_policies() -> tuple[str, ...]:
+    """The registry's built-in policies evaluate compares, with ``learned`` before the
+    bounds that need the future."""
+    from kvtier.policy.sim.policies import POLICIES, policy_names
+
+    base = policy_names("exclusive", evaluate=True)
+    bounds = tuple(name for name in base if POLICIES[name].uses_future)
+    return (*(name for name in base if name not in bounds), "learned", *bounds)
+
+
 def add_arguments(parser) -> None:
-    from kvtier.verbs.trace_args import add_trace_arguments
+    from kvtier.policy.sim.policies import policy_names
+    from kvtier.verbs.trace_args import add_policy_module_argument, add_trace_arguments
 
     parser.add_argument("--trace", help="trace to evaluate (Mooncake, WEKA, Bailian, store)")
     parser.add_argument("--train-trace", help="train on this trace and evaluate all of --trace")
@@ -24,8 +35,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--gpu-tokens", help="GPU tier capacity (tokens, 1M, 16GiB with --model)")
     parser.add_argument("--cpu-tokens", help="CPU tier capacity")
     parser.add_argument("--cold-tokens", help="cold (file) tier capacity (default: none)")
-    parser.add_argument("--policies", default="lru,arc,s3fifo,learned,belady",
-                        help="comma-separated: lru, arc, s3fifo, belady, learned, learned-logistic, "
+    parser.add_argument("--policies", default=",".join(default_policies()),
+                        help=f"comma-separated: {', '.join(policy_names('exclusive', evaluate=True))}"
+                             " (or one a --policy-module registers), learned, learned-logistic, "
                              "learned-next-use (evicts the blocks whose conversation comes back "
                              "last, learned), learned-safe (that order behind an LRU shadow), "
                              "recommended (what recommend would deploy: chosen on the training "
@@ -51,6 +63,7 @@ def add_arguments(parser) -> None:
                              "every prompt recomputed")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_trace_arguments(parser)
+    add_policy_module_argument(parser)
 
 
 def run(args) -> int:
@@ -82,15 +95,18 @@ def evaluation(args, *, keep_ttft_samples: bool = False) -> dict:
     from kvtier.verbs.checks import check_cold_needs_cpu
     from kvtier.verbs.common import check_subset, kv_geometry
     from kvtier.policy.cost import CostParams
-    from kvtier.policy.learn.compare import POLICY_NAMES, add_gap_closed, compare, mark_unsafe
+    from kvtier.policy.learn.compare import add_gap_closed, compare, evaluated_names, mark_unsafe
     from kvtier.policy.learn.split import Split
     from kvtier.policy.learn.external import external_rows
+    from kvtier.verbs.trace_args import load_policy_modules
 
+    load_policy_modules(args.policy_module)  # a worker process registers them again
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    bad = [p for p in policies if p not in POLICY_NAMES]
+    allowed = evaluated_names()
+    bad = [p for p in policies if p not in allowed]
     if bad or not policies:
         raise KvtierError(f"--policies: unknown {', '.join(bad) or '(none)'}; allowed: "
-                          f"{', '.join(POLICY_NAMES)}")
+                          f"{', '.join(allowed)}")
     check_subset(args)
     check_cold_needs_cpu(args.cold_tokens, args.cpu_tokens)
     if args.train_trace:

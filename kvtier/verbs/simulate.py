@@ -7,21 +7,24 @@ from kvtier.errors import KvtierError
 SUMMARY = "what-if replay of a trace against tier sizes and cache policies"
 EXAMPLE = "kvtier simulate --trace conversation_trace.jsonl --gpu-tokens 200000 --cpu-tokens 2000000 --policy lru --json"
 
-POLICIES = ("lru", "arc", "s3fifo", "priority", "belady", "vllm", "trtllm")
 
 
 def add_arguments(parser) -> None:
+    from kvtier.policy.sim.policies import policy_names
     from kvtier.verbs.arg_types import int_at_least, positive_finite
-    from kvtier.verbs.trace_args import add_trace_arguments
+    from kvtier.verbs.trace_args import add_policy_module_argument, add_trace_arguments
 
     parser.add_argument("--trace", help="trace file or folder (Mooncake, WEKA, Bailian, store)")
     parser.add_argument("--gpu-tokens", help="GPU tier capacity: 4e6, 10M, 16GiB (with --model) or inf")
     parser.add_argument("--cpu-tokens", help="CPU tier capacity (default: no CPU tier)")
     parser.add_argument("--cold-tokens", help="cold (file) tier capacity (default: none)")
-    parser.add_argument("--policy", default="lru", choices=POLICIES,
-                        help="eviction policy in every tier, or an engine's semantics (vllm, trtllm)")
-    parser.add_argument("--cpu-policy", default="lru", choices=("lru", "arc"),
-                        help="vllm: the CPU tier's eviction_policy")
+    parser.add_argument("--policy", default="lru",
+                        help=f"eviction policy in every tier ({', '.join(policy_names('exclusive'))}"
+                             f", or one a --policy-module registers), or an engine's semantics "
+                             f"({', '.join(ENGINE_PRESETS)})")
+    parser.add_argument("--cpu-policy", default="lru",
+                        help=f"vllm: the CPU tier's eviction_policy "
+                             f"({', '.join(policy_names('vllm'))})")
     parser.add_argument("--store-threshold", type=int, default=0,
                         help="store a block in CPU only on its Nth offer (vLLM store_threshold)")
     parser.add_argument("--offload-min-priority", type=int, default=30,
@@ -46,6 +49,7 @@ def add_arguments(parser) -> None:
                              "default grid when empty); one pass for lru")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_trace_arguments(parser)
+    add_policy_module_argument(parser)
 
 
 ENGINE_PRESETS = {"vllm": "vllm", "trtllm": "trtllm"}
@@ -59,6 +63,7 @@ def run(args) -> int:
     from kvtier.instance_jobs import fleet_instances
     from kvtier.verbs.common import print_json
 
+    _check_policies(args)
     _check_combinations(args)
     instances = fleet_instances(args)
     output = _fleet(args, instances) if instances else instance_run(args)[0]
@@ -67,6 +72,22 @@ def run(args) -> int:
     else:
         print(_text(output))
     return 0
+
+
+def _check_policies(args) -> None:
+    """``--policy`` and ``--cpu-policy`` against the registry, after ``--policy-module``s
+    registered theirs (worker processes load them again: see :func:`instance_run`)."""
+    from kvtier.policy.sim.policies import policy_names
+    from kvtier.verbs.trace_args import load_policy_modules
+
+    load_policy_modules(args.policy_module)
+    allowed = (*policy_names("exclusive"), *ENGINE_PRESETS)
+    if args.policy not in allowed:
+        raise KvtierError(f"--policy {args.policy}: unknown; allowed: {', '.join(allowed)} "
+                          "(a policy written in Python joins with --policy-module)")
+    if args.cpu_policy not in policy_names("vllm"):
+        raise KvtierError(f"--cpu-policy {args.cpu_policy}: unknown; allowed: "
+                          f"{', '.join(policy_names('vllm'))}")
 
 
 def _check_combinations(args) -> None:
@@ -86,7 +107,9 @@ def _check_combinations(args) -> None:
 def instance_run(args) -> tuple[dict, object]:
     """One trace (or one instance of it): the output and, for a replay, its ``WhatIf``."""
     from kvtier.verbs.common import kv_geometry, open_records, peek_block_tokens
+    from kvtier.verbs.trace_args import load_policy_modules
 
+    load_policy_modules(args.policy_module)  # a worker process registers them again
     reader, records = open_records(args)
     block_tokens, records = peek_block_tokens(records)
     model = kv_geometry(args, reader, block_tokens)
@@ -191,7 +214,7 @@ def _cost_params(path, base):
 def _sweep(args, records, block_tokens: int, model) -> dict:
     from kvtier.verbs.common import capacity_blocks, capacity_model
     from kvtier.policy.sim.config import SimConfig
-    from kvtier.policy.sim.policies import POLICIES
+    from kvtier.policy.sim.policies import policy_names
 
     capacities = args.sweep.split(",") if args.sweep else list(DEFAULT_SWEEP)
     blocks = [capacity_blocks(c.strip(), block_tokens, capacity_model(args, model), "--sweep")
@@ -202,7 +225,7 @@ def _sweep(args, records, block_tokens: int, model) -> dict:
         curve = lru_curve(records, block_tokens)
         ratios = [curve.token_hit_ratio(b) for b in blocks]
         method, prompt_tokens = "stack_distance", curve.prompt_tokens
-    elif args.policy in POLICIES:
+    elif args.policy in policy_names("exclusive"):
         from kvtier.policy.sim.simulator import simulate
 
         records = list(records)
@@ -213,7 +236,7 @@ def _sweep(args, records, block_tokens: int, model) -> dict:
         method, prompt_tokens = "replay", results[0].prompt_tokens if results else 0
     else:
         raise KvtierError(f"--sweep replays a single GPU tier; --policy must be one of "
-                          f"{', '.join(POLICIES)}, got {args.policy!r}")
+                          f"{', '.join(policy_names('exclusive'))}, got {args.policy!r}")
     points = [{"gpu_tokens": None if b is None else b * block_tokens, "gpu_blocks": b,
                "token_hit_ratio": r} for b, r in zip(blocks, ratios)]
     return {"policy": args.policy, "method": method, "block_tokens": block_tokens,

@@ -1,16 +1,15 @@
 """Command-line options the policy verbs share. Standard library only: this runs while
 ``kvtier --help`` builds its parser."""
 
+from kvtier.errors import KvtierError
+from kvtier.policy.trace_formats import FORMATS
 from kvtier.verbs.arg_types import int_at_least
-
-# kvtier.policy.readers.FORMATS, restated so --help imports no reader (a test holds them equal)
-TRACE_FORMATS = ("mooncake", "weka", "bailian", "lmcache", "store")
 
 
 def add_trace_arguments(parser) -> None:
     """``--format``, ``--block-tokens``, ``--skip-bad``, ``--weka-start-gap-s``,
     ``--tier-config``, ``--source-engine``, ``--model``, ``--kv-bytes-per-token``, ``--instance``, ``--jobs``."""
-    parser.add_argument("--format", choices=TRACE_FORMATS, help="trace format (detected when omitted)")
+    parser.add_argument("--format", choices=FORMATS, help="trace format (detected when omitted)")
     parser.add_argument("--block-tokens", type=int,
                         help="tokens per block id (default: the format's, e.g. 512 for Mooncake)")
     parser.add_argument("--skip-bad", action="store_true",
@@ -37,3 +36,21 @@ def add_trace_arguments(parser) -> None:
                              "worker processes at a time (default 1; simulate stays in one "
                              "process below 1 MiB of trace, where starting workers costs more "
                              "than it saves), e.g. --jobs 2")
+
+
+def add_policy_module_argument(parser) -> None:
+    """``--policy-module``: modules that register eviction policies written in Python."""
+    parser.add_argument("--policy-module", action="append", default=[], metavar="MODULE",
+                        help="import MODULE (on the Python path) first, so the policies it "
+                             "registers with kvtier.policy.sim.policies.register_policy can be "
+                             "named (repeatable; see policy/README.md)")
+
+
+def load_policy_modules(modules: list[str]) -> None:
+    """Import the ``--policy-module``s; a module that cannot be imported is a one-line error."""
+    from kvtier.policy.sim.policies import load_policy_modules as load
+
+    try:
+        load(modules)
+    except ValueError as error:
+        raise KvtierError(f"--policy-module: {error}") from None

@@ -25,14 +25,25 @@ from kvtier.policy.learn.retention import choose_tau
 from kvtier.policy.learn.retention import factory as retention_factory
 from kvtier.policy.learn.split import Split
 from kvtier.policy.sim.compiled import core
+from kvtier.policy.sim.policies import policy_names
 from kvtier.policy.sim.trace import BlockTrace
 
 DEFAULT_COSTS = CostParams()
-BASE_POLICIES = ("lru", "arc", "s3fifo", "belady")
 LEARNED = {"learned": "gbm", "learned-logistic": "logistic"}
 ORACLE_REUSED = "oracle-reused"
 RETENTION = "learned-retention"
-POLICY_NAMES = (*BASE_POLICIES, *LEARNED, RETENTION, *NEXT_USE_NAMES, ORACLE_REUSED)
+
+
+def base_policies() -> tuple[str, ...]:
+    """The registered eviction policies compared as plain CPU tiers (the registry's
+    ``evaluate`` entries, read at call time so a policy registered in Python is among them)."""
+    return policy_names("exclusive", evaluate=True)
+
+
+def evaluated_names() -> tuple[str, ...]:
+    """Every row name :func:`compare` accepts."""
+    return (*base_policies(), *LEARNED, RETENTION, *NEXT_USE_NAMES, ORACLE_REUSED)
+
 UNSAFE_BELOW_LRU = 1e-4  # a row this far below LRU's hit ratio lost to it on later time
 
 
@@ -43,10 +54,11 @@ def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 
     """One row per policy (see :func:`row`), plus the LRU->Belady gap each closes.
     ``importance``: the next-use rows' summaries carry the model's permutation importance
     on the evaluated requests (:mod:`kvtier.policy.learn.importance`)."""
-    unknown = [p for p in policies if p not in POLICY_NAMES]
+    allowed, base = evaluated_names(), base_policies()
+    unknown = [p for p in policies if p not in allowed]
     if unknown or not policies:
         raise ValueError(f"unknown policies {', '.join(unknown) or '(none)'}; allowed: "
-                         f"{', '.join(POLICY_NAMES)}")
+                         f"{', '.join(allowed)}")
     rows, fitted_by_name, summaries = [], {}, {}
     choices, deployed = ChoiceCache(split, tiers, seed, importance=importance), {}
     for name in policies:
@@ -74,7 +86,7 @@ def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 
             summaries[name] = _learned_summary(fitted)
         elif name == ORACLE_REUSED:
             admitter = ReusedLaterAdmitter(split.records, trace=split.trace)
-        cpu_policy = name if name in BASE_POLICIES else "lru"
+        cpu_policy = name if name in base else "lru"
         if name == RETENTION:
             cpu_policy, summaries[name] = _retention(split, tiers,
                                                      fitted_by_name.get("learned"), seed)

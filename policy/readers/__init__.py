@@ -11,14 +11,12 @@ from pathlib import Path
 
 from kvtier.policy.readers.bailian import BailianReader
 from kvtier.policy.readers.base import TraceFormatError, open_text
+from kvtier.policy.trace_formats import FORMATS, READER_CLASSES
 from kvtier.policy.readers.lmcache_lookups import FILE_GLOB as LMCACHE_GLOB, LmcacheReader
 from kvtier.policy.readers.mooncake import MooncakeReader
 from kvtier.policy.readers.weka import WekaLayout, WekaReader
 
-READERS = {"mooncake": MooncakeReader, "weka": WekaReader, "bailian": BailianReader,
-           "lmcache": LmcacheReader}
-# The store and Parquet segments are read by kvtier.collector.reader .
-FORMATS = (*READERS, "store")
+READERS = {name: globals()[cls] for name, cls in READER_CLASSES.items()}
 
 __all__ = [
     "FORMATS",

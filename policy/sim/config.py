@@ -28,11 +28,10 @@ import math
 from dataclasses import dataclass, field
 
 from kvtier.collector.events import PRIORITY_MAX, PRIORITY_MIN
-from kvtier.policy.sim.policies import POLICIES
+from kvtier.policy.sim.policies import policy_names, policy_spec
 from kvtier.policy.sim.policies.admission import COMPARISONS
 
 SEMANTICS = ("exclusive", "vllm", "trtllm")
-VLLM_CPU_POLICIES = ("lru", "arc")
 DEFAULT_PRIORITY = 35  # TensorRT-LLM kDefaultRetentionPriority
 
 
@@ -81,7 +80,8 @@ class SimConfig:
                 raise ValueError(f"{name} must be an int >= 0 or None (unlimited), got {value!r}")
         _choice("semantics", self.semantics, SEMANTICS)
         _choice("offload_comparison", self.offload_comparison, COMPARISONS)
-        allowed = VLLM_CPU_POLICIES if self.semantics == "vllm" else tuple(POLICIES)
+        # TensorRT-LLM's flow runs its own priority LRU whatever the policy
+        allowed = policy_names("vllm" if self.semantics == "vllm" else "exclusive")
         _choice(f"policy (with semantics {self.semantics!r})", self.policy, allowed)
         if self.store_threshold < 0:
             raise ValueError(f"store_threshold must be >= 0, got {self.store_threshold}")
@@ -104,7 +104,7 @@ class SimConfig:
     def uses_future(self) -> bool:
         """Whether the configured policy needs each block's next use (Belady); a caller's own
         CPU tier declares it itself (``Simulator.uses_future``)."""
-        return POLICIES[self.policy].uses_future and self.semantics == "exclusive"
+        return policy_spec(self.policy).uses_future and self.semantics == "exclusive"
 
 
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:

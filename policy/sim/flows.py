@@ -14,7 +14,14 @@ from collections.abc import Iterator
 
 from kvtier.policy.sim.compiled import core
 from kvtier.policy.sim.config import SimConfig
-from kvtier.policy.sim.policies import Admitted, BlockInfo, KeyedTier, OfferCountAdmitter, PriorityAdmitter
+from kvtier.policy.sim.policies import (
+    Admitted,
+    BlockInfo,
+    KeyedTier,
+    OfferCountAdmitter,
+    PriorityAdmitter,
+    policy_spec,
+)
 
 TIERS = (0, 1, 2)  # GPU, CPU, cold, as the core numbers them (kvtier.collector.events.Tier values)
 
@@ -51,10 +58,15 @@ def _rule(config: SimConfig):
     return core().PriorityRule(rule.default_priority, rule.prefix_blocks, rule.prefix_priority)
 
 
-def _policy(name: str, capacity: int | None):
-    from kvtier.policy.sim.policies import make_policy
+def _policy(name: str, capacity: int | None, interner):
+    """The registered policy ``name`` as a compiled tier (a Python one behind the adapter)."""
+    return compiled_tier(policy_spec(name).cls(capacity), interner)[0]
 
-    return make_policy(name, capacity).compiled()
+
+def _vllm_cpu(name: str, capacity: int | None, interner):
+    """vLLM's CPU tier running the registered policy ``name`` (its request-scoped form)."""
+    spec = policy_spec(name)
+    return compiled_tier((spec.vllm_cls or spec.cls)(capacity), interner)[0]
 
 
 def compiled_tier(tier, interner):
@@ -113,11 +125,13 @@ def exclusive_flow(config: SimConfig, cpu_tier=None, cpu_admitter=None, offers=N
             raise ValueError("pass the admitter inside cpu_tier (Admitted(policy, admitter))")
         cpu, admitter = compiled_tier(cpu_tier, interner)
     else:
-        cpu = _policy(config.policy, config.cpu_blocks) if config.cpu_blocks != 0 else None
+        cpu = (_policy(config.policy, config.cpu_blocks, interner) if config.cpu_blocks != 0
+               else None)
         if admitter is None and config.store_threshold >= 2:
             admitter = OfferCountAdmitter(config.store_threshold)
-    cold = _policy(config.policy, config.cold_blocks) if config.cold_blocks != 0 else None
-    flow = c.ExclusiveFlow(_policy(config.policy, config.gpu_blocks), cpu, cold,
+    cold = (_policy(config.policy, config.cold_blocks, interner) if config.cold_blocks != 0
+            else None)
+    flow = c.ExclusiveFlow(_policy(config.policy, config.gpu_blocks, interner), cpu, cold,
                            compiled_admitter(admitter, interner) if cpu is not None else None,
                            rule=_rule(config), track_parents=_chained(admitter),
                            offers=offers, interner=interner)
@@ -157,7 +171,7 @@ def vllm_flow(config: SimConfig, cpu_tier=None, cpu_admitter=None, offers=None
     else:
         _no_cpu_tier(config, cpu_tier, offers)
     if cpu is None and config.cpu_blocks != 0:
-        cpu = (c.VllmLru if config.policy == "lru" else c.VllmArc)(config.cpu_blocks)
+        cpu = _vllm_cpu(config.policy, config.cpu_blocks, interner)
     cold = c.Lru(config.cold_blocks) if config.cold_blocks != 0 else None
     flow = c.VllmFlow(c.GpuPool(config.gpu_blocks), cpu, cold,
                       c.StoreThreshold(config.store_threshold),

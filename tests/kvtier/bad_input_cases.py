@@ -31,7 +31,9 @@ def case(id, argv, code, says, *setup, lines=1):
 CASES = [
     # argparse: a short usage line and the error, no 16-line dump
     case("args-bad-int", "analyze --trace traces/mc300.jsonl --top many", 2, "--top: invalid int value", lines=2),
-    case("args-bad-choice", "simulate --trace traces/mc300.jsonl --policy mru", 2, "--policy: invalid choice", lines=2),
+    case("args-bad-choice", "simulate --trace traces/mc300.jsonl --offload-comparison lt", 2, "--offload-comparison: invalid choice", lines=2),
+    case("simulate-unknown-policy", "simulate --trace traces/mc300.jsonl --gpu-tokens 1e4 --policy mru", 2, "--policy mru: unknown; allowed: lru"),
+    case("simulate-unimportable-policy-module", "simulate --trace traces/mc300.jsonl --gpu-tokens 1e4 --policy-module no_such_policies", 2, "--policy-module: policy module 'no_such_policies' cannot be imported"),
     case("args-missing-value", "analyze --trace", 2, "--trace: expected one argument", lines=2),
     case("args-missing-required", "push --engine vllm", 2, "the following arguments are required", lines=2),
     case("args-unknown-verb", "frobnicate", 2, "invalid choice: 'frobnicate'", lines=2),

@@ -5,6 +5,8 @@ import json
 import pytest
 
 from kvtier.cli import main
+from kvtier.policy.sim.policies import POLICIES
+from kvtier.verbs.simulate import ENGINE_PRESETS
 
 
 def write_mooncake(path, lines):
@@ -57,7 +59,7 @@ def test_simulate_sweep_is_a_curve(tiny_trace, capsys):
     assert ratios[-1] == pytest.approx(20 / 24)
 
 
-@pytest.mark.parametrize("policy", ["arc", "s3fifo", "belady", "priority", "vllm", "trtllm"])
+@pytest.mark.parametrize("policy", [*POLICIES, *ENGINE_PRESETS])
 def test_simulate_every_policy_runs(tiny_trace, capsys, policy):
     out = run_json(capsys, ["simulate", "--trace", str(tiny_trace), "--gpu-tokens", "1024",
                             "--cpu-tokens", "4096", "--policy", policy, "--json"])

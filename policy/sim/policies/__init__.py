@@ -2,7 +2,8 @@
 
 The built-in policies are compiled (``keyed.py``: the core's tiers addressed by key);
 :class:`CachePolicy` is the base for policies written in Python. ``make_policy(name,
-capacity_blocks)`` is the registry; names are :data:`POLICIES`.
+capacity_blocks)`` builds one by name; the names and what each needs are
+:data:`POLICIES` (``registry.py``), where :func:`register_policy` adds one written in Python.
 """
 
 from __future__ import annotations
@@ -25,10 +26,15 @@ from kvtier.policy.sim.policies.keyed import (
     VllmARC,
     VllmLRU,
 )
-
-POLICIES: dict[str, type[KeyedTier]] = {
-    "lru": LRU, "arc": ARC, "s3fifo": S3FIFO, "priority": PriorityLRU, "belady": Belady,
-}
+from kvtier.policy.sim.policies.registry import (
+    POLICIES,
+    PolicySpec,
+    load_policy_modules,
+    make_policy,
+    policy_names,
+    policy_spec,
+    register_policy,
+)
 
 __all__ = [
     "ARC",
@@ -43,19 +49,16 @@ __all__ = [
     "CachePolicy",
     "KeyedTier",
     "OfferCountAdmitter",
+    "PolicySpec",
     "PriorityAdmitter",
     "PriorityLRU",
     "ScoreAdmitter",
     "VllmARC",
     "VllmLRU",
+    "load_policy_modules",
     "make_policy",
+    "policy_names",
+    "policy_spec",
+    "register_policy",
 ]
 
-
-def make_policy(name: str, capacity_blocks: int | None) -> CachePolicy:
-    """A fresh policy by registry name; ``ValueError`` naming the allowed names otherwise."""
-    try:
-        cls = POLICIES[name]
-    except KeyError:
-        raise ValueError(f"unknown eviction policy {name!r}; allowed: {', '.join(POLICIES)}") from None
-    return cls(capacity_blocks)

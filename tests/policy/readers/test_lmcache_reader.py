@@ -6,8 +6,14 @@ import re
 
 import pytest
 
-from kvtier.policy.readers import FORMATS, LmcacheReader, TraceFormatError, open_trace, sniff_format
-from kvtier.verbs.trace_args import TRACE_FORMATS
+from kvtier.policy.readers import (
+    FORMATS,
+    READERS,
+    LmcacheReader,
+    TraceFormatError,
+    open_trace,
+    sniff_format,
+)
 
 LONG = "0x" + "ab" * 24 + "0000000000000007"  # a 256-bit hash whose low 64 bits are 7
 
@@ -81,4 +87,9 @@ def test_a_folder_without_logs_is_one_line(tmp_path):
 
 
 def test_the_command_line_offers_every_readers_format():
-    assert TRACE_FORMATS == FORMATS
+    from kvtier.cli import build_parser
+
+    parser = build_parser()
+    verbs = next(a for a in parser._actions if a.choices and "simulate" in a.choices).choices
+    fmt = next(a for a in verbs["simulate"]._actions if "--format" in a.option_strings)
+    assert tuple(fmt.choices) == FORMATS == (*READERS, "store")

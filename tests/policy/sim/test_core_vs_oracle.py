@@ -8,18 +8,28 @@ import pytest
 
 from kvtier.collector.events import Outcome
 from kvtier.policy.readers import MooncakeReader
-from kvtier.policy.sim.config import PriorityRule, SimConfig
+from kvtier.policy.sim.config import SEMANTICS, PriorityRule, SimConfig
+from kvtier.policy.sim.policies import POLICIES, policy_names
 from kvtier.policy.sim.simulator import Simulator, simulate
+from tests.policy.sim.oracle import POLICIES as ORACLE_POLICIES
 from tests.policy.sim.oracle.simulator import Simulator as OracleSimulator
 from tests.policy.sim.simtools import random_prefix_trace, request
 
 CAPACITIES = (0, 1, 3, 8, 20, None)
+# every compiled policy the registry holds, under each semantics it runs under
+COMPILED = {semantics: policy_names("vllm" if semantics == "vllm" else "exclusive",
+                                    compiled=True) for semantics in SEMANTICS}
+
+
+def test_every_registered_compiled_policy_has_an_oracle():
+    missing = [name for name in policy_names(compiled=True) if name not in ORACLE_POLICIES]
+    assert not missing, (f"compiled policies without a pure-Python oracle in "
+                         f"tests/policy/sim/oracle/: {', '.join(missing)}")
 
 
 def random_config(rng):
-    semantics = rng.choice(("exclusive", "vllm", "trtllm"))
-    policies = ("lru", "arc") if semantics == "vllm" else ("lru", "arc", "s3fifo", "priority",
-                                                           "belady")
+    semantics = rng.choice(SEMANTICS)
+    policies = COMPILED[semantics]
     gpu, cpu, cold = rng.choice(CAPACITIES), rng.choice((0, 2, 5, 13, 40, None)), \
         rng.choice((0, 3, 10, 50, None))
     threshold = rng.choice((0, 2, 3)) if semantics != "trtllm" else 0
@@ -65,9 +75,9 @@ def test_each_request_and_each_event_equal_the_oracle(seed):
         assert ours_events == theirs_events, config
 
 
-@pytest.mark.parametrize("semantics, policy", [("exclusive", "lru"), ("exclusive", "arc"),
-                                               ("exclusive", "s3fifo"), ("vllm", "lru"),
-                                               ("vllm", "arc"), ("trtllm", "priority")])
+@pytest.mark.parametrize("semantics, policy", [
+    (semantics, name) for name in policy_names(compiled=True) if not POLICIES[name].uses_future
+    for semantics in POLICIES[name].semantics])
 def test_totals_equal_the_oracle_on_the_mooncake_trace(semantics, policy, mooncake_path):
     records = list(MooncakeReader(mooncake_path).requests())[:3000]
     config = SimConfig(gpu_blocks=500, cpu_blocks=2000,

@@ -14,6 +14,7 @@ from tests.policy.sim.simtools import random_prefix_trace
 
 from kvtier.collector.events import Outcome
 from kvtier.policy.sim.config import SimConfig
+from kvtier.policy.sim.policies import policy_names
 from kvtier.policy.sim.simulator import Simulator
 
 SIDE_PYTHON = os.environ.get("KVTIER_VLLM_PYTHON", "/tmp/kvt-vllm-side/bin/python")
@@ -21,7 +22,7 @@ ORACLE = Path(__file__).with_name("vllm_cpu_oracle.py")
 pytestmark = pytest.mark.skipif(not Path(SIDE_PYTHON).exists(), reason="no vLLM side environment")
 
 CASES = [(policy, seed, capacity, threshold)
-         for policy in ("lru", "arc") for seed in (1, 2, 3)
+         for policy in policy_names("vllm", compiled=True) for seed in (1, 2, 3)
          for capacity in (8, 20, 60) for threshold in (0, 2)]
 
 
