@@ -29,8 +29,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from kvtier.collector.batch import EventBatch
+from kvtier.collector.crosscheck import crosscheck
 from kvtier.collector.ddl import BLOCK_EVENTS_TABLE, LEDGER_TABLE, REQUESTS_TABLE
 from kvtier.collector.exports.aggregate import MetricsState
+from kvtier.collector.exports.crosscheck import crosscheck_samples
 from kvtier.collector.exports.prometheus import KvtierCollector, MetricsServer, Sample
 from kvtier.collector.periodic import Periodic
 from kvtier.collector.segments import clear_note, segments_note
@@ -187,7 +189,8 @@ class CollectorService:
 
             recommendation = (RecommendationLabels(self.config.recommendation_path)
                               if self.config.recommendation_path else (lambda: None))
-            collector = KvtierCollector(self.state, sources=[self._tap_samples, self._service_samples],
+            collector = KvtierCollector(self.state, sources=[self._tap_samples, self._service_samples,
+                                                         self._crosscheck_samples],
                                         recommendation=recommendation)
             try:
                 self.metrics = MetricsServer(collector, self.config.metrics_host,
@@ -315,6 +318,16 @@ class CollectorService:
             more = getattr(tap, "samples", None)  # a tap's own counters (an engine's drops)
             if more is not None:
                 yield from more()
+
+    def _crosscheck_samples(self):
+        if self.store is None:
+            return
+        try:
+            checks = crosscheck(self.store, self.clock())
+        except Exception:  # a failed read must not take /metrics down; the next scrape retries
+            log.debug("crosscheck: the store could not be read", exc_info=True)
+            return
+        yield from crosscheck_samples(checks)
 
     def _service_samples(self):
         if self._writer is None:

@@ -91,3 +91,25 @@ def test_the_ratio_when_the_engine_counted_nothing():
     check = CounterCheck("vllm", "a", "cpu_stores", 3, 0, 0, 10)
     assert check.ratio == math.inf and check.disagrees()
     assert CounterCheck("vllm", "a", "cpu_stores", 0, 0, 0, 10).ratio == 1.0
+
+
+def test_the_collector_exports_the_differences_at_scrape_time(tmp_path):
+    from prometheus_client.parser import text_string_to_metric_families
+    import urllib.request
+
+    from kvtier.collector.service import CollectorConfig, CollectorService
+
+    config = CollectorConfig(store_path=tmp_path / "s.duckdb", metrics_port=0, instance="n1",
+                             export_every_s=3600)
+    service = CollectorService(config, clock=lambda: 100.0).start()
+    try:
+        fill(service.store, second_interval_prompt=150)
+        text = urllib.request.urlopen(service.metrics.url, timeout=10).read().decode()
+    finally:
+        service.stop()
+    seen = {(s.name, s.labels["counter"]): s.value for f in text_string_to_metric_families(text)
+            for s in f.samples if s.name.startswith("kvtier_crosscheck_")}
+    assert seen[("kvtier_crosscheck_difference", "prompt_tokens")] == -50
+    assert seen[("kvtier_crosscheck_ratio", "prompt_tokens")] == pytest.approx(0.8)
+    assert seen[("kvtier_crosscheck_difference", "cpu_stores")] == 0
+    assert seen[("kvtier_crosscheck_window_end_seconds", "cpu_stores")] == 30
