@@ -225,18 +225,6 @@ def test_config_refuses_all_interfaces_and_bad_endpoints():
         VllmTapConfig(replay_endpoints=((0, "tcp://a:1"), (0, "tcp://b:2")))
 
 
-def test_data_parallel_endpoints_follow_vllms_port_offsets():
-    from kvtier.probes.vllm.tap_config import for_data_parallel
-
-    config = for_data_parallel("tcp://127.0.0.1:5557", "tcp://127.0.0.1:5600", 3, topic="kv")
-    assert config.endpoints == ("tcp://127.0.0.1:5557", "tcp://127.0.0.1:5558", "tcp://127.0.0.1:5559")
-    assert config.replay_endpoints == ((0, "tcp://127.0.0.1:5600"), (1, "tcp://127.0.0.1:5601"),
-                                       (2, "tcp://127.0.0.1:5602"))
-    assert for_data_parallel("inproc://kv", None, 2).endpoints == ("inproc://kv", "inproc://kv_dp1")
-    with pytest.raises(ValueError, match="ranks"):
-        for_data_parallel("tcp://127.0.0.1:1", None, 0)
-
-
 def test_sglang_streams_use_the_same_tap(rig):
     pub, tap, batches, _ = rig(engine="sglang")
     pub.publish([{"type": "BlockStored", "block_hashes": [5], "parent_block_hash": None,

@@ -139,7 +139,7 @@ def test_real_vllm_publisher_gap_replay_and_restart(side):
 
 
 def test_real_vllm_publishers_for_two_dp_ranks(side):
-    from kvtier.probes.vllm.tap_config import for_data_parallel
+    from tests.probes.vllm.dp_endpoints import for_data_parallel
 
     base, replay_base = free_port(), free_port()
     batches = []
