@@ -10,7 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from kvtier.collector.events import Origin, Outcome, RequestRecord, Tier
+from kvtier.collector.batch import EventBatch
+from kvtier.collector.events import (BlockEvent, MetricInterval, Origin, Outcome, RequestRecord,
+                                     Tier)
 from kvtier.collector.recorder import Recorder
 from kvtier.collector.segments import export_segments
 from kvtier.collector.store import TraceStore
@@ -145,3 +147,31 @@ def _recommendation():
                                   Inputs(30, prefill_servers=4, ttft_slo_s=2.0, itl_slo_s=1.0,
                                          cold_blocks=None))
     return _CACHE["rec"]
+
+
+def build_two_loads(root: Path) -> Path:
+    """Request r1's CPU load moves 4 blocks and holds it 40 ms, r2's moves 2 blocks for 10 ms
+    (vLLM's hooks stamp every block of one load with the load's time and wait); vLLM's scraped
+    counters say its workers copied those 2 jobs in 4 + 2 ms."""
+    origin = Origin("vllm", "node-a", "vllm-hooks:node-a")
+    events = [BlockEvent(t0, Outcome.CPU_PROMOTION, 100 * n + i, request_id=request, position=i,
+                         tokens=16, size_bytes=1 << 20, tier_from=Tier.CPU, tier_to=Tier.GPU,
+                         latency_s=wait)
+              for n, (request, t0, blocks, wait) in enumerate((("r1", 1_800_000_000.0, 4, 0.040),
+                                                               ("r2", 1_800_000_005.0, 2, 0.010)))
+              for i in range(blocks)]
+    records = [RequestRecord(r, t, 64, tier_config_id="gpu+cpu")
+               for r, t in (("r1", 1_800_000_000.0), ("r2", 1_800_000_005.0))]
+    scrape = Origin("vllm", "node-a", "vllm-scrape:node-a:http://127.0.0.1:8000/metrics:1")
+    intervals = [row for start, copy_s in ((1_799_999_999.0, 0.004), (1_800_000_004.0, 0.002))
+                 for row in (MetricInterval(start, start + 2, "vllm:kv_offload_load_time_total",
+                                            "counter", copy_s, 'engine="0"'),
+                             MetricInterval(start, start + 2, "vllm:kv_offload_load_size", "histogram",
+                                            1.0, 'engine="0"', float(1 << 22)),
+                             MetricInterval(start, start + 2, "vllm:kv_offload_load_bytes_total",
+                                            "counter", float(1 << 22), 'engine="0"'))]
+    with TraceStore(":memory:") as store:
+        store.ingest(EventBatch.from_rows(origin, 1, events, records))
+        store.ingest(EventBatch.from_intervals(scrape, 1, intervals))
+        export_segments(store, root)
+    return root

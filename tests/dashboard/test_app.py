@@ -16,7 +16,7 @@ from kvtier import dashboard
 from kvtier.dashboard.sources import ENV_RECOMMENDATION, ENV_SEGMENTS, ENV_WHATIF
 from kvtier.dashboard.views import PAGES
 from kvtier.policy.recommend.recommendation import from_json
-from tests.dashboard.fixtures import PHASES, write_recommendation
+from tests.dashboard.fixtures import PHASES, build_two_loads, write_recommendation
 
 WRITER = Path(__file__).resolve().parents[1] / "collector" / "writer_process.py"
 APP = str(Path(dashboard.__file__).with_name("app.py"))
@@ -76,6 +76,17 @@ def test_latency_page_charts_promotions_and_request_latency(monkeypatch, full_se
     assert ttft_spec["encoding"]["y"]["field"] == "latency_ms"
     assert time_spec["encoding"]["x"]["type"] == "temporal" and time_spec["encoding"]["color"]["sort"] == list(PHASES)
     assert set(ttft_p99.column("tier_config").to_pylist()) == set(PHASES)
+
+
+def test_latency_page_names_the_wait_per_job_and_the_engines_copy_time_apart(monkeypatch, tmp_path):
+    at = open_page(monkeypatch, build_two_loads(tmp_path / "segments"), "latency")
+    titles = [h.value for h in at.subheader]
+    assert "Load wait per job by source tier (request path)" in titles
+    assert "Copy time per load job (engine-measured)" in titles
+    (_, wait), *_ = charts(at)
+    assert set(wait.column("jobs").to_pylist()) == {2}  # two loads of six blocks
+    copy = at.dataframe[-1].value
+    assert copy["mean_copy_ms"].tolist() == pytest.approx([3.0])
 
 
 def test_reuse_page_charts_sharing_positions_and_reuse_times(monkeypatch, full_segments):

@@ -16,7 +16,7 @@ from kvtier.collector.segments import export_segments, segments_relation
 from kvtier.dashboard import queries, reuse
 from kvtier.dashboard.data import Filters, SegmentData, bucket_width_s, segment_signature
 from kvtier.dashboard.facets import read_facets
-from tests.dashboard.fixtures import PHASES
+from tests.dashboard.fixtures import PHASES, build_two_loads
 
 
 @pytest.fixture
@@ -227,39 +227,8 @@ def test_p99_over_time_covers_every_request_once(data):
     assert (frame["p99_ms"] > 0).all()
 
 
-def _two_loads_and_vllms_copy_counters(tmp_path):
-    """Request r1's CPU load moves 4 blocks and holds it 40 ms, r2's moves 2 blocks for 10 ms
-    (vLLM's hooks stamp every block of one load with the load's time and wait); vLLM's scraped
-    counters say its workers copied those 2 jobs in 4 + 2 ms."""
-    from kvtier.collector.events import MetricInterval
-    from kvtier.collector.store import TraceStore
-
-    origin = Origin("vllm", "node-a", "vllm-hooks:node-a")
-    events = [BlockEvent(t0, Outcome.CPU_PROMOTION, 100 * n + i, request_id=request, position=i,
-                         tokens=16, size_bytes=1 << 20, tier_from=Tier.CPU, tier_to=Tier.GPU,
-                         latency_s=wait)
-              for n, (request, t0, blocks, wait) in enumerate((("r1", 1_800_000_000.0, 4, 0.040),
-                                                               ("r2", 1_800_000_005.0, 2, 0.010)))
-              for i in range(blocks)]
-    records = [RequestRecord(r, t, 64, tier_config_id="gpu+cpu")
-               for r, t in (("r1", 1_800_000_000.0), ("r2", 1_800_000_005.0))]
-    scrape = Origin("vllm", "node-a", "vllm-scrape:node-a:http://127.0.0.1:8000/metrics:1")
-    intervals = [row for start, copy_s in ((1_799_999_999.0, 0.004), (1_800_000_004.0, 0.002))
-                 for row in (MetricInterval(start, start + 2, "vllm:kv_offload_load_time_total",
-                                            "counter", copy_s, 'engine="0"'),
-                             MetricInterval(start, start + 2, "vllm:kv_offload_load_size", "histogram",
-                                            1.0, 'engine="0"', float(1 << 22)),
-                             MetricInterval(start, start + 2, "vllm:kv_offload_load_bytes_total",
-                                            "counter", float(1 << 22), 'engine="0"'))]
-    with TraceStore(":memory:") as store:
-        store.ingest(EventBatch.from_rows(origin, 1, events, records))
-        store.ingest(EventBatch.from_intervals(scrape, 1, intervals))
-        export_segments(store, tmp_path)
-    return tmp_path
-
-
 def test_a_loads_wait_counts_once_per_job_not_once_per_block(tmp_path):
-    with SegmentData(_two_loads_and_vllms_copy_counters(tmp_path)) as data:
+    with SegmentData(build_two_loads(tmp_path)) as data:
         wait = queries.load_wait(data, Filters()).set_index("quantile")
         assert set(wait["jobs"]) == {2} and set(wait["blocks"]) == {6}
         # per job: the median of 40 and 10 ms; per block it would be 40 (four of six blocks)
@@ -272,7 +241,7 @@ def test_a_loads_wait_counts_once_per_job_not_once_per_block(tmp_path):
 
 
 def test_the_engines_copy_time_per_job_sits_beside_the_wait_it_is_part_of(tmp_path):
-    with SegmentData(_two_loads_and_vllms_copy_counters(tmp_path)) as data:
+    with SegmentData(build_two_loads(tmp_path)) as data:
         copy = queries.copy_time(data, Filters())
         assert copy[["instance", "jobs", "copied_bytes"]].values.tolist() == [["node-a", 2.0, float(2 << 22)]]
         assert copy.loc[0, "mean_copy_ms"] == pytest.approx(3.0)
