@@ -10,14 +10,16 @@ starts in one interval and finishes in the next moves its tokens between neighbo
 intervals only, so the sums over the whole window agree when both sides count alike.
 
 The counters compared per engine are :data:`COUNTERS`; an engine without an entry, or an
-instance without both sources, is not checked. The store is read at the edge; the result is
-a tuple of :class:`CounterCheck` values.
+instance without both sources, is not checked. The rows come from a caller's query function
+(the collector's store, the dashboard's segments); the result is a tuple of
+:class:`CounterCheck` values.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable, Mapping
 
 from kvtier.collector.ddl import WITH_ORIGIN
 
@@ -27,8 +29,9 @@ DEFAULT_TOLERANCE = 0.01  # a relative difference above 1% is flagged
 
 @dataclass(frozen=True)
 class CheckedCounter:
-    """One counter both sides keep. ``hooks_table``/``hooks_value``: the hooks' rows (a SQL
-    table of the store and the summed expression), ``hooks_where`` their filter, timed by
+    """One counter both sides keep. ``hooks_table``/``hooks_value``: the hooks' rows (a
+    record table, ``requests`` or ``block_events``, and the summed expression),
+    ``hooks_where`` their filter, timed by
     ``hooks_time``. ``metric``: the engine's series as exposed, ``labels_like`` a filter on
     its labels, ``field`` ``value`` (a counter's increase) or ``sum_value`` (a histogram's
     sum over the interval)."""
@@ -44,20 +47,21 @@ class CheckedCounter:
 
 
 _FINISHED = "arrival_s + coalesce(e2e_latency_s, 0)"
-_REQUESTS = WITH_ORIGIN["requests"]
+# the store's views with each row's engine, instance and source
+STORE_TABLES = {table: WITH_ORIGIN[table] for table in ("requests", "block_events", "metric_intervals")}
 COUNTERS: dict[str, tuple[CheckedCounter, ...]] = {
     # vLLM 0.32/0.33 vllm/v1/metrics/loggers.py and its offloading connector's metrics
     "vllm": (
-        CheckedCounter("prompt_tokens", "vllm:prompt_tokens_total", _REQUESTS,
+        CheckedCounter("prompt_tokens", "vllm:prompt_tokens_total", "requests",
                        "prompt_tokens", _FINISHED),
-        CheckedCounter("gpu_hit_tokens", "vllm:prefix_cache_hits_total", _REQUESTS,
+        CheckedCounter("gpu_hit_tokens", "vllm:prefix_cache_hits_total", "requests",
                        "gpu_hit_tokens", _FINISHED),
-        CheckedCounter("cpu_promoted_tokens", "vllm:external_prefix_cache_hits_total", _REQUESTS,
+        CheckedCounter("cpu_promoted_tokens", "vllm:external_prefix_cache_hits_total", "requests",
                        "cpu_promotion_tokens", _FINISHED),
-        CheckedCounter("recomputed_tokens", "vllm:prompt_tokens_by_source_total", _REQUESTS,
+        CheckedCounter("recomputed_tokens", "vllm:prompt_tokens_by_source_total", "requests",
                        "recomputed_tokens", _FINISHED, labels_like='%source="local_compute"%'),
         CheckedCounter("cpu_stores", "vllm:kv_offload_cpu_allocation_size",
-                       WITH_ORIGIN["block_events"], "1", "time_s",
+                       "block_events", "1", "time_s",
                        "kind = 'store' AND tier_from = 'gpu'", field="sum_value"),
     ),
 }
@@ -93,25 +97,32 @@ class CounterCheck:
         return abs(self.difference) > tolerance * max(abs(self.hooks_total), abs(self.engine_total))
 
 
-def crosscheck(store, now_s: float, settle_s: float = DEFAULT_SETTLE_S) -> tuple[CounterCheck, ...]:
+def crosscheck(rows: Callable[[str, list], list[dict]], now_s: float,
+               settle_s: float = DEFAULT_SETTLE_S,
+               tables: Mapping[str, str | None] = STORE_TABLES) -> tuple[CounterCheck, ...]:
     """Every counter of :data:`COUNTERS` for each instance whose hooks and scraped metrics
-    are both in ``store`` (a :class:`~kvtier.collector.store.TraceStore`, or anything with its
-    ``query``), over the scrape intervals that ended by ``now_s - settle_s``."""
+    are both in the rows ``rows(sql, params)`` reads, over the scrape intervals that ended by
+    ``now_s - settle_s``. ``tables`` names the relation of each record table (with origin
+    columns); a table named ``None`` is absent, and its counters are not checked."""
     checks = []
+    if tables.get("metric_intervals") is None or tables.get("requests") is None:
+        return ()
     for engine, counters in sorted(COUNTERS.items()):
         for counter in counters:
-            rows = store.query(_sql(counter), [engine, engine, counter.metric, counter.labels_like,
-                                               now_s - settle_s, engine, engine,
-                                               engine, engine]).to_pylist()
+            if tables.get(counter.hooks_table) is None:
+                continue
+            found = rows(_sql(counter, tables), [engine, engine, counter.metric, counter.labels_like,
+                                                 now_s - settle_s, engine, engine, engine, engine])
             checks += [CounterCheck(engine, r["instance"], counter.name, float(r["hooks"]),
-                                    float(r["counted"]), r["start_s"], r["end_s"]) for r in rows]
+                                    float(r["counted"]), r["start_s"], r["end_s"]) for r in found]
     return tuple(sorted(checks, key=lambda c: (c.engine, c.instance, c.counter)))
 
 
-def _sql(counter: CheckedCounter) -> str:
+def _sql(counter: CheckedCounter, tables: Mapping[str, str | None]) -> str:
     # spans: each scrape interval once (a metric's label sets share them); hooks: the rows
     # timed within a span; only instances whose hooks are in the store at all
-    intervals = WITH_ORIGIN["metric_intervals"]
+    intervals, requests, hooked = (tables["metric_intervals"], tables["requests"],
+                                   tables[counter.hooks_table])
     return f"""
         WITH series AS (
             SELECT instance, start_s, end_s, {counter.field} AS v FROM {intervals}
@@ -120,7 +131,7 @@ def _sql(counter: CheckedCounter) -> str:
         spans AS (SELECT instance, start_s, end_s, sum(coalesce(v, 0)) AS counted
                   FROM series GROUP BY ALL),
         hooked AS (SELECT s.instance, s.start_s, sum(coalesce({counter.hooks_value}, 0)) AS hooks
-                   FROM spans s JOIN {counter.hooks_table} h ON h.instance = s.instance
+                   FROM spans s JOIN {hooked} h ON h.instance = s.instance
                     AND h.engine = ? AND h.source LIKE ? || '-hooks:%'
                     AND {counter.hooks_where}
                     AND {counter.hooks_time} > s.start_s AND {counter.hooks_time} <= s.end_s
@@ -128,6 +139,6 @@ def _sql(counter: CheckedCounter) -> str:
         SELECT s.instance, sum(s.counted) AS counted, coalesce(sum(h.hooks), 0) AS hooks,
                min(s.start_s) AS start_s, max(s.end_s) AS end_s
         FROM spans s LEFT JOIN hooked h USING (instance, start_s)
-        WHERE s.instance IN (SELECT DISTINCT instance FROM {_REQUESTS}
+        WHERE s.instance IN (SELECT DISTINCT instance FROM {requests}
                              WHERE engine = ? AND source LIKE ? || '-hooks:%')
         GROUP BY s.instance"""

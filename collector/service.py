@@ -323,7 +323,8 @@ class CollectorService:
         if self.store is None:
             return
         try:
-            checks = crosscheck(self.store, self.clock())
+            checks = crosscheck(lambda sql, params: self.store.query(sql, params).to_pylist(),
+                                self.clock())
         except Exception:  # a failed read must not take /metrics down; the next scrape retries
             log.debug("crosscheck: the store could not be read", exc_info=True)
             return

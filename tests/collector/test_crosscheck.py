@@ -49,13 +49,17 @@ def fill(store, second_interval_prompt: float) -> None:
                                                                 0, 0, 0, 1)))
 
 
+def rows(store):
+    return lambda sql, params: store.query(sql, params).to_pylist()
+
+
 def by_counter(checks) -> dict[str, CounterCheck]:
     return {c.counter: c for c in checks}
 
 
 def test_hooks_and_counters_that_agree_differ_by_zero(store):
     fill(store, second_interval_prompt=100)
-    checks = by_counter(crosscheck(store, now_s=100.0))
+    checks = by_counter(crosscheck(rows(store), now_s=100.0))
     assert {name: (c.hooks_total, c.engine_total) for name, c in checks.items()} == {
         "prompt_tokens": (200, 200), "gpu_hit_tokens": (80, 80), "cpu_promoted_tokens": (64, 64),
         "recomputed_tokens": (56, 56), "cpu_stores": (3, 3)}
@@ -65,7 +69,7 @@ def test_hooks_and_counters_that_agree_differ_by_zero(store):
 
 def test_a_disagreement_is_measured_and_flagged_beyond_the_tolerance(store):
     fill(store, second_interval_prompt=150)  # the engine counted 50 prompt tokens more
-    prompt = by_counter(crosscheck(store, now_s=100.0))["prompt_tokens"]
+    prompt = by_counter(crosscheck(rows(store), now_s=100.0))["prompt_tokens"]
     assert (prompt.hooks_total, prompt.engine_total, prompt.difference) == (200, 250, -50)
     assert prompt.ratio == pytest.approx(0.8)
     assert prompt.disagrees(tolerance=0.1) and not prompt.disagrees(tolerance=0.25)
@@ -73,10 +77,10 @@ def test_a_disagreement_is_measured_and_flagged_beyond_the_tolerance(store):
 
 def test_only_intervals_that_settled_are_compared(store):
     fill(store, second_interval_prompt=100)
-    checks = by_counter(crosscheck(store, now_s=27.0, settle_s=5.0))  # 20-30 ends after 22
+    checks = by_counter(crosscheck(rows(store), now_s=27.0, settle_s=5.0))  # 20-30 ends after 22
     assert (checks["prompt_tokens"].hooks_total, checks["prompt_tokens"].engine_total) == (100, 200)
     assert checks["prompt_tokens"].window_end_s == 20
-    assert crosscheck(store, now_s=14.0) == ()  # nothing settled yet
+    assert crosscheck(rows(store), now_s=14.0) == ()  # nothing settled yet
 
 
 def test_an_instance_without_hooks_or_without_a_scrape_is_not_checked(store):
@@ -84,7 +88,7 @@ def test_an_instance_without_hooks_or_without_a_scrape_is_not_checked(store):
     store.ingest(EventBatch.from_intervals(other, 0, intervals(10, 20, 5, 0, 0, 0, 0)))
     store.ingest(EventBatch.from_rows(Origin("vllm", "node-c", "vllm-hooks:node-c:1"), 0,
                                       requests=[request("c1", 11, 12)]))
-    assert crosscheck(store, now_s=100.0) == ()
+    assert crosscheck(rows(store), now_s=100.0) == ()
 
 
 def test_the_ratio_when_the_engine_counted_nothing():
