@@ -46,10 +46,6 @@ class Outcome(enum.IntEnum):
     def label(self) -> str:
         return self.name.lower()
 
-    @property
-    def is_lookup(self) -> bool:
-        return self in LOOKUP_OUTCOMES
-
 
 LOOKUP_OUTCOMES = frozenset(
     {Outcome.GPU_HIT, Outcome.CPU_PROMOTION, Outcome.COLD_PROMOTION, Outcome.RECOMPUTE_MISS}

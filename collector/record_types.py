@@ -48,7 +48,6 @@ RECORD_TABLES: tuple[RecordTable, ...] = (
 )
 TABLE_NAMES: tuple[str, ...] = tuple(entry.table for entry in RECORD_TABLES)
 _BY_TYPE = {entry.record_type: entry for entry in RECORD_TABLES}
-_BY_TABLE = {entry.table: entry for entry in RECORD_TABLES}
 
 
 def record_table(record_type: type) -> RecordTable:
@@ -58,12 +57,4 @@ def record_table(record_type: type) -> RecordTable:
         known = ", ".join(t.__name__ for t in _BY_TYPE)
         raise ValueError(f"{getattr(record_type, '__name__', record_type)!r} is not a stored "
                          f"record type; known: {known}")
-    return entry
-
-
-def table_entry(table: str) -> RecordTable:
-    """The registry entry whose table is ``table``; ``ValueError`` naming the tables otherwise."""
-    entry = _BY_TABLE.get(table)
-    if entry is None:
-        raise ValueError(f"unknown record table {table!r}; tables: {', '.join(TABLE_NAMES)}")
     return entry

@@ -40,29 +40,11 @@ def output_file(path: str | Path, flag: str) -> Path:
     return path
 
 
-def input_file(path: str | Path, flag: str) -> Path:
-    path = Path(path)
-    if not path.exists():
-        raise KvtierError(f"{flag} {path}: no such file")
-    if path.is_dir():
-        raise KvtierError(f"{flag} {path} is a folder; give a file")
-    return path
-
-
 def input_path(path: str | Path, flag: str) -> Path:
     """A file or folder to read (a trace may be either)."""
     path = Path(path)
     if not path.exists():
         raise KvtierError(f"{flag} {path}: no such file or folder")
-    return path
-
-
-def input_dir(path: str | Path, flag: str) -> Path:
-    path = Path(path)
-    if not path.exists():
-        raise KvtierError(f"{flag} {path}: no such folder")
-    if not path.is_dir():
-        raise KvtierError(f"{flag} {path} is a file; give a folder")
     return path
 
 
