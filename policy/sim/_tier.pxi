@@ -249,7 +249,10 @@ cdef class PyTier(Tier):
         return 0
 
     cdef int touch(self, id_t k, Info* info) except -1:
-        self.target.touch(self.interner.by_id[k], self._info(info))
+        # vLLM's flow touches a request's loads after staging its cold hits, which may have
+        # evicted some of them; the compiled request-scoped tiers ignore those, and so does this
+        if self.inside[k]:
+            self.target.touch(self.interner.by_id[k], self._info(info))
         return 0
 
     cdef int insert(self, id_t k, Info* info, Buf* victims) except -1:
