@@ -32,7 +32,7 @@ from kvtier.collector.batch import EventBatch
 from kvtier.collector.crosscheck import crosscheck
 from kvtier.collector.ddl import BLOCK_EVENTS_TABLE, LEDGER_TABLE, REQUESTS_TABLE
 from kvtier.collector.exports.aggregate import MetricsState
-from kvtier.collector.exports.crosscheck import crosscheck_samples
+from kvtier.collector.exports.differences import crosscheck_samples
 from kvtier.collector.exports.prometheus import KvtierCollector, MetricsServer, Sample
 from kvtier.collector.periodic import Periodic
 from kvtier.collector.segments import clear_note, segments_note

@@ -1,5 +1,5 @@
-"""The cross-checks (:mod:`kvtier.collector.crosscheck`) as Prometheus samples, read from the
-store at scrape time.
+"""The cross-checks (:mod:`kvtier.collector.crosscheck`) as Prometheus samples: how far each
+engine's hooks and its own /metrics differ, read from the store at scrape time.
 
 ``kvtier_crosscheck_difference``       hooks minus the engine's counter, per counter and instance
 ``kvtier_crosscheck_ratio``            hooks over the engine's counter (1 when both are 0)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
-from kvtier.dashboard import queries, reuse
+from kvtier.dashboard import crosschecks, queries, reuse
 from kvtier.dashboard.data import Filters, SegmentData
 from kvtier.dashboard.facets import Facets
 from kvtier.dashboard.sources import DashboardConfig
@@ -28,6 +28,7 @@ QUERIES = {
     "size_latency": queries.size_latency,
     "latency_over_time": queries.latency_over_time,
     "reuse": reuse.reuse_figures,
+    "crosschecks": crosschecks.crosschecks,
 }
 
 

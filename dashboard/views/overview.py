@@ -3,9 +3,11 @@ recompute), split by tier configuration; the lookup events (blocks) as a second 
 
 from __future__ import annotations
 
+import time
+
 import streamlit as st
 
-from kvtier.dashboard import charts, queries
+from kvtier.dashboard import charts, crosschecks, queries
 from kvtier.dashboard.views.base import PageContext, chart, rollout_in_progress
 
 
@@ -15,6 +17,10 @@ def render(ctx: PageContext) -> None:
     notice = rollout_in_progress(ctx.facets)
     if notice:
         st.warning(notice)
+    # the minute keeps the query cached between reruns; intervals settle within seconds
+    disagreement = crosschecks.disagreement(ctx.query("crosschecks", time.time() // 60 * 60))
+    if disagreement:
+        st.warning(disagreement)
     if frame.empty:
         st.info("No lookups match the filters: widen the time range or clear the engine, instance "
                 "or configuration filters.")

@@ -321,3 +321,22 @@ def test_recommendation_says_whether_host_memory_was_checked_and_why_the_file_ti
     at = open_page(monkeypatch, full_segments, "recommendation", recommendation=folder)
     info = " ".join(i.value for i in at.info)
     assert "305.0 GiB the curve asked for was capped to 18.0 GiB" in info and "16.3% at the asked size" in info
+
+
+@pytest.mark.parametrize("engine_prompt, warned", [(100, False), (150, True)])
+def test_overview_warns_when_the_hooks_and_the_engines_metrics_disagree(
+        monkeypatch, tmp_path, store, engine_prompt, warned):
+    from kvtier.collector.segments import export_segments
+    from tests.collector.test_crosscheck import fill
+
+    fill(store, second_interval_prompt=engine_prompt)  # 150: the engine counted 50 tokens more
+    export_segments(store, tmp_path / "segments")
+    at = open_page(monkeypatch, tmp_path / "segments", "overview")
+    flagged = [w.value for w in at.warning if "disagree" in w.value]
+    if not warned:
+        assert flagged == []
+        return
+    assert flagged == ["The hooks and the engine's own /metrics disagree by more than 1%: node-a "
+                       "prompt tokens: hooks 200 vs engine 250 (-50). The shares below come from "
+                       "the hooks' records; check the plug-ins' drop counters and the engine's "
+                       "version."]

@@ -1,0 +1,32 @@
+"""The overview's cross-check warning: an engine's hooks against its own scraped ``/metrics``
+(:mod:`kvtier.collector.crosscheck`), read from the segments."""
+
+from __future__ import annotations
+
+from kvtier.collector.crosscheck import DEFAULT_TOLERANCE, CounterCheck, crosscheck
+from kvtier.dashboard.data import Filters, SegmentData
+
+
+def crosschecks(data: SegmentData, filters: Filters, now_s: float) -> tuple[CounterCheck, ...]:
+    """Every counter checked for the instances ``filters`` select (all when none is chosen),
+    over the scrape intervals settled by ``now_s``."""
+    tables = {"requests": "requests" if data.has_requests else None,
+              "block_events": "raw_events" if data.has_events else None,
+              "metric_intervals": "metric_intervals" if data.has_metrics else None}
+    checks = crosscheck(lambda sql, params: data.df(sql, params).to_dict("records"), now_s,
+                        tables=tables)
+    return tuple(c for c in checks if (not filters.instances or c.instance in filters.instances)
+                 and (not filters.engines or c.engine in filters.engines))
+
+
+def disagreement(checks: tuple[CounterCheck, ...], tolerance: float = DEFAULT_TOLERANCE) -> str | None:
+    """A sentence naming each counter whose sides differ by more than ``tolerance`` (a share
+    of the larger side), or ``None`` when all agree."""
+    off = [c for c in checks if c.disagrees(tolerance)]
+    if not off:
+        return None
+    parts = "; ".join(f"{c.instance} {c.counter.replace('_', ' ')}: hooks {c.hooks_total:,.0f} vs "
+                      f"engine {c.engine_total:,.0f} ({c.difference:+,.0f})" for c in off)
+    return (f"The hooks and the engine's own /metrics disagree by more than {tolerance:.0%}: "
+            f"{parts}. The shares below come from the hooks' records; check the plug-ins' drop "
+            "counters and the engine's version.")
