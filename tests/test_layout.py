@@ -5,7 +5,8 @@ imports ``collector`` and the recommendation's typed values from ``policy``; ``p
 ``refengine/`` and ``policy/`` import ``collector`` only (and never each other);
 ``collector/`` imports nothing of the project above it. Only ``kvtier/`` handles an
 ``argparse.Namespace``, no module is over 400 lines, and no two files import each other
-(directly or round a loop, imports inside functions included).
+(directly or round a loop, imports inside functions included). That product code is used by
+the product, not only by tests: ``tests/test_layout_usage.py``.
 """
 
 from __future__ import annotations
