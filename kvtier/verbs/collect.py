@@ -38,6 +38,10 @@ def add_arguments(parser) -> None:
                         help="scrape this Prometheus /metrics page and store each interval's "
                              f"series; PROFILE is one of {', '.join(_profiles())} (default: "
                              "guessed from the series names) (repeatable)")
+    parser.add_argument("--scrape-instance", metavar="NAME",
+                        help="the instance the --scrape pages serve (default: --instance); name "
+                             "the engine's kvtier_instance so its hooks and its /metrics are "
+                             "cross-checked (kvtier_crosscheck_difference)")
     parser.add_argument("--scrape-interval-s", type=float, default=10.0,
                         help="seconds between scrapes of each --scrape page")
     parser.add_argument("--instance", help="name of the serving instance (default: host name)")
@@ -115,6 +119,7 @@ def _config(args):
     positive(args.stop_grace_s, "--stop-grace-s", allow_zero=True)
     positive(args.scrape_interval_s, "--scrape-interval-s")
     non_empty(args.instance, "--instance")
+    non_empty(args.scrape_instance, "--scrape-instance")
     if not 0 <= args.metrics_port < 65536:
         raise KvtierError(f"--metrics-port must be in 0..65535 (0: any free port), got {args.metrics_port}")
     store = Path(args.store)
@@ -300,7 +305,7 @@ def _taps(args, instance: str, services: list) -> tuple[list, dict[str, str]]:
     for value in args.scrape:
         from kvtier.probes.scrape.metrics_tap import ScrapeTap
 
-        config = _scrape_config(value, instance, args.scrape_interval_s)
+        config = _scrape_config(value, args.scrape_instance or instance, args.scrape_interval_s)
         taps.append(functools.partial(ScrapeTap, config))
         flags[config.url] = "--scrape"
     return taps, flags

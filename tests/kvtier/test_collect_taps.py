@@ -129,3 +129,18 @@ def test_collect_sglang_events_stores_sglangs_stream(tmp_path):
         con.close()
     assert stored[0] >= 6 and stored[1] and stored[2] == 1  # a slow joiner may miss the first
 
+
+
+def test_scrape_instance_names_the_instance_the_scraped_pages_serve():
+    """--scrape-instance gives the scraped page the engine's own instance name (its hooks'
+    kvtier_instance), so the collector cross-checks the two; without it, --instance."""
+    import argparse
+
+    from kvtier.verbs.collect import _taps, add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    argv = ["--store", "s.duckdb", "--instance", "node", "--scrape", "http://127.0.0.1:8000/metrics=vllm"]
+    named = _taps(parser.parse_args(argv + ["--scrape-instance", "engine-a"]), "node", [])[0]
+    default = _taps(parser.parse_args(argv), "node", [])[0]
+    assert [t.args[0].instance for t in named + default] == ["engine-a", "node"]

@@ -212,7 +212,7 @@ class CollectorProcess:
 
     def __init__(self, store: Path, *, hooks: str | None = None, kv_events: str | None = None,
                  instance: str = "tiny-vllm", segments: Path | None = None,
-                 scrape: str | None = None):
+                 scrape: str | None = None, scrape_instance: str | None = None):
         self.argv = [sys.executable, "-m", "kvtier", "collect", "--store", str(store),
                      "--metrics-port", "0", "--instance", instance]
         if hooks:
@@ -223,6 +223,8 @@ class CollectorProcess:
             self.argv += ["--segments", str(segments), "--export-every-s", "1"]
         if scrape:  # the engine's /metrics page, every second
             self.argv += ["--scrape", scrape, "--scrape-interval-s", "1"]
+        if scrape_instance:  # the engine's kvtier_instance: its hooks and metrics cross-checked
+            self.argv += ["--scrape-instance", scrape_instance]
         self.process: subprocess.Popen | None = None
         self.metrics_url: str | None = None
         self.lines: list[str] = []
