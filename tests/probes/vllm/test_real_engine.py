@@ -279,3 +279,85 @@ def test_the_simulator_predicts_each_requests_tier_split_and_calibrate_fits_its_
         assert report[name]["requests"] > 0 and report[name]["error_p50"] >= 0
     print("calibrate:", json.dumps({k: report[k] for k in ("fitted", "tier_split", "ttft",
                                                              "ttft_later_half")}))
+
+
+@pytest.fixture(scope="module")
+def dashboard_data(run, tmp_path_factory):
+    """The dashboard's data over the run: a copy of the store (the module's read-only
+    connection keeps the original) exported as segments, as ``kvtier collect`` exports them."""
+    import shutil
+
+    from kvtier.collector.segments import export_segments
+    from kvtier.collector.store import TraceStore
+    from kvtier.dashboard.data import SegmentData
+
+    folder = tmp_path_factory.mktemp("dashboard")
+    shutil.copy(run.store, folder / "kvtier.duckdb")
+    with TraceStore(str(folder / "kvtier.duckdb")) as store:
+        export_segments(store, folder / "segments")
+    with SegmentData(folder / "segments") as data:
+        yield data
+
+
+def test_the_dashboards_headline_equals_vllms_cached_tokens_by_source(run, dashboard_data):
+    """The overview's shares (GPU hit, CPU, cold, recompute), computed by the dashboard's own
+    queries on engine A's load run, are vLLM's prompt_tokens_cached_by_source (device, host,
+    disk + p2p) and locally computed prompt tokens, token for token."""
+    from kvtier.dashboard import queries
+    from kvtier.dashboard.data import Filters
+
+    filters = Filters(engines=("vllm",), instances=("tiny-vllm-a",), start_s=run.window[0],
+                      end_s=run.window[1])
+    frame, unit = queries.hit_quality(dashboard_data, filters, run.window)
+    assert unit == "tokens"
+    headline = queries.headline(queries.outcome_totals(frame)).set_index("outcome")
+    by_source = run.cached_by_source
+    vllm = {"gpu_hit": by_source["device"], "cpu_promotion": by_source["host"],
+            "cold_promotion": by_source.get("disk", 0.0) + by_source.get("p2p", 0.0),
+            "recompute_miss": run.local_compute}
+    print("dashboard vs vLLM:", {o: (headline.loc[o, "amount"], v) for o, v in vllm.items()},
+          by_source)
+    assert headline["amount"].to_dict() == vllm
+    assert by_source.get("external_unspecified", 0.0) == 0
+    assert vllm["gpu_hit"] == run.deltas["vllm:prefix_cache_hits_total"] > 0
+    assert vllm["cpu_promotion"] == run.deltas["vllm:external_prefix_cache_hits_total"] > 0
+    whole = sum(vllm.values())
+    assert whole == run.deltas["vllm:prefix_cache_queries_total"]
+    assert headline["share"].to_dict() == {o: v / whole for o, v in vllm.items()}
+
+
+def test_the_dashboard_shows_a_loads_wait_per_job_beside_vllms_copy_time_per_job(run, dashboard_data):
+    """Engine A's CPU loads: the wait on the request path (prepare_load to complete_load, once
+    per load job) and vLLM's own worker-side copy time per job, scraped from its /metrics."""
+    from kvtier.dashboard import queries
+    from kvtier.dashboard.data import Filters
+
+    window = Filters(start_s=run.window[0], end_s=run.window[1])
+    wait = queries.load_wait(dashboard_data, Filters(engines=("vllm",), instances=("tiny-vllm-a",),
+                                                    start_s=run.window[0], end_s=run.window[1]))
+    cpu = wait[wait["source_tier"] == "cpu"].set_index("quantile")
+    copy = queries.copy_time(dashboard_data, window)
+    print("load wait per job (ms):", cpu[["latency_ms", "jobs", "blocks", "mean_ms"]].to_dict(),
+          "copy per job:", copy.to_dict("records"))
+    (blocks,) = dashboard_data.con.execute(
+        f"SELECT count(*) FROM raw_events WHERE instance = 'tiny-vllm-a' AND kind = 'cpu_promotion' "
+        f"AND time_s BETWEEN {run.window[0]} AND {run.window[1]}").fetchone()
+    assert set(cpu["blocks"]) == {blocks} and 0 < cpu["jobs"].iloc[0] < blocks  # jobs, not blocks
+    assert len(copy) == 1 and copy.loc[0, "jobs"] > 0
+    assert 0 < copy.loc[0, "mean_copy_ms"] < cpu["mean_ms"].iloc[0]  # the copy is part of the wait
+
+
+def test_the_collectors_crosschecks_of_hooks_against_vllms_metrics_read_zero(run):
+    """kvtier collect --hooks and --scrape of engine A: over the scrape intervals up to the end
+    of the load run, each counter the hooks keep equals vLLM's own (prompt, GPU-hit,
+    CPU-promoted and recomputed tokens, CPU stores)."""
+    samples = run.collector_samples["crosschecked"]
+    differences = {dict(labels)["counter"]: value for (name, labels), value in samples.items()
+                   if name == "kvtier_crosscheck_difference"
+                   and dict(labels)["engine_instance"] == "tiny-vllm-a"}
+    ratios = {dict(labels)["counter"]: value for (name, labels), value in samples.items()
+              if name == "kvtier_crosscheck_ratio" and dict(labels)["engine_instance"] == "tiny-vllm-a"}
+    print("crosscheck differences:", differences, "ratios:", ratios)
+    assert differences == {"prompt_tokens": 0, "gpu_hit_tokens": 0, "cpu_promoted_tokens": 0,
+                           "recomputed_tokens": 0, "cpu_stores": 0}
+    assert ratios == {name: 1.0 for name in differences}
