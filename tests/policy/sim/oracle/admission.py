@@ -1,82 +1,20 @@
-"""Admission: whether a block deserves a slot at all, composed around any eviction policy.
-
-An :class:`Admitter` answers ``admit(key, info)``; :class:`Admitted` wraps a policy and asks
-it before every insert of a non-resident key. A refused key is simply not stored (the caller
-sees ``key not in cache``) and nothing is evicted. Eviction order stays the inner policy's.
-
-Admitters here: vLLM's ``store_threshold`` (store a chunk only once it has been offered N
-times; the one rule, used by every flow), TensorRT-LLM's ``secondary_offload_min_priority``
-gate (``>=`` as coded, ``>`` as documented), and a score threshold for learned models (the
-model outputs a score; the threshold is a separate, swept parameter). An admitter declares
-``reads_info`` when its decision reads the :class:`BlockInfo` it is given.
-"""
+"""The ``store_threshold`` offer counter written in Python: the oracle of the compiled core's
+``StoreThreshold`` behind :class:`kvtier.policy.sim.policies.admission.OfferCountAdmitter`.
+The other admitters and the :class:`Admitted` wrapper hold no state the core re-implements, so the
+oracle flows use the product's own (re-exported here)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
-
-from kvtier.collector.events import PRIORITY_MAX, PRIORITY_MIN
-from kvtier.policy.sim.policies.base import DEFAULT_INFO, BlockInfo, CachePolicy, Key
+from kvtier.policy.sim.policies.admission import (
+    Admitted,
+    Admitter,
+    PriorityAdmitter,
+    ScoreAdmitter,
+)
+from kvtier.policy.sim.policies.base import BlockInfo, Key
 from tests.policy.sim.oracle.lru import LRU
 
-
-class Admitter(Protocol):
-    """Decides whether a candidate block is stored. May keep state (offer counts)."""
-
-    name: str
-    reads_info: bool
-
-    def admit(self, key: Key, info: BlockInfo) -> bool: ...
-
-
-class Admitted:
-    """``policy`` with ``admitter`` in front of its inserts; otherwise the same protocol."""
-
-    def __init__(self, policy: CachePolicy, admitter: Admitter) -> None:
-        self.policy = policy
-        self.admitter = admitter
-        self.name = f"{admitter.name}+{policy.name}"
-        self.capacity_blocks = policy.capacity_blocks
-        self.reads_info = policy.reads_info or getattr(admitter, "reads_info", True)
-        self.uses_future = policy.uses_future
-        self.request_scoped = policy.request_scoped
-
-    def __contains__(self, key: Key) -> bool:
-        return key in self.policy
-
-    def __len__(self) -> int:
-        return len(self.policy)
-
-    def __iter__(self):
-        return iter(self.policy)
-
-    def touch(self, key: Key, info: BlockInfo = DEFAULT_INFO) -> None:
-        self.policy.touch(key, info)
-
-    def insert(self, key: Key, info: BlockInfo = DEFAULT_INFO) -> list[Key]:
-        if key not in self.policy and not self.admitter.admit(key, info):
-            return []
-        return self.policy.insert(key, info)
-
-    def remove(self, key: Key) -> None:
-        self.policy.remove(key)
-
-    def pop_victim(self) -> Key:
-        return self.policy.pop_victim()
-
-    def evict(self, n: int, protected=()) -> list[Key] | None:
-        return self.policy.evict(n, protected)
-
-    def begin(self) -> None:
-        self.policy.begin()
-
-    def finish(self) -> None:
-        self.policy.finish()
-
-    def on_miss(self, keys) -> None:
-        self.policy.on_miss(keys)
+__all__ = ["Admitted", "Admitter", "OfferCountAdmitter", "PriorityAdmitter", "ScoreAdmitter"]
 
 
 class OfferCountAdmitter:
@@ -136,45 +74,3 @@ class OfferCountAdmitter:
     def admit(self, key: Key, info: BlockInfo) -> bool:
         self.offer((key,))
         return self.passes(key)
-
-
-COMPARISONS = ("ge", "gt")
-
-
-@dataclass(frozen=True)
-class PriorityAdmitter:
-    """TensorRT-LLM's offload gate: a GPU victim goes to host memory only if its priority
-    passes ``min_priority``. ``comparison="ge"`` is the C++ code (``>=``, default 30);
-    ``"gt"`` is the documented rule (``>``; the docs give a default of 35)."""
-
-    min_priority: int = 30
-    comparison: str = "ge"
-    name: str = "secondary_offload_min_priority"
-    reads_info: bool = True
-
-    def __post_init__(self) -> None:
-        if self.comparison not in COMPARISONS:
-            raise ValueError(f"comparison must be one of {', '.join(COMPARISONS)}, "
-                             f"got {self.comparison!r}")
-        if not PRIORITY_MIN <= self.min_priority <= PRIORITY_MAX:
-            raise ValueError(f"min_priority must be in {PRIORITY_MIN}..{PRIORITY_MAX}, "
-                             f"got {self.min_priority}")
-
-    def admit(self, key: Key, info: BlockInfo) -> bool:
-        if self.comparison == "ge":
-            return info.priority >= self.min_priority
-        return info.priority > self.min_priority
-
-
-class ScoreAdmitter:
-    """Admit when ``score(key, info) >= threshold`` (the learned model's plug-in point)."""
-
-    name = "score"
-    reads_info = True
-
-    def __init__(self, score: Callable[[Key, BlockInfo], float], threshold: float) -> None:
-        self.score = score
-        self.threshold = threshold
-
-    def admit(self, key: Key, info: BlockInfo) -> bool:
-        return self.score(key, info) >= self.threshold
