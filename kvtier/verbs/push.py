@@ -17,19 +17,18 @@ How it writes: under a lock on the file (a second push at the same time stops, e
 old file first to a backup next to it (FILE.kvtier-TIME.bak), then the new one in a single
 rename; a link is kept and the file it names is edited."""
 
-ENGINES = ("vllm", "trtllm", "lmcache", "sglang", "dynamo")
-FILES = ("vllm: .json (the --kv-transfer-config object) or .yaml (vllm serve --config); "
-         "trtllm: .yaml (trtllm-serve --config) or .json (per-class retention for the gateway); "
-         "lmcache: .yaml (LMCACHE_CONFIG_FILE); "
-         "sglang: .args (one launch flag per line); dynamo: .env (KVBM variables)")
 
 
 def add_arguments(parser) -> None:
+    from kvtier.policy.writers import WRITERS
+
+    files = "; ".join(f"{engine}: {module.FILE_HELP}" for engine, module in WRITERS.items())
     parser.add_argument("--recommendation", required=True,
                         help="recommendation JSON: recommendation.json (every engine's settings) "
                              "or recommendation.ENGINE.json, as kvtier recommend writes them")
-    parser.add_argument("--engine", required=True, choices=ENGINES, help="the engine to configure")
-    parser.add_argument("--config", required=True, help=f"the engine config file to update ({FILES})")
+    parser.add_argument("--engine", required=True, choices=tuple(WRITERS),
+                        help="the engine to configure")
+    parser.add_argument("--config", required=True, help=f"the engine config file to update ({files})")
     parser.add_argument("--host-headroom-bytes", type=int, default=None,
                         help="the engine host's DRAM headroom for the CPU tier (default: this "
                              "host's, measured now, and the recommendation's own)")

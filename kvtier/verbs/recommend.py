@@ -9,17 +9,17 @@ SUMMARY = "train the admission model, sweep thresholds, write a report and engin
 EXAMPLE = ("kvtier recommend --trace conversation_trace.jsonl --gpu-tokens 1M --cpu-tokens 2.5M "
            "--engine all --out reco/\n  kvtier recommend --check reco/recommendation.json "
            "--store kvtier.duckdb   # after kvtier push: did its predictions hold?")
-ENGINE_CHOICES = ("vllm", "trtllm", "lmcache", "sglang", "dynamo", "all")
 
 
 def add_arguments(parser) -> None:
+    from kvtier.policy.writers import ENGINES
     from kvtier.verbs.recommend_check import add_arguments as add_check_arguments
     from kvtier.verbs.trace_args import add_trace_arguments
 
     parser.add_argument("--trace", help="trace file or folder")
     parser.add_argument("--store", help="a kvtier DuckDB store")
-    parser.add_argument("--engine", default="all", choices=ENGINE_CHOICES,
-                        help="vllm, trtllm, lmcache, sglang, dynamo or all")
+    parser.add_argument("--engine", default="all", choices=(*ENGINES, "all"),
+                        help=f"{', '.join(ENGINES)} or all")
     parser.add_argument("--out", default="kvtier-out/recommendation", help="output folder")
     parser.add_argument("--gpu-tokens",
                         help="the deployed GPU prefix-cache capacity (default: what the "

@@ -11,10 +11,9 @@ from kvtier.policy.recommend.plots import bar_chart, line_chart
 from kvtier.policy.recommend.recommendation import Recommendation, settings_dict
 from kvtier.policy.recommend.sizing import human_bytes
 from kvtier.policy.recommend.values import HostCheck, PrefillServers, TierSize
-from kvtier.policy.writers import writer
+from kvtier.policy.writers import WRITERS, writer
 
-CONFIG_FILES = {"vllm": "vllm.json", "trtllm": "trtllm.yaml", "lmcache": "lmcache.yaml",
-                "sglang": "sglang.args", "dynamo": "dynamo.env"}
+CONFIG_FILES = {engine: module.DEFAULT_FILE for engine, module in WRITERS.items()}
 RETENTION_FILE = "trtllm.retention.json"  # the gateway's per-request-class retention configs
 
 

@@ -16,6 +16,8 @@ from kvtier.policy.writers.textedit import env_get, env_set
 
 ENGINE = "dynamo"
 FORMATS = (".env",)
+DEFAULT_FILE = "dynamo.env"  # the file kvtier recommend writes
+FILE_HELP = ".env (KVBM variables)"
 
 
 def validate(settings: EngineSettings, existing: str = "") -> None:

@@ -15,6 +15,8 @@ from kvtier.policy.writers.yamledit import yaml_set
 
 ENGINE = "lmcache"
 FORMATS = (".yaml", ".yml")
+DEFAULT_FILE = "lmcache.yaml"  # the file kvtier recommend writes
+FILE_HELP = ".yaml (LMCACHE_CONFIG_FILE)"
 CACHE_POLICIES = {"lru": "LRU", "lfu": "LFU", "fifo": "FIFO"}
 
 

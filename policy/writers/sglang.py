@@ -16,6 +16,8 @@ from kvtier.policy.writers.textedit import args_set
 
 ENGINE = "sglang"
 FORMATS = (".args", ".txt", ".conf")
+DEFAULT_FILE = "sglang.args"  # the file kvtier recommend writes
+FILE_HELP = ".args (one launch flag per line)"
 EVICTION_POLICIES = ("lru", "lfu", "slru", "priority")
 
 

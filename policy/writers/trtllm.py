@@ -24,6 +24,8 @@ from kvtier.policy.writers.yamledit import ConfigFileError, yaml_set
 
 ENGINE = "trtllm"
 FORMATS = (".yaml", ".yml", ".json")  # .json: the gateway's per-class retention configs
+DEFAULT_FILE = "trtllm.yaml"  # the file kvtier recommend writes
+FILE_HELP = ".yaml (trtllm-serve --config) or .json (per-class retention for the gateway)"
 EVENT_BUFFER_SIZE = 16384
 SECTION = "kv_cache_config"
 

@@ -40,6 +40,8 @@ from kvtier.policy.writers.yamledit import ConfigFileError, yaml_get, yaml_set
 
 ENGINE = "vllm"
 FORMATS = (".json", ".yaml", ".yml")
+DEFAULT_FILE = "vllm.json"  # the file kvtier recommend writes
+FILE_HELP = ".json (the --kv-transfer-config object) or .yaml (vllm serve --config)"
 EVICTION_POLICIES = ("lru", "arc")
 APPLIES = ("cpu_tier_bytes", "cold_tier_bytes", "cold_tier_path", "eviction_policy",
            "store_threshold", "block_size_tokens", "kv_events")
