@@ -19,8 +19,10 @@ from pathlib import Path
 import numpy as np
 
 from kvtier.collector.events import RequestRecord
+from kvtier.policy.sim.policies import policy_names
 
-POLICIES = ("lru", "arc", "s3fifo", "belady", "recommended")
+# the registry's compiled policies evaluate compares, and what the recommendation deploys
+POLICIES = (*policy_names("exclusive", evaluate=True, compiled=True), "recommended")
 SIZES = 12
 TRAIN_FRACTION = 0.5  # as kvtier recommend's default: the curves count what it measured on
 FILE_NAME = "cpu_sweep.json"
