@@ -50,3 +50,10 @@ def test_the_command_line_and_the_report_read_the_registry():
     assert CONFIG_FILES == {e: writer(e).DEFAULT_FILE for e in ENGINES}
     for engine in ENGINES:
         assert engine in engine_flag("recommend").help
+
+
+def test_the_recommendation_has_settings_for_every_registered_engine():
+    from kvtier.policy.recommend.engines import settings
+
+    written, notes = settings(1 << 30, 30, (), True)
+    assert sorted(engine for engine, _ in written) == sorted(ENGINES), notes
