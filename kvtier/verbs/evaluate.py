@@ -97,7 +97,7 @@ def evaluation(args, *, keep_ttft_samples: bool = False) -> dict:
     from kvtier.policy.cost import CostParams
     from kvtier.policy.learn.compare import add_gap_closed, compare, evaluated_names, mark_unsafe
     from kvtier.policy.learn.split import Split
-    from kvtier.policy.learn.external import external_rows
+    from kvtier.policy.learn.baselines.external import external_rows
     from kvtier.verbs.trace_args import load_policy_modules
 
     load_policy_modules(args.policy_module)  # a worker process registers them again
@@ -154,7 +154,7 @@ def _servers(text, split: Split, params: CostParams) -> int:
 
 
 def _external_names(text: str) -> list[str]:
-    from kvtier.policy.learn.external import EXTERNAL
+    from kvtier.policy.learn.baselines.external import EXTERNAL
 
     names = [n.strip() for n in (text or "").split(",") if n.strip()]
     if names == ["all"]:

@@ -17,8 +17,8 @@ import numpy as np
 from kvtier.collector.events import RequestRecord
 from kvtier.policy.cost import CostParams, queue_ttft, queue_ttft_samples
 from kvtier.policy.learn.admission_model import ModelConfig
-from kvtier.policy.learn.nextuse_rows import NAMES as NEXT_USE_NAMES
-from kvtier.policy.learn.nextuse_rows import ChoiceCache, policy_for, shadow_summary
+from kvtier.policy.learn.baselines.nextuse_rows import NAMES as NEXT_USE_NAMES
+from kvtier.policy.learn.baselines.nextuse_rows import ChoiceCache, policy_for, shadow_summary
 from kvtier.policy.learn.pipeline import fit, score_offers
 from kvtier.policy.learn.replay import IndexedAdmitter, Replayed, Tiers, replay
 from kvtier.policy.learn.retention import choose_tau
