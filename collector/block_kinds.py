@@ -52,33 +52,6 @@ LOOKUP_OUTCOMES = frozenset(
 )
 
 
-def parse_tier(value: str | int | Tier) -> Tier:
-    """Tier from its label (``"cpu"``), its code (``1``) or itself; ``ValueError`` otherwise."""
-    return _parse_enum(Tier, value, "tier")
-
-
-def parse_outcome(value: str | int | Outcome) -> Outcome:
-    """Outcome from its label (``"gpu_hit"``), its code or itself; ``ValueError`` otherwise."""
-    return _parse_enum(Outcome, value, "outcome")
-
-
-def _parse_enum(kind: type[enum.IntEnum], value, what: str):
-    if isinstance(value, kind):
-        return value
-    if isinstance(value, str):
-        try:
-            return kind[value.upper()]
-        except KeyError:
-            pass
-    elif isinstance(value, int) and not isinstance(value, bool):
-        try:
-            return kind(value)
-        except ValueError:
-            pass
-    allowed = ", ".join(m.name.lower() for m in kind)
-    raise ValueError(f"unknown {what} {value!r}; allowed: {allowed}")
-
-
 def block_hash_from_bytes(digest: bytes) -> int:
     """Fold a byte digest to the schema's uint64 hash: its last 8 bytes, big-endian."""
     return int.from_bytes(digest[-8:], "big")

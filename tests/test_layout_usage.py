@@ -34,14 +34,11 @@ CALLED_BY_NAME = {
 # list (the test fails once the product uses one again, so the list only shrinks).
 NOT_YET_MOVED = {
     "from_steps",                       # collector/batch.py EventBatch
-    "parse_tier", "parse_outcome",      # collector/block_kinds.py
     "recorder_samples",                 # collector/exports/prometheus.py
     "increase",                         # probes/scrape/intervals.py ScrapeInterval
     "active_recorders",                 # probes/vllm/recorders.py
-    "is_end_of_replay",                 # probes/vllm/wire.py Frame
     "run_until_idle", "queued_requests",  # refengine/engine.py ReferenceEngine
     "ready_s",                          # policy/engine_model/transfers.py
-    "blocks_from_tokens",               # policy/sim/config.py
 }
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DOTTED = re.compile(r"[A-Za-z_][\w.:]*")  # a string that names code: "kvtier.probes.vllm.spec:X"

@@ -1,7 +1,7 @@
 """Typed configuration of a simulated tier stack: sizes, semantics, policy, admission knobs.
 
 Capacities are in blocks of the trace's block size: an int, ``None`` for unlimited, and 0 for
-"no such tier" (CPU and cold). :func:`blocks_from_tokens` converts token budgets.
+"no such tier" (CPU and cold).
 
 Semantics (how blocks move between tiers; the compiled flows are ``policy/sim/_exclusive.pxi``
 and ``policy/sim/_vllm.pxi``, built by ``policy/sim/flows.py``):
@@ -24,7 +24,6 @@ and ``policy/sim/_vllm.pxi``, built by ``policy/sim/flows.py``):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from kvtier.collector.events import PRIORITY_MAX, PRIORITY_MIN
@@ -110,12 +109,3 @@ class SimConfig:
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
-
-
-def blocks_from_tokens(tokens: float | None, block_tokens: int) -> int | None:
-    """Whole blocks that fit in a token budget; ``None``/``inf`` stays unlimited."""
-    if tokens is None or math.isinf(tokens):
-        return None
-    if tokens < 0:
-        raise ValueError(f"token capacity must be >= 0, got {tokens}")
-    return int(tokens // block_tokens)

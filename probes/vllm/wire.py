@@ -61,10 +61,6 @@ class Frame(NamedTuple):  # a tuple, not a frozen dataclass: one is built per fr
     seq: int
     payload: bytes
 
-    @property
-    def is_end_of_replay(self) -> bool:
-        return self.seq < 0
-
 
 @dataclass(frozen=True, slots=True)
 class DecodedBatch:

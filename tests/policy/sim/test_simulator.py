@@ -5,7 +5,7 @@ from tests.policy.sim.simtools import measured, random_prefix_trace, request
 
 from kvtier.collector.events import Outcome
 from kvtier.policy.readers import MooncakeReader
-from kvtier.policy.sim.config import PriorityRule, SimConfig, blocks_from_tokens
+from kvtier.policy.sim.config import PriorityRule, SimConfig
 from kvtier.policy.sim.policies import POLICIES
 from kvtier.policy.sim.simulator import Simulator, next_use_indices, simulate
 
@@ -195,13 +195,6 @@ def test_record_gets_its_per_tier_tokens():
 def test_config_errors_name_the_bad_value(kwargs, message):
     with pytest.raises(ValueError, match=message):
         SimConfig(**kwargs)
-
-
-def test_blocks_from_tokens():
-    assert blocks_from_tokens(1000, 512) == 1
-    assert blocks_from_tokens(float("inf"), 16) is None
-    with pytest.raises(ValueError, match="token capacity must be >= 0"):
-        blocks_from_tokens(-1, 16)
 
 
 def test_vllm_gpu_serves_all_but_the_last_token_and_never_caches_a_partial_block():

@@ -71,7 +71,7 @@ def test_medium_names():
 def test_split_frame_shapes():
     assert split_frame([b"t", (3).to_bytes(8, "big"), b"p"]).seq == 3
     assert split_frame([(3).to_bytes(8, "big"), b"p"]).topic == b""
-    assert split_frame([b"", b"\xff" * 8, b""]).is_end_of_replay
+    assert split_frame([b"", b"\xff" * 8, b""]).seq == -1  # the end of a replay
     with pytest.raises(FrameError):
         split_frame([b"t", b"123", b"p"])
 
