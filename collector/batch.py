@@ -12,7 +12,7 @@ from typing import Iterable
 import pyarrow as pa
 
 from kvtier.collector.columns import Rejections, columns_table, empty_table, rows_to_table
-from kvtier.collector.events import BlockEvent, MetricInterval, Origin, RequestRecord, StepRecord
+from kvtier.collector.events import BlockEvent, MetricInterval, Origin, RequestRecord
 from kvtier.collector.record_types import RECORD_TABLES, TABLE_NAMES
 
 
@@ -81,14 +81,6 @@ class EventBatch:
         table, rejected = rows_to_table(MetricInterval, intervals)
         return cls(origin, sequence, empty_table(BlockEvent), empty_table(RequestRecord), rejected,
                    table)
-
-    @classmethod
-    def from_steps(cls, origin: Origin, sequence: int, steps: Iterable) -> "EventBatch":
-        """A batch of ``StepRecord`` values (or dicts of their fields); malformed ones are left
-        out and counted, as in :meth:`from_rows`."""
-        table, rejected = rows_to_table(StepRecord, steps)
-        return cls(origin, sequence, empty_table(BlockEvent), empty_table(RequestRecord), rejected,
-                   step_records=table)
 
     @classmethod
     def empty(cls, origin: Origin, sequence: int) -> "EventBatch":

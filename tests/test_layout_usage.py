@@ -33,7 +33,6 @@ CALLED_BY_NAME = {
 # Found used only by tests and not moved yet: each goes under tests/ or is deleted, and leaves this
 # list (the test fails once the product uses one again, so the list only shrinks).
 NOT_YET_MOVED = {
-    "from_steps",                       # collector/batch.py EventBatch
     "recorder_samples",                 # collector/exports/prometheus.py
     "increase",                         # probes/scrape/intervals.py ScrapeInterval
     "active_recorders",                 # probes/vllm/recorders.py

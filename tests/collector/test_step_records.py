@@ -11,7 +11,7 @@ import pytest
 
 from kvtier.collector import columns, ddl, segments, storefile
 from kvtier.collector.batch import EventBatch
-from kvtier.collector.events import Origin, StepRecord, schema_fields
+from kvtier.collector.events import BlockEvent, Origin, RequestRecord, StepRecord, schema_fields
 from kvtier.collector.hooks_tap import HooksTap, HooksTapConfig
 from kvtier.collector.record_types import RECORD_TABLES, TABLE_NAMES, record_table
 from kvtier.collector.recorder import Recorder
@@ -25,6 +25,14 @@ from kvtier.collector.taps import TapRunner
 from tests.conftest import free_port
 
 FIELDS = [f.name for f in schema_fields(StepRecord)]
+
+
+def step_batch(origin: Origin, sequence: int, steps) -> EventBatch:
+    """A batch of ``StepRecord`` values (or dicts of their fields), malformed ones left out and
+    counted, as an engine's shipment brings them."""
+    table, rejected = columns.rows_to_table(StepRecord, steps)
+    return EventBatch(origin, sequence, columns.empty_table(BlockEvent),
+                      columns.empty_table(RequestRecord), rejected, step_records=table)
 
 
 def step(i: int, **fields) -> StepRecord:
@@ -49,21 +57,21 @@ def test_every_module_reads_one_registry_of_record_types():
 
 def test_step_records_round_trip_through_table_and_view(store, origin):
     records = [step(0), step(1, duration_s=None, prefill_tokens=0, prefill_requests=0)]
-    result = store.ingest(EventBatch.from_steps(origin, 0, records))
+    result = store.ingest(step_batch(origin, 0, records))
     assert (result.step_records, result.stored, dict(result.rejected)) == (2, 2, {})
     rows = store.query("SELECT * EXCLUDE (batch_id) FROM step_records ORDER BY step").to_pylist()
     assert rows == [dataclasses.asdict(r) for r in records]
     view = store.query("SELECT engine, instance, source, sequence FROM step_records_with_origin")
     assert set(map(tuple, (r.values() for r in view.to_pylist()))) == {
         (origin.engine, origin.instance, origin.source, 0)}
-    assert store.ingest(EventBatch.from_steps(origin, 0, records)).duplicate  # the ledger
+    assert store.ingest(step_batch(origin, 0, records)).duplicate  # the ledger
 
 
 def test_malformed_step_rows_are_left_out_and_counted(store, origin):
     good = dataclasses.asdict(step(0))
     rows = [good, {**good, "prefill_tokens": -1}, {**good, "prefill_requests": 0},
             {**good, "time_s": float("inf")}, {**good, "step": "seven"}]
-    batch = EventBatch.from_steps(origin, 0, rows)
+    batch = step_batch(origin, 0, rows)
     assert dict(batch.rejected) == {"negative or NaN prefill_tokens": 1,
                                     "prefill_tokens over no prefill_requests": 1,
                                     "time_s not finite": 1, "wrong type for step": 1}
@@ -71,7 +79,7 @@ def test_malformed_step_rows_are_left_out_and_counted(store, origin):
 
 
 def test_prune_and_count_older_cover_step_records(store, origin, clock):
-    store.ingest(EventBatch.from_steps(origin, 0, [step(0, time_s=clock.now_s - 100),
+    store.ingest(step_batch(origin, 0, [step(0, time_s=clock.now_s - 100),
                                                    step(1, time_s=clock.now_s)]))
     assert store.count_older(50).step_records == 1
     assert store.prune(50).step_records == 1
@@ -143,7 +151,7 @@ def test_shipped_steps_reach_the_store_once_per_sequence_and_drops_are_counted(s
 def test_an_older_store_without_step_records_is_migrated_by_a_writer(tmp_path, origin):
     path = tmp_path / "old.duckdb"
     with TraceStore(path) as store:
-        store.ingest(EventBatch.from_steps(origin, 0, [step(0)]))
+        store.ingest(step_batch(origin, 0, [step(0)]))
     con = duckdb.connect(str(path))
     con.execute("DROP VIEW step_records_with_origin")
     con.execute("DROP TABLE step_records")
@@ -152,15 +160,15 @@ def test_an_older_store_without_step_records_is_migrated_by_a_writer(tmp_path, o
         TraceStore(path, read_only=True)
     with TraceStore(path) as store:
         assert store.count("step_records") == 0
-        store.ingest(EventBatch.from_steps(origin, 1, [step(1)]))
+        store.ingest(step_batch(origin, 1, [step(1)]))
     assert [t.column("step").to_pylist() for t in read_step_records(path).values()] == [[1]]
 
 
 def test_the_reader_gives_columns_per_instance_from_a_store_and_its_segments(tmp_path, clock):
     a, b = Origin("vllm", "node-a", "hooks:a"), Origin("refengine", "node-b", "hooks:b")
     with TraceStore(tmp_path / "s.duckdb", clock=clock) as store:
-        store.ingest(EventBatch.from_steps(a, 0, [step(1), step(0)]))
-        store.ingest(EventBatch.from_steps(b, 0, [step(0, prefill_tokens=7)]))
+        store.ingest(step_batch(a, 0, [step(1), step(0)]))
+        store.ingest(step_batch(b, 0, [step(0, prefill_tokens=7)]))
         live = read_step_records(store)
         export_segments(store, tmp_path / "segments")
         assert store_summary(store)["step_records"] == 3
