@@ -53,23 +53,6 @@ class Sample:
 SampleSource = Callable[[], Iterable[Sample]]
 
 
-def recorder_samples(recorders) -> SampleSource:
-    """Drop and rejection counters of live recorders, as a sample source."""
-
-    def samples() -> Iterable[Sample]:
-        for recorder in recorders:
-            labels = {"engine": recorder.origin.engine, "engine_instance": recorder.origin.instance}
-            yield Sample("kvtier_recorder_dropped_events_total", "Block events dropped because the "
-                         "recorder's buffer was full", recorder.dropped_events, labels)
-            yield Sample("kvtier_recorder_dropped_requests_total", "Request records dropped because "
-                         "the recorder's buffer was full", recorder.dropped_requests, labels)
-            yield Sample("kvtier_recorder_dropped_steps_total", "Step records dropped because "
-                         "the recorder's buffer was full", recorder.dropped_steps, labels)
-            yield Sample("kvtier_recorder_pending_events", "Block events waiting to be flushed",
-                         recorder.pending_events, labels)
-    return samples
-
-
 class KvtierCollector:
     """A ``prometheus_client`` custom collector over a ``MetricsState`` and live sources."""
 

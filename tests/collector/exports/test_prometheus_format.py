@@ -8,7 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kvtier.collector.events import Origin
 from kvtier.collector.exports.aggregate import MetricsState
-from kvtier.collector.exports.prometheus import KvtierCollector, MetricsServer, Sample, recorder_samples
+from kvtier.collector.exports.prometheus import KvtierCollector, MetricsServer, Sample
 from tests.collector.exports.conftest import CPU_LATENCIES_S, sample_batch
 
 
@@ -45,21 +45,13 @@ def test_outcome_counters_and_promotion_histogram(clock):
     assert samples[("kvtier_request_ttft_seconds_bucket", tuple(sorted(config + (("le", "0.5"),))))] == 2
 
 
-def test_live_sources_and_recommendation_are_read_at_scrape_time(origin, clock):
-    from kvtier.collector.events import Outcome
-    from kvtier.collector.recorder import Recorder
-
-    recorder = Recorder(origin, capacity_events=1)
-    recorder.record(Outcome.GPU_HIT, 1)
-    recorder.record(Outcome.GPU_HIT, 2)
+def test_live_sources_and_recommendation_are_read_at_scrape_time(clock):
     gaps = {"n": 3}
     tap = lambda: [Sample("kvtier_tap_sequence_gaps_total", "Gaps", gaps["n"], {"tap": "vllm-zmq"})]  # noqa: E731
-    collector_kwargs = dict(sources=[recorder_samples([recorder]), tap],
+    collector_kwargs = dict(sources=[tap],
                             recommendation=lambda: {"engine": "trtllm", "knob": "secondary_offload_min_priority",
                                                     "value": "40"})
     samples = scrape(MetricsState(clock=clock), **collector_kwargs)
-    labels = (("engine", origin.engine), ("engine_instance", origin.instance))
-    assert samples[("kvtier_recorder_dropped_events_total", labels)] == 1
     assert samples[("kvtier_tap_sequence_gaps_total", (("tap", "vllm-zmq"),))] == 3
     info = (("engine", "trtllm"), ("knob", "secondary_offload_min_priority"), ("value", "40"))
     assert samples[("kvtier_recommendation_info", info)] == 1
