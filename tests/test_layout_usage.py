@@ -38,7 +38,6 @@ NOT_YET_MOVED = {
                                         # second copy of HooksTap.samples' recorder counters)
     "active_recorders",                 # probes/vllm/recorders.py
     "run_until_idle", "queued_requests",  # refengine/engine.py ReferenceEngine
-    "ready_s",                          # policy/engine_model/transfers.py
 }
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DOTTED = re.compile(r"[A-Za-z_][\w.:]*")  # a string that names code: "kvtier.probes.vllm.spec:X"

@@ -52,15 +52,3 @@ class TransferQueues:
             self.cpu_free_s = start = (max(self.cpu_free_s, start) + float(
                 self.cpu_link.job_s((cpu_tokens + cold_tokens) * self.bytes_per_token)))
         return start
-
-
-def ready_s(arrival_s: np.ndarray, cpu_tokens: np.ndarray, cold_tokens: np.ndarray,
-            bytes_per_token: int, cpu_link: TransferLink, cold_link: TransferLink) -> np.ndarray:
-    """When each request's promoted KV is on the GPU (its arrival when it promotes nothing),
-    the requests taken in arrival order."""
-    queues = TransferQueues(bytes_per_token, cpu_link, cold_link)
-    arrival = np.asarray(arrival_s, dtype=float)
-    ready = np.empty(len(arrival))
-    for i in np.argsort(arrival, kind="stable").tolist():
-        ready[i] = queues.ready_at(arrival[i], int(cpu_tokens[i]), int(cold_tokens[i]))
-    return ready

@@ -9,10 +9,22 @@ from kvtier.policy.engine_model.batch_scheduler import SchedulerLimits
 from kvtier.policy.engine_model.params import EngineModelParams
 from kvtier.policy.engine_model.step_cost import StepCost
 from kvtier.policy.engine_model.step_replay import replay
-from kvtier.policy.engine_model.transfers import TransferLink, ready_s
+from kvtier.policy.engine_model.transfers import TransferLink, TransferQueues
 from tests.policy.engine_model.test_scheduler import requests
 
 LINKS = dict(cpu_link=TransferLink(1e6, 0.0), cold_link=TransferLink(1e5, 0.1), kv_bytes_per_token=1000)
+
+
+def ready_s(arrival_s: np.ndarray, cpu_tokens: np.ndarray, cold_tokens: np.ndarray,
+            bytes_per_token: int, cpu_link: TransferLink, cold_link: TransferLink) -> np.ndarray:
+    """When each request's promoted KV is on the GPU (its arrival when it promotes nothing),
+    the requests taken in arrival order."""
+    queues = TransferQueues(bytes_per_token, cpu_link, cold_link)
+    arrival = np.asarray(arrival_s, dtype=float)
+    ready = np.empty(len(arrival))
+    for i in np.argsort(arrival, kind="stable").tolist():
+        ready[i] = queues.ready_at(arrival[i], int(cpu_tokens[i]), int(cold_tokens[i]))
+    return ready
 
 
 def test_a_promotion_heavy_request_waits_for_its_transfer():
