@@ -33,7 +33,6 @@ CALLED_BY_NAME = {
 # Found used only by tests and not moved yet: each goes under tests/ or is deleted, and leaves this
 # list (the test fails once the product uses one again, so the list only shrinks).
 NOT_YET_MOVED = {
-    "increase",                         # probes/scrape/intervals.py ScrapeInterval
     "pending_events",                   # collector/recorder.py Recorder (its export went: a
                                         # second copy of HooksTap.samples' recorder counters)
     "active_recorders",                 # probes/vllm/recorders.py

@@ -117,10 +117,6 @@ class ScrapeInterval:
                                 int(k in resets)) for k, h in sorted(self.histograms.items())]
         return tuple(rows)
 
-    def increase(self, name: str, **labels: str) -> float:
-        """Sum of the increases of counter ``name`` over the series matching ``labels``."""
-        return sum(v for k, v in self.counters.items() if k.matches(name, labels))
-
     def gauge(self, name: str, **labels: str) -> float | None:
         values = [v for k, v in self.gauges.items() if k.matches(name, labels)]
         return sum(values) if values else None
