@@ -10,7 +10,8 @@ from kvtier.cli import main
 from kvtier.policy.cost import CostParams
 from kvtier.policy.recommend.build import Inputs, recommend
 from kvtier.policy.recommend.headroom import HostLimit, from_bytes, from_probe_json
-from kvtier.policy.writers.textedit import args_get, env_get
+from kvtier.policy.writers.textedit import env_get
+from tests.policy.writers.args_file import args_get
 from kvtier.policy.writers.yamledit import yaml_get
 from tests.policy.learn.synthetic import conversations
 from tests.policy.learn.test_evaluate import write_mooncake

@@ -113,6 +113,25 @@ def test_promotion_latencies_and_requests_reach_the_collectors_metrics(run):
     assert total(after, "kvtier_requests_total", engine_instance="tiny-vllm-a") == 1 + engine_run.LOAD_REQUESTS
 
 
+def test_the_collectors_block_series_count_promoted_tokens_and_each_offload_once(run):
+    """On the collector's /metrics over the load run: the CPU promotions' tokens are vLLM's
+    external prefix-cache hits, and each CPU offload that both the hooks and the KV-event tap
+    report is counted once (the reported series keeps both copies; the difference is one copy
+    of each offload, as many as vLLM allocated in its CPU tier)."""
+    started, after = run.collector_samples["started"], run.collector_samples["after_load"]
+
+    def delta(name, **labels):
+        return total(after, name, **labels) - total(started, name, **labels)
+
+    promoted = delta("kvtier_block_tokens_total", kind="cpu_promotion")
+    assert promoted == run.deltas["vllm:external_prefix_cache_hits_total"] > 0
+    once = delta("kvtier_block_events_total", kind="store")
+    reported = delta("kvtier_block_events_reported_total", kind="store")
+    print("stores counted once / as reported:", once, reported,
+          run.deltas["vllm:kv_offload_cpu_allocation_size_sum"])
+    assert reported - once == run.deltas["vllm:kv_offload_cpu_allocation_size_sum"] > 0
+
+
 def test_no_drops_at_that_load(run):
     before, after = run.collector_samples["started"], run.collector_samples["after_load"]
     for name in ("kvtier_recorder_dropped_events_total", "kvtier_recorder_dropped_requests_total"):
