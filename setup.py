@@ -11,6 +11,8 @@ may well hold another ``collector``). A checkout resolves the same names through
 The extensions are Cython, built ahead of time at install; build them in place in a checkout
 with ``make ext``. One list for every package: add an ``Extension`` per ``.pyx`` here."""
 
+from pathlib import Path
+
 from Cython.Build import cythonize
 from setuptools import Extension, find_packages, setup
 
@@ -34,13 +36,36 @@ EXTENSIONS = [
     # vLLM KV-event payloads -> block-event columns (the collector's vLLM tap)
     Extension("kvtier.probes.vllm.wire_columns", ["probes/vllm/wire_columns.pyx"], language="c++",
               extra_compile_args=NO_DEBUG_INFO),
-    # the simulator's replay core: tiers, policies, admitters, flows (includes policy/sim/_*.pxi)
+    # the simulator's replay core: tiers, policies, admitters, flows (includes policy/sim/_*.pxi;
+    # the tier protocol it shares is declared in policy/sim/_core.pxd)
     # -ffp-contract=off: no fused multiply-add, so its float arithmetic is Python's to the bit
     Extension("kvtier.policy.sim._core", ["policy/sim/_core.pyx"],
               extra_compile_args=["-O2", "-ffp-contract=off", *NO_DEBUG_INFO]),
+    # the learned models' kernels (includes policy/learn/_*.pxi), cimporting the core's protocol
+    Extension("kvtier.policy.learn._kernels", ["policy/learn/_kernels.pyx"],
+              extra_compile_args=["-O2", "-ffp-contract=off", *NO_DEBUG_INFO]),
 ]
+
+
+def cimport_root() -> str:
+    """A folder where the parts' ``.pxd`` files sit under their installed names.
+
+    Cython finds ``cimport kvtier.policy.sim._core`` by package path (``kvtier/policy/sim/
+    _core.pxd``), but the checkout keeps the part in ``policy/``; links under ``build/`` give
+    each part its ``kvtier`` name."""
+    root = Path("build", "cimport")
+    (root / "kvtier").mkdir(parents=True, exist_ok=True)
+    (root / "kvtier" / "__init__.pxd").touch()
+    for part in PARTS:
+        link, target = root / "kvtier" / part, Path(part).resolve()
+        if link.is_symlink() and link.resolve() != target:
+            link.unlink()   # a link left by another checkout
+        if not link.is_symlink():
+            link.symlink_to(target, target_is_directory=True)
+    return str(root)
+
 
 PACKAGES, PACKAGE_DIR = namespace()
 setup(packages=PACKAGES, package_dir=PACKAGE_DIR,
-      ext_modules=cythonize(EXTENSIONS, language_level=3),
+      ext_modules=cythonize(EXTENSIONS, language_level=3, include_path=[cimport_root()]),
       options={"build_ext": {"parallel": 2}})  # the extensions compile side by side

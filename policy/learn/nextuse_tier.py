@@ -15,9 +15,10 @@ continue probability and gap scale) and a running one's arrival scale are fixed,
 computed for every request at once; the groups are re-ranked when the clock has moved since
 the last eviction.
 
-The order runs in the replay core (``NextUseOrder``): per block a few integers, per request a
-few floats. It reads the replayed requests' :class:`~kvtier.policy.learn.signal_table.SignalTable`
-by request index, so a tier is built for one replay of those requests.
+The order runs in the learned kernels (``NextUseOrder``, a tier of the replay core's
+protocol): per block a few integers, per request a few floats. It reads the replayed
+requests' :class:`~kvtier.policy.learn.signal_table.SignalTable` by request index, so a tier
+is built for one replay of those requests.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import numpy as np
 
 from kvtier.policy.learn.nextuse import NextUseModel, Readout
 from kvtier.policy.learn.signal_table import SignalTable
-from kvtier.policy.sim.compiled import core
+from kvtier.policy.learn.kernels import kernels
 
 
 class NextUseTier:
@@ -44,28 +45,27 @@ class NextUseTier:
         self.signals = signals
 
     def compiled_tier(self, interner):
-        """The core's order, with request signals of its own (bound to the flow)."""
+        """The kernels' order, with request signals of its own (bound to the flow)."""
         return compiled_order(self.capacity_blocks, self.model, self.readout,
                               compiled_signals(self.signals, self.model))
 
 
 def compiled_signals(signals: SignalTable, model: NextUseModel):
-    """The core's ``RequestSignals``: the table's times and successors, and the model's view
+    """The kernels' ``RequestSignals``: the table's times and successors, and the model's view
     of every request (what a tier would compute of it when it first ranks it)."""
     tables = _tables(model)
     index = {id(t): i for i, t in enumerate(tables)}
     finished, p, scale = model.finished_views(signals.rows)
-    return core().RequestSignals(signals.arrival_s, signals.finish_s, signals.successor,
+    return kernels().RequestSignals(signals.arrival_s, signals.finish_s, signals.successor,
                                  signals.blocks, [index[id(t)] for t in finished], p, scale,
                                  model.arrival_scales(signals.rows))
 
 
 def compiled_order(capacity_blocks: int | None, model: NextUseModel, readout: Readout,
                    request_signals):
-    """The core's ``NextUseOrder`` over ``request_signals`` (shared when several orders read
+    """The kernels' ``NextUseOrder`` over ``request_signals`` (shared when several orders read
     the same requests)."""
-    c = core()
-    return c.NextUseOrder(capacity_blocks, request_signals, gap_tables(model),
+    return kernels().NextUseOrder(capacity_blocks, request_signals, gap_tables(model),
                           0 if readout.kind == "next_use" else 1, readout.q, readout.horizon_s,
                           readout.last_block_dead)
 
@@ -76,13 +76,13 @@ def _tables(model: NextUseModel) -> list:
 
 
 def gap_tables(model: NextUseModel):
-    """The model's gap tables as the core's ``GapTables``."""
+    """The model's gap tables as the kernels' ``GapTables``."""
     tables = _tables(model)
     width = max((len(t.quantiles) for t in tables), default=0)
     quantiles = np.zeros((len(tables), width))
     for i, t in enumerate(tables):
         quantiles[i, :len(t.quantiles)] = t.quantiles
     first_running = len(model.classes)
-    return core().GapTables(quantiles, [len(t.quantiles) for t in tables],
+    return kernels().GapTables(quantiles, [len(t.quantiles) for t in tables],
                             [t.never_fraction for t in tables], model.running.elapsed,
                             [first_running + k for k in range(len(model.running.tables))])

@@ -18,6 +18,7 @@ import numpy as np
 
 from kvtier.collector.events import RequestRecord
 from kvtier.policy.learn.features import FEATURES
+from kvtier.policy.learn.kernels import kernels
 from kvtier.policy.sim.compiled import core
 from kvtier.policy.sim.config import SimConfig
 from kvtier.policy.sim.policies import NEVER, Belady, make_policy
@@ -97,12 +98,12 @@ def collect_offers(records: Sequence[RequestRecord], gpu_blocks: int | None,
     ``trace``: the records' arrays, when the caller has them. ``max_rows``: keep every k-th
     offer only, k the smallest that keeps at most that many of a replay as long as the trace
     (a large trace has tens of millions of offers). Runs compiled: the offer log and the
-    feature tracker are the core's (same rows as :class:`FeatureTracker`)."""
+    feature tracker are the kernels' (same rows as :class:`FeatureTracker`)."""
     trace = trace if trace is not None else BlockTrace.from_records(records,
                                                                     _block_tokens(records))
     stride = 1 if max_rows is None else max(1, -(-trace.block_refs // max_rows))
-    c = core()
-    log = c.OfferLog(c.FeatureTracker(), stride=stride)
+    k = kernels()
+    log = k.OfferLog(k.FeatureTracker(), stride=stride)
     _replay(records, trace, gpu_blocks, cpu_blocks, label, log)
     X, y, request_index, keys = log.arrays()
     return Offers(X.reshape(-1, len(FEATURES)), y, request_index, keys)
@@ -122,15 +123,15 @@ def score_offers_streamed(records: Sequence[RequestRecord], gpu_blocks: int | No
         parts[1].append(hashes)
         parts[2].append(np.asarray(predict(X), dtype=np.float64))
 
-    c = core()
-    log = c.OfferLog(c.FeatureTracker(), on_chunk=score, chunk_rows=chunk_rows)
+    k = kernels()
+    log = k.OfferLog(k.FeatureTracker(), on_chunk=score, chunk_rows=chunk_rows)
     _replay(records, trace, gpu_blocks, cpu_blocks, False, log)
     log.flush()
     columns = []
     for dtype, chunks in zip((np.int32, np.uint64, np.float64), parts):
         columns.append(np.concatenate(chunks) if chunks else np.zeros(0, dtype))
         chunks.clear()  # one column's chunks held twice at a time, no more
-    kept = c.sort_scores(*columns)  # in offer order already: sorted within each request
+    kept = core().sort_scores(*columns)  # in offer order already: sorted within each request
     return OfferScores(*(column[:kept] for column in columns))
 
 

@@ -12,7 +12,7 @@ deepest resident descendant (at each step its first-seen resident child), so a c
 evicted from its tail (a head without its tail still serves the next turn's prefix; a tail
 without its head serves nothing). Ties go to the block deeper in its prompt. No block is
 refused: the score only orders eviction. Replays run the compiled form of this order
-(``compiled_tier``, the core's ``Retention``); this class is its per-key face and reference.
+(``compiled_tier``, the kernels' ``Retention``); this class is its per-key face and reference.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 from kvtier.collector.events import RequestRecord
 from kvtier.policy.learn.replay import Tiers, replay, score_arrays
+from kvtier.policy.learn.kernels import kernels
 from kvtier.policy.sim.compiled import core
 from kvtier.policy.sim.trace import BlockTrace
 from kvtier.policy.sim.policies.base import BlockInfo, CachePolicy, Key
@@ -60,7 +61,8 @@ class LearnedRetention(CachePolicy):
         c = core()
         scores = (self.scores.table() if hasattr(self.scores, "table")
                   else c.ScoreTable(*score_arrays(self.scores), 0.0, False))
-        return c.Retention(self.capacity_blocks, scores, self.tau_s, c.RetentionTracker())
+        k = kernels()
+        return k.Retention(self.capacity_blocks, scores, self.tau_s, k.RetentionTracker())
 
     def observe(self, index: int, record: RequestRecord) -> None:
         """Note a request before it is served: its blocks' last use, positions, children."""

@@ -12,7 +12,7 @@ again — ARC's ghost lists and a hill-climbing tuner on the same idea.
 
 The GPU tier is not the CPU tier's to see, but in exclusive tiers it need not be: every
 block of a request lands in the GPU, every GPU victim is offered here, so the set of blocks on
-the GPU is known exactly from the two. It runs in the replay core (``Shadow``, over the core's
+the GPU is known exactly from the two. It runs in the learned kernels (``Shadow``, over the core's
 tiers): per block one byte per ghost and per order besides theirs; per request one prefix
 walk per ghost.
 """
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from kvtier.policy.sim.compiled import core
+from kvtier.policy.learn.kernels import kernels
 
 WINDOW_REQUESTS = 500
 MARGIN = 0.002  # of the window's prompt tokens: 0.2 points of hit ratio
@@ -45,7 +45,7 @@ class ShadowStats:
 class Shadowed:
     """A CPU tier (exclusive flows) whose ``candidates`` are (name, build) pairs, ``build``
     making one of the core's tiers at a capacity (``None``: unbounded); the first is the
-    baseline and the starting order. ``signals``: the core's request signals the candidates
+    baseline and the starting order. ``signals``: the kernels' request signals the candidates
     share (they see each request first); ``block_tokens``: each request's block size as the
     scores count it (default: the trace's)."""
 
@@ -68,11 +68,11 @@ class Shadowed:
         self._core = None
 
     def compiled_tier(self, interner):
-        """The core's ``Shadow`` (one per replay: it holds the replay's state)."""
+        """The kernels' ``Shadow`` (one per replay: it holds the replay's state)."""
         if self._core is not None:
             raise ValueError("a shadowed tier serves one replay; build another")
         cap = self.capacity_blocks
-        self._core = core().Shadow(cap, [b(cap) for b in self._builds],
+        self._core = kernels().Shadow(cap, [b(cap) for b in self._builds],
                                    [b(None) for b in self._builds], self._block_tokens,
                                    self._signals, self.window_requests, self.margin)
         return self._core

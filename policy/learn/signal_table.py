@@ -5,7 +5,7 @@ The next-use model trains on these rows, and the compiled next-use order reads t
 request index while it replays the same requests: a row's finish columns are there from the
 start, and the order reads them only once the request has finished, as the tracker does; a
 request's successor is read only once it has arrived. The walk over blocks that finds the
-chat a request without a session id continues is done in the replay core
+chat a request without a session id continues is done in the learned kernels
 (``deepest_seen``), so building the table costs per request, not per block.
 """
 
@@ -19,7 +19,7 @@ import numpy as np
 
 from kvtier.collector.events import RequestRecord
 from kvtier.policy.learn.request_signals import FEATURES, SignalTracker
-from kvtier.policy.sim.compiled import core
+from kvtier.policy.learn.kernels import kernels
 from kvtier.policy.sim.trace import BlockTrace
 
 
@@ -58,7 +58,7 @@ def signal_table(records: Sequence[RequestRecord], trace: BlockTrace | None = No
     if len(trace) != len(records):
         raise ValueError(f"the trace has {len(trace)} requests, the records {len(records)}")
     models = vocabulary(records) if models is None else dict(models)
-    owners, positions = core().deepest_seen(trace.hashes, trace.offsets)
+    owners, positions = kernels().deepest_seen(trace.hashes, trace.offsets)
     counts = np.diff(trace.offsets).tolist()
     tracker = SignalTracker(models)
     for i, record in enumerate(records):

@@ -57,12 +57,12 @@ class Trees:
         return [self.link(raw) for raw in self.raw_rows(X).tolist()]
 
     def forest(self):
-        """The compiled form (the core's ``Forest``, built once): every tree over a block of
+        """The compiled form (the kernels' ``Forest``, built once): every tree over a block of
         rows at a time, the same doubles as :meth:`raw` (imported here, so that reading and
         scoring one row needs the standard library only)."""
         built = self.__dict__.get("_forest")
         if built is None:
-            from kvtier.policy.sim.compiled import core
+            from kvtier.policy.learn.kernels import kernels
 
             columns: tuple[list, ...] = ([], [], [], [], [], [])
             roots = []
@@ -72,7 +72,7 @@ class Trees:
                 for f, t, n, lo, hi, v in nodes:
                     for column, x in zip(columns, (f, t, n, base + lo, base + hi, v)):
                         column.append(x)
-            built = core().Forest(*columns, roots, self.baseline, len(self.features))
+            built = kernels().Forest(*columns, roots, self.baseline, len(self.features))
             object.__setattr__(self, "_forest", built)  # a cache, not a field
         return built
 

@@ -3,8 +3,6 @@
 
 
 cdef class Admitter:
-    cdef readonly bint reads_info
-
     def __cinit__(self, *args, **kwargs):
         self.reads_info = False
 
@@ -132,15 +130,6 @@ cdef class ScoreTable(Admitter):
     admitted when its score is >= ``threshold``, an offer without a score is admitted and
     counted in ``misses``. ``chained``: a block whose parent prefix no tier holds (GPU or
     CPU) is refused whatever its score."""
-    cdef const int32_t[:] requests      # sorted by (request, hash)
-    cdef const uint64_t[:] hashes
-    cdef const double[:] scores
-    cdef readonly double threshold
-    cdef readonly bint chained
-    cdef readonly int64_t misses
-    cdef int64_t at_request
-    cdef Py_ssize_t lo, hi
-
     def __cinit__(self, requests, hashes, scores, double threshold, bint chained=True):
         self.requests = requests
         self.hashes = hashes

@@ -13,9 +13,6 @@ from libc.string cimport memcpy, memset
 
 import numpy as np
 
-ctypedef int32_t id_t
-
-DEF NONE = -1
 DEF NEVER = 9223372036854775807   # next use of a block that is not referenced again
 NEVER_USED = NEVER
 
@@ -26,10 +23,5 @@ include "_policies.pxi"
 include "_vllm_cpu.pxi"
 include "_flow.pxi"
 include "_admit.pxi"
-include "_features.pxi"
-include "_learned.pxi"
-include "_forest.pxi"
-include "_nextuse.pxi"
-include "_shadow.pxi"
 include "_exclusive.pxi"
 include "_vllm.pxi"

@@ -17,7 +17,7 @@ cdef class PriorityRule:
 cdef class ExclusiveFlow(Flow):
     cdef readonly Tier gpu, cpu, cold
     cdef readonly Admitter admitter
-    cdef readonly OfferLog offers
+    cdef readonly OfferObserver offers
     cdef bint keep_info, needs_info, tail_first
     cdef PriorityRule rule
     cdef int64_t* i_prio
@@ -27,7 +27,7 @@ cdef class ExclusiveFlow(Flow):
 
     def __cinit__(self, Tier gpu, Tier cpu=None, Tier cold=None, Admitter admitter=None, *,
                   PriorityRule rule=None, bint tail_first=False, bint track_parents=False,
-                  OfferLog offers=None, Interner interner=None):
+                  OfferObserver offers=None, Interner interner=None):
         if interner is not None:
             self.interner = interner
         self.gpu = gpu

@@ -1,14 +1,6 @@
 # What every flow shares: totals, per-request outputs, lookup accounting, the movement event
 # log, block parents for chained admission, and the replay loops.
 
-cdef struct Totals:
-    int64_t requests, prompt_tokens, gpu_hit_tokens, cpu_promotion_tokens
-    int64_t cold_promotion_tokens, recompute_tokens, block_refs, gpu_hit_blocks
-    int64_t cpu_promotion_blocks, cold_promotion_blocks, recompute_blocks, cpu_stores_total
-    int64_t cold_stores_total, gpu_evictions_total, cpu_evictions_total, cold_evictions_total
-    int64_t drops_total
-
-
 TOTALS = ("requests", "prompt_tokens", "gpu_hit_tokens", "cpu_promotion_tokens",
           "cold_promotion_tokens", "recompute_tokens", "block_refs", "gpu_hit_blocks",
           "cpu_promotion_blocks", "cold_promotion_blocks", "recompute_blocks",
@@ -40,31 +32,23 @@ cdef class Observer:
         return 0
 
 
+cdef class OfferObserver(Observer):
+    """What an exclusive flow reports of its CPU tier: each block offered to it, a block that
+    left it unpromoted (``forget``), a block promoted out of it (``promoted``, ``hit``: as part
+    of the request's prefix). The learned offer log (``kvtier.policy.learn._kernels``) is one."""
+
+    cdef int offer(self, Flow flow, id_t k) except -1:
+        return 0
+
+    cdef void forget(self, id_t k):
+        pass
+
+    cdef void promoted(self, id_t k, bint hit):
+        pass
+
+
 cdef class Flow:
     """Base of the compiled flows: one request at a time, state carried between them."""
-    cdef Totals t
-    cdef readonly Interner interner
-    cdef int8_t* found
-    cdef Py_ssize_t found_cap
-    cdef readonly int64_t request_index     # of the request being served
-    cdef Py_ssize_t n_ids
-    # movement events: kind, block id, tier from, tier to
-    cdef bint logging
-    cdef int8_t* ev_kind
-    cdef id_t* ev_key
-    cdef int8_t* ev_from
-    cdef int8_t* ev_to
-    cdef Py_ssize_t ev_n, ev_cap
-    # parents (chained admission), noted before each request is served
-    cdef bint track_parents
-    cdef id_t* parents
-    # per-request inputs some observers read (set_requests), and the observers
-    cdef const double[:] arrival_s
-    cdef const int64_t[:] turns
-    cdef const int8_t[:] subagents
-    cdef const int64_t[:] sessions
-    cdef int64_t requests_from               # request index of row 0 of those arrays
-    cdef readonly list observers
 
     def __cinit__(self, *args, **kwargs):
         memset(&self.t, 0, sizeof(Totals))
@@ -122,26 +106,7 @@ cdef class Flow:
         self.n_ids = new
         return 0
 
-    cdef inline id_t parent_of(self, id_t k):
-        return self.parents[k] if self.track_parents else NONE
-
-    cdef inline int log(self, int kind, id_t k, int tier_from, int tier_to) except -1:
-        cdef Py_ssize_t new
-        if not self.logging:
-            return 0
-        if self.ev_n == self.ev_cap:
-            new = grown(self.ev_cap, self.ev_n + 1)
-            self.ev_kind = grow_i8(self.ev_kind, self.ev_cap, new, 0)
-            self.ev_key = grow_ids(self.ev_key, self.ev_cap, new, 0)
-            self.ev_from = grow_i8(self.ev_from, self.ev_cap, new, 0)
-            self.ev_to = grow_i8(self.ev_to, self.ev_cap, new, 0)
-            self.ev_cap = new
-        self.ev_kind[self.ev_n] = kind
-        self.ev_key[self.ev_n] = k
-        self.ev_from[self.ev_n] = tier_from
-        self.ev_to[self.ev_n] = tier_to
-        self.ev_n += 1
-        return 0
+    # parent_of, log, one, row and now_s are inline, in _core.pxd
 
     cdef int account(self, Py_ssize_t nb, Py_ssize_t nf, int64_t prompt, int64_t bt,
                      int64_t* row) except -1:
@@ -174,25 +139,6 @@ cdef class Flow:
             row[3] = prompt - tokens[0] - tokens[1] - tokens[2]
         return 0
 
-    cdef inline int one(self, const id_t* hs, Py_ssize_t nb, int64_t prompt, int64_t bt,
-                        const int64_t* next_uses, int64_t* row) except -1:
-        cdef Py_ssize_t nf, i
-        if nb > self.found_cap:
-            self.found_cap = 2 * nb
-            self.found = <int8_t*> realloc(self.found, self.found_cap)
-            if self.found == NULL:
-                raise MemoryError()
-        self.request_index += 1
-        for observer in self.observers:
-            (<Observer> observer).before(self, hs, nb, prompt, bt)
-        if self.track_parents:
-            for i in range(1, nb):
-                self.parents[hs[i]] = hs[i - 1]
-        nf = self.lookup(hs, nb, prompt, bt)
-        self.account(nb, nf, prompt, bt, row)
-        self.serve(hs, nb, nf, prompt, bt, next_uses)
-        return nf
-
     # ---- Python
     def totals(self):
         """The running totals, as ``SimResult`` field -> value."""
@@ -220,15 +166,6 @@ cdef class Flow:
         self.subagents = subagents
         self.sessions = sessions
         self.requests_from = self.request_index + 1 if first < 0 else first
-
-    cdef inline Py_ssize_t row(self):
-        """The row of the request being served in the set_requests arrays (-1: none)."""
-        cdef int64_t r = self.request_index - self.requests_from
-        return r if self.arrival_s is not None and 0 <= r < self.arrival_s.shape[0] else -1
-
-    cdef inline double now_s(self):
-        cdef Py_ssize_t r = self.row()
-        return self.arrival_s[r] if r >= 0 else 0.0
 
     def log_events(self, bint on=True):
         self.logging = on

@@ -1,18 +1,8 @@
 # Dense ids: every distinct block hash gets an int32 id in first-seen order, so per-block state
 # lives in plain arrays indexed by id. Open addressing with linear probing, load <= 1/2.
 
-DEF GOLDEN = 0x9E3779B97F4A7C15
-
-
 cdef class Interner:
     """uint64 block hashes <-> dense ids 0..n-1 (first seen, first numbered)."""
-
-    cdef uint64_t* keys
-    cdef id_t* slots
-    cdef Py_ssize_t mask
-    cdef uint64_t* by_id
-    cdef Py_ssize_t by_id_cap
-    cdef readonly Py_ssize_t n
 
     def __cinit__(self, Py_ssize_t expected=0):
         cdef Py_ssize_t size = 1024
@@ -32,9 +22,6 @@ cdef class Interner:
         free(self.keys)
         free(self.slots)
         free(self.by_id)
-
-    cdef inline Py_ssize_t _slot(self, uint64_t key):
-        return <Py_ssize_t> ((key * <uint64_t> GOLDEN) >> 24) & self.mask
 
     cdef int _rehash(self) except -1:
         cdef Py_ssize_t size = 2 * (self.mask + 1), i, j

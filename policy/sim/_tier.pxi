@@ -11,21 +11,9 @@
 # Per-access policies implement the CachePolicy hooks (c_store, c_hit, c_evict, c_forget,
 # c_before_insert) and get the accounting here; request-scoped ones override the protocol.
 
-cdef struct Info:
-    int64_t priority
-    int64_t next_use
-    int64_t position
-
+# (Declared in _core.pxd, so other extensions cimport it.)
 
 cdef class Tier:
-    cdef readonly int64_t capacity      # -1: unlimited
-    cdef readonly Py_ssize_t size
-    cdef int8_t* inside
-    cdef Py_ssize_t n_ids
-    cdef readonly bint reads_info        # its order reads priority / next use
-    cdef readonly bint uses_future       # it needs each block's next use (Belady)
-    cdef readonly bint request_scoped    # begin/finish matter
-
     def __cinit__(self, *args, **kwargs):
         self.inside = NULL
         self.n_ids = 0
@@ -58,9 +46,6 @@ cdef class Tier:
 
     cdef int _reserve(self, Py_ssize_t old, Py_ssize_t new) except -1:
         return 0
-
-    cdef inline bint has(self, id_t k):
-        return self.inside[k]
 
     # ---- per-access hooks
     cdef void c_before_insert(self, id_t k, Info* info):

@@ -116,7 +116,8 @@ def exclusive_flow(config: SimConfig, cpu_tier=None, cpu_admitter=None, offers=N
                    ) -> FlowView:
     """Every tier runs ``config.policy``; GPU victims pass ``cpu_admitter`` (default: the
     store threshold, when >= 2) into the CPU tier. ``cpu_tier`` replaces the CPU tier whole;
-    ``offers`` (the core's ``OfferLog``) records what the CPU tier is offered."""
+    ``offers`` (an ``OfferObserver``: the learned kernels' ``OfferLog``) records what the CPU
+    tier is offered."""
     c = core()
     interner = c.Interner()
     admitter = cpu_admitter

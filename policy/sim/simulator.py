@@ -71,8 +71,8 @@ class Simulator:
     eviction and drop (the same events live traffic writes); leave it out for speed.
     ``cpu_admitter`` replaces the CPU tier's default admission (a learned model plugs in here);
     ``cpu_tier`` (exclusive semantics) replaces the CPU tier whole: a caller's own policy of
-    the tier protocol, in its admitter if it has one. ``offers`` (the core's ``OfferLog``,
-    exclusive semantics) records every block offered to the CPU tier.
+    the tier protocol, in its admitter if it has one. ``offers`` (the learned kernels'
+    ``OfferLog``, exclusive semantics) records every block offered to the CPU tier.
     """
 
     def __init__(self, config: SimConfig, *, events: Callable[[BlockEvent], None] | None = None,

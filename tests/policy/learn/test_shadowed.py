@@ -8,6 +8,7 @@ import pytest
 
 from kvtier.policy.learn.split import Split
 from kvtier.policy.learn.deploy import learned_factory
+from kvtier.policy.learn.kernels import kernels
 from kvtier.policy.learn.nextuse import Readout
 from kvtier.policy.learn.nextuse_fit import fit_next_use
 from kvtier.policy.learn.replay import Tiers, replay
@@ -94,4 +95,4 @@ def test_shadowed_needs_a_baseline_and_a_candidate():
     with pytest.raises(ValueError, match="baseline and at least one candidate"):
         Shadowed(10, [("lru", core().Lru)])
     with pytest.raises(ValueError, match="compiled tiers"):
-        core().Shadow(10, [core().Lru(10), RecencyOrder(10)], [core().Lru(None)] * 2, None)
+        kernels().Shadow(10, [core().Lru(10), RecencyOrder(10)], [core().Lru(None)] * 2, None)

@@ -60,9 +60,9 @@ def test_the_compiled_forest_gives_sklearns_raw_values_bit_for_bit(classify):
 
 
 def test_a_compiled_forest_pointing_back_up_its_tree_is_refused():
-    from kvtier.policy.sim.compiled import core
+    from kvtier.policy.learn.kernels import kernels
 
     with pytest.raises(ValueError, match="back up its tree"):  # a loop would never end
-        core().Forest([0, -1], [0.5, 0.0], [1, 0], [1, 0], [0, 0], [0.0, 1.0], [0], 0.0, 1)
+        kernels().Forest([0, -1], [0.5, 0.0], [1, 0], [1, 0], [0, 0], [0.0, 1.0], [0], 0.0, 1)
     with pytest.raises(ValueError, match="starts outside"):
-        core().Forest([-1], [0.0], [0], [0], [0], [1.0], [3], 0.0, 1)
+        kernels().Forest([-1], [0.0], [0], [0], [0], [1.0], [3], 0.0, 1)

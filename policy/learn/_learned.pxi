@@ -2,7 +2,7 @@
 # and the learned retention order.
 
 
-cdef class OfferLog(Observer):
+cdef class OfferLog(OfferObserver):
     """The blocks offered to the CPU tier of an exclusive flow, in offer order.
 
     Kept (every ``stride``-th offer, all by default): the request it was offered in, its hash,
@@ -125,10 +125,10 @@ cdef class OfferLog(Observer):
             self._row(k)
         return 0
 
-    cdef inline void forget(self, id_t k):
+    cdef void forget(self, id_t k):
         self.pending[k] = -1
 
-    cdef inline void promoted(self, id_t k, bint hit):
+    cdef void promoted(self, id_t k, bint hit):
         if self.pending[k] >= 0:
             if hit:
                 self.label[self.pending[k]] = 1
