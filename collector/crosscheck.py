@@ -24,6 +24,9 @@ from typing import Callable, Mapping
 from kvtier.collector.ddl import WITH_ORIGIN
 
 DEFAULT_SETTLE_S = 5.0
+# Each /metrics scrape compares the last hour: a bounded query however long the store has run
+# (and a disagreement that started an hour ago still shows).
+DEFAULT_WINDOW_S = 3600.0
 DEFAULT_TOLERANCE = 0.01  # a relative difference above 1% is flagged
 
 
@@ -98,13 +101,15 @@ class CounterCheck:
 
 
 def crosscheck(rows: Callable[[str, list], list[dict]], now_s: float,
-               settle_s: float = DEFAULT_SETTLE_S,
+               settle_s: float = DEFAULT_SETTLE_S, window_s: float = DEFAULT_WINDOW_S,
                tables: Mapping[str, str | None] = STORE_TABLES) -> tuple[CounterCheck, ...]:
     """Every counter of :data:`COUNTERS` for each instance whose hooks and scraped metrics
-    are both in the rows ``rows(sql, params)`` reads, over the scrape intervals that ended by
-    ``now_s - settle_s``. ``tables`` names the relation of each record table (with origin
+    are both in the rows ``rows(sql, params)`` reads, over the scrape intervals that lie
+    within the ``window_s`` seconds before ``now_s - settle_s``. ``tables`` names the relation of each record table (with origin
     columns); a table named ``None`` is absent, and its counters are not checked."""
     checks = []
+    end_s = now_s - settle_s
+    start_s = end_s - window_s
     if tables.get("metric_intervals") is None or tables.get("requests") is None:
         return ()
     for engine, counters in sorted(COUNTERS.items()):
@@ -112,7 +117,8 @@ def crosscheck(rows: Callable[[str, list], list[dict]], now_s: float,
             if tables.get(counter.hooks_table) is None:
                 continue
             found = rows(_sql(counter, tables), [engine, engine, counter.metric, counter.labels_like,
-                                                 now_s - settle_s, engine, engine, engine, engine])
+                                                 start_s, end_s, engine, engine, start_s, end_s,
+                                                 engine, engine, start_s])
             checks += [CounterCheck(engine, r["instance"], counter.name, float(r["hooks"]),
                                     float(r["counted"]), r["start_s"], r["end_s"]) for r in found]
     return tuple(sorted(checks, key=lambda c: (c.engine, c.instance, c.counter)))
@@ -127,18 +133,20 @@ def _sql(counter: CheckedCounter, tables: Mapping[str, str | None]) -> str:
         WITH series AS (
             SELECT instance, start_s, end_s, {counter.field} AS v FROM {intervals}
             WHERE engine = ? AND source LIKE ? || '-scrape:%' AND metric = ?
-              AND labels LIKE ? AND end_s <= ?),
+              AND labels LIKE ? AND start_s >= ? AND end_s <= ?),
         spans AS (SELECT instance, start_s, end_s, sum(coalesce(v, 0)) AS counted
                   FROM series GROUP BY ALL),
         hooked AS (SELECT s.instance, s.start_s, sum(coalesce({counter.hooks_value}, 0)) AS hooks
                    FROM spans s JOIN {hooked} h ON h.instance = s.instance
                     AND h.engine = ? AND h.source LIKE ? || '-hooks:%'
                     AND {counter.hooks_where}
+                    AND {counter.hooks_time} > ? AND {counter.hooks_time} <= ?
                     AND {counter.hooks_time} > s.start_s AND {counter.hooks_time} <= s.end_s
                    GROUP BY ALL)
         SELECT s.instance, sum(s.counted) AS counted, coalesce(sum(h.hooks), 0) AS hooks,
                min(s.start_s) AS start_s, max(s.end_s) AS end_s
         FROM spans s LEFT JOIN hooked h USING (instance, start_s)
         WHERE s.instance IN (SELECT DISTINCT instance FROM {requests}
-                             WHERE engine = ? AND source LIKE ? || '-hooks:%')
+                             WHERE engine = ? AND source LIKE ? || '-hooks:%'
+                               AND arrival_s + coalesce(e2e_latency_s, 0) > ?)
         GROUP BY s.instance"""

@@ -13,8 +13,9 @@ def crosschecks(data: SegmentData, filters: Filters, now_s: float) -> tuple[Coun
     tables = {"requests": "requests" if data.has_requests else None,
               "block_events": "raw_events" if data.has_events else None,
               "metric_intervals": "metric_intervals" if data.has_metrics else None}
+    # the whole of the segments, not the collector's last hour: the page may show any period
     checks = crosscheck(lambda sql, params: data.df(sql, params).to_dict("records"), now_s,
-                        tables=tables)
+                        window_s=float("inf"), tables=tables)
     return tuple(c for c in checks if (not filters.instances or c.instance in filters.instances)
                  and (not filters.engines or c.engine in filters.engines))
 

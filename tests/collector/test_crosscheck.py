@@ -9,7 +9,7 @@ import math
 import pytest
 
 from kvtier.collector.batch import EventBatch
-from kvtier.collector.crosscheck import CounterCheck, crosscheck
+from kvtier.collector.crosscheck import DEFAULT_WINDOW_S, CounterCheck, crosscheck
 from kvtier.collector.events import BlockEvent, MetricInterval, Origin, Outcome, RequestRecord, Tier
 
 HOOKS = Origin("vllm", "node-a", "vllm-hooks:node-a:7")
@@ -117,3 +117,17 @@ def test_the_collector_exports_the_differences_at_scrape_time(tmp_path):
     assert seen[("kvtier_crosscheck_ratio", "prompt_tokens")] == pytest.approx(0.8)
     assert seen[("kvtier_crosscheck_difference", "cpu_stores")] == 0
     assert seen[("kvtier_crosscheck_window_end_seconds", "cpu_stores")] == 30
+
+
+def test_the_collector_compares_only_the_last_window_so_a_scrape_never_reads_all_history(store):
+    """Intervals settled before the window are left out: an old disagreement ages out of the
+    exported difference, and the query's cost does not grow with the store's age."""
+    fill(store, second_interval_prompt=150)
+    everything = by_counter(crosscheck(rows(store), now_s=100.0))
+    assert everything  # the fixture's intervals all lie in the default hour
+    assert crosscheck(rows(store), now_s=100.0 + 2 * DEFAULT_WINDOW_S) == ()
+    assert by_counter(crosscheck(rows(store), now_s=100.0 + 2 * DEFAULT_WINDOW_S,
+                                 window_s=float("inf"))) == everything
+    later = by_counter(crosscheck(rows(store), now_s=100.0, window_s=100.0 - 5.0 - 20.0))
+    assert {(c.window_start_s, c.window_end_s) for c in later.values()} == {(20, 30)}
+    assert later["prompt_tokens"].engine_total == 50  # the second interval's increase alone
