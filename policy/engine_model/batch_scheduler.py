@@ -16,13 +16,17 @@ With ``kv_blocks`` (the GPU's KV capacity in blocks of ``block_tokens``), a wait
 joins only while the running requests' blocks and its own fit (the reference engine reserves
 a request's prompt and every token it may generate when it admits it; vLLM admits while its
 free blocks hold the prompt): long prompts under concurrency run fewer at a time than
-``max_running`` allows and queue meanwhile. Blocks shared between running requests are
-counted once per request.
+``max_running`` allows and queue meanwhile. Given each request's prompt block hashes
+(``kv_hashes``), a prompt block that running requests already hold costs a joining request
+nothing, as in both engines' prefix caches (a session's turns sent by concurrent clients
+share their history: counted once per request, the reference engine's agentic load at
+concurrency 4 queued in the model, TTFT p50 1.5x over); without them every request's
+blocks count in full.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -86,6 +90,8 @@ class BatchScheduler:
     in_prompt: set = field(default_factory=set)  # running requests with prompt tokens left
     kv_need: np.ndarray | None = None  # blocks each request holds while running (with kv_blocks)
     kv_used: int = 0
+    kv_hashes: list | None = None  # each request's prompt block hashes (shared blocks count once)
+    held: Counter = field(default_factory=Counter)  # prompt blocks running requests hold
 
     def add(self, request: int) -> None:
         self.waiting.append(request)
@@ -97,7 +103,14 @@ class BatchScheduler:
             return False
         if self.kv_need is None or self.limits.kv_blocks is None or not self.running:
             return True
-        return self.kv_used + int(self.kv_need[self.waiting[0]]) <= self.limits.kv_blocks
+        return self.kv_used + self._need(self.waiting[0]) <= self.limits.kv_blocks
+
+    def _need(self, request: int) -> int:
+        """Blocks ``request`` would add to what the running requests hold."""
+        need = int(self.kv_need[request])
+        if self.kv_hashes is not None:
+            need -= sum(1 for h in self.kv_hashes[request] if self.held[h])
+        return need
 
     def prefilling(self) -> bool:
         return bool(self.in_prompt)
@@ -121,7 +134,9 @@ class BatchScheduler:
             self.running.append(request)
             in_prompt.add(request)
             if self.kv_need is not None:
-                self.kv_used += int(self.kv_need[request])
+                self.kv_used += self._need(request)
+                if self.kv_hashes is not None:
+                    self.held.update(self.kv_hashes[request])
         return StepPlan(tuple(chunks), tuple(decoding))
 
     def computed(self, plan: StepPlan) -> list[int]:
@@ -145,5 +160,15 @@ class BatchScheduler:
     def finish(self, requests) -> None:
         gone = set(requests)
         self.running = [i for i in self.running if i not in gone]
-        if self.kv_need is not None:
-            self.kv_used -= int(self.kv_need[list(gone)].sum())
+        if self.kv_need is None:
+            return
+        for request in gone:  # its own blocks, and the shared ones nobody else still holds
+            freed = int(self.kv_need[request])
+            if self.kv_hashes is not None:
+                hashes = self.kv_hashes[request]
+                self.held.subtract(hashes)
+                freed -= sum(1 for h in hashes if self.held[h] > 0)
+                for h in hashes:
+                    if self.held[h] <= 0:
+                        del self.held[h]
+            self.kv_used -= freed

@@ -7,8 +7,8 @@ prompt and output tokens and their tier split (from the tier replay, or as recor
 Promotions delay a request until its KV is on the GPU (``transfers.py``); then the scheduler
 (``batch_scheduler.py``) puts it into steps, each step costing
 :class:`~kvtier.policy.engine_model.step_cost.StepCost` of its work plus a draw of the
-fitted step noise (the prefill steps' own, where fitted apart), which stretches the step's
-work evenly. A request's first token comes at the end of the step that computes its
+fitted step noise (the prefill steps' own, where fitted apart, scaled down for a prefill
+cheaper than the typical one), which stretches the step's work evenly. A request's first token comes at the end of the step that computes its
 last prompt token (or right after its own prefill, ``first_token="own_prefill"``: after the
 step's overhead and the prefills before it, before the decode pass); each
 later one at the end of a step that decodes it. Queueing and batching follow from the
@@ -46,6 +46,7 @@ class EngineRequests:
     recompute_tokens: np.ndarray
     follows: np.ndarray | None = field(default=None, compare=False)
     think_s: np.ndarray | None = field(default=None, compare=False)
+    block_hashes: tuple | None = field(default=None, compare=False)  # each prompt's, for sharing
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -72,10 +73,12 @@ class EngineRequests:
         split = np.array(splits, dtype=np.int64).reshape(-1, 4)
         if len(split) != len(records):
             raise ValueError(f"{len(records)} records but {len(split)} tier splits")
+        hashes = tuple(tuple(r.block_hashes) for r in records)
         return cls(np.array([r.arrival_s for r in records], dtype=float),
                    np.array([r.prompt_tokens for r in records], dtype=np.int64),
                    np.array([max(r.output_tokens or 1, 1) for r in records], dtype=np.int64),
-                   split[:, 0], split[:, 1], split[:, 2], split[:, 3])
+                   split[:, 0], split[:, 1], split[:, 2], split[:, 3],
+                   block_hashes=hashes if any(hashes) else None)
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,7 @@ class _Run:
         self.noise_s, self.rng = np.asarray(params.step_noise_s, dtype=float), rng
         prefill_noise = params.prefill_step_noise_s or params.step_noise_s
         self.prefill_noise_s = np.asarray(prefill_noise, dtype=float)
+        self.prefill_typical_s = params.prefill_step_typical_s if params.prefill_step_noise_s else 0.0
         compute = np.maximum(requests.recompute_tokens, 1)  # the last prompt token is always computed
         self.prompt = np.maximum(requests.prompt_tokens, compute)
         self.outputs = requests.output_tokens
@@ -125,7 +129,12 @@ class _Run:
         limits = params.limits
         need = None if limits.kv_blocks is None else \
             -(-(self.prompt + self.outputs) // limits.block_tokens)  # prompt and every output token
-        self.scheduler = BatchScheduler(limits, self.prompt, compute.copy(), kv_need=need)
+        hashes = requests.block_hashes
+        if need is None or hashes is None or any(len(h) > k for h, k in zip(hashes, need.tolist())):
+            hashes = None  # none recorded, or in another block size than the engine's
+        self.compute = compute
+        self.scheduler = BatchScheduler(limits, self.prompt, compute.copy(), kv_need=need,
+                                        kv_hashes=hashes)
         self.own_prefill = params.limits.first_token == "own_prefill"
         self.requests, self.arrival_s = requests, requests.arrival_s.astype(float)
         self.transfers = TransferQueues(params.kv_bytes_per_token, params.cpu_link, params.cold_link)
@@ -168,8 +177,10 @@ class _Run:
 
     def _step(self, plan: StepPlan) -> None:
         c = self.coefficients
-        # each chunk's prefill, in the order the step runs them (after the step's overhead)
-        prefilled = np.cumsum([c[1] * t + c[2] + c[3] * t * (ctx + t / 2) for _, t, ctx in plan.chunks])
+        # each chunk's prefill, in the order the step runs them (after the step's overhead);
+        # a request's first chunk maps what it found cached first
+        prefilled = np.cumsum([c[1] * t + c[2] + c[3] * t * (ctx + t / 2)
+                               + c[7] * self._cached_at_start(i, ctx) for i, t, ctx in plan.chunks])
         decoding = np.fromiter(plan.decoding, dtype=np.int64, count=len(plan.decoding))
         context = float((self.prompt[decoding] + self.generated[decoding]).sum())
         prefill_s = float(prefilled[-1]) if len(prefilled) else 0.0
@@ -177,8 +188,12 @@ class _Run:
         work_s = c[0] + prefill_s + decode_s  # overhead, the prefills in turn, the decode pass
         # a host's stall lands anywhere in the step: its noise stretches the step's work
         # evenly, so a prefill run first sees only its share of it
-        noise = self.prefill_noise_s if plan.chunks else self.noise_s
-        taken_s = max(work_s + float(self._noise_s(1, noise)[0]), 0.0)
+        if plan.chunks:  # a prefill cheaper than the typical one stalls less
+            scale = min(work_s / self.prefill_typical_s, 1.0) if self.prefill_typical_s > 0 else 1.0
+            noise_s = scale * float(self._noise_s(1, self.prefill_noise_s)[0])
+        else:
+            noise_s = float(self._noise_s(1, self.noise_s)[0])
+        taken_s = max(work_s + noise_s, 0.0)
         stretch = taken_s / work_s if work_s > 0 else 1.0
         start, self.now = self.now, self.now + taken_s
         self.steps += 1
@@ -189,6 +204,12 @@ class _Run:
         else:
             self.first_token_s[started] = self.now
         self._emit(np.concatenate([started, decoding]), 1)
+
+    def _cached_at_start(self, request: int, context: int) -> int:
+        """The prompt tokens ``request`` found cached, when a chunk after ``context`` tokens is
+        its first (its context is then what it found); else 0."""
+        cached = int(self.prompt[request] - self.compute[request])
+        return cached if context == cached else 0
 
     def _decode_run(self) -> None:
         """Steps in which every running request decodes and nobody can join, up to the first
@@ -209,8 +230,8 @@ class _Run:
         self._emit(running, k)
 
     def _noise_s(self, steps: int, quantiles: np.ndarray) -> np.ndarray:
-        """Seconds each of ``steps`` steps takes beyond its cost: draws from the noise's
-        ``quantiles`` (a step never takes less than no time)."""
+        """``steps`` draws from a distribution given by its evenly spaced ``quantiles``
+        (zeros when there are none)."""
         if not len(quantiles):
             return np.zeros(steps)
         grid = np.linspace(0.0, 1.0, len(quantiles))

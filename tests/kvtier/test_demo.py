@@ -95,7 +95,13 @@ def test_each_deployed_configuration_shows_its_predicted_ttft_beside_the_engines
                 pred, low, high, meas = float(pred), float(low), float(high), float(meas)
                 assert meas == pytest.approx(expected, abs=0.051)  # the engine's own records
                 assert low <= pred <= high
-                assert float(ratio) == pytest.approx(pred / meas, rel=0.01, abs=0.006)
+                # the ratio of the unrounded figures: within what printing to 0.1 ms allows
+                lowest, highest = (pred - 0.05) / (meas + 0.05), (pred + 0.05) / (meas - 0.05)
+                assert lowest - 0.005 <= float(ratio) <= highest + 0.005
+                # the engine model holds the engine to its own scale on this host, loaded by
+                # the rest of the suite: well inside 2x either way (before it modelled shared
+                # prefixes, new clients and an in-process store: 0.44 at p95 with a CPU tier)
+                assert 0.5 <= float(ratio) <= 2.0, (config, cells)
                 if min(abs(meas - low), abs(meas - high)) > 0.05:  # not at a printed bound
                     assert verdict == ("inside" if low <= meas <= high else "outside")
 

@@ -41,3 +41,17 @@ def test_auto_keeps_open_loop_traffic_open():
     assert engine_requests(records, "auto").follows is None
     with pytest.raises(ValueError, match="arrivals must be one of"):
         engine_requests(records, "sometimes")
+
+
+def test_new_clients_starting_together_follow_the_request_their_companion_waited_for():
+    # a load generator at concurrency 1 (a, b), then at concurrency 2: c and d sent together
+    # once b ended; only c can claim b's end. d follows b too: replayed on a faster engine, it
+    # comes with c (after b's predicted end), not at its recorded time
+    records = [record("a", 0.0, 1.0), record("b", 1.01, 1.0), record("c", 2.02, 1.0),
+               record("d", 2.03, 1.0)]
+    follows, think = client_chains(records)
+    assert follows.tolist() == [0, 0, 1, 1]
+    assert think[3] == pytest.approx(0.02)
+    late = [record("a", 0.0, 1.0), record("b", 1.01, 1.0), record("c", 2.02, 1.0),
+            record("d", 2.2, 1.0)]  # d sent on its own, later: a client of its own
+    assert client_chains(late)[0].tolist() == [0, 0, 1, 3]

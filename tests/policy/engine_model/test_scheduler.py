@@ -130,6 +130,30 @@ def test_a_request_waits_while_the_running_requests_hold_the_gpu_kv():
     assert alone.ttft_s.tolist() == [1.0]  # larger than the GPU: it still runs, alone
 
 
+def test_prompt_blocks_the_running_requests_hold_count_once():
+    # A and B are two turns of one session sent together: the same 5 prompt blocks, then an
+    # output block each. Counted in full (12 blocks) they overflow 10; shared, they take 7
+    from dataclasses import replace
+
+    rows = ((0, 80, 3, 0, 0, 0, 80), (0, 80, 3, 0, 0, 0, 80))
+    limits = dict(first_token="own_prefill", kv_blocks=10, block_tokens=16)
+    shared = replace(requests(*rows), block_hashes=((1, 2, 3, 4, 5), (1, 2, 3, 4, 5)))
+    assert replay(shared, params(**limits)).ttft_s.tolist() == [1.0, 1.0]
+    other = replace(requests(*rows), block_hashes=((1, 2, 3, 4, 5), (6, 7, 8, 9, 10)))
+    assert replay(other, params(**limits)).ttft_s.tolist() == [1.0, 4.0]
+    # a third turn after both ended finds the whole capacity free again
+    three = replace(requests(*rows, (10, 150, 1, 0, 0, 0, 150)),
+                    block_hashes=((1, 2, 3, 4, 5), (1, 2, 3, 4, 5), tuple(range(20, 30))))
+    assert replay(three, params(**limits)).ttft_s.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_a_request_maps_what_it_found_cached_when_it_starts():
+    cost = StepCost(overhead_s=0.010, cached_token_s=0.001)
+    result = replay(requests((0, 64, 2, 48, 0, 0, 16)), params(cost, first_token="own_prefill"))
+    assert result.ttft_s[0] == pytest.approx(0.010 + 48 * 0.001)  # its 48 cached tokens
+    assert result.e2e_s[0] == pytest.approx(0.010 + 48 * 0.001 + 0.010)  # charged once
+
+
 def test_kv_capacity_must_be_a_positive_block_count():
     with pytest.raises(ValueError, match="kv_blocks"):
         SchedulerLimits(kv_blocks=0)
