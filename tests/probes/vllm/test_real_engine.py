@@ -300,6 +300,32 @@ def test_the_simulator_predicts_each_requests_tier_split_and_calibrate_fits_its_
                                                              "ttft_later_half")}))
 
 
+def test_calibrate_fits_the_engine_model_on_engine_bs_concurrent_run(run):
+    """Engine B served the load probe at concurrency 4 with its CPU tier on: ``kvtier
+    calibrate`` fits the engine model on the earlier half of what B recorded (step records
+    from kvtier's scheduler-side connector) and predicts the later half. The bounds are what
+    20 held-out requests on a 2-core host shared with another engine allow; the figures are
+    printed for the report."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "kvtier", "calibrate", str(run.store), "--instance", "tiny-vllm-b",
+         "--gpu-blocks", str(run.gpu_blocks - 2), "--cpu-blocks", str((8 << 20) // 65536), "--json"],
+        capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    held = json.loads(done.stdout)["engine_model"]
+    assert held["params"]["fitted_from"] == "step_records"
+    assert held["params"]["limits"]["max_running"] >= 2  # the steps showed concurrent requests
+    (check,) = [c for c in held["by_tier_config"] if c["requests"] >= 10]
+    assert check["closed_loop"]  # the load probe's clients, chained
+    for name in ("ttft_p50_s", "ttft_p95_s"):
+        assert 1 / 3 <= check["ratio"][name] <= 3, (name, check)
+    print("engine model on engine B (concurrency 4, held out):",
+          json.dumps({k: check[k] for k in ("requests", "measured", "predicted", "ratio")}))
+
+
 @pytest.fixture(scope="module")
 def dashboard_data(run, tmp_path_factory):
     """The dashboard's data over the run: a copy of the store (the module's read-only
