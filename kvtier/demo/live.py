@@ -31,19 +31,25 @@ class Engine:
     block_bytes: int
 
 
+def engine_config(out_dir: Path, block_tokens: int, gpu_blocks: int):
+    """The demo engine's configuration (GPU tier only; the rollout switches tiers)."""
+    from kvtier.refengine.config import EngineConfig, TierConfig
+
+    return EngineConfig(block_size_tokens=block_tokens, tiers=TierConfig(gpu_blocks=gpu_blocks),
+                        file_dir=str(out_dir / "file-tier"))
+
+
 @contextlib.contextmanager
 def engine(store: TraceStore, out_dir: Path, block_tokens: int, gpu_blocks: int) -> Iterator[Engine]:
     """Start the engine (GPU tier only), flush into ``store`` while it runs, stop it."""
     from kvtier.collector.flusher import Flusher
     from kvtier.collector.recorder import Recorder
-    from kvtier.refengine.config import EngineConfig, TierConfig
     from kvtier.refengine.server import EngineServer, ServerSettings
 
     # One source per run: the store's ledger must not mistake this run's batches for an earlier run's.
     recorder = Recorder(Origin("reference", "demo-engine", f"demo-engine/{time.time_ns()}"),
                         capacity_events=1 << 22)
-    config = EngineConfig(block_size_tokens=block_tokens, tiers=TierConfig(gpu_blocks=gpu_blocks),
-                          file_dir=str(out_dir / "file-tier"))
+    config = engine_config(out_dir, block_tokens, gpu_blocks)
     server = EngineServer(config, ServerSettings(port=0, instance="demo-engine"),
                           recorder=recorder).start()
     try:

@@ -76,23 +76,77 @@ def phase_steps(store: TraceStore, records: Sequence[RequestRecord]) -> list[Ste
     return sorted(steps, key=lambda s: (s.time_s, s.step))
 
 
-def calibrate_phase(store: TraceStore, tier_config_id: str, gpu_blocks: int, out: Path
+def calibrate_phase(store: TraceStore, tier_config_id: str, gpu_blocks: int, out: Path, *,
+                    bytes_per_token: int, loaded_byte_s: float = 0.0
                     ) -> tuple[EngineModelParams, int, int]:
     """The engine model fitted on one phase's requests and steps (the engine's GPU holding
-    ``gpu_blocks`` KV blocks), written to ``out`` as a ``--cost-params`` file; the
-    parameters, the requests and the steps fitted on. ``ValueError`` when the phase has too
-    few of either."""
+    ``gpu_blocks`` KV blocks of ``bytes_per_token`` a token), written to ``out`` as a
+    ``--cost-params`` file; the parameters, the requests and the steps fitted on. A GPU-only
+    phase promotes nothing: ``loaded_byte_s`` (:func:`promotion_cost`) prices its loads.
+    ``ValueError`` when the phase has too few requests or steps."""
     from kvtier.policy.engine_model.fit import fit_engine, fit_limits
 
     records = engine_records(store, tier_config_id)
     steps = phase_steps(store, records)
     # the reference engine's rule: a first token right after its own prefill
     limits = fit_limits(records, steps, first_token="own_prefill", kv_blocks=gpu_blocks)
-    params = fit_engine(records, steps, [], limits=limits)
+    params = fit_engine(records, steps, [], limits=limits, bytes_per_token=bytes_per_token)
+    if loaded_byte_s > params.step_cost.loaded_byte_s:
+        params = replace(params, step_cost=replace(params.step_cost, loaded_byte_s=loaded_byte_s))
     body = {"probe": "kvtier demo", "cost_params": {}, SECTION: params.to_dict()}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(body, indent=2) + "\n")
     return params, len(records), len(steps)
+
+
+CANARY_PROMPTS, CANARY_ROUNDS = 4, 6
+
+
+def promotion_cost(config, workdir: Path) -> tuple[float, int]:
+    """Seconds per KV byte the reference engine's step spends promoting from its CPU tier
+    on this host, and the promoting steps it was measured on: a canary engine of
+    ``config``'s shape (``EngineConfig``; a CPU tier added) serves a few long prompts in
+    turn, more than its GPU holds, so each comes back from the CPU tier, and each twice in a
+    row, the second time from the GPU; a promoting step's time beyond the step cost fitted on
+    the steps that promote nothing (prefills, GPU hits mapped, decodes), over its loaded
+    bytes; the median. Run while the demo's engine is idle: it shares the host."""
+    import random
+
+    from kvtier.collector.events import Origin
+    from kvtier.collector.recorder import Recorder
+    from kvtier.policy.engine_model.fit import fit_step_cost
+    from kvtier.policy.engine_model.step_cost import step_durations, step_features
+    from kvtier.refengine.config import TierConfig
+    from kvtier.refengine.engine import ReferenceEngine
+    from kvtier.refengine.sequence import Sequence as EngineSequence
+
+    gpu = config.tiers.gpu_blocks
+    tiers = TierConfig(gpu_blocks=gpu, cpu_blocks=CANARY_PROMPTS * gpu, config_id="canary")
+    config = replace(config, tiers=tiers, file_dir=str(workdir))
+    # the instrumentation the demo's engine carries: its cost is part of a promotion's
+    recorder = Recorder(Origin(ENGINE, "canary", "canary/promotion"), capacity_events=1 << 20)
+    engine = ReferenceEngine(config, recorder)
+    rng = random.Random(0)
+    blocks = max(2, min(gpu // 3, (config.max_positions - 64) // config.block_size_tokens))
+    prompts = [[rng.randrange(config.vocab_size) for _ in range(blocks * config.block_size_tokens)]
+               for _ in range(CANARY_PROMPTS)]
+    for turn in range(2 * CANARY_ROUNDS * CANARY_PROMPTS):
+        suffix = [rng.randrange(config.vocab_size) for _ in range(8)]  # always something to compute
+        prompt = prompts[turn // 2 % CANARY_PROMPTS]  # the second time: GPU hits
+        engine.submit(EngineSequence(f"canary-{turn}", prompt + suffix, 2, 0.0))
+        engine.run_until_idle()
+    batch = recorder.take_events()
+    names = list(StepRecord.__dataclass_fields__)
+    steps = [StepRecord(**row) for row in batch.step_records.select(names).to_pylist()]
+    loading = np.array([s.loaded_bytes > 0 for s in steps])
+    if loading.sum() < 3 or (~loading).sum() < 8:
+        return 0.0, int(loading.sum())
+    quiet = [s for s, loads in zip(steps, loading) if not loads]
+    cost = fit_step_cost(quiet)
+    promoting = [s for s, loads in zip(steps, loading) if loads]
+    excess = step_durations(promoting) - cost.seconds(step_features(promoting))
+    per_byte = excess / np.array([s.loaded_bytes for s in promoting], dtype=float)
+    return max(float(np.nanmedian(per_byte)), 0.0), len(promoting)
 
 
 def predict(params: EngineModelParams, records: Sequence[RequestRecord],

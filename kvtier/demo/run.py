@@ -74,8 +74,7 @@ def run_demo(config: DemoConfig, *, clock: Callable[[], float] = time.time, say=
             export_segments(store, segments)
             say(f"  {baseline.tiers.config_id} measured; the rollback budget it sets: "
                 f"{_budget_text(plan.budget)}")
-            decided["engine_model"] = _calibrate(store, f"{act1.name}/gpu-only", act1.gpu_blocks,
-                                                 out, say)
+            decided["engine_model"] = _calibrate(store, f"{act1.name}/gpu-only", act1, out, say)
             sizes, rec = _decide(config, act1, segments, probes, plan.budget, out, say,
                                  None if decided["engine_model"] is None else out / ENGINE_MODEL)
             decided["recommendation"] = rec
@@ -104,18 +103,29 @@ def run_demo(config: DemoConfig, *, clock: Callable[[], float] = time.time, say=
     return DemoResult(store_path, segments, tuple(reports), rec, elapsed)
 
 
-def _calibrate(store, baseline: str, gpu_blocks: int, out: Path, say):
-    """The engine model fitted on the baseline phase's steps (written to ``ENGINE_MODEL`` for
-    recommend's ``--cost-params``); ``None``, said why, when the phase is too short to fit."""
-    from kvtier.demo.prediction import calibrate_phase
+def _calibrate(store, baseline: str, act, out: Path, say):
+    """The engine model fitted on the baseline phase's steps, its promotions priced by a
+    canary (written to ``ENGINE_MODEL`` for recommend's ``--cost-params``); ``None``, said
+    why, when the phase is too short to fit."""
+    from kvtier.demo.live import engine_config
+    from kvtier.demo.prediction import calibrate_phase, promotion_cost
 
+    import tempfile
+
+    config = engine_config(out, act.block_tokens, act.gpu_blocks)
+    with tempfile.TemporaryDirectory(prefix="kvtier-canary-") as scratch:
+        loaded_byte_s, promoting = promotion_cost(config, Path(scratch))
     try:
-        params, requests, steps = calibrate_phase(store, baseline, gpu_blocks, out / ENGINE_MODEL)
+        params, requests, steps = calibrate_phase(
+            store, baseline, act.gpu_blocks, out / ENGINE_MODEL,
+            bytes_per_token=config.block_bytes // config.block_size_tokens, loaded_byte_s=loaded_byte_s)
     except ValueError as error:
         say(f"  the engine model is not calibrated ({error}); TTFT is priced by the queue model")
         return None
     say(f"  the engine model, calibrated on {baseline}'s {steps} steps and {requests} requests "
-        f"-> {out / ENGINE_MODEL} (recommend --cost-params)")
+        f"-> {out / ENGINE_MODEL} (recommend --cost-params); a block promoted from a CPU tier "
+        f"costs the engine's step {loaded_byte_s * config.block_bytes * 1e6:.0f} us (a canary "
+        f"engine with a CPU tier, {promoting} promoting steps)")
     return params
 
 

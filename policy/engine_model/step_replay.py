@@ -132,7 +132,7 @@ class _Run:
         hashes = requests.block_hashes
         if need is None or hashes is None or any(len(h) > k for h, k in zip(hashes, need.tolist())):
             hashes = None  # none recorded, or in another block size than the engine's
-        self.compute = compute
+        self.compute, self.bytes_per_token = compute, params.kv_bytes_per_token
         self.scheduler = BatchScheduler(limits, self.prompt, compute.copy(), kv_need=need,
                                         kv_hashes=hashes)
         self.own_prefill = params.limits.first_token == "own_prefill"
@@ -178,9 +178,9 @@ class _Run:
     def _step(self, plan: StepPlan) -> None:
         c = self.coefficients
         # each chunk's prefill, in the order the step runs them (after the step's overhead);
-        # a request's first chunk maps what it found cached first
-        prefilled = np.cumsum([c[1] * t + c[2] + c[3] * t * (ctx + t / 2)
-                               + c[7] * self._cached_at_start(i, ctx) for i, t, ctx in plan.chunks])
+        # a request's first chunk maps what it found cached and loads what it promotes first
+        prefilled = np.cumsum([c[1] * t + c[2] + c[3] * t * (ctx + t / 2) + self._start_s(i, ctx)
+                               for i, t, ctx in plan.chunks])
         decoding = np.fromiter(plan.decoding, dtype=np.int64, count=len(plan.decoding))
         context = float((self.prompt[decoding] + self.generated[decoding]).sum())
         prefill_s = float(prefilled[-1]) if len(prefilled) else 0.0
@@ -205,11 +205,15 @@ class _Run:
             self.first_token_s[started] = self.now
         self._emit(np.concatenate([started, decoding]), 1)
 
-    def _cached_at_start(self, request: int, context: int) -> int:
-        """The prompt tokens ``request`` found cached, when a chunk after ``context`` tokens is
-        its first (its context is then what it found); else 0."""
+    def _start_s(self, request: int, context: int) -> float:
+        """What ``request``'s first chunk (its context is then what it found cached) spends
+        mapping its cached tokens and loading its promoted ones; 0 for a later chunk."""
         cached = int(self.prompt[request] - self.compute[request])
-        return cached if context == cached else 0
+        if context != cached:
+            return 0.0
+        r, c = self.requests, self.coefficients
+        promoted = int(r.cpu_tokens[request] + r.cold_tokens[request])
+        return float(c[7] * cached + c[8] * promoted * self.bytes_per_token)
 
     def _decode_run(self) -> None:
         """Steps in which every running request decodes and nobody can join, up to the first

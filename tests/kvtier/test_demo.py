@@ -75,6 +75,14 @@ def test_the_engine_model_calibrated_on_the_baseline_prices_the_recommendation(d
     assert body["engine_model"]["fitted_from"] == "step_records"
     assert body["engine_model"]["limits"]["first_token"] == "own_prefill"  # the reference engine
     assert f"--cost-params {out / 'engine-model.json'}" in stdout  # recommend was given it
+    # the reference engine's KV bytes (2 layers x K,V x 2 heads x 16 x float32), not a default model's
+    assert body["engine_model"]["kv_bytes_per_token"] == 512
+    # the GPU-only phase promotes nothing: the canary priced a promotion, as the demo says
+    per_block_us = body["engine_model"]["step_cost"]["loaded_byte_s"] * 512 * 16 * 1e6
+    said = re.search(r"a block promoted from a CPU tier costs the engine's step (\d+) us \(a canary "
+                     r"engine with a CPU tier, (\d+) promoting steps\)", stdout)
+    assert said and int(said.group(2)) >= 3
+    assert int(said.group(1)) == pytest.approx(per_block_us, abs=0.51) and per_block_us > 0
 
 
 def test_each_deployed_configuration_shows_its_predicted_ttft_beside_the_engines_measurement(demo):

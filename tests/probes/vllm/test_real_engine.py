@@ -11,7 +11,10 @@ Llama with a tokenizer trained by the test (no download). The scenario is ``engi
 
 from __future__ import annotations
 
+import json
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -272,10 +275,6 @@ def test_the_simulator_predicts_each_requests_tier_split_and_calibrate_fits_its_
     with vLLM semantics and A's capacities. Served one at a time, a request holds one GPU block
     for its decode tokens besides vLLM's null block, which the simulator does not model: its
     GPU capacity is num_gpu_blocks - 2. The CPU tier is 8 MiB of 64 KiB chunks."""
-    import json
-    import subprocess
-    import sys
-
     params = run.workdir / "cost-params.json"
     done = subprocess.run(
         [sys.executable, "-m", "kvtier", "calibrate", str(run.store), "--instance", "tiny-vllm-a",
@@ -301,15 +300,9 @@ def test_the_simulator_predicts_each_requests_tier_split_and_calibrate_fits_its_
 
 
 def test_calibrate_fits_the_engine_model_on_engine_bs_concurrent_run(run):
-    """Engine B served the load probe at concurrency 4 with its CPU tier on: ``kvtier
-    calibrate`` fits the engine model on the earlier half of what B recorded (step records
-    from kvtier's scheduler-side connector) and predicts the later half. The bounds are what
-    20 held-out requests on a 2-core host shared with another engine allow; the figures are
-    printed for the report."""
-    import json
-    import subprocess
-    import sys
-
+    """Engine B served the load probe at concurrency 4, CPU tier on: the engine model fitted on
+    the earlier half of its records (steps from kvtier's connector) predicts the later half,
+    within what 20 requests on a 2-core host shared with another engine allow."""
     done = subprocess.run(
         [sys.executable, "-m", "kvtier", "calibrate", str(run.store), "--instance", "tiny-vllm-b",
          "--gpu-blocks", str(run.gpu_blocks - 2), "--cpu-blocks", str((8 << 20) // 65536), "--json"],
@@ -320,8 +313,7 @@ def test_calibrate_fits_the_engine_model_on_engine_bs_concurrent_run(run):
     assert held["params"]["limits"]["max_running"] >= 2  # the steps showed concurrent requests
     (check,) = [c for c in held["by_tier_config"] if c["requests"] >= 10]
     assert check["closed_loop"]  # the load probe's clients, chained
-    for name in ("ttft_p50_s", "ttft_p95_s"):
-        assert 1 / 3 <= check["ratio"][name] <= 3, (name, check)
+    assert all(1 / 3 <= check["ratio"][n] <= 3 for n in ("ttft_p50_s", "ttft_p95_s")), check
     print("engine model on engine B (concurrency 4, held out):",
           json.dumps({k: check[k] for k in ("requests", "measured", "predicted", "ratio")}))
 
