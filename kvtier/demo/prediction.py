@@ -88,8 +88,10 @@ def calibrate_phase(store: TraceStore, tier_config_id: str, gpu_blocks: int, out
 
     records = engine_records(store, tier_config_id)
     steps = phase_steps(store, records)
-    # the reference engine's rule: a first token right after its own prefill
-    limits = fit_limits(records, steps, first_token="own_prefill", kv_blocks=gpu_blocks)
+    # the reference engine's rules: a first token right after its own prefill, promotions
+    # copied inside the step that admits the request
+    limits = fit_limits(records, steps, first_token="own_prefill", kv_blocks=gpu_blocks,
+                        promotions="in_step")
     params = fit_engine(records, steps, [], limits=limits, bytes_per_token=bytes_per_token)
     if loaded_byte_s > params.step_cost.loaded_byte_s:
         params = replace(params, step_cost=replace(params.step_cost, loaded_byte_s=loaded_byte_s))

@@ -37,6 +37,11 @@ def add_arguments(parser) -> None:
                         help="engine model: a prompt's first token at the end of its step (vLLM) or "
                              "right after its own prefill (the reference engine); auto: own_prefill "
                              "when every record is the reference engine's")
+    parser.add_argument("--promotions", default="auto", choices=("auto", "queued", "in_step"),
+                        help="engine model: promoted KV copied before the request is scheduled, on "
+                             "the transfer links (vLLM) or inside the step that admits it (the "
+                             "reference engine); auto: in_step when every record is the reference "
+                             "engine's")
     parser.add_argument("--arrivals", default="auto", choices=("auto", "open", "closed"),
                         help="engine model: replay requests at their recorded times (open), as "
                              "closed-loop clients that send the next request when the last ends "
@@ -105,13 +110,17 @@ def _limits(args, requests, steps):
 
     from kvtier.policy.engine_model.fit import fit_limits
 
-    first_token = args.first_token
-    if first_token == "auto":
+    first_token, promotions = args.first_token, args.promotions
+    if "auto" in (first_token, promotions):
         engines = {args.engine} if args.engine else _engines(Path(args.store), args.instance)
-        first_token = "own_prefill" if engines == {"reference"} else "step_end"
+        reference = engines == {"reference"}
+        if first_token == "auto":
+            first_token = "own_prefill" if reference else "step_end"
+        if promotions == "auto":
+            promotions = "in_step" if reference else "queued"
     return fit_limits(requests, steps, max_running=args.max_running, token_budget=args.token_budget,
                       chunked_prefill=args.chunked_prefill, first_token=first_token,
-                      kv_blocks=args.gpu_blocks)
+                      kv_blocks=args.gpu_blocks, promotions=promotions)
 
 
 def _engines(store, instance) -> set[str]:

@@ -33,6 +33,7 @@ import numpy as np
 
 
 FIRST_TOKEN = ("step_end", "own_prefill")
+PROMOTIONS = ("queued", "in_step")
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,10 @@ class SchedulerLimits:
     when a prompt's first token comes out: at the end of the step (``step_end``: vLLM, which
     samples the whole batch at once) or right after its own prefill, the step's prefills
     running one request after another before its decodes (``own_prefill``: the reference
-    engine)."""
+    engine). ``promotions``: where a request's promoted KV is copied: before it is scheduled,
+    on the transfer links, while steps run on (``queued``: vLLM's offloading connector loads
+    asynchronously), or inside the step that admits it, which costs that step
+    ``StepCost.loaded_byte_s`` a byte (``in_step``: the reference engine)."""
 
     max_running: int = 256
     token_budget: int | None = None
@@ -50,6 +54,7 @@ class SchedulerLimits:
     first_token: str = "step_end"
     kv_blocks: int | None = None
     block_tokens: int = 16
+    promotions: str = "queued"
 
     def __post_init__(self) -> None:
         for name, value in (("kv_blocks", self.kv_blocks), ("block_tokens", self.block_tokens)):
@@ -64,6 +69,8 @@ class SchedulerLimits:
             raise ValueError(f"token_budget must be None or an int >= 1, got {self.token_budget!r}")
         if self.first_token not in FIRST_TOKEN:
             raise ValueError(f"first_token must be one of {', '.join(FIRST_TOKEN)}, got {self.first_token!r}")
+        if self.promotions not in PROMOTIONS:
+            raise ValueError(f"promotions must be one of {', '.join(PROMOTIONS)}, got {self.promotions!r}")
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -163,7 +163,7 @@ def _log_ratio(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
 def fit_limits(records: Sequence[RequestRecord], steps: Sequence[StepRecord] = (), *,
                max_running: int | None = None, token_budget: int | None = None,
                chunked_prefill: bool = False, first_token: str = "step_end",
-               kv_blocks: int | None = None) -> SchedulerLimits:
+               kv_blocks: int | None = None, promotions: str = "queued") -> SchedulerLimits:
     """Batching limits: ``max_running`` as given, else the most running requests a step
     record shows, else the most requests in flight together in ``records``; ``kv_blocks``
     (the GPU's KV capacity) in the records' block size."""
@@ -172,7 +172,7 @@ def fit_limits(records: Sequence[RequestRecord], steps: Sequence[StepRecord] = (
         max_running = seen or max_in_flight(records)
     block_tokens = next((r.block_size_tokens for r in records if r.block_size_tokens), 16)
     return SchedulerLimits(max(int(max_running), 1), token_budget, chunked_prefill, first_token,
-                           kv_blocks, int(block_tokens))
+                           kv_blocks, int(block_tokens), promotions)
 
 
 def max_in_flight(records: Sequence[RequestRecord]) -> int:

@@ -4,7 +4,8 @@ costed steps; TTFT, ITL and end-to-end latency per request come out.
 Requests enter at their arrival times (open loop), or, where ``EngineRequests.follows``
 names a predecessor, ``think_s`` after its predicted end (a closed-loop client), with their
 prompt and output tokens and their tier split (from the tier replay, or as recorded).
-Promotions delay a request until its KV is on the GPU (``transfers.py``); then the scheduler
+Promotions delay a request until its KV is on the GPU (``transfers.py``), or, in an engine
+that promotes inside the admitting step (``SchedulerLimits.promotions``), cost that step; the scheduler
 (``batch_scheduler.py``) puts it into steps, each step costing
 :class:`~kvtier.policy.engine_model.step_cost.StepCost` of its work plus a draw of the
 fitted step noise (the prefill steps' own, where fitted apart, scaled down for a prefill
@@ -136,6 +137,7 @@ class _Run:
         self.scheduler = BatchScheduler(limits, self.prompt, compute.copy(), kv_need=need,
                                         kv_hashes=hashes)
         self.own_prefill = params.limits.first_token == "own_prefill"
+        self.in_step = params.limits.promotions == "in_step"
         self.requests, self.arrival_s = requests, requests.arrival_s.astype(float)
         self.transfers = TransferQueues(params.kv_bytes_per_token, params.cpu_link, params.cold_link)
         n = len(requests)
@@ -170,7 +172,8 @@ class _Run:
         r = self.requests
         while self.arriving and self.arriving[0][0] <= self.now:
             arrival, i = heapq.heappop(self.arriving)
-            ready = self.transfers.ready_at(arrival, int(r.cpu_tokens[i]), int(r.cold_tokens[i]))
+            ready = arrival if self.in_step else \
+                self.transfers.ready_at(arrival, int(r.cpu_tokens[i]), int(r.cold_tokens[i]))
             heapq.heappush(self.moving, (ready, i))
         while self.moving and self.moving[0][0] <= self.now:
             self.scheduler.add(heapq.heappop(self.moving)[1])
@@ -212,7 +215,7 @@ class _Run:
         if context != cached:
             return 0.0
         r, c = self.requests, self.coefficients
-        promoted = int(r.cpu_tokens[request] + r.cold_tokens[request])
+        promoted = int(r.cpu_tokens[request] + r.cold_tokens[request]) if self.in_step else 0
         return float(c[7] * cached + c[8] * promoted * self.bytes_per_token)
 
     def _decode_run(self) -> None:
