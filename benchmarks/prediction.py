@@ -82,24 +82,25 @@ def vllm_level(python: str, concurrency: int, sessions: int, work: Path) -> dict
     instance = f"bench-vllm-c{concurrency}"
     trace = bailian_trace(work / f"sessions-c{concurrency}.jsonl", sessions=sessions)
     requests = sessions * TURNS
-    collector = CollectorProcess(store, hooks=hooks, instance=instance).start()
     server = VllmServer(python, model, EngineSetup(port=free_port(), hooks=hooks, instance=instance),
                         work).start()
+    collector = None
     try:
         server.wait_ready()
-        probe = subprocess.run(
-            [sys.executable, "-m", "kvtier", "probe", "load", "--url", server.url, "--trace",
-             str(trace), "--requests", str(requests), "--concurrency", str(concurrency),
-             "--max-tokens", "8", "--block-tokens", "32", "--max-blocks", "32", "--json"],
-            capture_output=True, text=True, timeout=900, env=dict(os.environ, PYTHONPATH=str(ROOT)))
-        if probe.returncode != 0:
-            raise SystemExit(f"kvtier probe load failed on vLLM:\n{probe.stderr[-2000:]}")
+        # a fresh engine's first steps run ~1.5x slower (allocator, kernels warming up): what
+        # the earlier half is fitted on would not be the engine the later half meets. Warmed
+        # on other tokens before the collector listens (the shipper drops and counts meanwhile)
+        _load(server.url, trace, 2 * TURNS, concurrency, vocab=1999)
+        time.sleep(1.0)
+        collector = CollectorProcess(store, hooks=hooks, instance=instance).start()
+        _load(server.url, trace, requests, concurrency)
         gpu_blocks = next(int(dict(labels)["num_gpu_blocks"]) for name, labels in server.samples()
                           if name == "vllm:cache_config_info")
     finally:
         server.stop()  # the connector ships what it holds at shutdown
-    time.sleep(1.0)
-    collector.stop()
+        if collector is not None:
+            time.sleep(1.0)
+            collector.stop()
     held = _held_out(["calibrate", str(store), "--instance", instance, "--gpu-blocks",
                       str(gpu_blocks - 2), "--cpu-blocks", str(VLLM_CPU_BLOCKS)])
     (check,) = sorted(held["by_tier_config"], key=lambda c: -c["requests"])[:1]
@@ -109,6 +110,17 @@ def vllm_level(python: str, concurrency: int, sessions: int, work: Path) -> dict
             "engine_model_ratio": check["ratio"], "single_server_ratio": check["single_server_ratio"],
             "ttft_abs_error": {q: abs(check["ratio"][f"ttft_{q}_s"] - 1)
                                for q in ("p50", "p95", "p99")}}
+
+
+def _load(url: str, trace: Path, requests: int, concurrency: int, vocab: int = 2000) -> None:
+    """``kvtier probe load``: one engine block per trace block (32 tokens)."""
+    probe = subprocess.run(
+        [sys.executable, "-m", "kvtier", "probe", "load", "--url", url, "--trace", str(trace),
+         "--requests", str(requests), "--concurrency", str(concurrency), "--max-tokens", "8",
+         "--block-tokens", "32", "--max-blocks", "32", "--vocab-size", str(vocab), "--json"],
+        capture_output=True, text=True, timeout=900, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    if probe.returncode != 0:
+        raise SystemExit(f"kvtier probe load failed on vLLM:\n{probe.stderr[-2000:]}")
 
 
 def replay_speed(requests: int) -> dict:
