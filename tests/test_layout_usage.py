@@ -36,7 +36,7 @@ NOT_YET_MOVED = {
     "pending_events",                   # collector/recorder.py Recorder (its export went: a
                                         # second copy of HooksTap.samples' recorder counters)
     "active_recorders",                 # probes/vllm/recorders.py
-    "queued_requests",                  # refengine/engine.py ReferenceEngine
+    "run_until_idle", "queued_requests",  # refengine/engine.py ReferenceEngine
 }
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DOTTED = re.compile(r"[A-Za-z_][\w.:]*")  # a string that names code: "kvtier.probes.vllm.spec:X"

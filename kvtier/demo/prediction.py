@@ -101,42 +101,59 @@ def calibrate_phase(store: TraceStore, tier_config_id: str, gpu_blocks: int, out
     return params, len(records), len(steps)
 
 
-CANARY_PROMPTS, CANARY_ROUNDS = 4, 6
+CANARY_CLIENTS, CANARY_PROMPTS, CANARY_ROUNDS = 2, 4, 8
 
 
 def promotion_cost(config, workdir: Path) -> tuple[float, int]:
     """Seconds per KV byte the reference engine's step spends promoting from its CPU tier
     on this host, and the promoting steps it was measured on: a canary engine of
-    ``config``'s shape (``EngineConfig``; a CPU tier added) serves a few long prompts in
-    turn, more than its GPU holds, so each comes back from the CPU tier, and each twice in a
-    row, the second time from the GPU; a promoting step's time beyond the step cost fitted on
-    the steps that promote nothing (prefills, GPU hits mapped, decodes), over its loaded
-    bytes; the median. Run while the demo's engine is idle: it shares the host."""
+    ``config``'s shape (``EngineConfig``; a CPU tier added), served over HTTP by two clients
+    as the load probe serves the live one (its threads share the interpreter with the engine,
+    and a promotion is mostly interpreter work), each sending its long prompts in turn, each
+    twice in a row (the second time from the GPU); four such prompts are more than the GPU
+    holds, so each comes back from the CPU tier. The promoting steps' time beyond the step
+    cost fitted on the steps that promote nothing (prefills, GPU hits mapped, decodes), over
+    their loaded bytes: a mean, as latencies add promotions up (on the live CPU-tier phase
+    the median put it 15-25% lower: slow steps skew it). Run while the demo's engine is
+    idle: it shares the host."""
     import random
+    import urllib.request
+    from concurrent.futures import ThreadPoolExecutor
 
     from kvtier.collector.events import Origin
     from kvtier.collector.recorder import Recorder
     from kvtier.policy.engine_model.fit import fit_step_cost
     from kvtier.policy.engine_model.step_cost import step_durations, step_features
     from kvtier.refengine.config import TierConfig
-    from kvtier.refengine.engine import ReferenceEngine
-    from kvtier.refengine.sequence import Sequence as EngineSequence
+    from kvtier.refengine.server import MODEL_NAME, EngineServer, ServerSettings
 
     gpu = config.tiers.gpu_blocks
     tiers = TierConfig(gpu_blocks=gpu, cpu_blocks=CANARY_PROMPTS * gpu, config_id="canary")
     config = replace(config, tiers=tiers, file_dir=str(workdir))
     # the instrumentation the demo's engine carries: its cost is part of a promotion's
     recorder = Recorder(Origin(ENGINE, "canary", "canary/promotion"), capacity_events=1 << 20)
-    engine = ReferenceEngine(config, recorder)
     rng = random.Random(0)
     blocks = max(2, min(gpu // 3, (config.max_positions - 64) // config.block_size_tokens))
     prompts = [[rng.randrange(config.vocab_size) for _ in range(blocks * config.block_size_tokens)]
                for _ in range(CANARY_PROMPTS)]
-    for turn in range(2 * CANARY_ROUNDS * CANARY_PROMPTS):
-        suffix = [rng.randrange(config.vocab_size) for _ in range(8)]  # always something to compute
-        prompt = prompts[turn // 2 % CANARY_PROMPTS]  # the second time: GPU hits
-        engine.submit(EngineSequence(f"canary-{turn}", prompt + suffix, 2, 0.0))
-        engine.run_until_idle()
+    server = EngineServer(config, ServerSettings(port=0, instance="canary"), recorder=recorder).start()
+
+    def client(lane: int) -> None:
+        mine = prompts[lane::CANARY_CLIENTS]
+        for turn in range(2 * CANARY_ROUNDS * len(mine)):
+            suffix = [rng.randrange(config.vocab_size) for _ in range(8)]  # always something to compute
+            body = json.dumps({"model": MODEL_NAME, "prompt": mine[turn // 2 % len(mine)] + suffix,
+                               "max_tokens": 2}).encode()
+            request = urllib.request.Request(server.url + "/v1/completions", body,
+                                             {"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=120) as response:
+                response.read()
+
+    try:
+        with ThreadPoolExecutor(CANARY_CLIENTS) as pool:
+            list(pool.map(client, range(CANARY_CLIENTS)))
+    finally:
+        server.stop()
     batch = recorder.take_events()
     names = list(StepRecord.__dataclass_fields__)
     steps = [StepRecord(**row) for row in batch.step_records.select(names).to_pylist()]
@@ -147,8 +164,9 @@ def promotion_cost(config, workdir: Path) -> tuple[float, int]:
     cost = fit_step_cost(quiet)
     promoting = [s for s, loads in zip(steps, loading) if loads]
     excess = step_durations(promoting) - cost.seconds(step_features(promoting))
-    per_byte = excess / np.array([s.loaded_bytes for s in promoting], dtype=float)
-    return max(float(np.nanmedian(per_byte)), 0.0), len(promoting)
+    timed = ~np.isnan(excess)
+    loaded = float(sum(s.loaded_bytes for s, t in zip(promoting, timed) if t))
+    return max(float(excess[timed].sum()) / loaded, 0.0), int(timed.sum())
 
 
 def predict(params: EngineModelParams, records: Sequence[RequestRecord],
