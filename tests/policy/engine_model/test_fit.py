@@ -166,3 +166,16 @@ def test_prefill_steps_keep_their_own_noise_scaled_down_when_cheaper_than_typica
     assert replay(one(60), noisy).ttft_s[0] == pytest.approx(0.060 + 0.006)
     with pytest.raises(ValueError, match="prefill_step_typical_s"):
         EngineModelParams(prefill_step_typical_s=-1.0)
+
+
+def test_the_held_out_prediction_is_the_median_over_noise_draws():
+    from kvtier.policy.engine_model.check import DRAWS, FIELDS, Latencies, predicted_latencies
+
+    rows = [RequestRecord(f"r{i}", i * 0.5, 10, output_tokens=3, recomputed_tokens=10) for i in range(30)]
+    requests = EngineRequests.from_records(rows)
+    params = EngineModelParams(StepCost(overhead_s=0.01), step_noise_s=tuple(np.linspace(0, 0.2, 41)))
+    draws = [replay(requests, params, np.random.default_rng(seed)) for seed in range(DRAWS)]
+    each = np.array([[getattr(Latencies.of(r.ttft_s, r.itl_s), f) for f in FIELDS] for r in draws])
+    predicted = predicted_latencies(requests, params)
+    assert [getattr(predicted, f) for f in FIELDS] == pytest.approx(np.median(each, axis=0).tolist())
+    assert predicted.ttft_p99_s < each[:, 2].max()  # not decided by the worst draw's stall
