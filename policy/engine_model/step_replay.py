@@ -215,8 +215,13 @@ class _Run:
         if context != cached:
             return 0.0
         r, c = self.requests, self.coefficients
-        promoted = int(r.cpu_tokens[request] + r.cold_tokens[request]) if self.in_step else 0
-        return float(c[7] * cached + c[8] * promoted * self.bytes_per_token)
+        spent = c[7] * cached
+        if self.in_step:  # its promotions copied here; cold blocks read from their files first
+            cold = int(r.cold_tokens[request])
+            spent += c[8] * (int(r.cpu_tokens[request]) + cold) * self.bytes_per_token
+            if cold:
+                spent += float(self.transfers.cold_link.job_s(cold * self.bytes_per_token))
+        return float(spent)
 
     def _decode_run(self) -> None:
         """Steps in which every running request decodes and nobody can join, up to the first

@@ -157,6 +157,8 @@ def test_a_request_maps_what_it_found_cached_when_it_starts():
 def test_promotions_wait_on_the_link_or_cost_the_admitting_step():
     # 64 CPU-tier tokens of 1 KiB: queued, the link takes 1 s before the request is scheduled;
     # in the step, that step costs 64 KiB x loaded_byte_s instead (0.5 s), and no link wait
+    from dataclasses import replace
+
     from kvtier.policy.engine_model.transfers import TransferLink
 
     cost = StepCost(overhead_s=1.0, loaded_byte_s=0.5 / 65536)
@@ -167,6 +169,9 @@ def test_promotions_wait_on_the_link_or_cost_the_admitting_step():
                                 kv_bytes_per_token=1024)
     assert replay(requests(row), queued).ttft_s.tolist() == pytest.approx([2.0])
     assert replay(requests(row), in_step).ttft_s.tolist() == pytest.approx([1.5])
+    # cold blocks are read from their files in that step too: the cold link's time, then the copy
+    cold = replace(in_step, cold_link=TransferLink(16384.0, 0.25))
+    assert replay(requests((0, 80, 1, 0, 0, 64, 16)), cold).ttft_s.tolist() == pytest.approx([1.0 + 0.5 + 4.25])
     with pytest.raises(ValueError, match="promotions must be one of"):
         SchedulerLimits(promotions="later")
 
