@@ -22,7 +22,6 @@ import contextlib
 import io
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -75,7 +74,8 @@ def vllm_level(python: str, concurrency: int, sessions: int, work: Path) -> dict
     """The engine model's held-out ratios on a serving vLLM at one concurrency."""
     from tests.conftest import free_port
     from tests.probes.vllm.engine_run import TURNS, bailian_trace
-    from tests.probes.vllm.serving import CollectorProcess, EngineSetup, VllmServer, build_model
+    from tests.probes.vllm.serving import (CollectorProcess, EngineSetup, VllmServer, build_model,
+                                           num_gpu_blocks)
 
     model = build_model(python, work / "model")
     store, hooks = work / f"vllm-c{concurrency}.duckdb", f"tcp://127.0.0.1:{free_port()}"
@@ -94,8 +94,7 @@ def vllm_level(python: str, concurrency: int, sessions: int, work: Path) -> dict
         time.sleep(1.0)
         collector = CollectorProcess(store, hooks=hooks, instance=instance).start()
         _load(server.url, trace, requests, concurrency)
-        gpu_blocks = next(int(dict(labels)["num_gpu_blocks"]) for name, labels in server.samples()
-                          if name == "vllm:cache_config_info")
+        gpu_blocks = num_gpu_blocks(server.samples())
     finally:
         server.stop()  # the connector ships what it holds at shutdown
         if collector is not None:
@@ -103,7 +102,7 @@ def vllm_level(python: str, concurrency: int, sessions: int, work: Path) -> dict
             collector.stop()
     held = _held_out(["calibrate", str(store), "--instance", instance, "--gpu-blocks",
                       str(gpu_blocks - 2), "--cpu-blocks", str(VLLM_CPU_BLOCKS)])
-    (check,) = sorted(held["by_tier_config"], key=lambda c: -c["requests"])[:1]
+    check = max(held["by_tier_config"], key=lambda c: c["requests"])
     return {"requests": requests, "fitted_from": held["params"]["fitted_from"],
             "held_out_requests": check["requests"], "closed_loop": check["closed_loop"],
             "measured": check["measured"], "engine_model": check["predicted"],
@@ -113,12 +112,10 @@ def vllm_level(python: str, concurrency: int, sessions: int, work: Path) -> dict
 
 
 def _load(url: str, trace: Path, requests: int, concurrency: int, vocab: int = 2000) -> None:
-    """``kvtier probe load``: one engine block per trace block (32 tokens)."""
-    probe = subprocess.run(
-        [sys.executable, "-m", "kvtier", "probe", "load", "--url", url, "--trace", str(trace),
-         "--requests", str(requests), "--concurrency", str(concurrency), "--max-tokens", "8",
-         "--block-tokens", "32", "--max-blocks", "32", "--vocab-size", str(vocab), "--json"],
-        capture_output=True, text=True, timeout=900, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    """The real-engine tests' ``kvtier probe load`` (``engine_run.load_probe``), or exit."""
+    from tests.probes.vllm.engine_run import load_probe
+
+    probe = load_probe(url, trace, requests=requests, concurrency=concurrency, vocab=vocab)
     if probe.returncode != 0:
         raise SystemExit(f"kvtier probe load failed on vLLM:\n{probe.stderr[-2000:]}")
 

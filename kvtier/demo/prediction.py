@@ -113,8 +113,8 @@ def promotion_cost(config, workdir: Path) -> tuple[float, int]:
     twice in a row (the second time from the GPU); four such prompts are more than the GPU
     holds, so each comes back from the CPU tier. The promoting steps' time beyond the step
     cost fitted on the steps that promote nothing (prefills, GPU hits mapped, decodes), over
-    their loaded bytes: a mean, as latencies add promotions up (on the live CPU-tier phase
-    the median put it 15-25% lower: slow steps skew it). Run while the demo's engine is
+    their loaded bytes: a mean, as latencies add promotions up (on three live CPU-tier phases
+    the median per step put it 11-24% lower: slow steps skew it). Run while the demo's engine is
     idle: it shares the host."""
     import random
     import urllib.request
@@ -139,9 +139,9 @@ def promotion_cost(config, workdir: Path) -> tuple[float, int]:
     server = EngineServer(config, ServerSettings(port=0, instance="canary"), recorder=recorder).start()
 
     def client(lane: int) -> None:
-        mine = prompts[lane::CANARY_CLIENTS]
+        mine, own = prompts[lane::CANARY_CLIENTS], random.Random(lane + 1)
         for turn in range(2 * CANARY_ROUNDS * len(mine)):
-            suffix = [rng.randrange(config.vocab_size) for _ in range(8)]  # always something to compute
+            suffix = [own.randrange(config.vocab_size) for _ in range(8)]  # always something to compute
             body = json.dumps({"model": MODEL_NAME, "prompt": mine[turn // 2 % len(mine)] + suffix,
                                "max_tokens": 2}).encode()
             request = urllib.request.Request(server.url + "/v1/completions", body,
@@ -176,13 +176,12 @@ def predict(params: EngineModelParams, records: Sequence[RequestRecord],
     cold, recompute tokens each): the median over ``draws`` step-noise draws, and the 5th and
     95th percentiles."""
     from kvtier.policy.engine_model.closed_loop import engine_requests
-    from kvtier.policy.engine_model.step_replay import EngineRequests, replay
+    from kvtier.policy.engine_model.step_replay import EngineRequests, replays
 
     chained = engine_requests(records)
     split = EngineRequests.from_records(records, splits)
     requests = replace(split, follows=chained.follows, think_s=chained.think_s)
-    levels = np.array([np.percentile(replay(requests, params, np.random.default_rng(seed)).ttft_s,
-                                     QUANTILES) for seed in range(draws)])
+    levels = np.array([np.percentile(run.ttft_s, QUANTILES) for run in replays(requests, params, draws)])
     middle, low, high = np.percentile(levels, [50, 5, 95], axis=0)
     return tuple(map(float, middle)), tuple(map(float, low)), tuple(map(float, high))
 

@@ -107,10 +107,10 @@ def _calibrate(store, baseline: str, act, out: Path, say):
     """The engine model fitted on the baseline phase's steps, its promotions priced by a
     canary (written to ``ENGINE_MODEL`` for recommend's ``--cost-params``); ``None``, said
     why, when the phase is too short to fit."""
+    import tempfile
+
     from kvtier.demo.live import engine_config
     from kvtier.demo.prediction import calibrate_phase, promotion_cost
-
-    import tempfile
 
     config = engine_config(out, act.block_tokens, act.gpu_blocks)
     with tempfile.TemporaryDirectory(prefix="kvtier-canary-") as scratch:

@@ -26,7 +26,7 @@ blocks count in full.
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import deque
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -98,7 +98,7 @@ class BatchScheduler:
     kv_need: np.ndarray | None = None  # blocks each request holds while running (with kv_blocks)
     kv_used: int = 0
     kv_hashes: list | None = None  # each request's prompt block hashes (shared blocks count once)
-    held: Counter = field(default_factory=Counter)  # prompt blocks running requests hold
+    held: dict = field(default_factory=dict)  # prompt block -> how many running requests hold it
 
     def add(self, request: int) -> None:
         self.waiting.append(request)
@@ -116,7 +116,7 @@ class BatchScheduler:
         """Blocks ``request`` would add to what the running requests hold."""
         need = int(self.kv_need[request])
         if self.kv_hashes is not None:
-            need -= sum(1 for h in self.kv_hashes[request] if self.held[h])
+            need -= sum(1 for h in self.kv_hashes[request] if h in self.held)
         return need
 
     def prefilling(self) -> bool:
@@ -143,7 +143,9 @@ class BatchScheduler:
             if self.kv_need is not None:
                 self.kv_used += self._need(request)
                 if self.kv_hashes is not None:
-                    self.held.update(self.kv_hashes[request])
+                    held = self.held
+                    for h in self.kv_hashes[request]:
+                        held[h] = held.get(h, 0) + 1
         return StepPlan(tuple(chunks), tuple(decoding))
 
     def computed(self, plan: StepPlan) -> list[int]:
@@ -169,13 +171,13 @@ class BatchScheduler:
         self.running = [i for i in self.running if i not in gone]
         if self.kv_need is None:
             return
+        held = self.held
         for request in gone:  # its own blocks, and the shared ones nobody else still holds
             freed = int(self.kv_need[request])
-            if self.kv_hashes is not None:
-                hashes = self.kv_hashes[request]
-                self.held.subtract(hashes)
-                freed -= sum(1 for h in hashes if self.held[h] > 0)
-                for h in hashes:
-                    if self.held[h] <= 0:
-                        del self.held[h]
+            for h in self.kv_hashes[request] if self.kv_hashes is not None else ():
+                if held[h] > 1:
+                    held[h] -= 1
+                    freed -= 1
+                else:
+                    del held[h]
             self.kv_used -= freed

@@ -19,7 +19,7 @@ from kvtier.policy.engine_model.batch_scheduler import SchedulerLimits
 from kvtier.policy.engine_model.closed_loop import engine_requests
 from kvtier.policy.engine_model.fit import fit_engine
 from kvtier.policy.engine_model.params import EngineModelParams
-from kvtier.policy.engine_model.step_replay import replay
+from kvtier.policy.engine_model.step_replay import EngineRequests, replays
 
 FIELDS = ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s")
 DRAWS = 20  # replays under their own step-noise draws; the percentiles' median is the prediction
@@ -114,13 +114,12 @@ def _check_one(config: str, records: list[RequestRecord], params: EngineModelPar
                         _single_server(records, single_server), requests.follows is not None)
 
 
-def predicted_latencies(requests, params: EngineModelParams) -> Latencies:
+def predicted_latencies(requests: EngineRequests, params: EngineModelParams) -> Latencies:
     """Each percentile of :data:`FIELDS` as the median over :data:`DRAWS` replays under their
-    own step-noise draws (one replay without noise). One draw decides a p99 over a few dozen
-    requests by the one stall it lands: the reference engine at concurrency 1, 80 requests,
-    TTFT p99 predicted at 7.9x of measured in one draw."""
-    noisy = bool(params.step_noise_s or params.prefill_step_noise_s)
-    runs = [replay(requests, params, np.random.default_rng(seed)) for seed in range(DRAWS if noisy else 1)]
+    own step-noise draws. One draw decides a p99 over a few dozen requests by the one stall it
+    lands: the reference engine at concurrency 1, 80 requests, TTFT p99 predicted at 7.9x of
+    measured in one draw."""
+    runs = replays(requests, params, DRAWS)
     levels = np.array([[getattr(Latencies.of(r.ttft_s, r.itl_s), name) for name in FIELDS] for r in runs])
     with np.errstate(all="ignore"):
         middle = [float(np.median(column)) if np.isfinite(column).all() else float("nan")

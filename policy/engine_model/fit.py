@@ -15,11 +15,11 @@
   p50/p95/p99 and ITL p50/p99 was 0.55; added, 0.44; without noise, 0.97). The steps that
   prefill keep their own noise: their spread is several times a decode step's (drawn for
   every step it lengthened the decode steps a request arriving under concurrency waits
-  behind: the reference engine at concurrency 4, TTFT p50 1.4-1.6x over with one pool), and
-  it grows with the prefill, so a prefill cheaper than the median one draws it scaled down
-  by its cost over the median's (a 30 ms prefill's spread added in full to a 4 ms prefill of
-  a cached prompt put a CPU tier's TTFT p50 1.27x over). Not a factor throughout: one host
-  stall of 10x a small step's cost, applied as 10x to a large one, put a TTFT p99 2.4x over. Each kind of step (prefill only, decode only,
+  behind: the reference engine at concurrency 4, TTFT p50 1.4-1.6x over with one pool).
+  Added in full whatever the prefill's size: scaled down for prefills cheaper than the median
+  one, the demo's CPU-tier TTFT p50 came out 0.06-0.08 lower on five of five stores and no
+  other percentile better; as a factor, one host stall of 10x a small step, applied as 10x
+  to a large one, put a TTFT p99 2.4x over. Each kind of step (prefill only, decode only,
   both) weighs alike in the fit, so the few steps that prefill alone still say how much of a
   decoding step is the decode pass and how much the overhead every step pays.
 * **From request records alone** (an older store, a public trace with latencies): the
@@ -87,13 +87,6 @@ def _kind_weights(features: np.ndarray) -> np.ndarray:
     kind = (column["prefill_requests"] > 0).astype(int) + 2 * (column["decode_passes"] > 0)
     counts = np.bincount(kind, minlength=4)
     return len(kind) / (np.count_nonzero(counts) * counts[kind])
-
-
-def typical_prefill_step_s(steps: Sequence[StepRecord], cost: StepCost) -> float:
-    """The median of ``cost``'s prediction over the steps that prefill (0 without any)."""
-    features = step_features(steps)
-    prefill = features[:, FEATURES.index("prefill_requests")] > 0
-    return float(np.median(cost.seconds(features[prefill]))) if prefill.any() else 0.0
 
 
 def fit_step_noise_s(steps: Sequence[StepRecord], cost: StepCost,
@@ -211,7 +204,6 @@ def fit_engine(records: Sequence[RequestRecord], steps: Sequence[StepRecord], jo
         return replace(base, step_cost=cost, fitted_from="step_records",
                        step_noise_s=fit_step_noise_s(steps, cost, prefill=False) or
                        fit_step_noise_s(steps, cost),
-                       prefill_step_noise_s=fit_step_noise_s(steps, cost, prefill=True),
-                       prefill_step_typical_s=typical_prefill_step_s(steps, cost))
+                       prefill_step_noise_s=fit_step_noise_s(steps, cost, prefill=True))
     cost = fit_step_cost_to_requests(records, base, evaluations=evaluations, arrivals=arrivals)
     return replace(base, step_cost=cost, fitted_from="request_search")

@@ -30,11 +30,7 @@ class EngineModelParams:
     less the step cost's, in seconds; the replay adds a draw from them to each step (a
     loaded host's slow steps). Empty: every step costs exactly the step cost.
     ``prefill_step_noise_s``: the same for the steps that prefill, when measured apart (their
-    spread is several times a decode step's); empty: they draw from ``step_noise_s`` too.
-    ``prefill_step_typical_s``: the median step cost of the prefill steps those were measured
-    on; a cheaper prefill step draws its noise scaled down by its cost over this (a 4 ms
-    prefill of a cached prompt does not stall as long as a 30 ms one), a dearer one in full.
-    0: never scaled."""
+    spread is several times a decode step's); empty: they draw from ``step_noise_s`` too."""
 
     step_cost: StepCost = field(default_factory=StepCost)
     limits: SchedulerLimits = field(default_factory=SchedulerLimits)
@@ -44,7 +40,6 @@ class EngineModelParams:
     fitted_from: str = "given"
     step_noise_s: tuple[float, ...] = ()
     prefill_step_noise_s: tuple[float, ...] = ()
-    prefill_step_typical_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.fitted_from not in FITTED_FROM:
@@ -57,18 +52,13 @@ class EngineModelParams:
             noise = getattr(self, name)
             if len(noise) == 1 or list(noise) != sorted(noise):
                 raise ValueError(f"{name} must be empty or >= 2 non-decreasing seconds, got {noise!r}")
-        if not (isinstance(self.prefill_step_typical_s, (int, float))
-                and 0 <= self.prefill_step_typical_s < float("inf")):
-            raise ValueError(f"prefill_step_typical_s must be a finite number >= 0, "
-                             f"got {self.prefill_step_typical_s!r}")
 
     def to_dict(self) -> dict:
         return {"version": VERSION, "fitted_from": self.fitted_from,
                 "step_cost": self.step_cost.to_dict(), "limits": self.limits.to_dict(),
                 "cpu_link": self.cpu_link.to_dict(), "cold_link": self.cold_link.to_dict(),
                 "kv_bytes_per_token": self.kv_bytes_per_token, "step_noise_s": list(self.step_noise_s),
-                "prefill_step_noise_s": list(self.prefill_step_noise_s),
-                "prefill_step_typical_s": self.prefill_step_typical_s}
+                "prefill_step_noise_s": list(self.prefill_step_noise_s)}
 
     @classmethod
     def from_dict(cls, body: dict) -> EngineModelParams:
@@ -81,8 +71,7 @@ class EngineModelParams:
                        TransferLink(**body["cpu_link"]), TransferLink(**body["cold_link"]),
                        int(body["kv_bytes_per_token"]), body["fitted_from"],
                        tuple(float(v) for v in body.get("step_noise_s", ())),
-                       tuple(float(v) for v in body.get("prefill_step_noise_s", ())),
-                       float(body.get("prefill_step_typical_s", 0.0)))
+                       tuple(float(v) for v in body.get("prefill_step_noise_s", ())))
         except (KeyError, TypeError) as error:
             raise ValueError(f"engine_model section is malformed: {error}") from None
 

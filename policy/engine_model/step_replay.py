@@ -4,12 +4,12 @@ costed steps; TTFT, ITL and end-to-end latency per request come out.
 Requests enter at their arrival times (open loop), or, where ``EngineRequests.follows``
 names a predecessor, ``think_s`` after its predicted end (a closed-loop client), with their
 prompt and output tokens and their tier split (from the tier replay, or as recorded).
-Promotions delay a request until its KV is on the GPU (``transfers.py``), or, in an engine
-that promotes inside the admitting step (``SchedulerLimits.promotions``), cost that step; the scheduler
+Promotions delay a request until its KV is on the GPU, or, in an engine that promotes inside
+the admitting step (``SchedulerLimits.promotions``), cost that step (``transfers.py``); the scheduler
 (``batch_scheduler.py``) puts it into steps, each step costing
 :class:`~kvtier.policy.engine_model.step_cost.StepCost` of its work plus a draw of the
-fitted step noise (the prefill steps' own, where fitted apart, scaled down for a prefill
-cheaper than the typical one), which stretches the step's work evenly. A request's first token comes at the end of the step that computes its
+fitted step noise (the prefill steps' own, where fitted apart), which stretches the step's
+work evenly. A request's first token comes at the end of the step that computes its
 last prompt token (or right after its own prefill, ``first_token="own_prefill"``: after the
 step's overhead and the prefills before it, before the decode pass); each
 later one at the end of a step that decodes it. Queueing and batching follow from the
@@ -111,6 +111,14 @@ def replay(requests: EngineRequests, params: EngineModelParams,
     return EngineReplay(first - run.arrival_s, itl, end - run.arrival_s, run.steps)
 
 
+def replays(requests: EngineRequests, params: EngineModelParams, draws: int) -> list[EngineReplay]:
+    """``draws`` replays of ``requests``, each under its own step-noise draws (seeds 0, 1,
+    ...): what a prediction's median and interval are read from. One replay when ``params``
+    has no noise (every draw would be the same)."""
+    noisy = bool(params.step_noise_s or params.prefill_step_noise_s)
+    return [replay(requests, params, np.random.default_rng(seed)) for seed in range(draws if noisy else 1)]
+
+
 class _Run:
     """The mutable state of one replay: the clock, the scheduler, each request's progress."""
 
@@ -120,7 +128,6 @@ class _Run:
         self.noise_s, self.rng = np.asarray(params.step_noise_s, dtype=float), rng
         prefill_noise = params.prefill_step_noise_s or params.step_noise_s
         self.prefill_noise_s = np.asarray(prefill_noise, dtype=float)
-        self.prefill_typical_s = params.prefill_step_typical_s if params.prefill_step_noise_s else 0.0
         compute = np.maximum(requests.recompute_tokens, 1)  # the last prompt token is always computed
         self.prompt = np.maximum(requests.prompt_tokens, compute)
         self.outputs = requests.output_tokens
@@ -133,13 +140,13 @@ class _Run:
         hashes = requests.block_hashes
         if need is None or hashes is None or any(len(h) > k for h, k in zip(hashes, need.tolist())):
             hashes = None  # none recorded, or in another block size than the engine's
-        self.compute, self.bytes_per_token = compute, params.kv_bytes_per_token
+        self.compute = compute
         self.scheduler = BatchScheduler(limits, self.prompt, compute.copy(), kv_need=need,
                                         kv_hashes=hashes)
         self.own_prefill = params.limits.first_token == "own_prefill"
-        self.in_step = params.limits.promotions == "in_step"
         self.requests, self.arrival_s = requests, requests.arrival_s.astype(float)
-        self.transfers = TransferQueues(params.kv_bytes_per_token, params.cpu_link, params.cold_link)
+        self.transfers = TransferQueues(params.kv_bytes_per_token, params.cpu_link, params.cold_link,
+                                        in_step=params.limits.promotions == "in_step")
         n = len(requests)
         follows = requests.follows if requests.follows is not None else np.arange(n)
         self.successors: dict[int, list[int]] = {}
@@ -172,8 +179,7 @@ class _Run:
         r = self.requests
         while self.arriving and self.arriving[0][0] <= self.now:
             arrival, i = heapq.heappop(self.arriving)
-            ready = arrival if self.in_step else \
-                self.transfers.ready_at(arrival, int(r.cpu_tokens[i]), int(r.cold_tokens[i]))
+            ready = self.transfers.ready_at(arrival, int(r.cpu_tokens[i]), int(r.cold_tokens[i]))
             heapq.heappush(self.moving, (ready, i))
         while self.moving and self.moving[0][0] <= self.now:
             self.scheduler.add(heapq.heappop(self.moving)[1])
@@ -191,12 +197,8 @@ class _Run:
         work_s = c[0] + prefill_s + decode_s  # overhead, the prefills in turn, the decode pass
         # a host's stall lands anywhere in the step: its noise stretches the step's work
         # evenly, so a prefill run first sees only its share of it
-        if plan.chunks:  # a prefill cheaper than the typical one stalls less
-            scale = min(work_s / self.prefill_typical_s, 1.0) if self.prefill_typical_s > 0 else 1.0
-            noise_s = scale * float(self._noise_s(1, self.prefill_noise_s)[0])
-        else:
-            noise_s = float(self._noise_s(1, self.noise_s)[0])
-        taken_s = max(work_s + noise_s, 0.0)
+        noise = self.prefill_noise_s if plan.chunks else self.noise_s
+        taken_s = max(work_s + float(self._noise_s(1, noise)[0]), 0.0)
         stretch = taken_s / work_s if work_s > 0 else 1.0
         start, self.now = self.now, self.now + taken_s
         self.steps += 1
@@ -215,13 +217,8 @@ class _Run:
         if context != cached:
             return 0.0
         r, c = self.requests, self.coefficients
-        spent = c[7] * cached
-        if self.in_step:  # its promotions copied here; cold blocks read from their files first
-            cold = int(r.cold_tokens[request])
-            spent += c[8] * (int(r.cpu_tokens[request]) + cold) * self.bytes_per_token
-            if cold:
-                spent += float(self.transfers.cold_link.job_s(cold * self.bytes_per_token))
-        return float(spent)
+        return float(c[7] * cached + self.transfers.in_step_s(int(r.cpu_tokens[request]),
+                                                              int(r.cold_tokens[request]), c[8]))
 
     def _decode_run(self) -> None:
         """Steps in which every running request decodes and nobody can join, up to the first

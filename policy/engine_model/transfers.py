@@ -6,6 +6,10 @@ started at arrival, then the request's whole promotion (CPU and cold tokens) one
 CPU->GPU link once it is in CPU. A job takes ``op_latency_s + bytes / bandwidth_bytes_per_s``
 and waits for the jobs of requests that arrived before it (Lindley). The request may be scheduled once its last job
 ends; a request that promotes nothing is ready at arrival.
+
+An engine that copies promotions inside the step that admits the request (``in_step``: the
+reference engine) queues nothing: the request is ready at arrival, and that step pays for
+its promotions instead (:meth:`TransferQueues.in_step_s`).
 """
 
 from __future__ import annotations
@@ -38,12 +42,17 @@ class TransferLink:
 class TransferQueues:
     """The two links' state: when each is free. Requests must come in arrival order."""
 
-    def __init__(self, bytes_per_token: int, cpu_link: TransferLink, cold_link: TransferLink):
+    def __init__(self, bytes_per_token: int, cpu_link: TransferLink, cold_link: TransferLink,
+                 *, in_step: bool = False):
         self.bytes_per_token, self.cpu_link, self.cold_link = bytes_per_token, cpu_link, cold_link
+        self.in_step = in_step
         self.cpu_free_s = self.cold_free_s = float("-inf")
 
     def ready_at(self, arrival_s: float, cpu_tokens: int, cold_tokens: int) -> float:
-        """When a request arriving now has its promoted KV on the GPU."""
+        """When a request arriving now may be scheduled: its promoted KV on the GPU, or at
+        once where the admitting step copies it."""
+        if self.in_step:
+            return arrival_s
         start = arrival_s
         if cold_tokens > 0:
             self.cold_free_s = start = (max(self.cold_free_s, arrival_s)
@@ -52,3 +61,14 @@ class TransferQueues:
             self.cpu_free_s = start = (max(self.cpu_free_s, start) + float(
                 self.cpu_link.job_s((cpu_tokens + cold_tokens) * self.bytes_per_token)))
         return start
+
+    def in_step_s(self, cpu_tokens: int, cold_tokens: int, loaded_byte_s: float) -> float:
+        """What the step that admits a request spends on its promotions: the cold blocks read
+        over the cold link, then every promoted byte at ``loaded_byte_s``
+        (``StepCost.loaded_byte_s``); 0 where promotions are queued."""
+        if not self.in_step:
+            return 0.0
+        spent = loaded_byte_s * (cpu_tokens + cold_tokens) * self.bytes_per_token
+        if cold_tokens:
+            spent += float(self.cold_link.job_s(cold_tokens * self.bytes_per_token))
+        return spent

@@ -78,11 +78,10 @@ def _per_window(replayed: Replayed, params: CostParams, windows: int, servers: i
 def _engine_ttft(replayed: Replayed, engine) -> list[np.ndarray]:
     """Each request's TTFT through the engine model, with its replayed tier split, once per
     step-noise draw (one replay when the model has no noise)."""
-    from kvtier.policy.engine_model.step_replay import EngineRequests, replay
+    from kvtier.policy.engine_model.step_replay import EngineRequests, replays
 
     splits = [(o.gpu_hit_tokens, o.cpu_promotion_tokens, o.cold_promotion_tokens,
                o.recompute_tokens) for o in replayed.outcomes]
     requests = EngineRequests.from_records(replayed.requests, splits)
-    draws = ENGINE_DRAWS if engine.step_noise_s or engine.prefill_step_noise_s else 1
-    return [replay(requests, engine, np.random.default_rng(seed)).ttft_s for seed in range(draws)]
+    return [run.ttft_s for run in replays(requests, engine, ENGINE_DRAWS)]
 

@@ -144,28 +144,15 @@ def test_the_decode_pass_is_told_from_the_overhead_though_few_steps_prefill_alon
     assert fitted.decode_pass_s == pytest.approx(0.004, abs=0.001)
 
 
-def test_prefill_steps_keep_their_own_noise_scaled_down_when_cheaper_than_typical():
-    from kvtier.policy.engine_model.fit import fit_step_noise_s, typical_prefill_step_s
+def test_prefill_steps_and_decode_steps_keep_their_own_noise():
+    from kvtier.policy.engine_model.fit import fit_step_noise_s
 
     steps = synthetic_steps(200, np.random.default_rng(8))
     late = [_with_duration(s, s.duration_s + (0.01 if s.prefill_requests else 0.001)) for s in steps]
     assert fit_step_noise_s(late, TRUE, prefill=True) == pytest.approx((0.01,) * 41)
     assert fit_step_noise_s(late, TRUE, prefill=False) == pytest.approx((0.001,) * 41)
-    features = step_features(steps)
-    assert typical_prefill_step_s(steps, TRUE) == pytest.approx(
-        np.median(TRUE.seconds(features[features[:, 2] > 0])))
-    params = EngineModelParams(step_noise_s=(0.001, 0.001), prefill_step_noise_s=(0.01, 0.02),
-                               prefill_step_typical_s=0.03)
+    params = EngineModelParams(step_noise_s=(0.001, 0.001), prefill_step_noise_s=(0.01, 0.02))
     assert EngineModelParams.from_dict(json.loads(json.dumps(params.to_dict()))) == params
-    # a 10 ms prefill draws a third of the noise a 30 ms (typical) one does; a 60 ms one all
-    one = lambda tokens: EngineRequests.from_records(
-        [RequestRecord("a", 0.0, tokens, output_tokens=1, recomputed_tokens=tokens)])
-    cost = StepCost(prefill_token_s=0.001)
-    noisy = EngineModelParams(cost, prefill_step_noise_s=(0.006, 0.006), prefill_step_typical_s=0.03)
-    assert replay(one(10), noisy).ttft_s[0] == pytest.approx(0.010 + 0.002)
-    assert replay(one(60), noisy).ttft_s[0] == pytest.approx(0.060 + 0.006)
-    with pytest.raises(ValueError, match="prefill_step_typical_s"):
-        EngineModelParams(prefill_step_typical_s=-1.0)
 
 
 def test_the_held_out_prediction_is_the_median_over_noise_draws():

@@ -1,4 +1,5 @@
-"""Promotions move over bandwidth-limited FIFO links before a request's first step."""
+"""Promotions move over bandwidth-limited FIFO links before a request's first step, or cost
+the step that admits it where the engine copies them there."""
 
 from __future__ import annotations
 
@@ -46,3 +47,23 @@ def test_a_cold_promotion_is_staged_through_cpu():
     ready = ready_s(np.array([5.0]), np.array([0]), np.array([100]), 1000,
                     LINKS["cpu_link"], LINKS["cold_link"])
     assert ready[0] == pytest.approx(5.0 + 1.1 + 0.1)
+
+
+def test_promotions_wait_on_the_link_or_cost_the_admitting_step():
+    # 64 CPU-tier tokens of 1 KiB: queued, the link takes 1 s before the request is scheduled;
+    # in the step, that step costs 64 KiB x loaded_byte_s instead (0.5 s), and no link wait
+    from dataclasses import replace
+
+    cost = StepCost(overhead_s=1.0, loaded_byte_s=0.5 / 65536)
+    row = (0, 80, 1, 0, 64, 0, 16)
+    link = TransferLink(65536.0, 0.0)
+    queued = EngineModelParams(cost, SchedulerLimits(), cpu_link=link, kv_bytes_per_token=1024)
+    in_step = EngineModelParams(cost, SchedulerLimits(promotions="in_step"), cpu_link=link,
+                                kv_bytes_per_token=1024)
+    assert replay(requests(row), queued).ttft_s.tolist() == pytest.approx([2.0])
+    assert replay(requests(row), in_step).ttft_s.tolist() == pytest.approx([1.5])
+    # cold blocks are read from their files in that step too: the cold link's time, then the copy
+    cold = replace(in_step, cold_link=TransferLink(16384.0, 0.25))
+    assert replay(requests((0, 80, 1, 0, 0, 64, 16)), cold).ttft_s.tolist() == pytest.approx([1.0 + 0.5 + 4.25])
+    with pytest.raises(ValueError, match="promotions must be one of"):
+        SchedulerLimits(promotions="later")

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.conftest import free_port
-from tests.probes.vllm.serving import CollectorProcess, EngineSetup, VllmServer, build_model, total
+from tests.probes.vllm.serving import (CollectorProcess, EngineSetup, VllmServer, build_model,
+                                       num_gpu_blocks, total)
 
 SESSIONS, TURNS, SYSTEM_BLOCKS, TURN_BLOCKS = 8, 5, 10, 3
 LOAD_REQUESTS = SESSIONS * TURNS
@@ -95,14 +96,17 @@ def _timed(run: "EngineRun", client, model: str, prompts) -> list[float]:
     return out
 
 
-def _load_probe(url: str, trace: Path, store: Path, *, concurrency: int = 1, vocab: int = 2000):
-    """``kvtier probe load`` over the trace: one engine block per trace block (32 tokens); a
-    different vocabulary gives the same structure with other tokens."""
+def load_probe(url: str, trace: Path, store: Path | None = None, *, requests: int = LOAD_REQUESTS,
+               concurrency: int = 1, vocab: int = 2000):
+    """``kvtier probe load`` over the trace (its client rows into ``store``, when given): one
+    engine block per trace block (32 tokens); a different vocabulary gives the same structure
+    with other tokens."""
     return subprocess.run(
         [sys.executable, "-m", "kvtier", "probe", "load", "--url", url, "--trace", str(trace),
-         "--requests", str(LOAD_REQUESTS), "--concurrency", str(concurrency), "--max-tokens", "8",
-         "--block-tokens", "32", "--max-blocks", "32", "--vocab-size", str(vocab),
-         "--store", str(store), "--json"], capture_output=True, text=True, timeout=600)
+         "--requests", str(requests), "--concurrency", str(concurrency), "--max-tokens", "8",
+         "--block-tokens", "32", "--max-blocks", "32", "--vocab-size", str(vocab), "--json",
+         *(["--store", str(store)] if store is not None else [])],
+        capture_output=True, text=True, timeout=600)
 
 
 def _wait(predicate, timeout_s: float = 30.0, what: str = "condition") -> None:
@@ -149,7 +153,7 @@ def run_scenario(python: str, workdir: Path) -> EngineRun:
         before = a.samples()
         run.window = (time.time(),)
         trace = bailian_trace(workdir / "sessions.jsonl")
-        probe = _load_probe(a.url, trace, workdir / "probe.duckdb")
+        probe = load_probe(a.url, trace, workdir / "probe.duckdb")
         assert probe.returncode == 0, probe.stderr[-3000:]
         run.load = json.loads(probe.stdout)
         run.served_a += LOAD_REQUESTS
@@ -158,8 +162,7 @@ def run_scenario(python: str, workdir: Path) -> EngineRun:
         time.sleep(0.5)
         run.window += (time.time(),)
         after = a.samples()
-        run.gpu_blocks = next(int(dict(labels)["num_gpu_blocks"]) for name, labels in after
-                              if name == "vllm:cache_config_info")
+        run.gpu_blocks = num_gpu_blocks(after)
         run.deltas = {n: total(after, n) - total(before, n) for n in VLLM_COUNTERS}
         run.local_compute = (total(after, "vllm:prompt_tokens_by_source_total", source="local_compute")
                              - total(before, "vllm:prompt_tokens_by_source_total", source="local_compute"))
@@ -189,7 +192,7 @@ def run_scenario(python: str, workdir: Path) -> EngineRun:
         _wait(lambda: _requests_ingested(collector, "tiny-vllm-a") >= PHASE_REQUESTS, what="the records after the restart")
         # 5. engine B ships only when it shuts down: the load probe at concurrency 4 (requests
         # preempted for GPU blocks), then 3 requests tagged by the openai client
-        load_b = _load_probe(b.url, trace, workdir / "probe-b.duckdb", concurrency=4, vocab=1999)
+        load_b = load_probe(b.url, trace, workdir / "probe-b.duckdb", concurrency=4, vocab=1999)
         assert load_b.returncode == 0, load_b.stderr[-3000:]
         client_b = openai.OpenAI(base_url=b.url + "/v1", api_key="none", max_retries=0)
         for i in range(FLUSH_REQUESTS):

@@ -202,6 +202,13 @@ def scrape(url: str) -> dict:
             for family in text_string_to_metric_families(text) for s in family.samples}
 
 
+def num_gpu_blocks(samples: dict) -> int:
+    """The engine's GPU KV blocks (``vllm:cache_config_info``'s ``num_gpu_blocks``) from a
+    ``/metrics`` scrape (:func:`scrape`)."""
+    return next(int(dict(labels)["num_gpu_blocks"]) for name, labels in samples
+                if name == "vllm:cache_config_info")
+
+
 def total(samples: dict, name: str, **labels) -> float:
     wanted = set(labels.items())
     return sum(v for (n, ls), v in samples.items() if n == name and wanted <= set(ls))

@@ -29,7 +29,8 @@ from kvtier.probes.vllm.next_use_twin import NextUseTwin
 from tests.conftest import free_port
 from tests.policy.learn.synthetic import record
 from tests.probes.vllm.environments import ROOT, VLLM_PYTHONS
-from tests.probes.vllm.serving import CollectorProcess, EngineSetup, VllmServer, build_model
+from tests.probes.vllm.serving import (CollectorProcess, EngineSetup, VllmServer, build_model,
+                                       num_gpu_blocks)
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -89,8 +90,7 @@ def test_the_engine_evicts_the_blocks_the_replay_evicts(tmp_path):
                 model=str(engine.model), prompt=prompt, max_tokens=2, temperature=0,
                 extra_body={"kv_transfer_params": {"kvtier": {
                     "session_id": session, "arrival_s": t, "block_tokens": BLOCK}}})
-        gpu_blocks = int(next(dict(labels)["num_gpu_blocks"] for name, labels in engine.samples()
-                              if name == "vllm:cache_config_info"))
+        gpu_blocks = num_gpu_blocks(engine.samples())
     finally:
         engine.stop()
         collector.stop()

@@ -26,7 +26,7 @@ import pytest
 from tests.conftest import free_port
 from tests.probes.vllm.environments import VLLM_PYTHONS
 from tests.probes.vllm.serving import (ROOT, CollectorProcess, EngineSetup, VllmServer,
-                                       build_model, total)
+                                       build_model, num_gpu_blocks, total)
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow, pytest.mark.timeout(900)]
 PROMPTS, PREFIXES, PREFIX_TOKENS, SUFFIX_TOKENS = 80, 10, 512, 32
@@ -214,8 +214,7 @@ def test_the_cpu_tier_follows_the_engines_block_bytes(loop):
     inputs = {i["name"]: i for i in loop.recommended["evidence"]["inputs"]}
     assert sizes["cpu"]["block_bytes"] == BLOCK_BYTES and cpu_bytes % BLOCK_BYTES == 0
     assert (inputs["kv_bytes_per_token"]["value"], inputs["kv_bytes_per_token"]["source"]) == (2048, "measured")
-    gpu_blocks = next(int(dict(labels)["num_gpu_blocks"]) for name, labels in loop.phases[0].counters
-                      if name == "vllm:cache_config_info")
+    gpu_blocks = num_gpu_blocks(loop.phases[0].counters)
     assert (inputs["gpu_tokens"]["value"], inputs["gpu_tokens"]["source"]) == ((gpu_blocks - 1) * 32, "measured")
     assert SMALL_CPU_BYTES < cpu_bytes < 64 << 20  # grown, in 64 KiB blocks, not 4 MiB ones
     assert pushed_extra(loop)["cpu_bytes_to_use"] == cpu_bytes
