@@ -222,10 +222,6 @@ class Recorder:
                             decode_context_tokens, running_requests, waiting_requests,
                             preempted_requests, loaded_bytes, stored_bytes))
 
-    @property
-    def pending_events(self) -> int:
-        return len(self._buffer) // RECORD_BYTES
-
     def take_packed(self) -> PackedBatch | None:
         """Drain everything buffered, still packed (no Arrow work: an engine process calls
         this). ``None`` when nothing (and no rejection) is pending. One drainer at a time (a

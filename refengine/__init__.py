@@ -17,6 +17,6 @@ Serve it (the verb module is ``kvtier/verbs/engine.py``)::
 
 or in-process: ``EngineServer(EngineConfig(...), ServerSettings(port=0)).start()`` ... ``.stop()``;
 or without HTTP: ``ReferenceEngine(config, recorder)``, ``submit(Sequence(...))``,
-``run_until_idle()``. Switch tiers with ``POST /admin/tiers`` (JSON of ``TierConfig`` fields);
+``step()`` until it returns ``False``. Switch tiers with ``POST /admin/tiers`` (JSON of ``TierConfig`` fields);
 the switch applies once the running batch drains, and the caches start empty.
 """

@@ -10,7 +10,7 @@ offloaded out of the GPU tier meanwhile, and the step's measured duration (its s
 end, on the injected ``timer``; the engine does not preempt, so ``preempted_requests`` is 0).
 
 Thread contract: :meth:`submit` and :meth:`reconfigure` may be called from any thread;
-everything else runs on the thread that calls :meth:`step` (or :meth:`run_until_idle`).
+everything else runs on the thread that calls :meth:`step`.
 """
 
 from __future__ import annotations
@@ -123,14 +123,6 @@ class ReferenceEngine:
             work.waiting_requests, 0, now["load"][0] - moved["load"][0],
             now["store"][0] - moved["store"][0])
         self.steps += 1
-
-    def run_until_idle(self, max_steps: int = 1_000_000) -> None:
-        for _ in range(max_steps):
-            if not self.scheduler.has_work and self._incoming.empty():
-                break
-            self.step()
-        self.kv.flush()
-        self.step()  # publish events of writes that completed meanwhile
 
     def _prefill(self, seq: Sequence) -> None:
         start = self._timer()

@@ -70,7 +70,3 @@ class Scheduler:
         self.running.remove(seq)
         kv.free(seq)
         seq.finished = True
-
-    @property
-    def has_work(self) -> bool:
-        return bool(self.waiting or self.running)

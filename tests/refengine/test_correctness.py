@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.refengine.conftest import BLOCK, prompt, run, tiny_config
+from tests.refengine.conftest import BLOCK, prompt, run, run_until_idle, tiny_config
 
 P = prompt(1)
 CACHED_TOKENS = 3 * BLOCK  # 13-token prompt: 3 full blocks, the last token is always computed
@@ -85,5 +85,5 @@ def test_batched_decode_gives_each_request_its_solo_output(make_engine):
         engine.submit(seq)
     engine.step()
     assert len(engine.scheduler.running) == 4  # all admitted together: decoded as one batch
-    engine.run_until_idle()
+    run_until_idle(engine)
     assert [s.output for s in seqs] == solo

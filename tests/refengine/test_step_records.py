@@ -7,13 +7,13 @@ import pytest
 
 from kvtier.collector.store import TraceStore
 from kvtier.refengine.sequence import Sequence
-from tests.refengine.conftest import prompt, tiny_config
+from tests.refengine.conftest import prompt, run_until_idle, tiny_config
 
 
 def submit_all(engine, prompts: list[list[int]], prefix: str) -> None:
     for n, tokens in enumerate(prompts):
         engine.submit(Sequence(f"{prefix}{n}", tokens, 3 + n % 3, 0.0))
-    engine.run_until_idle()
+    run_until_idle(engine)
 
 
 @pytest.mark.timeout(120)

@@ -1,6 +1,7 @@
 """Eviction policies behind one tier protocol (:class:`CachePolicy`), plus admission wrappers.
 
-The built-in policies are compiled (``keyed.py``: the core's tiers addressed by key);
+The built-in policies are compiled (``keyed.py``: the core's tiers addressed by key,
+:func:`compiled_policy` the face of one);
 :class:`CachePolicy` is the base for policies written in Python. ``make_policy(name,
 capacity_blocks)`` builds one by name; the names and what each needs are
 :data:`POLICIES` (``registry.py``), where :func:`register_policy` adds one written in Python.
@@ -25,6 +26,7 @@ from kvtier.policy.sim.policies.keyed import (
     PriorityLRU,
     VllmARC,
     VllmLRU,
+    compiled_policy,
 )
 from kvtier.policy.sim.policies.registry import (
     POLICIES,
@@ -55,6 +57,7 @@ __all__ = [
     "ScoreAdmitter",
     "VllmARC",
     "VllmLRU",
+    "compiled_policy",
     "load_policy_modules",
     "make_policy",
     "policy_names",

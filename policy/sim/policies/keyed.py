@@ -3,7 +3,9 @@
 Each class here is one compiled tier of ``policy/sim/_core.pyx`` plus a map from any hashable
 key to the dense ids the core works on. Flows take the compiled tier out of a fresh one
 (:meth:`KeyedTier.compiled`) and drive it directly; code and tests that hold blocks by key use
-these classes as they would any :class:`CachePolicy`.
+these classes as they would any :class:`CachePolicy`. :func:`compiled_policy` makes the face of
+a core class, so a new compiled policy is its class in ``sim/_policies.pxi`` and one line of
+``registry.py``.
 """
 
 from __future__ import annotations
@@ -106,101 +108,66 @@ class KeyedTier:
         return dict.fromkeys(self._keys[i] for i in ids)
 
 
-class LRU(KeyedTier):
-    """Least recently used: the default of vLLM's prefix cache and CPU tier, LMCache and
-    SGLang, and the one LRU core of the simulator (every tier's order, vLLM's request-scoped
-    CPU LRU and the store-threshold offer tracker keep their order in it)."""
+def compiled_policy(name: str, core_class: str, doc: str = "", *, reads_info: bool = False,
+                    uses_future: bool = False, request_scoped: bool = False) -> type[KeyedTier]:
+    """The :class:`KeyedTier` of a compiled tier class of the core (``core_class``, e.g.
+    ``"Lru"``), named ``name`` in the registry: a new compiled policy needs only its class in
+    ``sim/_policies.pxi`` and a registry line ``PolicySpec(compiled_policy(...), summary)``."""
 
-    name = "lru"
+    def make(capacity_blocks):
+        return getattr(core(), core_class)(capacity_blocks)
 
-    @staticmethod
-    def _make(capacity_blocks):
-        return core().Lru(capacity_blocks)
+    return type(core_class, (KeyedTier,), {  # named as the core's class
+        "__doc__": doc, "__module__": __name__, "name": name, "reads_info": reads_info,
+        "uses_future": uses_future, "request_scoped": request_scoped,
+        "_make": staticmethod(make)})
 
 
-class ARC(KeyedTier):
+LRU = compiled_policy("lru", "Lru", """Least recently used: the default of vLLM's prefix cache
+    and CPU tier, LMCache and SGLang, and the one LRU core of the simulator (every tier's order,
+    vLLM's request-scoped CPU LRU and the store-threshold offer tracker keep their order in
+    it).""")
+
+
+class ARC(compiled_policy("arc", "Arc")):
     """Adaptive Replacement Cache (Megiddo & Modha, FAST'03). T1 holds keys seen once, T2 keys
     seen again; ghost lists B1/B2 remember recent victims of each; a miss that hits a ghost
     shifts T1's target size ``p`` toward the list that would have kept it. As tiers remove keys
     from the outside, room is made only when the cache is full, a T1-only full cache evicts
     from T1 into B1, and ghost lists are then trimmed to the paper's bounds."""
 
-    name = "arc"
-
-    @staticmethod
-    def _make(capacity_blocks):
-        return core().Arc(capacity_blocks)
-
     @property
     def p(self) -> float:
         return self._core.p
 
 
-class S3FIFO(KeyedTier):
-    """S3-FIFO (Yang et al., SOSP'23), following the authors' libCacheSim ``S3FIFO.c``: a small
-    FIFO (10% of capacity) filters one-hit wonders, a main FIFO reinserts used keys like a
-    2-bit clock, a ghost FIFO (90% of capacity) remembers keys evicted from the small queue."""
+S3FIFO = compiled_policy("s3fifo", "S3fifo", """S3-FIFO (Yang et al., SOSP'23), following the
+    authors' libCacheSim ``S3FIFO.c``: a small FIFO (10% of capacity) filters one-hit wonders,
+    a main FIFO reinserts used keys like a 2-bit clock, a ghost FIFO (90% of capacity)
+    remembers keys evicted from the small queue.""")
 
-    name = "s3fifo"
+PriorityLRU = compiled_policy("priority", "PriorityLru", """TensorRT-LLM's prioritized LRU:
+    retention priorities 0..100, every block of the lowest non-empty priority goes before any
+    of a higher one, LRU inside a priority; a use re-queues the block at the priority its new
+    request gives it.""", reads_info=True)
 
-    @staticmethod
-    def _make(capacity_blocks):
-        return core().S3fifo(capacity_blocks)
+Belady = compiled_policy("belady", "Belady", """Belady's MIN: evict the block whose next use is
+    farthest in the future (the offline bound; the simulator fills
+    :attr:`BlockInfo.next_use`). For uniform block sizes MIN maximises block hits over any
+    demand-fetching policy; under prefix-chained ids a parent's next use precedes its child's,
+    so its resident set stays prefix-closed.""", reads_info=True, uses_future=True)
 
-
-class PriorityLRU(KeyedTier):
-    """TensorRT-LLM's prioritized LRU: retention priorities 0..100, every block of the lowest
-    non-empty priority goes before any of a higher one, LRU inside a priority; a use re-queues
-    the block at the priority its new request gives it."""
-
-    name = "priority"
-    reads_info = True
-
-    @staticmethod
-    def _make(capacity_blocks):
-        return core().PriorityLru(capacity_blocks)
+VllmLRU = compiled_policy("vllm-lru", "VllmLru", """vLLM 0.33's CPU LRU
+    (``CPUOffloadingManager``, ``lru``), request-scoped: a request's blocks rank after every
+    finished one, tail first, until ``finish`` gives them fresh ranks tail to head, so a
+    request's head outlives its tail.""", request_scoped=True)
 
 
-class Belady(KeyedTier):
-    """Belady's MIN: evict the block whose next use is farthest in the future (the offline
-    bound; the simulator fills :attr:`BlockInfo.next_use`). For uniform block sizes MIN
-    maximises block hits over any demand-fetching policy; under prefix-chained ids a parent's
-    next use precedes its child's, so its resident set stays prefix-closed."""
-
-    name = "belady"
-    reads_info = True
-    uses_future = True
-
-    @staticmethod
-    def _make(capacity_blocks):
-        return core().Belady(capacity_blocks)
-
-
-class VllmLRU(KeyedTier):
-    """vLLM 0.33's CPU LRU (``CPUOffloadingManager``, ``lru``), request-scoped: a request's
-    blocks rank after every finished one, tail first, until ``finish`` gives them fresh ranks
-    tail to head, so a request's head outlives its tail."""
-
-    name = "vllm-lru"
-    request_scoped = True
-
-    @staticmethod
-    def _make(capacity_blocks):
-        return core().VllmLru(capacity_blocks)
-
-
-class VllmARC(KeyedTier):
+class VllmARC(compiled_policy("vllm-arc", "VllmArc", request_scoped=True)):
     """vLLM 0.33's CPU ARC (``arc``), request-scoped: stores go to T1; at ``finish`` a reused
     block moves T1 -> T2 (or to T2's MRU end), an insertion-only block to the MRU end of its
     list; a store miss in ghost list B1 (B2) raises (lowers) T1's target; eviction takes from
     T1 while ``len(T1) >= int(target)``, else from T2, each falling back to the other."""
-
-    name = "vllm-arc"
-    request_scoped = True
-
-    @staticmethod
-    def _make(capacity_blocks):
-        return core().VllmArc(capacity_blocks)
 
     @property
     def target_t1(self) -> float:

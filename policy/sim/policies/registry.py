@@ -61,6 +61,9 @@ class PolicySpec:
         return bool(self.cls.uses_future)
 
 
+# A compiled policy joins with its class in ``sim/_policies.pxi`` and one line here, e.g.
+# ``PolicySpec(compiled_policy("clock", "Clock"), "CLOCK")``, and an oracle under
+# ``tests/policy/sim/oracle/policies/``.
 POLICIES: dict[str, PolicySpec] = {spec.name: spec for spec in (
     PolicySpec(LRU, "least recently used", ("exclusive", "vllm"), vllm_cls=VllmLRU),
     PolicySpec(ARC, "adaptive replacement cache", ("exclusive", "vllm"), vllm_cls=VllmARC),

@@ -109,3 +109,25 @@ def test_a_repeated_block_inside_a_request_is_a_clear_error():
     sim.serve(request([1, 2], prompt_tokens=12))
     with pytest.raises(ValueError, match="repeats within one request"):
         sim.serve(request([1, 2, 1, 2], prompt_tokens=17))
+
+
+def test_a_compiled_policy_joins_with_one_registry_line(monkeypatch, capsys):
+    """Beside its Cython class and its oracle module, a compiled policy is one ``PolicySpec``
+    line: the simulator, ``simulate``'s and ``evaluate``'s choices and this file's replays
+    against the oracle then take it (here the LRU core under a second name)."""
+    from kvtier.cli import main
+    from kvtier.policy.sim.policies import PolicySpec, compiled_policy
+
+    spec = PolicySpec(compiled_policy("lru-again", "Lru"), "LRU under a second name")
+    monkeypatch.setitem(POLICIES, spec.name, spec)
+    monkeypatch.setitem(ORACLE_POLICIES, spec.name, ORACLE_POLICIES["lru"])
+    assert spec.compiled and "lru-again" in policy_names("exclusive", evaluate=True, compiled=True)
+    records = random_prefix_trace(3, n_requests=200)
+    config = SimConfig(gpu_blocks=6, cpu_blocks=15, cold_blocks=30, policy="lru-again")
+    ours = simulate(records, config)
+    assert ours == OracleSimulator(config).replay(records)
+    assert ours == simulate(records, SimConfig(gpu_blocks=6, cpu_blocks=15, cold_blocks=30))
+    for verb in ("simulate", "evaluate"):
+        with pytest.raises(SystemExit):
+            main([verb, "--help"])
+        assert "lru-again" in capsys.readouterr().out

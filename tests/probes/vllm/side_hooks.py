@@ -128,7 +128,7 @@ def run(mode, fs_root):
     from vllm.v1.kv_offload.base import ReqContext
     from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 
-    from kvtier.probes.vllm.recorders import active_recorders
+    from kvtier.probes.vllm.recorders import recorder_for
 
     extra = {"spec_module_path": "kvtier.probes.vllm.spec", "cpu_bytes_to_use": 4 * 4096,
              "eviction_policy": "lru", "kvtier_instance": "side-test", **IN_PROCESS}
@@ -161,7 +161,7 @@ def run(mode, fs_root):
     with locked(manager):
         manager.on_request_finished(ctx)
     manager.shutdown()
-    out = drained(active_recorders()[spec.config.engine_id])
+    out = drained(recorder_for(spec.config.engine_id))  # the one the plug-ins made
     return {"did": did, "rows": out["rows"], "origin": out["origin"]}
 
 

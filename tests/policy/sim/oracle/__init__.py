@@ -1,9 +1,10 @@
 """The pure-Python reference of the simulator, kept as the oracle the compiled core
-(``policy/sim/_core.pyx``) is compared against: the per-access policies and admitters here, the
-flows (``flows.py``), vLLM's CPU tier and cores (``vllm_cpu.py``, ``vllm_policies.py``), its
-GPU block pool (``vllm_gpu.py``) and the record-at-a-time simulator (``simulator.py``).
+(``policy/sim/_core.pyx``) is compared against: the eviction policies (``policies/``, one module
+each, found by name), the admitters (``admission.py``), the flows (``flows.py``), vLLM's CPU
+tier and cores (``vllm_cpu.py``, ``vllm_policies.py``), its GPU block pool (``vllm_gpu.py``) and
+the record-at-a-time simulator (``simulator.py``).
 
-``make_policy(name, capacity_blocks)`` is the registry; names are :data:`POLICIES`.
+``make_policy(name, capacity_blocks)`` builds one by name; the names are :data:`POLICIES`.
 """
 
 from __future__ import annotations
@@ -15,16 +16,13 @@ from tests.policy.sim.oracle.admission import (
     PriorityAdmitter,
     ScoreAdmitter,
 )
-from tests.policy.sim.oracle.arc import ARC
 from kvtier.policy.sim.policies.base import NEVER, BlockInfo, CachePolicy
-from tests.policy.sim.oracle.belady import Belady
-from tests.policy.sim.oracle.lru import LRU
-from tests.policy.sim.oracle.priority import PriorityLRU
-from tests.policy.sim.oracle.s3fifo import S3FIFO
-
-POLICIES: dict[str, type[CachePolicy]] = {
-    "lru": LRU, "arc": ARC, "s3fifo": S3FIFO, "priority": PriorityLRU, "belady": Belady,
-}
+from tests.policy.sim.oracle.policies import POLICIES
+from tests.policy.sim.oracle.policies.arc import ARC
+from tests.policy.sim.oracle.policies.belady import Belady
+from tests.policy.sim.oracle.policies.lru import LRU
+from tests.policy.sim.oracle.policies.priority import PriorityLRU
+from tests.policy.sim.oracle.policies.s3fifo import S3FIFO
 
 __all__ = [
     "ARC",

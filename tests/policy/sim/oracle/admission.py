@@ -12,7 +12,7 @@ from kvtier.policy.sim.policies.admission import (
     ScoreAdmitter,
 )
 from kvtier.policy.sim.policies.base import BlockInfo, Key
-from tests.policy.sim.oracle.lru import LRU
+from tests.policy.sim.oracle.policies.lru import LRU
 
 __all__ = ["Admitted", "Admitter", "OfferCountAdmitter", "PriorityAdmitter", "ScoreAdmitter"]
 

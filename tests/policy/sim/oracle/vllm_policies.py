@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Collection, Sequence
 
 from kvtier.policy.sim.policies.base import DEFAULT_INFO, BlockInfo, CachePolicy, Key
-from tests.policy.sim.oracle.lru import LRU
+from tests.policy.sim.oracle.policies.lru import LRU
 
 
 class _RequestScoped(CachePolicy):
