@@ -56,6 +56,7 @@ from kvtier.policy.recommend.values import (
 )
 from kvtier.policy.recommend.vllm_sweep import best_cpu_setting, cold_tier_gain, vllm_replay
 from kvtier.policy.rollback.rule import LatencyBudget
+from kvtier.policy.writers.choices import Choices, FileTierChoice
 
 VALIDATION_FRACTION = 0.2
 DEFAULT_COSTS = CostParams()
@@ -167,12 +168,13 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
     cold = _cold_tier(split.train, inputs, cold_size, vllm_blocks, validate_from,
                       by_setting[vllm_cpu], params, block_tokens, vllm_cpu[0])
     cold_bytes = 0 if cold_size is None else cold_size.chosen_bytes
-    per_engine, notes = engines.settings(
-        cpu.chosen_bytes, measured.chosen.min_priority, learned.classes,
+    per_engine, notes = engines.settings(Choices(
+        cpu.chosen_bytes, measured.chosen.min_priority, tuple(learned.classes),
         measured.candidate.result.token_hit_ratio > measured.baseline.result.token_hit_ratio,
-        ranges=learned.ranges, range_min_priority=learned.range_gate.min_priority,
-        vllm_cpu=vllm_cpu, cold=cold, cold_bytes=cold_bytes, cold_path=inputs.cold_path,
-        vllm_cpu_bytes=vllm_blocks * cpu.block_bytes)
+        ranges=tuple(learned.ranges), range_min_priority=learned.range_gate.min_priority,
+        vllm_cpu=vllm_cpu, vllm_cpu_bytes=vllm_blocks * cpu.block_bytes,
+        file_tier=None if cold is None else FileTierChoice(cold.add, cold.reason, cold_bytes,
+                                                           inputs.cold_path)))
     evidence = dataclasses.replace(
         _evidence(split, inputs, reuse, host, gpu_only, learned, measured, servers, cpu,
                   cold_size, cold, by_setting, vs_gpu, block_tokens), inputs=sources,

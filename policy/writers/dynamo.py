@@ -11,6 +11,7 @@ is left alone (metrics are a separate opt-in) and noted.
 
 from __future__ import annotations
 
+from kvtier.policy.writers.choices import Choices
 from kvtier.policy.writers.settings import EngineSettings, Rendered, gib
 from kvtier.policy.writers.textedit import env_get, env_set
 
@@ -18,6 +19,13 @@ ENGINE = "dynamo"
 FORMATS = (".env",)
 DEFAULT_FILE = "dynamo.env"  # the file kvtier recommend writes
 FILE_HELP = ".env (KVBM variables)"
+OFF = EngineSettings(cpu_tier_bytes=0)  # what turns offloading off
+
+
+def recommended(choices: Choices) -> tuple[EngineSettings, tuple[str, ...]]:
+    """KVBM takes the CPU tier and the learned offload threshold as they are."""
+    return EngineSettings(cpu_tier_bytes=choices.cpu_tier_bytes,
+                          offload_min_priority=choices.min_priority, kv_events=True), ()
 
 
 def validate(settings: EngineSettings, existing: str = "") -> None:

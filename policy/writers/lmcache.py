@@ -10,6 +10,7 @@ Mapping (LMCache, ``lmcache/v1/config.py`` ``_CONFIG_DEFINITIONS`` at ``3ecd72f`
 
 from __future__ import annotations
 
+from kvtier.policy.writers.choices import GATE, Choices
 from kvtier.policy.writers.settings import EngineSettings, Rendered, gib
 from kvtier.policy.writers.yamledit import yaml_set
 
@@ -18,6 +19,13 @@ FORMATS = (".yaml", ".yml")
 DEFAULT_FILE = "lmcache.yaml"  # the file kvtier recommend writes
 FILE_HELP = ".yaml (LMCACHE_CONFIG_FILE)"
 CACHE_POLICIES = {"lru": "LRU", "lfu": "LFU", "fifo": "FIFO"}
+OFF = EngineSettings(cpu_tier_bytes=0)  # what turns offloading off
+
+
+def recommended(choices: Choices) -> tuple[EngineSettings, tuple[str, ...]]:
+    """The CPU size under LRU; the gate is per block, LMCache's ``priority_limit`` per request."""
+    return (EngineSettings(cpu_tier_bytes=choices.cpu_tier_bytes, eviction_policy="lru"),
+            (f"LMCache's priority_limit is per request, not per block: {GATE} is not applied",))
 
 
 def validate(settings: EngineSettings) -> None:

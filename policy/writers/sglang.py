@@ -11,6 +11,7 @@ it overrides ``--hicache-ratio``, which is removed); 0 turns HiCache off; a cold
 
 from __future__ import annotations
 
+from kvtier.policy.writers.choices import Choices
 from kvtier.policy.writers.settings import EngineSettings, Rendered
 from kvtier.policy.writers.textedit import args_set
 
@@ -19,6 +20,15 @@ FORMATS = (".args", ".txt", ".conf")
 DEFAULT_FILE = "sglang.args"  # the file kvtier recommend writes
 FILE_HELP = ".args (one launch flag per line)"
 EVICTION_POLICIES = ("lru", "lfu", "slru", "priority")
+OFF = EngineSettings(cpu_tier_bytes=0)  # what turns offloading off
+
+
+def recommended(choices: Choices) -> tuple[EngineSettings, tuple[str, ...]]:
+    """The CPU size under LRU; SGLang's nearest knob to an admission gate is selective
+    write-through, taken when the gate helps."""
+    return EngineSettings(cpu_tier_bytes=choices.cpu_tier_bytes, eviction_policy="lru",
+                          write_policy="write_through_selective" if choices.admission_helps
+                          else "write_through"), ()
 
 
 def validate(settings: EngineSettings) -> None:

@@ -18,8 +18,9 @@ from __future__ import annotations
 import json
 from typing import Mapping
 
-from kvtier.policy.writers.trtllm_retention import DEFAULT_RETENTION_PRIORITY
+from kvtier.policy.writers.choices import Choices
 from kvtier.policy.writers.settings import EngineSettings, Rendered
+from kvtier.policy.writers.trtllm_retention import DEFAULT_RETENTION_PRIORITY
 from kvtier.policy.writers.yamledit import ConfigFileError, yaml_set
 
 ENGINE = "trtllm"
@@ -28,6 +29,34 @@ DEFAULT_FILE = "trtllm.yaml"  # the file kvtier recommend writes
 FILE_HELP = ".yaml (trtllm-serve --config) or .json (per-class retention for the gateway)"
 EVENT_BUFFER_SIZE = 16384
 SECTION = "kv_cache_config"
+OFF = EngineSettings(cpu_tier_bytes=0)  # what turns offloading off
+
+
+def recommended(choices: Choices) -> tuple[EngineSettings, tuple[str, ...]]:
+    """The learned threshold as ``secondary_offload_min_priority``: over the priorities the
+    per-class token ranges give when there are any, else over the per-class priorities."""
+    ranges = tuple(choices.ranges)
+    if ranges and choices.range_min_priority is not None:
+        settings = EngineSettings(cpu_tier_bytes=choices.cpu_tier_bytes,
+                                  offload_min_priority=choices.range_min_priority,
+                                  retention_ranges=ranges, kv_events=True)
+    else:
+        settings = EngineSettings(cpu_tier_bytes=choices.cpu_tier_bytes,
+                                  offload_min_priority=choices.min_priority,
+                                  retention_priorities=tuple(choices.classes), kv_events=True)
+    return settings, (
+        "the gateway should send each request class's KvCacheRetentionConfig "
+        f"(trtllm.retention.json): {_ranges_text(ranges)}; "
+        f"offload_min_priority={choices.range_min_priority} is the best threshold over the "
+        "priorities those ranges give (evidence: token_range_sweep); the expected change is "
+        "measured for the per-block gate, which token ranges approximate",)
+
+
+def _ranges_text(ranges) -> str:
+    return "; ".join(
+        f"{c.name}: " + ", ".join(f"tokens {r.token_start}-{r.token_end or 'end'} -> {r.priority}"
+                                  for r in c.token_ranges) + f", decode -> {c.decode_priority}"
+        for c in ranges) or "none"
 
 
 def offload_threshold(min_priority: int, priorities: tuple[int, ...]) -> tuple[int, list, list]:

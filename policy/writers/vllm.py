@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 
+from kvtier.policy.writers.choices import GATE, Choices
 from kvtier.policy.writers.settings import EngineSettings, Rendered
 from kvtier.policy.writers.vllm_shape import KVTIER_CONNECTORS, KVTIER_SPECS, ShapeError, check
 from kvtier.policy.writers.yamledit import ConfigFileError, yaml_get, yaml_set
@@ -47,12 +48,44 @@ APPLIES = ("cpu_tier_bytes", "cold_tier_bytes", "cold_tier_path", "eviction_poli
            "store_threshold", "block_size_tokens", "kv_events")
 NATIVE_CONNECTOR = "OffloadingConnector"
 ZERO_CPU_BYTES = 1  # vLLM refuses 0 ("must be specified"); 1 byte holds zero chunks
+OFF = None  # vLLM turns offloading off by dropping its transfer config, not by a setting
 # spec_module_path -> (the CPU spec, the CPU + secondary-tier spec) of one family
 SPEC_FAMILIES = {None: ("CPUOffloadingSpec", "TieringOffloadingSpec"), **KVTIER_SPECS}
 # what a user adds for events kvtier can collect: vLLM connects to a concrete host (it binds
 # only a "*" endpoint), and the endpoint is the user's to name
 EVENTS_LINE = ("""kv-events-config: '{"enable_kv_cache_events": true, "publisher": "zmq", """
                """"endpoint": "<the endpoint kvtier collect --vllm-events binds>"}'""")
+
+
+def recommended(choices: Choices) -> tuple[EngineSettings, tuple[str, ...]]:
+    """The best ``(eviction_policy, store_threshold)`` replayed under vLLM's semantics, its CPU
+    tier sized for the copy it keeps of the GPU's blocks, and the file tier when it was
+    chosen and has a directory (its ``store_threshold`` is then 0)."""
+    policy, store_threshold = choices.vllm_cpu
+    cpu_bytes = (choices.cpu_tier_bytes if choices.vllm_cpu_bytes is None
+                 else choices.vllm_cpu_bytes)
+    notes = [f"vLLM cannot express {GATE}; eviction_policy={policy}, "
+             f"store_threshold={store_threshold} is the best of lru/arc x 0, 2, 3 replayed under "
+             "vLLM's semantics"]
+    if cpu_bytes != choices.cpu_tier_bytes:
+        notes.append(f"cpu_tier_bytes is {cpu_bytes} for vLLM ({choices.cpu_tier_bytes} beyond "
+                     "the GPU tier): vLLM's CPU tier also holds a copy of the blocks it stores "
+                     "from the GPU")
+    file_tier = choices.file_tier
+    if file_tier is not None:
+        notes.append(f"candidate file tier of {file_tier.size_bytes} bytes: {file_tier.reason}")
+        if file_tier.add and not file_tier.path:
+            notes.append("the file tier is not written to the config: give --cold-path DIR (an "
+                         "absolute path on the file system kvtier probe fs measured)")
+        elif file_tier.add:
+            notes.append("with the file tier store_threshold is 0: vLLM's "
+                         "TieringOffloadingSpec refuses any other")
+            # TieringOffloadingSpec refuses store_threshold >= 2; the gain was replayed at 0
+            return EngineSettings(cpu_tier_bytes=cpu_bytes, eviction_policy=policy,
+                                  store_threshold=0, cold_tier_bytes=file_tier.size_bytes,
+                                  cold_tier_path=file_tier.path, kv_events=True), tuple(notes)
+    return EngineSettings(cpu_tier_bytes=cpu_bytes, eviction_policy=policy,
+                          store_threshold=store_threshold, kv_events=True), tuple(notes)
 
 
 def validate(settings: EngineSettings) -> None:

@@ -13,6 +13,7 @@ from kvtier.cli import build_parser
 from kvtier.policy import writers
 from kvtier.policy.recommend.report import CONFIG_FILES
 from kvtier.policy.writers import ENGINES, WRITERS, writer
+from kvtier.policy.writers.choices import Choices
 from kvtier.policy.writers.settings import EngineSettings
 
 
@@ -31,6 +32,10 @@ def test_each_writer_keeps_the_module_contract(engine):
     rendered = module.render(EngineSettings(cpu_tier_bytes=1 << 30), None,
                              Path(module.DEFAULT_FILE).suffix)
     assert rendered.text
+    value, notes = module.recommended(Choices(1 << 30, 30, (), True))
+    module.validate(value)  # what it recommends, it can write
+    assert value.cpu_tier_bytes == 1 << 30 and all(isinstance(n, str) and n for n in notes)
+    assert module.OFF is None or module.OFF.cpu_tier_bytes == 0
 
 
 def test_an_unknown_engine_names_the_known_ones():
@@ -55,5 +60,5 @@ def test_the_command_line_and_the_report_read_the_registry():
 def test_the_recommendation_has_settings_for_every_registered_engine():
     from kvtier.policy.recommend.engines import settings
 
-    written, notes = settings(1 << 30, 30, (), True)
+    written, notes = settings(Choices(1 << 30, 30, (), True))
     assert sorted(engine for engine, _ in written) == sorted(ENGINES), notes
