@@ -21,6 +21,7 @@ def default_policies() -> tuple[str, ...]:
 
 
 def add_arguments(parser) -> None:
+    from kvtier.policy.learn.baselines.external import EXTERNAL
     from kvtier.policy.sim.policies import policy_names
     from kvtier.verbs.trace_args import add_policy_module_argument, add_trace_arguments
 
@@ -48,9 +49,8 @@ def add_arguments(parser) -> None:
                              "again, knowing whether but not when)")
     parser.add_argument("--libcachesim", default="",
                         help="also run libCacheSim's policies as one cache of GPU+CPU size on "
-                             "the same block stream, comma-separated: lcs:lru, lcs:s3fifo, "
-                             "lcs:wtinylfu, lcs:glcache, lcs:lrb, lcs:lru+bloom, or 'all' "
-                             "(needs the libcachesim package)")
+                             f"the same block stream, comma-separated: {', '.join(EXTERNAL)}, "
+                             "or 'all' (needs the libcachesim package)")
     parser.add_argument("--seed", type=int, default=0, help="model seed (default 0)")
     parser.add_argument("--max-requests", type=int,
                         help="use only the first N requests of each trace (faster)")

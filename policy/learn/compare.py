@@ -4,34 +4,27 @@ Every policy replays the same records with the same GPU LRU tier; totals and TTF
 evaluation window only (the training part, if it precedes it in the same replay, only warms
 the tiers). ``learned`` is LRU behind the gradient-boosted admission model, ``learned-logistic``
 behind the logistic baseline; both are trained on the training records at the evaluated
-capacity and their threshold is swept on the training period's latest slice.
+capacity and their threshold is swept on the training period's latest slice. The rows
+``recommend`` never deploys live in ``baselines/``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
-import numpy as np
-
-from kvtier.collector.events import RequestRecord
 from kvtier.policy.cost import CostParams, queue_ttft, queue_ttft_samples
 from kvtier.policy.learn.admission_model import ModelConfig
 from kvtier.policy.learn.baselines.nextuse_rows import NAMES as NEXT_USE_NAMES
 from kvtier.policy.learn.baselines.nextuse_rows import ChoiceCache, policy_for, shadow_summary
-from kvtier.policy.learn.pipeline import fit, score_offers
-from kvtier.policy.learn.replay import IndexedAdmitter, Replayed, Tiers, replay
-from kvtier.policy.learn.retention import choose_tau
-from kvtier.policy.learn.retention import factory as retention_factory
+from kvtier.policy.learn.baselines.oracle_reused import ORACLE_REUSED, ReusedLaterAdmitter
+from kvtier.policy.learn.baselines.retention_tier import RETENTION, retention_policy
+from kvtier.policy.learn.pipeline import fit
+from kvtier.policy.learn.replay import Replayed, Tiers, replay
 from kvtier.policy.learn.split import Split
-from kvtier.policy.sim.compiled import core
 from kvtier.policy.sim.policies import policy_names
-from kvtier.policy.sim.trace import BlockTrace
 
 DEFAULT_COSTS = CostParams()
 LEARNED = {"learned": "gbm", "learned-logistic": "logistic"}
-ORACLE_REUSED = "oracle-reused"
-RETENTION = "learned-retention"
 
 
 def base_policies() -> tuple[str, ...]:
@@ -88,8 +81,8 @@ def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 
             admitter = ReusedLaterAdmitter(split.records, trace=split.trace)
         cpu_policy = name if name in base else "lru"
         if name == RETENTION:
-            cpu_policy, summaries[name] = _retention(split, tiers,
-                                                     fitted_by_name.get("learned"), seed)
+            cpu_policy, summaries[name] = retention_policy(split, tiers,
+                                                           fitted_by_name.get("learned"), seed)
         replayed = replay(split.records, tiers, cpu_policy, admitter=admitter,
                           count_from=split.count_from, trace=split.trace)
         rows.append(row(name, replayed, params, servers, keep_ttft_samples=keep_ttft_samples))
@@ -99,55 +92,6 @@ def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 
             "cold_blocks": tiers.cold_blocks, "train_requests": len(split.train),
             "evaluated_requests": len(split.records) - split.count_from, "policies": rows,
             "learned": summaries}
-
-
-def _retention(split: Split, tiers: Tiers, fitted, seed: int):
-    """The learned-retention CPU policy: the GBM's scores (trained as for ``learned``) order
-    eviction, decayed by time since use with ``tau`` chosen on the training period."""
-    if fitted is None:
-        fitted = fit(split.train, split.records, tiers, ModelConfig(seed=seed), thresholds=(),
-                     train_trace=split.train_trace, scored_trace=split.trace)
-    train_scores = (fitted.scores if split.count_from > 0
-                    else score_offers(fitted.model, split.train, tiers, trace=split.train_trace))
-    tau, sweep = choose_tau(split.train, tiers, train_scores, trace=split.train_trace)
-    summary = {"tau_s": _finite(tau), "sweep": [[_finite(t), r] for t, r in sweep],
-               "train_offers": fitted.train_offers, "model": fitted.model.card()}
-    return retention_factory(fitted.scores, tau), summary
-
-
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None  # JSON has no infinity: None = pure score
-
-
-class ReusedLaterAdmitter(IndexedAdmitter):
-    """A diagnostic, not a policy: admits an offer iff its block is referenced again later
-    in the trace. It knows *whether* a block comes back, not *when*, so it bounds what a
-    model answering "will this block be reused?" could reach with LRU eviction: how far a
-    perfect reuse predictor, rather than a perfect eviction order, would close the gap."""
-
-    name = ORACLE_REUSED
-
-    def __init__(self, records: Sequence[RequestRecord], trace: BlockTrace | None = None
-                 ) -> None:
-        super().__init__({}, 0.5)
-        trace = trace if trace is not None else BlockTrace.from_records(records)
-        # each block and the last request that references it, sorted by block
-        requests = np.repeat(np.arange(len(trace), dtype=np.int64), np.diff(trace.offsets))
-        backwards = trace.hashes[::-1]
-        self._blocks, first = np.unique(backwards, return_index=True)
-        self._last_request = requests[::-1][first]
-
-    def admits(self, key) -> bool:
-        i = int(np.searchsorted(self._blocks, np.uint64(key)))
-        found = i < len(self._blocks) and int(self._blocks[i]) == key
-        return found and int(self._last_request[i]) > self.request_index
-
-    def compiled_admitter(self, interner):
-        """The compiled form: the last referencing request per block, by the flow's ids."""
-        ids = interner.ids(self._blocks)
-        last = np.full(len(interner), -1, dtype=np.int64)
-        last[ids] = self._last_request
-        return core().ReusedLater(last, self.chained)
 
 
 def row(name: str, replayed: Replayed, params: CostParams, servers: int = 1, *,

@@ -1,4 +1,4 @@
-"""libCacheSim's learned and admission policies on the same block stream, for comparison.
+"""libCacheSim's LRU, alone and behind its Bloom-filter admission, on the same block stream.
 
 kvtier's policies run in tiers (GPU LRU, then the CPU policy); libCacheSim's run as one cache
 of the two tiers' combined size, fed every block reference in replay order with unit-size
@@ -23,14 +23,9 @@ from kvtier.collector.events import RequestRecord
 # row name -> (libCacheSim class, admissioner class or None)
 EXTERNAL = {
     "lcs:lru": ("LRU", None),
-    "lcs:s3fifo": ("S3FIFO", None),
-    "lcs:wtinylfu": ("WTinyLFU", None),
-    "lcs:glcache": ("GLCache", None),
-    "lcs:lrb": ("LRB", None),
     "lcs:lru+bloom": ("LRU", "BloomFilterAdmissioner"),  # admit on the second request
 }
 OBJ_ID_MASK = (1 << 63) - 1  # block hashes are unsigned 64-bit; libCacheSim ids signed
-GLCACHE_RETRAINS = 20  # GLCache retrains every span/20 (its default is a day: never, here)
 
 
 def external_rows(records: Sequence[RequestRecord], count_from: int, capacity_blocks: int,
@@ -43,8 +38,6 @@ def external_rows(records: Sequence[RequestRecord], count_from: int, capacity_bl
     if unknown:
         raise ValueError(f"unknown libCacheSim policies {', '.join(unknown)}; allowed: "
                          f"{', '.join(EXTERNAL)}")
-    if capacity_blocks < 20:
-        raise ValueError(f"libCacheSim's policies need >= 20 blocks, got {capacity_blocks}")
     try:
         import libcachesim
     except ImportError:
@@ -54,7 +47,7 @@ def external_rows(records: Sequence[RequestRecord], count_from: int, capacity_bl
     for name in names:
         if progress is not None:
             progress(name)
-        cache = _cache(libcachesim, name, capacity_blocks, records)
+        cache = _cache(libcachesim, name, capacity_blocks)
         hit, prompt = _replay(libcachesim, cache, records, count_from, trace)
         rows.append({"policy": name, "token_hit_ratio": hit / prompt if prompt else 0.0,
                      "hit_tokens": hit, "prompt_tokens": prompt,
@@ -62,14 +55,11 @@ def external_rows(records: Sequence[RequestRecord], count_from: int, capacity_bl
     return rows
 
 
-def _cache(lcs, name: str, capacity_blocks: int, records: Sequence[RequestRecord]):
+def _cache(lcs, name: str, capacity_blocks: int):
     cls_name, admissioner = EXTERNAL[name]
     kwargs = {"cache_size": capacity_blocks}
     if admissioner is not None:
         kwargs["admissioner"] = getattr(lcs, admissioner)()
-    if cls_name == "GLCache" and records:
-        span = records[-1].arrival_s - records[0].arrival_s
-        kwargs["retrain_intvl"] = max(1, int(span / GLCACHE_RETRAINS))
     return getattr(lcs, cls_name)(**kwargs)
 
 

@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from kvtier.policy.learn.compare import ReusedLaterAdmitter
+from kvtier.policy.learn.baselines.oracle_reused import ReusedLaterAdmitter
 from kvtier.policy.learn.offers import collect_offers
 from kvtier.policy.learn.replay import IndexedAdmitter, Tiers, replay
 from kvtier.policy.learn.retention import LearnedRetention, factory
