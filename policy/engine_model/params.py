@@ -30,7 +30,10 @@ class EngineModelParams:
     less the step cost's, in seconds; the replay adds a draw from them to each step (a
     loaded host's slow steps). Empty: every step costs exactly the step cost.
     ``prefill_step_noise_s``: the same for the steps that prefill, when measured apart (their
-    spread is several times a decode step's); empty: they draw from ``step_noise_s`` too."""
+    spread is several times a decode step's); empty: they draw from ``step_noise_s`` too.
+    ``admission_delay_s``: quantiles of the seconds from a request's arrival until the engine
+    can schedule it (a frontend's tokenising and hand-off, a scheduler's pickup); the replay
+    draws one per request. Empty: a request can be scheduled on arrival."""
 
     step_cost: StepCost = field(default_factory=StepCost)
     limits: SchedulerLimits = field(default_factory=SchedulerLimits)
@@ -40,6 +43,7 @@ class EngineModelParams:
     fitted_from: str = "given"
     step_noise_s: tuple[float, ...] = ()
     prefill_step_noise_s: tuple[float, ...] = ()
+    admission_delay_s: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.fitted_from not in FITTED_FROM:
@@ -48,7 +52,7 @@ class EngineModelParams:
         if isinstance(self.kv_bytes_per_token, bool) or not isinstance(self.kv_bytes_per_token, int) \
                 or self.kv_bytes_per_token < 1:
             raise ValueError(f"kv_bytes_per_token must be an int >= 1, got {self.kv_bytes_per_token!r}")
-        for name in ("step_noise_s", "prefill_step_noise_s"):
+        for name in ("step_noise_s", "prefill_step_noise_s", "admission_delay_s"):
             noise = getattr(self, name)
             if len(noise) == 1 or list(noise) != sorted(noise):
                 raise ValueError(f"{name} must be empty or >= 2 non-decreasing seconds, got {noise!r}")
@@ -58,7 +62,8 @@ class EngineModelParams:
                 "step_cost": self.step_cost.to_dict(), "limits": self.limits.to_dict(),
                 "cpu_link": self.cpu_link.to_dict(), "cold_link": self.cold_link.to_dict(),
                 "kv_bytes_per_token": self.kv_bytes_per_token, "step_noise_s": list(self.step_noise_s),
-                "prefill_step_noise_s": list(self.prefill_step_noise_s)}
+                "prefill_step_noise_s": list(self.prefill_step_noise_s),
+                "admission_delay_s": list(self.admission_delay_s)}
 
     @classmethod
     def from_dict(cls, body: dict) -> EngineModelParams:
@@ -71,7 +76,8 @@ class EngineModelParams:
                        TransferLink(**body["cpu_link"]), TransferLink(**body["cold_link"]),
                        int(body["kv_bytes_per_token"]), body["fitted_from"],
                        tuple(float(v) for v in body.get("step_noise_s", ())),
-                       tuple(float(v) for v in body.get("prefill_step_noise_s", ())))
+                       tuple(float(v) for v in body.get("prefill_step_noise_s", ())),
+                       tuple(float(v) for v in body.get("admission_delay_s", ())))
         except (KeyError, TypeError) as error:
             raise ValueError(f"engine_model section is malformed: {error}") from None
 

@@ -3,10 +3,14 @@ costed steps; TTFT, ITL and end-to-end latency per request come out.
 
 Requests enter at their arrival times (open loop), or, where ``EngineRequests.follows``
 names a predecessor, ``think_s`` after its predicted end (a closed-loop client), with their
-prompt and output tokens and their tier split (from the tier replay, or as recorded).
-Promotions delay a request until its KV is on the GPU, or, in an engine that promotes inside
-the admitting step (``SchedulerLimits.promotions``), cost that step (``transfers.py``); the scheduler
-(``batch_scheduler.py``) puts it into steps, each step costing
+prompt and output tokens and their tier split (from the tier replay, or as recorded). Each
+can be scheduled a drawn admission delay after it arrives (``admission_delay_s``: the
+frontend's tokenising and hand-off to the engine, which no step shows). Promotions delay a
+request until its KV is on the GPU (vLLM's offloading connector: a load job's measured
+latency, from the step that starts it to the step that sees it done, so the steps' spacing is
+in the link's fit), or, in an engine that promotes inside the admitting step
+(``SchedulerLimits.promotions``), cost that step (``transfers.py``). The scheduler
+(``batch_scheduler.py``) puts requests into steps, each step costing
 :class:`~kvtier.policy.engine_model.step_cost.StepCost` of its work plus a draw of the
 fitted step noise (the prefill steps' own, where fitted apart), which stretches the step's
 work evenly. A request's first token comes at the end of the step that computes its
@@ -115,7 +119,7 @@ def replays(requests: EngineRequests, params: EngineModelParams, draws: int) -> 
     """``draws`` replays of ``requests``, each under its own step-noise draws (seeds 0, 1,
     ...): what a prediction's median and interval are read from. One replay when ``params``
     has no noise (every draw would be the same)."""
-    noisy = bool(params.step_noise_s or params.prefill_step_noise_s)
+    noisy = bool(params.step_noise_s or params.prefill_step_noise_s or params.admission_delay_s)
     return [replay(requests, params, np.random.default_rng(seed)) for seed in range(draws if noisy else 1)]
 
 
@@ -155,7 +159,10 @@ class _Run:
                 self.successors.setdefault(j, []).append(i)
         # two heaps of (time, request): arrivals to come, and arrived requests whose KV is
         # still moving (by ready time)
-        self.arriving = [(float(self.arrival_s[i]), i) for i in range(n) if follows[i] == i]
+        # when each request can first be scheduled, after its arrival (its own draw)
+        self.delay_s = self._noise_s(n, np.asarray(params.admission_delay_s, dtype=float))
+        self.arriving = [(float(self.arrival_s[i] + self.delay_s[i]), i) for i in range(n)
+                         if follows[i] == i]
         heapq.heapify(self.arriving)
         self.moving: list[tuple[float, int]] = []
         self.finished, self.steps = 0, 0
@@ -178,8 +185,8 @@ class _Run:
     def _take_arrivals(self) -> None:
         r = self.requests
         while self.arriving and self.arriving[0][0] <= self.now:
-            arrival, i = heapq.heappop(self.arriving)
-            ready = self.transfers.ready_at(arrival, int(r.cpu_tokens[i]), int(r.cold_tokens[i]))
+            start, i = heapq.heappop(self.arriving)
+            ready = self.transfers.ready_at(start, int(r.cpu_tokens[i]), int(r.cold_tokens[i]))
             heapq.heappush(self.moving, (ready, i))
         while self.moving and self.moving[0][0] <= self.now:
             self.scheduler.add(heapq.heappop(self.moving)[1])
@@ -259,4 +266,4 @@ class _Run:
             for j in done.tolist():
                 for i in self.successors.get(j, ()):
                     self.arrival_s[i] = self.now + float(self.requests.think_s[i])
-                    heapq.heappush(self.arriving, (self.arrival_s[i], i))
+                    heapq.heappush(self.arriving, (self.arrival_s[i] + self.delay_s[i], i))

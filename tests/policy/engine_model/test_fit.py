@@ -96,7 +96,7 @@ def test_limits_come_from_step_records_else_from_requests_in_flight():
 
 def test_the_json_section_round_trips_and_old_files_still_read(tmp_path):
     params = EngineModelParams(TRUE, SchedulerLimits(12, 2048, True), kv_bytes_per_token=4096,
-                               fitted_from="step_records")
+                               fitted_from="step_records", admission_delay_s=(0.001, 0.004))
     path = tmp_path / "cost.json"
     path.write_text(json.dumps({"probe": "calibrate", "cost_params": {"prefill_tokens_per_s": 9000.0},
                                 "engine_model": params.to_dict()}))
@@ -105,6 +105,25 @@ def test_the_json_section_round_trips_and_old_files_still_read(tmp_path):
     old = tmp_path / "old.json"
     old.write_text(json.dumps({"probe": "calibrate", "cost_params": {"prefill_tokens_per_s": 9000.0}}))
     assert read_engine_params(old) is None
+
+
+def test_the_admission_delay_is_read_off_arrivals_at_an_idle_engine_and_delays_the_first_step():
+    from kvtier.policy.engine_model.fit import fit_admission_delay_s
+
+    records, steps = [], []
+    for i in range(10):  # each arrives alone at an idle engine, whose next step starts 3 ms later
+        arrival = 10.0 + i
+        records.append(RequestRecord(f"r{i}", arrival, 10, output_tokens=1, recomputed_tokens=10))
+        steps.append(StepRecord(arrival + 0.003, i, 0.010, 10, 1, 0, 0, 0, 0))
+    # arriving while a step runs, or behind another in the same idle gap: the wait is not its own
+    records += [RequestRecord("busy", 10.008, 10, output_tokens=1, recomputed_tokens=10),
+                RequestRecord("behind", 11.001, 10, output_tokens=1, recomputed_tokens=10)]
+    assert fit_admission_delay_s(records, steps) == pytest.approx((0.003,) * 41)
+    assert fit_admission_delay_s(records[:5], steps[:5]) == ()  # too few to tell
+    one = EngineRequests.from_records([RequestRecord("a", 0.0, 10, output_tokens=1, recomputed_tokens=10)])
+    quiet = replay(one, EngineModelParams(StepCost(overhead_s=0.01)))
+    delayed = replay(one, EngineModelParams(StepCost(overhead_s=0.01), admission_delay_s=(0.003, 0.003)))
+    assert delayed.ttft_s[0] == pytest.approx(quiet.ttft_s[0] + 0.003)
 
 
 def test_an_unknown_version_is_named():
