@@ -117,6 +117,9 @@ class RequestRecord:
     ``request_id`` is the engine's own id; ``client_request_id`` the id the client saw in the
     response, where the engine names requests differently (vLLM adds a random suffix to
     each), else ``None``.
+
+    ``handoff_s``: seconds from arrival until the engine's scheduler held the request (vLLM:
+    the frontend's tokenising and hand-off to the engine core), where the probe sees it.
     """
 
     request_id: str
@@ -141,6 +144,7 @@ class RequestRecord:
     stop_reason: str | None = None
     model: str | None = None
     client_request_id: str | None = None
+    handoff_s: float | None = None
 
     def __post_init__(self) -> None:
         validate_request(self)
@@ -215,7 +219,7 @@ NON_NEGATIVE_BLOCK_FIELDS = ("time_s", "position", "tokens", "size_bytes", "late
 NON_NEGATIVE_REQUEST_FIELDS = (
     "arrival_s", "prompt_tokens", "output_tokens", "block_size_tokens", "gpu_hit_tokens",
     "cpu_promotion_tokens", "cold_promotion_tokens", "recomputed_tokens",
-    "ttft_s", "itl_s", "e2e_latency_s",
+    "ttft_s", "itl_s", "e2e_latency_s", "handoff_s",
 )
 
 
@@ -226,7 +230,7 @@ MAX_DURATION_S = 7 * 86_400.0  # a week: a longer latency is a broken clock or u
 UPPER_BOUNDS = {
     "time_s": MAX_TIME_S, "arrival_s": MAX_TIME_S, "start_s": MAX_TIME_S, "end_s": MAX_TIME_S,
     "latency_s": MAX_DURATION_S, "ttft_s": MAX_DURATION_S, "itl_s": MAX_DURATION_S,
-    "e2e_latency_s": MAX_DURATION_S, "duration_s": MAX_DURATION_S,
+    "e2e_latency_s": MAX_DURATION_S, "duration_s": MAX_DURATION_S, "handoff_s": MAX_DURATION_S,
 }
 # Prompt tokens a tier served: together at most the prompt (recomputed tokens are the rest).
 SERVED_TOKEN_FIELDS = ("gpu_hit_tokens", "cpu_promotion_tokens", "cold_promotion_tokens")

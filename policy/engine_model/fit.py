@@ -28,11 +28,12 @@
   stalls sit above) as squared log ratios, by a Nelder-Mead search over the logarithms of the overhead per
   step, per prefill token, per prefill request, per prefill token and context token, and
   per decode request, started from a guess read off the medians.
-* **Admission delay**: the seconds from a request's arrival to the start of the next step,
-  over the requests that arrived alone while the engine idled (the step before had ended):
-  what the engine's frontend and scheduler take before any step can hold the request
-  (tokenising, the hand-off between processes). vLLM on this host, concurrency 1: 3.0 ms
-  median, 6.3 ms at the 90th percentile, a sixth of a 19 ms TTFT that no step record carries.
+* **Admission delay**: what the engine's frontend takes before any step can hold the request
+  (tokenising, the hand-off between processes), which no step record carries: the request
+  records' ``handoff_s`` where the probe measures it (vLLM: arrival to the scheduler's
+  ``add_request``), else the seconds from arrival to the next step's start over the requests
+  that arrived alone while the engine idled. vLLM on this host, concurrency 1: 3.0 ms median,
+  6.3 ms at the 90th percentile, a sixth of a 19 ms TTFT.
 * **Batching limits**: the most running requests a step record shows, else what the caller
   gives, else the most requests ever in flight together.
 """
@@ -112,16 +113,21 @@ def fit_step_noise_s(steps: Sequence[StepRecord], cost: StepCost,
 
 def fit_admission_delay_s(records: Sequence[RequestRecord],
                           steps: Sequence[StepRecord]) -> tuple[float, ...]:
-    """Quantiles (:data:`NOISE_QUANTILES`) of the seconds from a request's arrival to the next
-    step's start, over the requests that arrived while the engine idled (after the last
-    timed step before them had ended, and after any earlier request had been taken up);
-    what ``EngineModelParams.admission_delay_s`` holds. Empty with fewer than
-    :data:`MIN_REQUESTS` such arrivals."""
+    """Quantiles (:data:`NOISE_QUANTILES`) of the seconds from a request's arrival until the
+    engine could schedule it: the records' ``handoff_s`` where the probe measured it (every
+    request, at any load), else the time to the next step's start over the requests that
+    arrived while the engine idled (after the last timed step before them had ended, and
+    after any earlier request had been taken up); what
+    ``EngineModelParams.admission_delay_s`` holds. Empty with fewer than
+    :data:`MIN_REQUESTS` of either."""
     timed = sorted((s.time_s, s.duration_s) for s in steps if s.duration_s is not None)
+    starts = np.array([t for t, _ in timed], dtype=float)
+    ends = np.maximum.accumulate(starts + np.array([d for _, d in timed], dtype=float))
+    handed = [(r.arrival_s, r.handoff_s) for r in records if r.handoff_s is not None]
+    if len(handed) >= MIN_REQUESTS:
+        return _quantiles(_frontend_s(np.array(handed, dtype=float), starts, ends))
     if not timed:
         return ()
-    starts = np.array([t for t, _ in timed])
-    ends = np.maximum.accumulate(starts + np.array([d for _, d in timed]))
     arrivals = np.sort(np.array([r.arrival_s for r in records], dtype=float))
     following = np.searchsorted(starts, arrivals)
     previous = np.clip(following - 1, 0, None)
@@ -130,8 +136,27 @@ def fit_admission_delay_s(records: Sequence[RequestRecord],
         & (earlier < ends[previous])  # alone: no other request waited in the same idle gap
     if idle.sum() < MIN_REQUESTS:
         return ()
-    delays = starts[following[idle]] - arrivals[idle]
-    return tuple(float(v) for v in np.quantile(delays, np.linspace(0, 1, NOISE_QUANTILES)))
+    return _quantiles(starts[following[idle]] - arrivals[idle])
+
+
+def _frontend_s(handed: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The frontend's share of each (arrival, hand-off): an engine takes requests in between
+    steps, so a hand-off that ended while a step ran holds the rest of that step, which the
+    replay's own step makes the request wait for again. The request reached the engine after
+    that step began (or on arrival, if it began before) and before the hand-off ended; with
+    nothing to tell where in between, the middle. A hand-off that ended at an idle engine (or
+    with no step recorded) is the frontend's alone."""
+    arrivals, handoffs = handed[:, 0], handed[:, 1]
+    if not len(starts):
+        return handoffs
+    at = np.searchsorted(starts, arrivals + handoffs, side="right") - 1  # the step before
+    ran = (at >= 0) & (ends[np.clip(at, 0, None)] > arrivals)
+    earliest = np.clip(starts[np.clip(at, 0, None)] - arrivals, 0.0, handoffs)
+    return np.where(ran, (earliest + handoffs) / 2, handoffs)
+
+
+def _quantiles(values: np.ndarray) -> tuple[float, ...]:
+    return tuple(float(v) for v in np.quantile(values, np.linspace(0, 1, NOISE_QUANTILES)))
 
 
 def fit_step_cost_to_requests(records: Sequence[RequestRecord], base: EngineModelParams,

@@ -22,6 +22,8 @@ Where each field comes from (vLLM 0.32 and 0.33, scheduler side):
   (set by the frontend on arrival); ``itl_s``: (finish − first token) / (output tokens − 1);
   ``e2e_latency_s``: finish − arrival. Engine-core times: they leave out the frontend's
   detokenisation and the HTTP response.
+* ``handoff_s``: the scheduler's ``add_request`` (the connector's ``on_new_request``) minus
+  ``Request.arrival_time``: the frontend's tokenising and hand-off to the engine core.
 * ``session_id``, ``parent_request_id``, ``request_type``, ``turn``, ``tier_config_id``: the
   ``"kvtier"`` object in the request's ``kv_transfer_params`` (the OpenAI API's
   ``kv_transfer_params`` body field), ``session_id`` also from ``Request.session_id``.
@@ -67,6 +69,7 @@ class _Request:
     cold_tokens: int = 0
     admitted: bool = False
     first_token_s: float | None = None
+    handoff_s: float | None = None
     match: tuple = field(default=(), repr=False)  # (gpu tokens, sources) of the latest lookup
 
 
@@ -119,6 +122,13 @@ class RequestTokenAccounting:
         self._requests: dict[str, _Request] = {}
         self._awaiting_first: dict[str, object] = {}  # request id -> vLLM Request
         self._max_requests = max_requests
+
+    def received(self, request_id: str, *, arrival_s: float, prompt_tokens: int) -> None:
+        """The scheduler took the request in (``add_request``): its hand-off is over."""
+        if request_id in self._requests or len(self._requests) >= self._max_requests:
+            return
+        state = self._requests[request_id] = _Request(arrival_s, prompt_tokens)
+        state.handoff_s = max(0.0, self._clock() - arrival_s)
 
     def matched(self, request_id: str, *, arrival_s: float, prompt_tokens: int,
                 gpu_tokens: int, sources: dict[str, int]) -> None:
@@ -196,7 +206,8 @@ class RequestTokenAccounting:
                 e2e_latency_s=max(0.0, now - state.arrival_s),
                 finish_status=FINISH_STATUS_OF.get(status),
                 stop_reason=_stop_reason(status, stop_reason), model=self.model,
-                client_request_id=client_request_id, **dict(tags or {}))
+                client_request_id=client_request_id, handoff_s=state.handoff_s,
+                **dict(tags or {}))
         except (TypeError, ValueError):  # never break the engine: counted as a rejected call
             self.recorder.rejected_events += 1
             return None

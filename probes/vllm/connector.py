@@ -84,6 +84,12 @@ def _connector_class():
             self._kvtier_next_use = (transfer.kv_connector_extra_config.get("eviction_policy")
                                      == "KvtierNextUsePolicy")
 
+        def on_new_request(self, request):
+            super().on_new_request(request)
+            if self._kvtier is not None:
+                self._kvtier.received(request.request_id, arrival_s=request.arrival_time,
+                                      prompt_tokens=request.num_prompt_tokens)
+
         def get_num_new_matched_tokens(self, request, num_computed_tokens):
             external, is_async = super().get_num_new_matched_tokens(request, num_computed_tokens)
             if self._kvtier is not None and external is not None:

@@ -108,6 +108,8 @@ def test_the_json_section_round_trips_and_old_files_still_read(tmp_path):
 
 
 def test_the_admission_delay_is_read_off_arrivals_at_an_idle_engine_and_delays_the_first_step():
+    from dataclasses import replace
+
     from kvtier.policy.engine_model.fit import fit_admission_delay_s
 
     records, steps = [], []
@@ -120,6 +122,16 @@ def test_the_admission_delay_is_read_off_arrivals_at_an_idle_engine_and_delays_t
                 RequestRecord("behind", 11.001, 10, output_tokens=1, recomputed_tokens=10)]
     assert fit_admission_delay_s(records, steps) == pytest.approx((0.003,) * 41)
     assert fit_admission_delay_s(records[:5], steps[:5]) == ()  # too few to tell
+    # where the probe measured each request's hand-off (arrival to the scheduler's intake):
+    # at an idle engine all of it is the frontend's ...
+    idle = [replace(r, handoff_s=0.002) for r in records[:10]]
+    assert fit_admission_delay_s(idle, steps) == pytest.approx((0.002,) * 41)
+    # ... behind a running step (an engine takes requests in between steps) the rest of that
+    # step is in it too, and the replay waits for its own step: the frontend's share is taken
+    # between arrival (the step had begun) and the intake, in the middle
+    behind = [RequestRecord(f"b{i}", 10.005 + i, 10, output_tokens=1, recomputed_tokens=10,
+                            handoff_s=0.009) for i in range(10)]
+    assert fit_admission_delay_s(behind, steps) == pytest.approx((0.0045,) * 41)
     one = EngineRequests.from_records([RequestRecord("a", 0.0, 10, output_tokens=1, recomputed_tokens=10)])
     quiet = replay(one, EngineModelParams(StepCost(overhead_s=0.01)))
     delayed = replay(one, EngineModelParams(StepCost(overhead_s=0.01), admission_delay_s=(0.003, 0.003)))

@@ -149,3 +149,18 @@ def test_the_record_carries_the_client_request_id(acc):
                                  client_request_id="chatcmpl-7f3a")
     assert (record.request_id, record.client_request_id) == ("chatcmpl-7f3a-9a25cf86", "chatcmpl-7f3a")
 
+
+
+def test_the_record_carries_the_hand_off_from_arrival_to_the_scheduler(acc):
+    accounting, recorder, clock = acc
+    clock.now = 100.004  # the scheduler's add_request, 4 ms after the frontend stamped it
+    accounting.received("r1", arrival_s=100.0, prompt_tokens=32)
+    clock.now = 100.03
+    accounting.matched("r1", arrival_s=100.0, prompt_tokens=32, gpu_tokens=0, sources={})
+    accounting.admitted(Req(), "r1", 0, ())
+    record = accounting.finished("r1", status="FINISHED_STOPPED", output_tokens=1)
+    assert record.handoff_s == pytest.approx(0.004)
+    assert record.ttft_s == pytest.approx(0.03)
+    accounting.matched("r2", arrival_s=100.0, prompt_tokens=32, gpu_tokens=0, sources={})
+    accounting.admitted(Req(), "r2", 0, ())  # an engine that never called on_new_request
+    assert accounting.finished("r2", status="FINISHED_STOPPED", output_tokens=1).handoff_s is None

@@ -67,7 +67,7 @@ def test_the_store_holds_one_record_per_request_with_the_engines_own_token_count
     assert cpu == deltas["vllm:external_prefix_cache_hits_total"] == run.host_cached
     assert cpu > 0  # the workload reaches back to the CPU tier
     assert sum(r["recomputed_tokens"] for r in requests) == run.local_compute
-    assert all(r["cold_promotion_tokens"] == 0 for r in requests)
+    assert all(r["cold_promotion_tokens"] == 0 and 0 <= r["handoff_s"] <= r["ttft_s"] for r in requests)
     # the per-block view agrees with the per-request one
     (promoted, promoted_tokens) = con.execute(
         f"SELECT count(*), sum(tokens) FROM block_events_with_origin WHERE {A_LOAD} "
