@@ -299,23 +299,23 @@ def test_the_simulator_predicts_each_requests_tier_split_and_calibrate_fits_its_
                                                              "ttft_later_half")}))
 
 
-def test_calibrate_fits_the_engine_model_on_engine_bs_concurrent_run(run):
-    """Engine B served the load probe at concurrency 4, CPU tier on: the engine model fitted on
-    the earlier half of its records (steps from kvtier's connector) predicts the later half,
-    within what 20 requests on a 2-core host shared with another engine allow."""
+@pytest.mark.parametrize("instance, concurrency", [("tiny-vllm-a", 1), ("tiny-vllm-b", 4)])
+def test_calibrate_fits_the_engine_model_and_predicts_the_later_half(run, instance, concurrency):
+    """Engines A (load probe at concurrency 1) and B (at 4), CPU tier on: the engine model fitted
+    on the earlier half of each one's records predicts the later half, within what 20 requests
+    on a 2-core host shared with another engine allow (CPU tier off: benchmarks/prediction.py)."""
     done = subprocess.run(
-        [sys.executable, "-m", "kvtier", "calibrate", str(run.store), "--instance", "tiny-vllm-b",
+        [sys.executable, "-m", "kvtier", "calibrate", str(run.store), "--instance", instance,
          "--gpu-blocks", str(run.gpu_blocks - 2), "--cpu-blocks", str((8 << 20) // 65536), "--json"],
         capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
     held = json.loads(done.stdout)["engine_model"]
-    assert held["params"]["fitted_from"] == "step_records"
-    assert held["params"]["limits"]["max_running"] >= 2  # the steps showed concurrent requests
-    (check,) = [c for c in held["by_tier_config"] if c["requests"] >= 10]
-    assert check["closed_loop"]  # the load probe's clients, chained
+    assert held["params"]["fitted_from"] == "step_records" and held["params"]["admission_delay_s"]
+    assert held["params"]["limits"]["max_running"] >= min(concurrency, 2)  # as the steps showed
+    check = max(held["by_tier_config"], key=lambda c: c["requests"])
+    assert check["requests"] >= 10 and check["closed_loop"]  # the load probe's clients, chained
     assert all(1 / 3 <= check["ratio"][n] <= 3 for n in ("ttft_p50_s", "ttft_p95_s")), check
-    print("engine model on engine B (concurrency 4, held out):",
-          json.dumps({k: check[k] for k in ("requests", "measured", "predicted", "ratio")}))
+    print(f"engine model, {instance}, held out:", json.dumps({k: check[k] for k in ("measured", "ratio")}))
 
 
 @pytest.fixture(scope="module")
