@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvtier.collector.exports.recommendation import CHECK_FILE
+from kvtier.collector.exports.recommendation import CALIBRATION_FILE, CHECK_FILE
 from kvtier.policy.recommend.recommendation import Recommendation as TypedRecommendation
 from kvtier.policy.recommend.recommendation import from_json
 
@@ -57,7 +57,9 @@ class RecommendationFolder:
     that format: ``problem`` says why and ``doc`` holds it raw); ``configs`` are the engine
     configs next to it as (file name, language, text); ``plots`` the report's PNGs;
     ``report`` the text of ``report.md`` if present; ``check`` what ``kvtier recommend
-    --check`` last said of it (its ``--json`` object), if it ran."""
+    --check`` last said of it (its ``--json`` object), if it ran; ``calibration`` the engine
+    model's held-out check from ``kvtier calibrate`` (``by_tier_config``), when ``recommend``
+    was given one with ``--cost-params``."""
 
     doc: dict
     rec: TypedRecommendation | None
@@ -66,6 +68,7 @@ class RecommendationFolder:
     plots: tuple[Path, ...] = ()
     report: str | None = None
     check: dict | None = None
+    calibration: dict | None = None
 
 
 def load_whatif(folder: Path) -> WhatIf | None:
@@ -160,7 +163,7 @@ def load_recommendation(folder: Path) -> RecommendationFolder | None:
     return RecommendationFolder(doc, rec, problem, configs,
                                 tuple(p for p in files if p.suffix == ".png"),
                                 report.read_text(errors="replace") if report.is_file() else None,
-                                _check(folder / CHECK_FILE))
+                                _check(folder / CHECK_FILE), _calibration(folder / CALIBRATION_FILE))
 
 
 def _check(path: Path) -> dict | None:
@@ -170,3 +173,12 @@ def _check(path: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return check if isinstance(check, dict) and isinstance(check.get("promises"), list) else None
+
+
+def _calibration(path: Path) -> dict | None:
+    """The held-out check; ``None`` when there is none or it cannot be read."""
+    try:
+        held = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return held if isinstance(held, dict) and isinstance(held.get("by_tier_config"), list) else None

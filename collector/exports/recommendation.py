@@ -14,6 +14,8 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 CHECK_FILE = "recommendation.check.json"  # what kvtier recommend --check writes beside it
+# the engine model's held-out check from kvtier calibrate, which recommend copies beside it
+CALIBRATION_FILE = "recommendation.calibration.json"
 
 
 class RecommendationLabels:

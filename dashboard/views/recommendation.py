@@ -46,6 +46,7 @@ def render(ctx: PageContext) -> None:
     _inputs(rec)
     _ttft(rec)
     _promises(loaded.check)
+    _calibration(loaded.calibration)
     _sizes(rec)
     _tokens(rec)
     _host_and_cold(rec)
@@ -130,6 +131,27 @@ def _promises(check: dict | None) -> None:
                            for p in check["promises"]]).set_index("metric"))
     st.caption("kvtier recommend --check RECOMMENDATION --store STORE writes this; the first "
                "share of requests, which warms the new tiers, is left out as in the prediction.")
+
+
+def _calibration(held: dict | None) -> None:
+    """``kvtier calibrate``'s check of the engine model behind the TTFT prediction: fitted on
+    the earlier requests of the store, replayed on the later ones per tier configuration."""
+    if held is None:
+        return
+    st.subheader("How well the latency model predicts this engine")
+    rows = [{"tier configuration": c.get("tier_config_id") or "(none)", "requests": c.get("requests"),
+             "metric": name, "predicted (ms)": _ms(c.get("predicted", {}).get(name)),
+             "measured (ms)": _ms(c.get("measured", {}).get(name)),
+             "predicted / measured": c.get("ratio", {}).get(name)}
+            for c in held["by_tier_config"] for name in ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s",
+                                                         "itl_p50_s", "itl_p99_s")]
+    st.table(pd.DataFrame(rows).set_index(["tier configuration", "metric"]))
+    st.caption("kvtier calibrate STORE --out FILE fits the engine model on the earlier requests "
+               "and replays the later ones; recommend --cost-params FILE carries this check.")
+
+
+def _ms(seconds) -> float | None:
+    return None if seconds is None else seconds * 1e3
 
 
 def _sizes(rec: Recommendation) -> None:

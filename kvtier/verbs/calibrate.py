@@ -99,7 +99,8 @@ def run(args) -> int:
         output.update(_check(args, requests, fitted.params, jobs, bytes_per_token))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(_params_json(args, fitted, requests, steps, jobs, bytes_per_token))
+        Path(args.out).write_text(_params_json(args, fitted, requests, steps, jobs, bytes_per_token,
+                                               held_out=engine))
         output["out"] = args.out
     print_json(output) if args.json else print(_text(output))
     return 0
@@ -152,9 +153,10 @@ def _engine_check(args, requests, steps, jobs, bytes_per_token) -> dict:
     return held.to_dict()
 
 
-def _params_json(args, fitted, requests, steps, jobs, bytes_per_token) -> str:
+def _params_json(args, fitted, requests, steps, jobs, bytes_per_token, held_out=None) -> str:
     """The single-server parameters (when they fitted) and the engine model's, fitted on
-    every request, as one ``--cost-params`` file."""
+    every request, as one ``--cost-params`` file, with the engine model's held-out check
+    (``held_out``: what ``recommend`` shows beside its prediction)."""
     import json
 
     from kvtier.policy.engine_model.fit import fit_engine
@@ -167,6 +169,9 @@ def _params_json(args, fitted, requests, steps, jobs, bytes_per_token) -> str:
                                    arrivals=args.arrivals).to_dict()
     except ValueError:  # too few requests: the file holds the single-server parameters
         pass
+    if held_out and "by_tier_config" in held_out:
+        body["held_out"] = {k: held_out[k] for k in ("split_s", "fit_requests", "by_tier_config")
+                            if k in held_out}
     return json.dumps(body, indent=2) + "\n"
 
 

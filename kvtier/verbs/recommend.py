@@ -217,6 +217,7 @@ def recommendation(args):
     engines = ENGINES if args.engine == "all" else (args.engine,)
     rec = for_engines(rec, engines)  # each engine's recommendation holds only its own knobs
     written = report.write(rec, Path(args.out), engines)
+    written += _calibration(getattr(args, "cost_params", None), Path(args.out))
     if getattr(args, "next_use_policy", False) and "vllm" in engines:
         written += _next_use_policy(records, rec, args)
     return rec, written
@@ -280,6 +281,26 @@ def _size_flag(text: str, block_tokens: int, model, flag: str) -> int | None:
     if blocks is None:
         raise KvtierError(f"{flag} must be auto or a finite capacity, got {text!r}")
     return blocks
+
+
+def _calibration(path, out: Path) -> list:
+    """The engine model's held-out check from a ``kvtier calibrate --out`` file, beside the
+    recommendation (the dashboard shows it with the prediction); none without one."""
+    if not path:
+        return []
+    import json
+
+    from kvtier.collector.exports.recommendation import CALIBRATION_FILE
+
+    try:
+        held_out = json.loads(Path(path).read_text()).get("held_out")
+    except (OSError, ValueError, AttributeError):
+        return []
+    if not isinstance(held_out, dict):
+        return []
+    target = out / CALIBRATION_FILE
+    target.write_text(json.dumps(held_out, indent=2) + "\n")
+    return [target]
 
 
 def _engine_params(path):

@@ -240,6 +240,35 @@ def test_recommendation_shows_what_its_check_said(monkeypatch, full_segments, tm
     assert all('"tier_config"' not in c.value for c in at.code)  # not shown as an engine config
 
 
+HELD_OUT = {"split_s": 1000.0, "by_tier_config": [
+    {"tier_config_id": "gpu+cpu:8388608", "requests": 40,
+     "measured": {"ttft_p50_s": 0.0407, "ttft_p95_s": 0.0711, "ttft_p99_s": 0.0732,
+                  "itl_p50_s": 0.0171, "itl_p99_s": 0.0217},
+     "predicted": {"ttft_p50_s": 0.0492, "ttft_p95_s": 0.0732, "ttft_p99_s": 0.0813,
+                   "itl_p50_s": 0.0152, "itl_p99_s": 0.0193},
+     "ratio": {"ttft_p50_s": 1.21, "ttft_p95_s": 1.03, "ttft_p99_s": 1.11, "itl_p50_s": 0.89,
+               "itl_p99_s": 0.89}}]}
+
+
+def test_recommendation_shows_how_well_the_latency_model_predicted_this_engine(
+        monkeypatch, full_segments, tmp_path):
+    from kvtier.collector.exports.recommendation import CALIBRATION_FILE
+    from kvtier.verbs.recommend import _calibration
+
+    params = tmp_path / "cost.json"  # as kvtier calibrate --out writes it
+    params.write_text(json.dumps({"probe": "calibrate", "cost_params": {}, "held_out": HELD_OUT}))
+    folder = write_recommendation(tmp_path / "reco", ttft_p99_budget_s=None)
+    assert _calibration(str(params), folder) == [folder / CALIBRATION_FILE]
+    at = open_page(monkeypatch, full_segments, "recommendation", recommendation=folder)
+    assert "How well the latency model predicts this engine" in [h.value for h in at.subheader]
+    table = [t for t in at.table if "predicted / measured" in t.value.columns][0].value
+    p50 = table.loc[("gpu+cpu:8388608", "ttft_p50_s")]
+    assert (p50["predicted (ms)"], p50["measured (ms)"], p50["predicted / measured"]) == \
+        pytest.approx((49.2, 40.7, 1.21))
+    assert all("held_out" not in c.value and "by_tier_config" not in c.value for c in at.code)
+    assert _calibration(None, folder) == []  # no --cost-params: nothing beside it
+
+
 def test_a_recommendation_in_another_format_is_shown_raw_with_the_reason(monkeypatch, full_segments,
                                                                          tmp_path):
     folder = tmp_path / "reco"

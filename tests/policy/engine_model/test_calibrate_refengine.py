@@ -36,6 +36,9 @@ def test_calibrate_fits_concurrent_reference_engine_traffic_and_predicts_the_lat
     assert check["predicted"]["itl_p50_s"] > 0
     written = read_engine_params(params)
     assert written is not None and written.limits.max_running >= 4
+    # the file carries the check too: recommend --cost-params puts it beside its prediction
+    (carried,) = json.loads(params.read_text())["held_out"]["by_tier_config"]
+    assert (carried["requests"], carried["predicted"]) == (60, check["predicted"])
 
 
 def test_the_text_report_puts_both_models_side_by_side(tmp_path, capsys):
