@@ -163,22 +163,16 @@ def load_recommendation(folder: Path) -> RecommendationFolder | None:
     return RecommendationFolder(doc, rec, problem, configs,
                                 tuple(p for p in files if p.suffix == ".png"),
                                 report.read_text(errors="replace") if report.is_file() else None,
-                                _check(folder / CHECK_FILE), _calibration(folder / CALIBRATION_FILE))
+                                _listing(folder / CHECK_FILE, "promises"),
+                                _listing(folder / CALIBRATION_FILE, "by_tier_config"))
 
 
-def _check(path: Path) -> dict | None:
-    """The check's verdict; ``None`` when it never ran or its file cannot be read."""
+def _listing(path: Path, key: str) -> dict | None:
+    """The JSON object in ``path`` when its ``key`` holds a list (``recommend --check``'s
+    ``promises``, ``calibrate``'s ``by_tier_config``); ``None`` when the file is absent, cannot
+    be read or is of another shape."""
     try:
-        check = json.loads(path.read_text())
+        body = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return check if isinstance(check, dict) and isinstance(check.get("promises"), list) else None
-
-
-def _calibration(path: Path) -> dict | None:
-    """The held-out check; ``None`` when there is none or it cannot be read."""
-    try:
-        held = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return held if isinstance(held, dict) and isinstance(held.get("by_tier_config"), list) else None
+    return body if isinstance(body, dict) and isinstance(body.get(key), list) else None
