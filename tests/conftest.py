@@ -56,6 +56,22 @@ def host_headroom(monkeypatch):
     return set_to
 
 
+@pytest.fixture(scope="session")
+def built_wheel(tmp_path_factory):
+    """kvtier's wheel, built once per session from a copy of the checkout (tests/installed.py)."""
+    from tests.installed import build_wheel
+
+    return build_wheel(tmp_path_factory.mktemp("wheel-source"), tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="session")
+def installed(built_wheel, tmp_path_factory):
+    """kvtier as a user has it: the wheel in a clean venv, run from outside the checkout."""
+    from tests.installed import install
+
+    return install(built_wheel, tmp_path_factory.mktemp("installed"))
+
+
 @pytest.fixture
 def origin() -> Origin:
     return Origin(engine="reference", instance="node-1", source="node-1/test")

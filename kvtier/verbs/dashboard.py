@@ -46,7 +46,7 @@ def streamlit_command(args) -> list[str]:
                               f"{'simulate' if name == 'whatif' else 'recommend'} wrote")
     if importlib.util.find_spec("streamlit") is None:
         raise KvtierError("the dashboard needs Streamlit: pip install streamlit")
-    app = Path(importlib.util.find_spec("dashboard").origin).with_name("app.py")
+    app = dashboard_script()
     command = [sys.executable, "-m", "streamlit", "run", str(app),
                "--server.headless", "true", "--server.address", args.host,
                "--server.port", str(args.port), "--browser.gatherUsageStats", "false",
@@ -56,6 +56,15 @@ def streamlit_command(args) -> list[str]:
         if getattr(args, name, None):
             command += [f"--{name}", str(Path(getattr(args, name)).resolve())]
     return command
+
+
+def dashboard_script() -> Path:
+    """The Streamlit script, found through the installed package (``kvtier.dashboard``): a
+    checkout resolves the same name, and there is no top-level ``dashboard`` outside one."""
+    spec = importlib.util.find_spec("kvtier.dashboard")
+    if spec is None or spec.origin is None:
+        raise KvtierError("kvtier's dashboard package is missing from this install; reinstall kvtier")
+    return Path(spec.origin).with_name("app.py")
 
 
 STOP_TIMEOUT_S = 10.0

@@ -1,21 +1,20 @@
 """After ``kvtier demo``, the dashboard in a real headless browser shows what the demo wrote:
 the What-if page draws one line per policy (Belady's bound among them) and the
-Recommendation page leads with the settings. ``kvtier dashboard`` is started on the demo's
-folder with its defaults (what-if and recommendation folders beside the segments), Debian's
+Recommendation page leads with the settings. The demo and the ``kvtier dashboard`` command it
+prints run from kvtier's installed wheel, outside the checkout (tests/installed.py), with the
+dashboard's defaults (what-if and recommendation folders beside the segments); Debian's
 chromium is driven by Playwright, and screenshots are saved under
 ``test-artifacts/dashboard/demo-*.png`` for people to look at."""
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import REPO, free_port
+from tests.conftest import free_port
 from tests.dashboard.test_browser import ARTIFACTS, CHARTS, CHROMIUM, browser, wait_healthy  # noqa: F401
 
 pytestmark = [pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium missing"),
@@ -28,19 +27,24 @@ _LINES_JS = """svg => Array.from(svg.querySelectorAll('g.mark-line path')).map(p
   length: p.getTotalLength()}))"""
 
 
+def dashboard_command(demo_stdout: str) -> list[str]:
+    """The dashboard command line the demo prints as its way in (``open the dashboard: ...``)."""
+    lines = [line.split(":", 1)[1].split() for line in demo_stdout.splitlines()
+             if line.strip().startswith("open the dashboard:")]
+    assert len(lines) == 1 and lines[0][:2] == ["kvtier", "dashboard"], demo_stdout[-2000:]
+    return lines[0][1:]
+
+
 @pytest.fixture(scope="module")
-def demo_dashboard(tmp_path_factory):
-    out = tmp_path_factory.mktemp("demo") / "out"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    result = subprocess.run([sys.executable, "-m", "kvtier", "demo", "--out", str(out),
-                             "--requests", "120", "--chat-requests", "0"],
-                            capture_output=True, text=True, timeout=420, env=env, check=False)
-    assert result.returncode == 0, result.stderr[-3000:]
+def demo_dashboard(installed):
+    """The demo and then the dashboard command it prints, both as a user runs them: kvtier's
+    wheel installed in a clean venv, started from a folder outside the checkout."""
+    out = installed.away / "demo-browser"
+    result = installed.run("demo", "--out", str(out), "--requests", "120", "--chat-requests", "0",
+                           timeout_s=420)
     port = free_port()
-    child = subprocess.Popen([sys.executable, "-m", "kvtier", "dashboard", "--segments",
-                              str(out / "segments"), "--port", str(port)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                             start_new_session=True)
+    child = installed.popen(*dashboard_command(result.stdout), "--port", str(port),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url, child)
