@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvtier.collector.events import RequestRecord
+from kvtier.collector.request_tokens import RequestTokens
 from kvtier.policy.cost import CostParams, queue_ttft
 from kvtier.policy.sim.config import SimConfig
 from kvtier.policy.sim.simulator import RequestOutcome, iter_outcomes
@@ -29,8 +30,8 @@ class RequestDiff:
     """One request whose predicted split differs: tokens per tier, measured and predicted."""
 
     request_id: str
-    measured: tuple[int, int, int, int]
-    predicted: tuple[int, int, int, int]
+    measured: RequestTokens
+    predicted: RequestTokens
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,8 @@ class TierSplitCheck:
                 "predicted_share": dict(zip(TIERS, self.predicted_share)),
                 "max_share_diff_points": self.max_share_diff_points,
                 "first_differing": [{"request_id": d.request_id,
-                                     "measured": dict(zip(TIERS, d.measured)),
-                                     "predicted": dict(zip(TIERS, d.predicted))}
+                                     "measured": dict(zip(TIERS, d.measured.counts())),
+                                     "predicted": dict(zip(TIERS, d.predicted.counts()))}
                                     for d in self.differing[:10]]}
 
 
@@ -85,16 +86,6 @@ class TtftCheck:
                 "error_p95": self.error_p95}
 
 
-def measured_split(record: RequestRecord) -> tuple[int, int, int, int]:
-    return (record.gpu_hit_tokens or 0, record.cpu_promotion_tokens or 0,
-            record.cold_promotion_tokens or 0, record.recomputed_tokens or 0)
-
-
-def predicted_split(outcome: RequestOutcome) -> tuple[int, int, int, int]:
-    return (outcome.gpu_hit_tokens, outcome.cpu_promotion_tokens, outcome.cold_promotion_tokens,
-            outcome.recompute_tokens)
-
-
 def replay(records: Sequence[RequestRecord], config: SimConfig
            ) -> list[tuple[RequestRecord, RequestOutcome]]:
     """Each measured record with the simulator's outcome for it, in arrival order."""
@@ -105,11 +96,11 @@ def check_tier_split(pairs: Sequence[tuple[RequestRecord, RequestOutcome]]) -> T
     """Compare measured and predicted splits (``pairs`` from :func:`replay`)."""
     if not pairs:
         raise ValueError("no requests to compare: the store has no engine records with a tier split")
-    measured = np.array([measured_split(r) for r, _ in pairs], dtype=float)
-    predicted = np.array([predicted_split(o) for _, o in pairs], dtype=float)
+    measured = np.array([RequestTokens.measured(r).counts() for r, _ in pairs], dtype=float)
+    predicted = np.array([RequestTokens.of(o).counts() for _, o in pairs], dtype=float)
     prompt = max(float(sum(r.prompt_tokens for r, _ in pairs)), 1.0)
     same = (measured == predicted).all(axis=1)
-    differing = tuple(RequestDiff(r.request_id, measured_split(r), predicted_split(o))
+    differing = tuple(RequestDiff(r.request_id, RequestTokens.measured(r), RequestTokens.of(o))
                       for (r, o), ok in zip(pairs, same) if not ok)
     return TierSplitCheck(len(pairs), int(same.sum()), tuple(measured.sum(axis=0) / prompt),
                           tuple(predicted.sum(axis=0) / prompt), differing)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvtier.collector.events import RequestRecord
+from kvtier.collector.request_tokens import RequestTokens
 from kvtier.policy.cost import CostParams, TtftEstimate, queue_ttft_samples, ttft_summary
 from kvtier.policy.sim.config import SimConfig
 from kvtier.policy.sim.result import SimResult
@@ -45,8 +46,7 @@ def what_if(records: Iterable[RequestRecord], config: SimConfig,
                                          outcome.cold_promotion_tokens,
                                          outcome.recompute_tokens))
         if engine is not None:
-            served.append((record, (outcome.gpu_hit_tokens, outcome.cpu_promotion_tokens,
-                                    outcome.cold_promotion_tokens, outcome.recompute_tokens)))
+            served.append((record, RequestTokens.of(outcome)))
 
     result = Simulator(config).replay(records, on_request=price)
     if engine is not None:

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from kvtier.collector.events import RequestRecord, StepRecord
+from kvtier.collector.request_tokens import RequestTokens
 from kvtier.collector.store import TraceStore
 from kvtier.policy.engine_model.params import SECTION, EngineModelParams
 
@@ -170,11 +171,11 @@ def promotion_cost(config, workdir: Path) -> tuple[float, int]:
 
 
 def predict(params: EngineModelParams, records: Sequence[RequestRecord],
-            splits: Sequence[tuple[int, int, int, int]], *, draws: int = DRAWS
+            splits: Sequence[RequestTokens], *, draws: int = DRAWS
             ) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
-    """TTFT p50/p95/p99 of ``records`` (arrival order) replayed with ``splits`` (GPU, CPU,
-    cold, recompute tokens each): the median over ``draws`` step-noise draws, and the 5th and
-    95th percentiles."""
+    """TTFT p50/p95/p99 of ``records`` (arrival order) replayed with ``splits`` (one tier
+    split each): the median over ``draws`` step-noise draws, and the 5th and 95th
+    percentiles."""
     from kvtier.policy.engine_model.closed_loop import engine_requests
     from kvtier.policy.engine_model.step_replay import EngineRequests, replays
 
@@ -187,13 +188,11 @@ def predict(params: EngineModelParams, records: Sequence[RequestRecord],
 
 
 def tier_splits(records: Sequence[RequestRecord], gpu_blocks: int, cpu_blocks: int,
-                cold_blocks: int) -> list[tuple[int, int, int, int]]:
+                cold_blocks: int) -> tuple[RequestTokens, ...]:
     """Each request's tier split under these sizes, as the recommendation replays it."""
     from kvtier.policy.learn.replay import Tiers, replay
 
-    outcomes = replay(records, Tiers(gpu_blocks, cpu_blocks, cold_blocks), "lru").outcomes
-    return [(o.gpu_hit_tokens, o.cpu_promotion_tokens, o.cold_promotion_tokens, o.recompute_tokens)
-            for o in outcomes]
+    return replay(records, Tiers(gpu_blocks, cpu_blocks, cold_blocks), "lru").outcomes
 
 
 def predicted_vs_measured(store: TraceStore, params: EngineModelParams, baseline: str,

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvtier.collector.events import RequestRecord
+from kvtier.collector.request_tokens import RequestTokens
 from kvtier.policy.engine_model.batch_scheduler import BatchScheduler, StepPlan
 from kvtier.policy.engine_model.params import EngineModelParams
 from kvtier.policy.engine_model.transfers import TransferQueues
@@ -66,16 +67,13 @@ class EngineRequests:
 
     @classmethod
     def from_records(cls, records: Sequence[RequestRecord],
-                     splits: Sequence[tuple[int, int, int, int]] | None = None) -> EngineRequests:
-        """``splits`` (GPU, CPU, cold, recompute tokens per request, e.g. the tier replay's)
-        replace the recorded split; a record without one recomputes its whole prompt.
+                     splits: Sequence[RequestTokens] | None = None) -> EngineRequests:
+        """``splits`` (one per request, e.g. the tier replay's) replace the recorded split
+        (``RequestTokens.measured``: a record without one recomputes its whole prompt).
         A request without ``output_tokens`` produces one."""
         if splits is None:
-            splits = [(r.gpu_hit_tokens or 0, r.cpu_promotion_tokens or 0,
-                       r.cold_promotion_tokens or 0,
-                       r.prompt_tokens if r.recomputed_tokens is None else r.recomputed_tokens)
-                      for r in records]
-        split = np.array(splits, dtype=np.int64).reshape(-1, 4)
+            splits = [RequestTokens.measured(r) for r in records]
+        split = np.array([s.counts() for s in splits], dtype=np.int64).reshape(-1, 4)
         if len(split) != len(records):
             raise ValueError(f"{len(records)} records but {len(split)} tier splits")
         hashes = tuple(tuple(r.block_hashes) for r in records)

@@ -20,6 +20,7 @@ from itertools import pairwise
 import numpy as np
 
 from kvtier.collector.events import RequestRecord
+from kvtier.collector.request_tokens import RequestTokens
 from kvtier.policy.learn.offers import _block_tokens, _futures
 from kvtier.policy.sim.compiled import core
 from kvtier.policy.sim.config import SimConfig
@@ -44,16 +45,6 @@ class Tiers:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be an int >= 0, got {value!r}")
-
-
-@dataclass(frozen=True)
-class RequestTokens:
-    """A request's prompt tokens by outcome."""
-
-    gpu_hit_tokens: int
-    cpu_promotion_tokens: int
-    cold_promotion_tokens: int
-    recompute_tokens: int
 
 
 @dataclass(frozen=True)
@@ -174,9 +165,7 @@ def replay(records: Sequence[RequestRecord], tiers: Tiers,
         outcome = simulator.serve(record, next(futures) if futures is not None else None)
         if count_from <= index < end:
             counted.append(record)
-            outcomes.append(RequestTokens(outcome.gpu_hit_tokens, outcome.cpu_promotion_tokens,
-                                          outcome.cold_promotion_tokens,
-                                          outcome.recompute_tokens))
+            outcomes.append(RequestTokens.of(outcome))
         if index + 1 == end:
             break
         if on_request is not None:

@@ -80,8 +80,6 @@ def _engine_ttft(replayed: Replayed, engine) -> list[np.ndarray]:
     step-noise draw (one replay when the model has no noise)."""
     from kvtier.policy.engine_model.step_replay import EngineRequests, replays
 
-    splits = [(o.gpu_hit_tokens, o.cpu_promotion_tokens, o.cold_promotion_tokens,
-               o.recompute_tokens) for o in replayed.outcomes]
-    requests = EngineRequests.from_records(replayed.requests, splits)
+    requests = EngineRequests.from_records(replayed.requests, replayed.outcomes)
     return [run.ttft_s for run in replays(requests, engine, ENGINE_DRAWS)]
 
