@@ -9,10 +9,21 @@ request that finished but is not yet shipped is not read as a disagreement. A re
 starts in one interval and finishes in the next moves its tokens between neighbouring
 intervals only, so the sums over the whole window agree when both sides count alike.
 
-The counters compared per engine are :data:`COUNTERS`; an engine without an entry, or an
-instance without both sources, is not checked. The rows come from a caller's query function
-(the collector's store, the dashboard's segments); the result is a tuple of
-:class:`CounterCheck` values.
+The counters compared per engine are :data:`COUNTERS`, each with what the engine's series
+counts (``engine_counts``): a pair is compared only where both sides count the same thing,
+so a difference is a loss or a double count on one side, not two definitions. An engine
+without an entry, or an instance without both sources, is not checked. The rows come from a
+caller's query function (the collector's store, the dashboard's segments); the result is a
+tuple of :class:`CounterCheck` values.
+
+vLLM's series that look comparable and are not (0.32 and 0.33, ``vllm/v1/kv_offload/cpu/manager.py``):
+``vllm:kv_offload_cpu_allocation_size`` observes, in ``CPUOffloadingManager.prepare_store``,
+the chunks each store *asks* for, before the allocation can fail for lack of evictable
+chunks; a failed store (one ``vllm:kv_offload_allocation_failure``, whatever its size) is
+asked again at the next step and observed again. Its sum is the chunks stored only while no
+allocation fails; with a CPU tier full of chunks in flight it runs far ahead of them. The
+stores that happened are ``vllm:kv_offload_store_bytes``, which the workers count when a
+store completes, as the hooks record one.
 """
 
 from __future__ import annotations
@@ -37,13 +48,15 @@ class CheckedCounter:
     ``hooks_where`` their filter, timed by
     ``hooks_time``. ``metric``: the engine's series as exposed, ``labels_like`` a filter on
     its labels, ``field`` ``value`` (a counter's increase) or ``sum_value`` (a histogram's
-    sum over the interval)."""
+    sum over the interval). ``engine_counts``: what the engine's series counts, in words
+    (the hooks' side counts the same)."""
 
     name: str
     metric: str
     hooks_table: str
     hooks_value: str
     hooks_time: str
+    engine_counts: str
     hooks_where: str = "TRUE"
     labels_like: str = "%"
     field: str = "value"
@@ -56,18 +69,29 @@ COUNTERS: dict[str, tuple[CheckedCounter, ...]] = {
     # vLLM 0.32/0.33 vllm/v1/metrics/loggers.py and its offloading connector's metrics
     "vllm": (
         CheckedCounter("prompt_tokens", "vllm:prompt_tokens_total", "requests",
-                       "prompt_tokens", _FINISHED),
+                       "prompt_tokens", _FINISHED, "prompt tokens of the requests whose prefill ran"),
         CheckedCounter("gpu_hit_tokens", "vllm:prefix_cache_hits_total", "requests",
-                       "gpu_hit_tokens", _FINISHED),
+                       "gpu_hit_tokens", _FINISHED, "prompt tokens found in its GPU prefix cache"),
         CheckedCounter("cpu_promoted_tokens", "vllm:external_prefix_cache_hits_total", "requests",
-                       "cpu_promotion_tokens", _FINISHED),
+                       "cpu_promotion_tokens", _FINISHED,
+                       "prompt tokens its offloading connector supplied (CPU tier)"),
         CheckedCounter("recomputed_tokens", "vllm:prompt_tokens_by_source_total", "requests",
-                       "recomputed_tokens", _FINISHED, labels_like='%source="local_compute"%'),
-        CheckedCounter("cpu_stores", "vllm:kv_offload_cpu_allocation_size",
-                       "block_events", "1", "time_s",
-                       "kind = 'store' AND tier_from = 'gpu'", field="sum_value"),
+                       "recomputed_tokens", _FINISHED, "prompt tokens it computed (prefilled)",
+                       labels_like='%source="local_compute"%'),
+        CheckedCounter("cpu_stored_bytes", "vllm:kv_offload_store_bytes_total",
+                       "block_events", "size_bytes", "time_s",
+                       "bytes of GPU-to-CPU stores that completed, summed over the workers",
+                       "kind = 'store' AND tier_from = 'gpu' AND tier_to = 'cpu'"),
     ),
 }
+
+
+def checked_counter(engine: str, name: str) -> CheckedCounter:
+    """The :data:`COUNTERS` entry of ``engine`` called ``name``; ``KeyError`` when none."""
+    for counter in COUNTERS.get(engine, ()):
+        if counter.name == name:
+            return counter
+    raise KeyError(f"no cross-checked counter {name!r} for engine {engine!r}")
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from kvtier.collector.crosscheck import DEFAULT_TOLERANCE, CounterCheck, crosscheck
+from kvtier.collector.crosscheck import DEFAULT_TOLERANCE, CounterCheck, checked_counter, crosscheck
 from kvtier.dashboard.data import Filters, SegmentData
 
 
@@ -22,12 +22,21 @@ def crosschecks(data: SegmentData, filters: Filters, now_s: float) -> tuple[Coun
 
 def disagreement(checks: tuple[CounterCheck, ...], tolerance: float = DEFAULT_TOLERANCE) -> str | None:
     """A sentence naming each counter whose sides differ by more than ``tolerance`` (a share
-    of the larger side), or ``None`` when all agree."""
+    of the larger side), with the engine series it was compared with and what that series
+    counts, or ``None`` when all agree. Neither side is presumed right."""
     off = [c for c in checks if c.disagrees(tolerance)]
     if not off:
         return None
-    parts = "; ".join(f"{c.instance} {c.counter.replace('_', ' ')}: hooks {c.hooks_total:,.0f} vs "
-                      f"engine {c.engine_total:,.0f} ({c.difference:+,.0f})" for c in off)
-    return (f"The hooks and the engine's own /metrics disagree by more than {tolerance:.0%}: "
-            f"{parts}. The shares below come from the hooks' records; check the plug-ins' drop "
-            "counters and the engine's version.")
+    parts = "; ".join(_difference(c) for c in off)
+    return (f"The hooks and the engine's own /metrics differ by more than {tolerance:.0%}: "
+            f"{parts}. The shares below come from the hooks' records. What the plug-ins could "
+            "not ship is counted on the collector's /metrics "
+            "(kvtier_recorder_dropped_events_total); none there means the engine's series counts "
+            "differently in this version.")
+
+
+def _difference(check: CounterCheck) -> str:
+    counter = checked_counter(check.engine, check.counter)
+    return (f"{check.instance} {check.counter.replace('_', ' ')}: hooks {check.hooks_total:,.0f} vs "
+            f"engine {check.engine_total:,.0f} ({check.difference:+,.0f}; {counter.metric}: "
+            f"{counter.engine_counts})")

@@ -17,6 +17,7 @@ import time
 from contextlib import nullcontext
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+from tests.probes.vllm import side_counters  # noqa: E402  (standard library only at import)
 IN_PROCESS = {"kvtier_collector": "in-process"}  # this script drains the recorders itself
 
 
@@ -171,6 +172,7 @@ def main():
     results["connector"] = run_connector()
     results["tier_config"] = run_tier_config()
     results["exact"] = run_exact()
+    results["allocation_failure"] = side_counters.run_allocation_failure(key, drained)
     import vllm
 
     results["vllm_version"] = vllm.__version__

@@ -396,5 +396,5 @@ def test_the_collectors_crosschecks_of_hooks_against_vllms_metrics_read_zero(run
               if name == "kvtier_crosscheck_ratio" and dict(labels)["engine_instance"] == "tiny-vllm-a"}
     print("crosscheck differences:", differences, "ratios:", ratios)
     assert differences == {"prompt_tokens": 0, "gpu_hit_tokens": 0, "cpu_promoted_tokens": 0,
-                           "recomputed_tokens": 0, "cpu_stores": 0}
+                           "recomputed_tokens": 0, "cpu_stored_bytes": 0}
     assert ratios == {name: 1.0 for name in differences}

@@ -146,3 +146,17 @@ def test_a_fixed_call_sequence_records_exactly_these_events(driven):
 def test_without_manager_events_evictions_are_recorded_and_not_remembered(driven):
     out = driven["exact"]
     assert (out["quiet_evicted"], out["quiet_remembered"]) == ([1000, 1001], 0)
+
+
+def test_vllms_allocation_size_counts_the_stores_it_could_not_allocate(driven):
+    """Why the cross-check compares stored bytes, not vLLM's allocation-size histogram: with
+    its CPU tier full of chunks in flight, vLLM observes each refused attempt's chunks (2 per
+    attempt, 3 refused, then 2 stored) beside the 4 stored first; the hooks record the 6 chunks
+    stored, whose bytes are what the workers count as ``vllm:kv_offload_store_bytes``."""
+    from tests.probes.vllm.side_counters import CHUNK_BYTES
+
+    out = driven["allocation_failure"]
+    assert out["refused"] == [True, True, True]
+    assert (out["asks"], out["asked_chunks"]) == (5, 4 + 3 * 2 + 2)
+    assert out["hooks_stores"] == out["chunks_stored"] == 6
+    assert out["hooks_stored_bytes"] == 6 * CHUNK_BYTES
