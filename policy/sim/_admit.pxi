@@ -5,6 +5,7 @@
 cdef class Admitter:
     def __cinit__(self, *args, **kwargs):
         self.reads_info = False
+        self.observer = None
 
     cdef int reserve(self, Py_ssize_t n) except -1:
         return 0
@@ -111,6 +112,39 @@ cdef class StoreThreshold(Admitter):
         return self.threshold < 2 or (k < self.n_ids and self.offers[k] >= self.threshold)
 
 
+cdef class Sightings(Observer):
+    """Counts each request's blocks, before it is served, as one offer to a tracker."""
+    cdef StoreThreshold tracker
+
+    def __cinit__(self, StoreThreshold tracker):
+        self.tracker = tracker
+
+    cdef int reserve(self, Py_ssize_t n) except -1:
+        return self.tracker.reserve(n)
+
+    cdef int before(self, Flow flow, const id_t* hs, Py_ssize_t nb, int64_t prompt,
+                    int64_t bt) except -1:
+        return self.tracker.count(hs, nb)
+
+
+cdef class SightingFilter(Admitter):
+    """Admission on sightings: a block is admitted on the ``threshold``-th request that
+    references it (0 or 1: always). Each request counts once for each of its blocks, hits
+    included, in vLLM's tracker (:class:`StoreThreshold`, ``max_tracked`` blocks, the
+    least recently seen forgotten first); the flow counts a request before serving it."""
+    cdef readonly StoreThreshold tracker
+
+    def __cinit__(self, int64_t threshold, int64_t max_tracked=64000):
+        self.tracker = StoreThreshold(threshold, max_tracked)
+        self.observer = Sightings(self.tracker)
+
+    cdef int reserve(self, Py_ssize_t n) except -1:
+        return self.tracker.reserve(n)
+
+    cdef int admit(self, Flow flow, id_t k, Info* info) except -1:
+        return self.tracker.passes(k)
+
+
 cdef class PriorityGate(Admitter):
     """TensorRT-LLM's offload gate: ``priority >= min_priority`` (``gt``: ``>``)."""
     cdef readonly int64_t min_priority
@@ -190,8 +224,22 @@ cdef class ScoreTable(Admitter):
         return 1
 
 
+cdef class PySightings(Observer):
+    """Tells a Python admitter each request's block hashes (its ``sight``) before serving."""
+    cdef object sight
+
+    def __cinit__(self, sight):
+        self.sight = sight
+
+    cdef int before(self, Flow flow, const id_t* hs, Py_ssize_t nb, int64_t prompt,
+                    int64_t bt) except -1:
+        self.sight([flow.interner.by_id[hs[i]] for i in range(nb)])
+        return 0
+
+
 cdef class PyAdmitter(Admitter):
-    """Any Python admitter (``admit(block_hash, info) -> bool``), called per offer."""
+    """Any Python admitter (``admit(block_hash, info) -> bool``), called per offer; one
+    that counts requests (``sight(hashes)``) is told each request's blocks first."""
     cdef object target
     cdef object info_type
 
@@ -199,6 +247,9 @@ cdef class PyAdmitter(Admitter):
         self.target = target
         self.info_type = info_type
         self.reads_info = reads_info
+        sight = getattr(target, "sight", None)
+        if sight is not None:
+            self.observer = PySightings(sight)
 
     cdef int admit(self, Flow flow, id_t k, Info* info) except -1:
         next_use = float("inf") if info.next_use == NEVER else info.next_use

@@ -323,6 +323,9 @@ cdef class Flow:
 
 cdef class Admitter:
     cdef readonly bint reads_info
+    # what the admitter must see of every request before it is served (``None``: nothing);
+    # a flow adds it to its observers (the sighting filter counts requests through it)
+    cdef readonly Observer observer
 
     cdef int reserve(self, Py_ssize_t n) except -1
     cdef int admit(self, Flow flow, id_t k, Info* info) except -1

@@ -45,6 +45,8 @@ cdef class ExclusiveFlow(Flow):
         self.offers = offers
         if offers is not None:
             self.observers.append(offers)
+        if admitter is not None and admitter.observer is not None:
+            self.observers.append(admitter.observer)
         self.i_prio = self.i_next = self.i_pos = NULL
         memset(&self.gpu_victims, 0, sizeof(Buf))
         memset(&self.cpu_victims, 0, sizeof(Buf))

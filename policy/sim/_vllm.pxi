@@ -172,6 +172,8 @@ cdef class VllmFlow(Flow):
         self.cold = cold
         self.threshold = threshold if threshold is not None else StoreThreshold(0)
         self.admitter = admitter
+        if admitter is not None and admitter.observer is not None:
+            self.observers.append(admitter.observer)
         self.rule = rule if rule is not None else PriorityRule()
         self.track_parents = track_parents
         self.protected = NULL

@@ -88,12 +88,12 @@ def compiled_admitter(admitter, interner):
     if admitter is None:
         return None
     c = core()
+    if hasattr(admitter, "compiled_admitter"):
+        return admitter.compiled_admitter(interner)
     if isinstance(admitter, OfferCountAdmitter):
         return admitter.compiled()
     if isinstance(admitter, PriorityAdmitter):
         return c.PriorityGate(admitter.min_priority, admitter.comparison == "gt")
-    if hasattr(admitter, "compiled_admitter"):
-        return admitter.compiled_admitter(interner)
     return c.PyAdmitter(admitter, BlockInfo, bool(getattr(admitter, "reads_info", True)))
 
 

@@ -15,6 +15,7 @@ from kvtier.policy.sim.policies.admission import (
     OfferCountAdmitter,
     PriorityAdmitter,
     ScoreAdmitter,
+    SightingAdmitter,
 )
 from kvtier.policy.sim.policies.base import NEVER, BlockInfo, CachePolicy
 from kvtier.policy.sim.policies.keyed import (
@@ -55,6 +56,7 @@ __all__ = [
     "PriorityAdmitter",
     "PriorityLRU",
     "ScoreAdmitter",
+    "SightingAdmitter",
     "VllmARC",
     "VllmLRU",
     "compiled_policy",

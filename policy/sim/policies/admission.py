@@ -3,9 +3,13 @@
 An :class:`Admitter` answers ``admit(key, info)``; :class:`Admitted` wraps a policy and asks
 it before every insert of a non-resident key. A refused key is simply not stored (the caller
 sees ``key not in cache``) and nothing is evicted. Eviction order stays the inner policy's.
+An admitter that counts requests rather than offers has ``sight(keys)``: whoever serves the
+requests calls it with each request's blocks before serving it (the flows do;
+:meth:`Admitted.sight` passes it on).
 
 Admitters here: vLLM's ``store_threshold`` (store a chunk only once it has been offered N
-times; the one rule, used by every flow), TensorRT-LLM's ``secondary_offload_min_priority``
+times; the one rule, used by every flow), the sighting filter (admit a block on the N-th
+request that references it, counted by the same rule), TensorRT-LLM's ``secondary_offload_min_priority``
 gate (``>=`` as coded, ``>`` as documented), and a score threshold for learned models (the
 model outputs a score; the threshold is a separate, swept parameter). An admitter declares
 ``reads_info`` when its decision reads the :class:`BlockInfo` it is given.
@@ -39,9 +43,11 @@ class Admitted:
         self.admitter = admitter
         self.name = f"{admitter.name}+{policy.name}"
         self.capacity_blocks = policy.capacity_blocks
-        self.reads_info = policy.reads_info or getattr(admitter, "reads_info", True)
-        self.uses_future = policy.uses_future
-        self.request_scoped = policy.request_scoped
+        # a tier of the protocol declares these only when they hold (CachePolicy: all three)
+        self.reads_info = (getattr(policy, "reads_info", False)
+                           or getattr(admitter, "reads_info", True))
+        self.uses_future = getattr(policy, "uses_future", False)
+        self.request_scoped = getattr(policy, "request_scoped", False)
 
     def __contains__(self, key: Key) -> bool:
         return key in self.policy
@@ -51,6 +57,12 @@ class Admitted:
 
     def __iter__(self):
         return iter(self.policy)
+
+    def sight(self, keys) -> None:
+        """A request references ``keys`` (an admitter that counts requests is told)."""
+        sight = getattr(self.admitter, "sight", None)
+        if sight is not None:
+            sight(keys)
 
     def touch(self, key: Key, info: BlockInfo = DEFAULT_INFO) -> None:
         self.policy.touch(key, info)
@@ -128,6 +140,41 @@ class OfferCountAdmitter:
     def admit(self, key: Key, info: BlockInfo) -> bool:
         self.offer((key,))
         return self.passes(key)
+
+
+class SightingAdmitter(OfferCountAdmitter):
+    """The sighting filter: a block is admitted on the ``min_sightings``-th request that
+    references it (0 or 1: always), whichever tier served it. It counts as vLLM's
+    ``store_threshold`` does (the same tracker: ``max_tracked`` blocks, least recently seen
+    forgotten first), but every request counts its blocks (:meth:`sight`, which a flow calls
+    before serving the request) and an offer to the tier counts nothing. In vLLM's own
+    engine the two are one: its scheduler offers a request's prompt blocks to the CPU tier
+    from the first block whenever it loads none from it.
+
+    Memory: the tracker holds at most ``max_tracked`` blocks, whatever the traffic (in vLLM's
+    engine one ``OrderedDict`` entry per block; ``benchmarks/sighting_filter.py`` measures
+    its bytes and its cost per block)."""
+
+    name = "sightings"
+    reads_info = False
+
+    def __init__(self, min_sightings: int, max_tracked: int = 64000) -> None:
+        super().__init__(min_sightings, max_tracked)
+
+    @property
+    def min_sightings(self) -> int:
+        return self.min_offers
+
+    def sight(self, keys) -> None:
+        """One request that references ``keys``: each counts once more."""
+        self.offer(keys)
+
+    def admit(self, key: Key, info: BlockInfo) -> bool:
+        return self.passes(key)
+
+    def compiled_admitter(self, interner):
+        """The compiled filter for a flow (its own tracker: the flow counts its requests)."""
+        return core().SightingFilter(self.min_offers, self.max_tracked)
 
 
 COMPARISONS = ("ge", "gt")

@@ -15,6 +15,7 @@ from tests.policy.sim.oracle.admission import (
     OfferCountAdmitter,
     PriorityAdmitter,
     ScoreAdmitter,
+    SightingAdmitter,
 )
 from kvtier.policy.sim.policies.base import NEVER, BlockInfo, CachePolicy
 from tests.policy.sim.oracle.policies import POLICIES
@@ -39,6 +40,7 @@ __all__ = [
     "PriorityAdmitter",
     "PriorityLRU",
     "ScoreAdmitter",
+    "SightingAdmitter",
     "make_policy",
 ]
 

@@ -1,5 +1,6 @@
 """The ``store_threshold`` offer counter written in Python: the oracle of the compiled core's
-``StoreThreshold`` behind :class:`kvtier.policy.sim.policies.admission.OfferCountAdmitter`.
+``StoreThreshold`` behind :class:`kvtier.policy.sim.policies.admission.OfferCountAdmitter`, and
+the sighting filter counting requests with it (the core's ``SightingFilter``).
 The other admitters and the :class:`Admitted` wrapper hold no state the core re-implements, so the
 oracle flows use the product's own (re-exported here)."""
 
@@ -14,7 +15,8 @@ from kvtier.policy.sim.policies.admission import (
 from kvtier.policy.sim.policies.base import BlockInfo, Key
 from tests.policy.sim.oracle.policies.lru import LRU
 
-__all__ = ["Admitted", "Admitter", "OfferCountAdmitter", "PriorityAdmitter", "ScoreAdmitter"]
+__all__ = ["Admitted", "Admitter", "OfferCountAdmitter", "PriorityAdmitter", "ScoreAdmitter",
+           "SightingAdmitter"]
 
 
 class OfferCountAdmitter:
@@ -73,4 +75,18 @@ class OfferCountAdmitter:
 
     def admit(self, key: Key, info: BlockInfo) -> bool:
         self.offer((key,))
+        return self.passes(key)
+
+
+class SightingAdmitter(OfferCountAdmitter):
+    """Admit a block on the ``min_sightings``-th request that references it: each request
+    counts its blocks once (:meth:`sight`, before it is served) in the offer counter's
+    tracker; an offer counts nothing."""
+
+    name = "sightings"
+
+    def sight(self, keys) -> None:
+        self.offer(keys)
+
+    def admit(self, key: Key, info: BlockInfo) -> bool:
         return self.passes(key)

@@ -74,6 +74,16 @@ class Flow:
         cached at all (every one, here; an engine flow may say fewer)."""
         return blocks, blocks
 
+    def sight(self, hashes: Sequence[int]) -> None:
+        """A request references ``hashes`` (before it is served): an admitter that counts
+        requests is told."""
+        sight = getattr(self.admitter_of_cpu(), "sight", None)
+        if sight is not None:
+            sight(hashes)
+
+    def admitter_of_cpu(self):
+        return getattr(self.cpu, "admitter", None)
+
     def serve(self, hashes: Sequence[int], infos: Sequence[BlockInfo], found: list[Tier],
               cacheable: int) -> None:
         raise NotImplementedError
@@ -202,6 +212,9 @@ class VllmFlow(Flow):
     def limits(self, prompt_tokens: int, block_tokens: int, blocks: int) -> tuple[int, int]:
         return (hit_limit(prompt_tokens, block_tokens, blocks),
                 cacheable_blocks(prompt_tokens, block_tokens, blocks))
+
+    def admitter_of_cpu(self):
+        return self.admitter
 
     def lookup(self, hashes: Sequence[int], gpu_limit: int | None = None,
                limit: int | None = None) -> list[Tier]:

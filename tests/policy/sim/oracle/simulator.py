@@ -104,6 +104,7 @@ class Simulator:
         """Look up and serve one request; ``next_uses`` feeds offline policies (Belady)."""
         hashes = record.block_hashes
         block_tokens = record.block_size_tokens or self.config.default_block_tokens
+        self.flow.sight(hashes)
         gpu_limit, cacheable = self.flow.limits(record.prompt_tokens, block_tokens, len(hashes))
         found = self.flow.lookup(hashes, gpu_limit, cacheable)
         outcome = self._account(record, found, block_tokens)
