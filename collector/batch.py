@@ -23,8 +23,8 @@ class EventBatch:
 
     ``rejected`` counts rows that were left out before the batch reached the store (by the
     recorder or by :meth:`from_rows`), so the store's ledger can account for them.
-    ``metric_intervals`` (a scraper's) and ``step_records`` (an engine scheduler's) are empty
-    unless given.
+    ``metric_intervals`` (a scraper's), ``step_records`` (an engine scheduler's) and
+    ``tier_moves`` (a guardrail's or an engine connector's) are empty unless given.
     """
 
     origin: Origin
@@ -34,6 +34,7 @@ class EventBatch:
     rejected: Rejections = field(default_factory=Rejections)
     metric_intervals: pa.Table | None = None
     step_records: pa.Table | None = None
+    tier_moves: pa.Table | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.sequence, int) or not 0 <= self.sequence < 2**63:

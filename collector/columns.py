@@ -24,7 +24,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kvtier.collector.events import (
-    FINISH_STATUSES,
     METRIC_KINDS,
     PRIORITY_MAX,
     PRIORITY_MIN,
@@ -300,10 +299,11 @@ def validate_table(record_type: type, table: pa.Table) -> tuple[pa.Table, Reject
         # NaN compares false, so "not (x >= 0)" also catches NaN; nulls are allowed.
         broken = pc.fill_null(pc.invert(pc.greater_equal(column, 0)), False)
         bad = _count_and_merge(bad, broken, f"negative or NaN {name}", rejections, column)
-    if record_type is RequestRecord:
-        status = table.column("finish_status")
-        unknown = pc.and_(pc.is_valid(status), pc.invert(pc.is_in(status, pa.array(FINISH_STATUSES))))
-        bad = _count_and_merge(bad, unknown, "unknown finish_status", rejections, status)
+    for f in dataclasses.fields(record_type):  # a field's "choices": the values it may take
+        if "choices" in f.metadata:
+            column = table.column(f.name)
+            unknown = pc.and_(pc.is_valid(column), pc.invert(pc.is_in(column, pa.array(f.metadata["choices"]))))
+            bad = _count_and_merge(bad, unknown, f"unknown {f.name}", rejections, column)
     if record_type is MetricInterval:
         kind = table.column("kind")
         unknown = pc.invert(pc.is_in(kind, pa.array(METRIC_KINDS)))

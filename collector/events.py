@@ -4,7 +4,7 @@ Standard library only. Every other part (probes, the store, the simulator, the d
 imports these names; the DuckDB tables are derived from the dataclasses below
 (see ``collector/ddl.py``) and a test keeps the two in step.
 
-Four record types:
+Five record types:
 
 * :class:`BlockEvent` — one thing that happened to one KV block: a lookup outcome
   (GPU hit, CPU promotion, cold promotion, recompute miss) or a movement/bookkeeping
@@ -15,6 +15,9 @@ Four record types:
   two scrapes (a counter's increase, a gauge's value, a histogram's observations).
 * :class:`StepRecord` — one scheduler step of an engine: what it scheduled (prefill and
   decode), what waited, what moved between tiers, and how long the step took.
+* :class:`kvtier.collector.moves.TierMove` — one pause or resume of a tier's loads or stores
+  in an engine: what kvtier's guardrail decided, what an operator asked, what the engine
+  applied (its own module, the same rules).
 
 Units are in the field names: ``*_s`` seconds (wall-clock times are Unix epoch seconds),
 ``*_bytes`` bytes, ``*_tokens`` tokens. Absent values are ``None``, never sentinels.
@@ -32,16 +35,15 @@ from dataclasses import dataclass, field
 from typing import Iterator, Protocol
 
 from kvtier.collector.block_kinds import UINT64_MAX, Outcome, Tier
+from kvtier.collector.finish import END_TURN_REASONS, FINISH_CLASSES, finish_class  # noqa: F401
 
 # RequestRecord.finish_status values: how a request ended.
 FINISH_STATUSES = ("stopped", "length", "aborted", "error")
-# What a policy reads from how a request ended (finish_class): a tool call (the agent comes
-# straight back), the end of a turn (a person answers, or nobody), cut at the length limit,
-# some other stop, aborted or failed, or not said.
-FINISH_CLASSES = ("tool_use", "end_turn", "length", "stopped", "aborted", "unknown")
-END_TURN_REASONS = ("end_turn", "stop_sequence", "stop")  # a turn handed back to the user
 PRIORITY_MIN = 0
 PRIORITY_MAX = 100
+# RequestRecord.fallback_reason values: why prompt tokens a tier held were recomputed instead
+# of loaded (the tier's loads were paused; the load's expected wait exceeded the recompute).
+FALLBACK_REASONS = ("paused", "queue")
 # MetricInterval.kind values: what ``value`` is.
 METRIC_KINDS = ("counter", "gauge", "histogram")
 
@@ -120,6 +122,9 @@ class RequestRecord:
 
     ``handoff_s``: seconds from arrival until the engine's scheduler held the request (vLLM:
     the frontend's tokenising and hand-off to the engine core), where the probe sees it.
+
+    ``fallback_tokens``: prompt tokens a tier held that were recomputed instead, and
+    ``fallback_reason`` why (:data:`FALLBACK_REASONS`); they are part of ``recomputed_tokens``.
     """
 
     request_id: str
@@ -140,11 +145,13 @@ class RequestRecord:
     parent_request_id: str | None = None
     request_type: str | None = None
     turn: int | None = field(default=None, metadata=_sql("INTEGER"))
-    finish_status: str | None = None
+    finish_status: str | None = field(default=None, metadata={"choices": FINISH_STATUSES})
     stop_reason: str | None = None
     model: str | None = None
     client_request_id: str | None = None
     handoff_s: float | None = None
+    fallback_reason: str | None = field(default=None, metadata={"choices": FALLBACK_REASONS})
+    fallback_tokens: int | None = field(default=None, metadata=_sql("INTEGER"))
 
     def __post_init__(self) -> None:
         validate_request(self)
@@ -219,7 +226,7 @@ NON_NEGATIVE_BLOCK_FIELDS = ("time_s", "position", "tokens", "size_bytes", "late
 NON_NEGATIVE_REQUEST_FIELDS = (
     "arrival_s", "prompt_tokens", "output_tokens", "block_size_tokens", "gpu_hit_tokens",
     "cpu_promotion_tokens", "cold_promotion_tokens", "recomputed_tokens",
-    "ttft_s", "itl_s", "e2e_latency_s", "handoff_s",
+    "ttft_s", "itl_s", "e2e_latency_s", "handoff_s", "fallback_tokens",
 )
 
 
@@ -262,8 +269,7 @@ def validate_block_event(event: BlockEvent) -> None:
         raise ValueError(f"block_hash must be an unsigned 64-bit int, got {event.block_hash!r}")
     if event.parent_hash is not None and not 0 <= event.parent_hash <= UINT64_MAX:
         raise ValueError(f"parent_hash must be an unsigned 64-bit int, got {event.parent_hash!r}")
-    _non_negative(event, NON_NEGATIVE_BLOCK_FIELDS)
-    _bounded(event)
+    validate_fields(event, NON_NEGATIVE_BLOCK_FIELDS)
     if event.priority is not None and not PRIORITY_MIN <= event.priority <= PRIORITY_MAX:
         raise ValueError(f"priority must be in {PRIORITY_MIN}..{PRIORITY_MAX}, got {event.priority}")
 
@@ -272,16 +278,12 @@ def validate_request(record: RequestRecord) -> None:
     """Raise ``ValueError`` naming the first field that breaks the schema's rules."""
     if not isinstance(record.request_id, str) or not record.request_id:
         raise ValueError(f"request_id must be a non-empty string, got {record.request_id!r}")
-    _non_negative(record, NON_NEGATIVE_REQUEST_FIELDS)
-    _bounded(record)
+    validate_fields(record, NON_NEGATIVE_REQUEST_FIELDS)
     served = sum(getattr(record, name) or 0 for name in SERVED_TOKEN_FIELDS)
     if served > record.prompt_tokens:
         raise ValueError(f"{SERVED_OVER_PROMPT}: {served} > {record.prompt_tokens}")
     if not isinstance(record.block_hashes, tuple):
         raise ValueError("block_hashes must be a tuple of ints")
-    if record.finish_status is not None and record.finish_status not in FINISH_STATUSES:
-        raise ValueError(f"finish_status must be one of {', '.join(FINISH_STATUSES)} or None, "
-                         f"got {record.finish_status!r}")
 
 
 def validate_metric_interval(record: MetricInterval) -> None:
@@ -306,12 +308,25 @@ def validate_step(record: StepRecord) -> None:
     """Raise ``ValueError`` naming the first field that breaks the schema's rules."""
     if not isinstance(record.time_s, (int, float)) or not math.isfinite(record.time_s):
         raise ValueError(f"time_s must be a finite number of seconds, got {record.time_s!r}")
-    _non_negative(record, NON_NEGATIVE_STEP_FIELDS)
-    _bounded(record)
+    validate_fields(record, NON_NEGATIVE_STEP_FIELDS)
     if record.duration_s is not None and not math.isfinite(record.duration_s):
         raise ValueError(f"duration_s must be finite, got {record.duration_s!r}")
     if record.prefill_tokens and not record.prefill_requests:
         raise ValueError(f"prefill_tokens {record.prefill_tokens} over no prefill_requests")
+
+
+def validate_fields(record, non_negative: tuple[str, ...]) -> None:
+    """The rules every record type shares (``non_negative`` fields, bounds, choices)."""
+    _non_negative(record, non_negative)
+    _bounded(record)
+    _chosen(record)
+
+
+def _chosen(record) -> None:
+    for f in dataclasses.fields(record):  # a field's "choices": the values it may take
+        value, allowed = getattr(record, f.name), f.metadata.get("choices")
+        if allowed is not None and value is not None and value not in allowed:
+            raise ValueError(f"{f.name} must be one of {', '.join(allowed)}, got {value!r}")
 
 
 def _bounded(record) -> None:
@@ -353,19 +368,3 @@ class TraceReader(Protocol):
 
     def requests(self) -> Iterator[RequestRecord]: ...
 
-
-def finish_class(finish_status: str | None, stop_reason: str | None) -> str:
-    """The :data:`FINISH_CLASSES` entry of a request that ended with ``finish_status`` (one of
-    :data:`FINISH_STATUSES` or ``None``) and ``stop_reason`` (a trace's ``tool_use`` /
-    ``end_turn``, an engine's stop string, or ``None``). Standard library only: engines'
-    plug-ins call it too."""
-    reason = (stop_reason or "").lower()
-    if finish_status in ("aborted", "error"):
-        return "aborted"
-    if finish_status == "length":
-        return "length"
-    if reason in ("tool_use", "tool_calls"):
-        return "tool_use"
-    if reason in END_TURN_REASONS:
-        return "end_turn"
-    return "stopped" if finish_status == "stopped" or reason else "unknown"

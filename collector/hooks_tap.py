@@ -75,6 +75,7 @@ class SourceCounters:
     lost_events: int = 0
     batches: int = 0
     last_batch_s: float | None = None  # Unix seconds
+    guardrail_rejected: dict[str, int] = field(default_factory=dict)  # reason -> cumulative
 
 
 @dataclass(frozen=True)
@@ -271,6 +272,8 @@ class HooksTap:
                                                 shipment.dropped_requests_total)
             source.dropped_steps_total = max(source.dropped_steps_total,
                                              shipment.dropped_steps_total)
+            for reason, count in shipment.packed.guardrail_rejected:
+                source.guardrail_rejected[reason] = max(count, source.guardrail_rejected.get(reason, 0))
             source.batches += 1
             source.last_batch_s = self._clock()
             stats.batches += 1
@@ -291,6 +294,7 @@ class HooksTap:
         from kvtier.collector.exports.prometheus import Sample
 
         totals: dict[tuple[str, str], list[int]] = {}
+        rejected: dict[tuple[str, str, str], int] = {}
         with self._lock:
             disconnects = self.stats.disconnects
             for s in self.stats.sources.values():
@@ -298,6 +302,9 @@ class HooksTap:
                 for i, value in enumerate((s.dropped_events_total, s.dropped_requests_total,
                                            s.lost_batches, s.lost_events, s.dropped_steps_total)):
                     acc[i] += value
+                for reason, count in s.guardrail_rejected.items():
+                    key = (s.engine, s.instance, reason)
+                    rejected[key] = rejected.get(key, 0) + count
         for (engine, instance), (events, requests, batches, lost, steps) in sorted(totals.items()):
             labels = {"engine": engine, "engine_instance": instance}
             yield Sample("kvtier_recorder_dropped_events_total", "Block events an engine's "
@@ -310,6 +317,11 @@ class HooksTap:
                          "(sequence gaps)", batches, labels)
             yield Sample("kvtier_hooks_lost_events_total", "Block events in shipped batches that "
                          "never arrived", lost, labels)
+        for (engine, instance, reason), count in sorted(rejected.items()):
+            yield Sample("kvtier_guardrail_rejected_messages_total", "Control messages an engine's "
+                         "connector dropped (malformed, unauthorised, stale, over its rate), by "
+                         "reason", count, {"engine": engine, "engine_instance": instance,
+                                           "reason": reason})
         yield Sample("kvtier_hooks_disconnects_total", "Senders' connections the hooks endpoint "
                      "lost (an engine stopped, or ZMQ cut off a message above twice the size "
                      "limit)", disconnects, {"endpoint": self.name})

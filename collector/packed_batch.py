@@ -4,8 +4,9 @@
 process has no pyarrow); :meth:`PackedBatch.to_event_batch` turns it into the validated
 :class:`kvtier.collector.batch.EventBatch` the store ingests, in the collector's process (or in the
 same process, for an in-process flusher). The records' ``request_key`` indexes
-``request_names``; the names are per batch, so a batch decodes on its own. Step records
-travel as tuples in the schema's field order (:data:`STEP_FIELDS`).
+``request_names``; the names are per batch, so a batch decodes on its own. Step records and
+tier moves travel as tuples in the schema's field order (:data:`STEP_FIELDS`,
+:data:`MOVE_FIELDS`).
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvtier.collector.events import Origin, RequestRecord, StepRecord, schema_fields
+from kvtier.collector.moves import TierMove
 from kvtier.collector.record_layout import DTYPE, NULL_BIT, RECORD_BYTES
 
 REJECTED_CALL_REASON = "wrong type in record() call"
 STEP_FIELDS = tuple(f.name for f in schema_fields(StepRecord))
+MOVE_FIELDS = tuple(f.name for f in schema_fields(TierMove))
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,8 @@ class PackedBatch:
     requests: tuple[RequestRecord | Mapping, ...] = ()
     rejected_calls: int = 0
     steps: tuple[tuple | list, ...] = ()
+    moves: tuple[tuple | list, ...] = ()
+    guardrail_rejected: tuple[tuple[str, int], ...] = ()  # cumulative, by reason
 
     def __post_init__(self) -> None:
         if len(self.records) % RECORD_BYTES:
@@ -60,14 +65,17 @@ class PackedBatch:
         rejections.add(REJECTED_CALL_REASON, self.rejected_calls)
         requests, more = rows_to_table(RequestRecord, self.requests)
         rejections.update(more)
-        steps, more = rows_to_table(StepRecord, (_step_fields(row) for row in self.steps))
+        steps, more = rows_to_table(StepRecord, (_fields(row, STEP_FIELDS) for row in self.steps))
         rejections.update(more)
-        return EventBatch(self.origin, sequence, events, requests, rejections, step_records=steps)
+        moves, more = rows_to_table(TierMove, (_fields(row, MOVE_FIELDS) for row in self.moves))
+        rejections.update(more)
+        return EventBatch(self.origin, sequence, events, requests, rejections, step_records=steps,
+                          tier_moves=moves)
 
 
-def _step_fields(row) -> dict | None:
-    if isinstance(row, (tuple, list)) and len(row) == len(STEP_FIELDS):
-        return dict(zip(STEP_FIELDS, row))
+def _fields(row, names: tuple[str, ...]) -> dict | None:
+    if isinstance(row, (tuple, list)) and len(row) == len(names):
+        return dict(zip(names, row))
     return None  # counted as "row is not a record or mapping"
 
 

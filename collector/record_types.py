@@ -20,6 +20,7 @@ from kvtier.collector.events import (
     RequestRecord,
     StepRecord,
 )
+from kvtier.collector.moves import NON_NEGATIVE_MOVE_FIELDS, TierMove
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,7 @@ RECORD_TABLES: tuple[RecordTable, ...] = (
     RecordTable(RequestRecord, "requests", "arrival_s", NON_NEGATIVE_REQUEST_FIELDS),
     RecordTable(MetricInterval, "metric_intervals", "end_s", (), added_later=True),
     RecordTable(StepRecord, "step_records", "time_s", NON_NEGATIVE_STEP_FIELDS, added_later=True),
+    RecordTable(TierMove, "tier_moves", "time_s", NON_NEGATIVE_MOVE_FIELDS, added_later=True),
 )
 TABLE_NAMES: tuple[str, ...] = tuple(entry.table for entry in RECORD_TABLES)
 _BY_TYPE = {entry.record_type: entry for entry in RECORD_TABLES}

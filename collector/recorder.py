@@ -11,6 +11,10 @@ Python work: the bytes are viewed as a numpy structured array, column by column.
 Step records (``record_step``, one per engine scheduler step: a few hundred a second at most)
 are kept as plain tuples in the schema's field order in a bounded list; the collector
 validates them when it converts the batch.
+Tier moves (``record_move``: the guardrail's pauses and resumes an engine applied, a few an
+hour) are kept the same way, and ``guardrail_rejected`` counts control messages the engine
+dropped, by reason: cumulative, carried by every batch (``take_packed`` makes one when only
+those counts changed).
 
 Why bytes and not a list of tuples: transposing a million Python tuples into columns costs
 about a second of GIL time; unpacking packed records costs about a tenth of that.
@@ -94,7 +98,8 @@ class Recorder:
 
     def __init__(self, origin: Origin, *, capacity_events: int = 1 << 20,
                  capacity_requests: int = 1 << 16, capacity_steps: int = 1 << 16,
-                 clock: Callable[[], float] = time.time, first_sequence: int = 0):
+                 clock: Callable[[], float] = time.time, first_sequence: int = 0,
+                 capacity_moves: int = 1 << 12):
         if capacity_events <= 0 or capacity_requests <= 0 or capacity_steps <= 0:
             raise ValueError(f"capacities must be positive, got {capacity_events}, "
                              f"{capacity_requests}, {capacity_steps}")
@@ -106,6 +111,10 @@ class Recorder:
         self._capacity_requests = capacity_requests
         self._steps: list[tuple] = []
         self._capacity_steps = capacity_steps
+        self._moves: list[tuple] = []
+        self._capacity_moves = capacity_moves
+        self.guardrail_rejected: dict[str, int] = {}  # control messages dropped, by reason
+        self._rejections_shipped: dict[str, int] = {}
         self._keys = _RequestKeys()
         self._pack = RECORD.pack
         self._sequence = first_sequence
@@ -222,6 +231,17 @@ class Recorder:
                             decode_context_tokens, running_requests, waiting_requests,
                             preempted_requests, loaded_bytes, stored_bytes))
 
+    def record_move(self, time_s, action, direction, tier, actor, mode=None, reason=None,
+                    tier_config_id=None, ttft_p99_s=None, itl_p99_s=None, budget_s=None,
+                    command=None) -> None:
+        """Buffer one tier move (the fields of ``TierMove``, in its order). Never raises; beyond
+        ``capacity_moves`` buffered it drops and counts them in ``dropped_events``."""
+        if len(self._moves) >= self._capacity_moves:
+            self.dropped_events += 1
+            return
+        self._moves.append((time_s, action, direction, tier, actor, mode, reason, tier_config_id,
+                            ttft_p99_s, itl_p99_s, budget_s, command))
+
     def take_packed(self) -> PackedBatch | None:
         """Drain everything buffered, still packed (no Arrow work: an engine process calls
         this). ``None`` when nothing (and no rejection) is pending. One drainer at a time (a
@@ -251,8 +271,14 @@ class Recorder:
         count = len(self._steps)
         steps = tuple(self._steps[:count])
         del self._steps[:count]
+        moves = tuple(self._moves[:len(self._moves)])
+        del self._moves[:len(moves)]
         rejected_calls, self.rejected_events = self.rejected_events, 0
-        if not data and not requests and not steps and not rejected_calls:
+        guardrail_rejected = dict(self.guardrail_rejected)
+        news = guardrail_rejected != self._rejections_shipped
+        self._rejections_shipped = guardrail_rejected
+        if not data and not requests and not steps and not moves and not rejected_calls \
+                and not news:
             return None
         names: tuple[str, ...] = ()
         if data:
@@ -262,4 +288,5 @@ class Recorder:
                 local, names = self._keys.local(packed["request_key"][named])
                 packed["request_key"][named] = local
             data = packed.tobytes()
-        return PackedBatch(self.origin, data, names, requests, rejected_calls, steps)
+        return PackedBatch(self.origin, data, names, requests, rejected_calls, steps, moves,
+                           tuple(sorted(guardrail_rejected.items())))

@@ -1,6 +1,6 @@
 """The message an engine process ships to the collector: one drained recorder batch.
 
-Three or four ZMQ frames, standard library only on both ends (a vLLM install has pyzmq and
+Three to five ZMQ frames, standard library only on both ends (a vLLM install has pyzmq and
 numpy, but not msgpack or pyarrow):
 
 1. header, JSON: ``format`` (:data:`FORMAT`), ``engine``, ``instance``, ``source``,
@@ -15,8 +15,15 @@ numpy, but not msgpack or pyarrow):
 2. the packed block-event records (``collector/record_layout.py``), ``events`` × 64 bytes;
 3. the request records, JSON: a list of objects with the schema's field names, ``None``
    fields left out;
-4. only when the batch holds step records: the step records, JSON, a list of value lists in
-   ``step_fields`` order. A message without it carries none (an engine of an older kvtier).
+4. only when the batch holds step records (or tier moves): the step records, JSON, a list of
+   value lists in ``step_fields`` order. A message without it carries none (an engine of an
+   older kvtier);
+5. only when the batch holds tier moves: the moves, JSON, a list of value lists in the
+   header's ``move_fields`` order (the schema's ``TierMove`` field names), their count
+   ``moves``.
+
+The header's ``guardrail_rejected`` (an object, reason -> count; absent when empty) is the
+source's cumulative count of control messages its engine dropped.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import json
 from dataclasses import dataclass
 
 from kvtier.collector.events import Origin, RequestRecord
-from kvtier.collector.packed_batch import STEP_FIELDS, PackedBatch
+from kvtier.collector.packed_batch import MOVE_FIELDS, STEP_FIELDS, PackedBatch
 from kvtier.collector.record_layout import RECORD_BYTES
 
 FORMAT = "kvtier.hooks/1"
@@ -74,18 +81,26 @@ def encode(shipment: Shipment) -> list[bytes]:
         "sent_s": shipment.sent_s, "request_names": list(packed.request_names),
         "dropped_steps_total": shipment.dropped_steps_total,
     }
+    if packed.guardrail_rejected:
+        header["guardrail_rejected"] = dict(packed.guardrail_rejected)
     requests = [_request_fields(r) for r in packed.requests]
-    if not packed.steps:
-        return [_json(header), packed.records, _json(requests)]
+    frames = [_json(header), packed.records, _json(requests)]
+    if not packed.steps and not packed.moves:
+        return frames
     header.update(steps=len(packed.steps), step_fields=list(STEP_FIELDS))
-    return [_json(header), packed.records, _json(requests), _json([list(s) for s in packed.steps])]
+    frames += [_json([list(s) for s in packed.steps])]
+    if packed.moves:
+        header.update(moves=len(packed.moves), move_fields=list(MOVE_FIELDS))
+        frames += [_json([list(m) for m in packed.moves])]
+    frames[0] = _json(header)
+    return frames
 
 
 def decode(frames) -> Shipment:
-    """Parse three or four frames; ``ShipmentError`` naming what is wrong otherwise."""
-    if len(frames) not in (3, 4):
-        raise ShipmentError(f"expected 3 or 4 frames (header, records, requests[, steps]), "
-                            f"got {len(frames)}")
+    """Parse three to five frames; ``ShipmentError`` naming what is wrong otherwise."""
+    if len(frames) not in (3, 4, 5):
+        raise ShipmentError(f"expected 3 to 5 frames (header, records, requests[, steps[, "
+                            f"moves]]), got {len(frames)}")
     header = _load(frames[0], "header")
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         got = header.get("format") if isinstance(header, dict) else type(header).__name__
@@ -100,11 +115,13 @@ def decode(frames) -> Shipment:
     names = header.get("request_names")
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise ShipmentError("request_names must be a list of strings")
-    steps = _steps(frames[3], header) if len(frames) == 4 else ()
+    steps = _rows(frames[3], header, "steps", "step_fields", STEP_FIELDS) if len(frames) > 3 else ()
+    moves = _rows(frames[4], header, "moves", "move_fields", MOVE_FIELDS) if len(frames) > 4 else ()
     try:
         origin = Origin(header.get("engine"), header.get("instance"), header.get("source"))
         packed = PackedBatch(origin, records, tuple(names), tuple(requests),
-                             _int(header, "rejected_calls"), steps)
+                             _int(header, "rejected_calls"), steps, moves,
+                             _counts(header.get("guardrail_rejected")))
         return Shipment(packed, **{name: _int(header, name) for name in _COUNTERS},
                         sent_s=float(header.get("sent_s") or 0.0),
                         dropped_steps_total=_int({"dropped_steps_total": 0, **header},
@@ -113,22 +130,30 @@ def decode(frames) -> Shipment:
         raise ShipmentError(str(error)) from None
 
 
-def _steps(frame, header: dict) -> tuple:
-    """The step rows of the fourth frame, each in this kvtier's ``STEP_FIELDS`` order (a
+def _rows(frame, header: dict, what: str, fields_key: str, schema: tuple[str, ...]) -> tuple:
+    """The rows of the steps or moves frame, each in this kvtier's ``schema`` order (a
     sender's field the schema lacks is dropped; one it lacks is ``None``, then validated)."""
-    rows = _load(frame, "steps")
-    fields = header.get("step_fields")
-    if not isinstance(rows, list) or len(rows) != header.get("steps"):
-        raise ShipmentError(f"steps frame does not hold {header.get('steps')!r} records")
+    rows = _load(frame, what)
+    fields = header.get(fields_key)
+    if not isinstance(rows, list) or len(rows) != header.get(what):
+        raise ShipmentError(f"{what} frame does not hold {header.get(what)!r} records")
     if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
-        raise ShipmentError("step_fields must be a list of strings")
-    if fields == list(STEP_FIELDS):
+        raise ShipmentError(f"{fields_key} must be a list of strings")
+    if fields == list(schema):
         return tuple(rows)
     out = []
     for row in rows:
         values = dict(zip(fields, row)) if isinstance(row, list) else {}
-        out.append(tuple(values.get(name) for name in STEP_FIELDS))
+        out.append(tuple(values.get(name) for name in schema))
     return tuple(out)
+
+
+def _counts(value) -> tuple[tuple[str, int], ...]:
+    """The header's ``guardrail_rejected`` (reason -> count), wrong entries left out."""
+    if not isinstance(value, dict):
+        return ()
+    return tuple(sorted((k, v) for k, v in value.items() if isinstance(k, str)
+                        and isinstance(v, int) and not isinstance(v, bool) and v >= 0))
 
 
 def _request_fields(record) -> dict:

@@ -65,6 +65,7 @@ class PruneResult:
     requests: int
     metric_intervals: int = 0
     step_records: int = 0
+    tier_moves: int = 0
 
 
 class TraceStore:

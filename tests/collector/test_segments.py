@@ -38,7 +38,7 @@ def test_export_partitions_by_day_and_instance_and_never_rewrites(store, tmp_pat
     store.ingest(EventBatch.from_rows(a, 1, events(day1 + 20, 4, "r3")))
     second = export_segments(store, tmp_path)
     assert second.rows == {"block_events": 4, "requests": 0, "metric_intervals": 0,
-                           "step_records": 0}
+                           "step_records": 0, "tier_moves": 0}
     assert {p: p.read_bytes() for p in first.files} == before
     assert not set(second.files) & set(first.files)
 

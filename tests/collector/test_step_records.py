@@ -45,7 +45,8 @@ def step(i: int, **fields) -> StepRecord:
 
 
 def test_every_module_reads_one_registry_of_record_types():
-    assert TABLE_NAMES == ("block_events", "requests", "metric_intervals", "step_records")
+    assert TABLE_NAMES == ("block_events", "requests", "metric_intervals", "step_records",
+                           "tier_moves")
     assert tuple(ddl.TABLE_COLUMNS) == TABLE_NAMES == segments.SEGMENT_TABLES
     assert ddl.TIME_COLUMN == {e.table: e.time_column for e in RECORD_TABLES}
     assert set(storefile.KVTIER_TABLES) >= set(TABLE_NAMES)
