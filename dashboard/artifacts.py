@@ -35,7 +35,7 @@ from kvtier.policy.recommend.recommendation import from_json
 BOUND_POLICIES = frozenset({"belady"})
 RECOMMENDATION_FILE = "recommendation.json"
 # Engine config files a recommendation folder may hold, and how to highlight them.
-_CONFIG_SUFFIXES = {".yaml": "yaml", ".yml": "yaml", ".json": "json", ".toml": "toml", ".sh": "bash",
+CONFIG_LANGUAGES = {".yaml": "yaml", ".yml": "yaml", ".json": "json", ".toml": "toml", ".sh": "bash",
                     ".env": "bash", ".args": "bash"}
 
 
@@ -157,8 +157,8 @@ def load_recommendation(folder: Path) -> RecommendationFolder | None:
     except ValueError as error:
         rec, problem = None, str(error)
     files = sorted(p for p in folder.iterdir() if p.is_file())
-    configs = tuple((p.name, _CONFIG_SUFFIXES[p.suffix], p.read_text(errors="replace")) for p in files
-                    if p.suffix in _CONFIG_SUFFIXES and not p.name.startswith("recommendation"))
+    configs = tuple((p.name, CONFIG_LANGUAGES[p.suffix], p.read_text(errors="replace")) for p in files
+                    if p.suffix in CONFIG_LANGUAGES and not p.name.startswith("recommendation"))
     report = folder / "report.md"
     return RecommendationFolder(doc, rec, problem, configs,
                                 tuple(p for p in files if p.suffix == ".png"),

@@ -100,16 +100,23 @@ def outcome_totals(frame: pd.DataFrame) -> pd.DataFrame:
     return _ranked(totals)
 
 
-def headline(totals: pd.DataFrame) -> pd.DataFrame:
-    """The overview's headline from ``outcome_totals``' frame: every configuration together,
-    one row per outcome in ``OUTCOME_ORDER`` (``outcome``, ``amount``, ``share``; an outcome
-    that never happened has amount and share 0)."""
-    amounts = totals.groupby("outcome")["amount"].sum() if len(totals) else pd.Series(dtype=float)
-    frame = pd.DataFrame({"outcome": list(OUTCOME_ORDER),
-                          "amount": [float(amounts.get(o, 0.0)) for o in OUTCOME_ORDER]})
-    whole = frame["amount"].sum()
-    frame["share"] = frame["amount"] / whole if whole else 0.0
-    return frame
+def headline(totals: pd.DataFrame, configs: list[str] | None = None) -> pd.DataFrame:
+    """The overview's headline from ``outcome_totals``' frame, per tier configuration (a
+    figure over several would describe no deployment): one row per configuration and outcome
+    in ``OUTCOME_ORDER`` (``tier_config``, ``outcome``, ``amount``, ``share``; an outcome that
+    never happened has amount and share 0), configurations in ``configs``' order (default:
+    as they come)."""
+    if configs is None:
+        configs = list(dict.fromkeys(totals["tier_config"])) if len(totals) else []
+    rows = []
+    for config in configs:
+        mine = totals[totals["tier_config"] == config]
+        amounts = mine.groupby("outcome")["amount"].sum()
+        whole = float(amounts.sum())
+        rows += [{"tier_config": config, "outcome": o, "amount": float(amounts.get(o, 0.0)),
+                  "share": float(amounts.get(o, 0.0)) / whole if whole else 0.0}
+                 for o in OUTCOME_ORDER]
+    return pd.DataFrame(rows, columns=["tier_config", "outcome", "amount", "share"])
 
 
 def _ranked(frame: pd.DataFrame) -> pd.DataFrame:

@@ -27,8 +27,10 @@ ALLOWED = {
     "dashboard": {"collector", "policy"},
     "kvtier": set(PACKAGES),
 }
-# what dashboard/ may take from policy/: the recommendation's typed values, nothing that computes
-DASHBOARD_FROM_POLICY = ("kvtier.policy.recommend.values", "kvtier.policy.recommend.recommendation")
+# what dashboard/ may take from policy/: the recommendation's typed values and the config
+# writers that render them (what push writes, shown to copy), nothing that computes
+DASHBOARD_FROM_POLICY = ("kvtier.policy.recommend.values", "kvtier.policy.recommend.recommendation",
+                         "kvtier.policy.writers")
 MAX_LINES = 400
 
 

@@ -33,7 +33,7 @@ def render(ctx: PageContext) -> None:
                    "(blocks), whatever their tokens.")
     totals = queries.outcome_totals(frame)
     configs = [c for c in ctx.facets.tier_configs if c in set(totals["tier_config"])]
-    _metrics(totals, unit)
+    _metrics(totals, unit, configs)
     st.subheader("How lookups were served, by tier configuration")
     chart(totals, charts.outcome_totals(unit, configs))
     st.subheader("Over time")
@@ -57,8 +57,12 @@ def _events(ctx: PageContext, span, configs: list[str]) -> None:
     chart(queries.outcome_totals(events), charts.outcome_totals(unit, configs))
 
 
-def _metrics(totals, unit: str) -> None:
-    headline = queries.headline(totals)
-    columns = st.columns(len(headline))
-    for column, row in zip(columns, headline.itertuples()):
-        column.metric(row.outcome.replace("_", " "), f"{row.share:.1%}", help=f"share of {unit}")
+def _metrics(totals, unit: str, configs: list[str]) -> None:
+    """The headline, one row of shares per tier configuration in rollout order: before and
+    after a push are two deployments, and one figure over both would describe neither."""
+    headline = queries.headline(totals, configs)
+    for config, rows in headline.groupby("tier_config", sort=False):
+        st.markdown(f"**`{config}`**")
+        for column, row in zip(st.columns(len(rows)), rows.itertuples()):
+            column.metric(row.outcome.replace("_", " "), f"{row.share:.1%}",
+                          help=f"share of {unit} under the tier configuration {config}")

@@ -11,6 +11,8 @@ import pandas as pd
 import streamlit as st
 
 from kvtier.dashboard import charts, rollouts
+from kvtier.dashboard.ready_configs import RENDERED_INTO, ready_configs
+from kvtier.dashboard.recommended import formatted, latency_delta, setting_value
 from kvtier.dashboard.artifacts import RECOMMENDATION_FILE, RecommendationFolder, load_recommendation
 from kvtier.dashboard.views.base import PageContext, chart
 from kvtier.policy.recommend.recommendation import Recommendation
@@ -64,8 +66,12 @@ def _verdict(rec: Recommendation) -> None:
 
 def _settings(rec: Recommendation) -> None:
     st.subheader("What to set")
-    rows = [{"setting": k.name, "value": _value(k.name, k.value), "why": k.why} for k in rec.knobs]
+    rows = [{"setting": k.name, "value": setting_value(rec, k.name, k.value), "why": k.why}
+            for k in rec.knobs]
     st.table(pd.DataFrame(rows).set_index("setting"))  # a static table: the reasons wrap
+    if any(row["value"] != formatted(k.name, k.value) for row, k in zip(rows, rec.knobs)):
+        st.caption("Where engines receive different values, each is named: the value is what "
+                   "its config file carries (Engine configs, below).")
 
 
 def _inputs(rec: Recommendation) -> None:
@@ -78,14 +84,6 @@ def _inputs(rec: Recommendation) -> None:
         st.caption("Documented defaults, not measured: " + ", ".join(
             f"{i.name} = {i.value:,.6g}" for i in defaults)
             + " (kvtier calibrate --out FILE, then recommend --cost-params FILE).")
-
-
-def _value(name: str, value) -> str:
-    if isinstance(value, tuple):
-        return str(list(value))
-    if name.endswith("_bytes") and isinstance(value, int) and value:
-        return f"{value:,} ({value / MIB:,.2f} MiB)"
-    return str(value)
 
 
 def _ttft(rec: Recommendation) -> None:
@@ -102,9 +100,11 @@ def _ttft(rec: Recommendation) -> None:
         c = changes.get(f"ttft_{quantile}_s")
         if c is None:
             continue
+        style = latency_delta(c)  # the arrow follows the change; lower latency is better
         column.metric(f"TTFT {quantile} change", f"{c.change * 1e3:+.1f} ms",
                       f"[{c.low * 1e3:+.1f}, {c.high * 1e3:+.1f}] ms; {c.baseline * 1e3:.1f} -> "
-                      f"{c.candidate * 1e3:.1f} ms", delta_color="off")
+                      f"{c.candidate * 1e3:.1f} ms", delta_color=style.colour,
+                      delta_arrow=style.arrow)
         rows.append({"quantile": quantile, "change_ms": c.change * 1e3, "low_ms": c.low * 1e3,
                      "high_ms": c.high * 1e3})
     chart(pd.DataFrame(rows), charts.ttft_change())
@@ -260,12 +260,27 @@ def _budget_status(ctx: PageContext, rule) -> None:
 
 
 def _configs(loaded: RecommendationFolder) -> None:
-    if loaded.configs:
+    """Each engine's config as kvtier push writes it (vLLM's with kvtier's recording connector),
+    then the folder's other files (a gateway's retention configs), each as it is."""
+    rendered = ready_configs(loaded.rec) if loaded.rec is not None else ()
+    shown = {c.name for c in rendered}
+    others = [c for c in loaded.configs if c[0] not in shown]
+    if rendered or others:
         st.subheader("Engine configs, ready to copy")
-        st.caption("Apply one with `kvtier push` (it checks guardrails, shows the diff and keeps a backup).")
+        st.caption("Apply one with `kvtier push` (it checks guardrails, shows the diff and keeps "
+                   "a backup); each is what push writes for that engine.")
     for note in loaded.doc.get("notes", []):
         st.caption(str(note))
-    for name, language, text in loaded.configs:
+    for config in rendered:
+        st.markdown(f"**{config.name}**")
+        if config.engine in RENDERED_INTO:
+            st.caption("As `kvtier push --engine vllm` writes it into a config that loads kvtier's "
+                       "recording connector and spec (kvtier installed in vLLM's environment; "
+                       "push keeps the connector a file loads): copied as it is, the engine goes "
+                       "on recording. Under vLLM's own OffloadingConnector the same tiers serve "
+                       "and no request is recorded.")
+        st.code(config.text, language=config.language)
+    for name, language, text in others:
         st.markdown(f"**{name}**")
         st.code(text, language=language)
     if loaded.plots or loaded.report:

@@ -16,6 +16,7 @@ from kvtier import dashboard
 from kvtier.dashboard.sources import ENV_RECOMMENDATION, ENV_SEGMENTS, ENV_WHATIF
 from kvtier.dashboard.views import PAGES
 from kvtier.policy.recommend.recommendation import from_json
+from kvtier.policy.writers.vllm_shape import check
 from tests.dashboard.fixtures import PHASES, build_two_loads, write_recommendation
 
 WRITER = Path(__file__).resolve().parents[1] / "collector" / "writer_process.py"
@@ -53,7 +54,17 @@ def test_overview_charts_outcomes_per_configuration(monkeypatch, full_segments):
     assert time_spec["encoding"]["row"]["field"] == "tier_config"
     assert time_spec["encoding"]["row"]["sort"] == list(PHASES)  # rollout order, not alphabetical
     assert over_time.num_rows > 20 and "cold_promotion" in over_time.column("outcome").to_pylist()
-    assert [m.label for m in at.metric] == ["gpu hit", "cpu promotion", "cold promotion", "recompute miss"]
+    # the headline: one row of shares per configuration, in rollout order, none blended
+    outcomes = ["gpu hit", "cpu promotion", "cold promotion", "recompute miss"]
+    assert [m.label for m in at.metric] == outcomes * len(PHASES)
+    assert [m.value for m in at.markdown if m.value.startswith("**`")] == [f"**`{p}`**" for p in PHASES]
+    amounts = {(c, o): a for c, o, a in zip(totals.column("tier_config").to_pylist(),
+                                             totals.column("outcome").to_pylist(),
+                                             totals.column("amount").to_pylist())}
+    for phase, shown in zip(PHASES, [at.metric[i:i + 4] for i in range(0, len(at.metric), 4)]):
+        whole = sum(a for (c, _), a in amounts.items() if c == phase)
+        assert [m.value for m in shown] == [
+            f"{amounts.get((phase, o.replace(' ', '_')), 0) / whole:.1%}" for o in outcomes]
     assert len(at.dataframe) == 1  # the table comes after the charts
     assert list(dict.fromkeys(at.dataframe[0].value["tier_config"])) == list(PHASES)
 
@@ -193,11 +204,19 @@ def test_recommendation_leads_with_settings_and_the_absolute_ttft_change(monkeyp
     assert headers[:2] == ["What to set", "Time to first token against the GPU tier alone"]
     settings = at.table[0].value
     assert list(settings.index) == [k.name for k in rec.knobs]
-    assert settings["value"].iloc[0].startswith(f"{rec.settings.cpu_tier_bytes:,} (")
+    # each engine's CPU tier as it receives it: vLLM's holds a copy of the GPU's blocks too
+    vllm_bytes, neutral_bytes = rec.for_engine("vllm").cpu_tier_bytes, rec.settings.cpu_tier_bytes
+    assert vllm_bytes > neutral_bytes
+    assert settings["value"].iloc[0] == (
+        f"vllm: {vllm_bytes:,} ({vllm_bytes / 2**20:,.2f} MiB); trtllm, lmcache, sglang, dynamo: "
+        f"{neutral_bytes:,} ({neutral_bytes / 2**20:,.2f} MiB)")
     p99 = next(m for m in at.metric if m.label == "TTFT p99 change")
     change = next(c for c in rec.evidence.expected_vs_gpu_only if c.metric == "ttft_p99_s")
     assert p99.value == f"{change.change * 1e3:+.1f} ms"  # absolute, in ms
     assert f"[{change.low * 1e3:+.1f}, {change.high * 1e3:+.1f}] ms" in p99.delta  # its interval
+    # a decrease of TTFT, all of its interval below zero: a down arrow, green (lower is better)
+    assert change.high < 0
+    assert (p99.proto.direction, p99.proto.color) == (p99.proto.DOWN, p99.proto.GREEN)
     (ttft_spec, ttft), (cpu_spec, cpu_curve), *rest = charts(at)
     assert ttft_spec["layer"][2]["encoding"]["x"]["title"] == "change in time to first token (ms)"
     assert ttft.column("change_ms").to_pylist()[2] == pytest.approx(change.change * 1e3)
@@ -210,8 +229,17 @@ def test_recommendation_leads_with_settings_and_the_absolute_ttft_change(monkeyp
     tokens_spec, tokens = rest[-1]  # relative changes of token counts come last, below
     assert set(tokens.column("metric").to_pylist()) <= {"gpu_hit_tokens", "cpu_promotion_tokens",
                                                        "cold_promotion_tokens", "recompute_tokens"}
-    codes = {c.language: c.value for c in at.code}  # engine configs, not the push JSONs
-    assert "OffloadingConnector" in codes["json"] and "host_cache_size" in codes["yaml"]
+    codes = [c.value for c in at.code]  # engine configs, not the push JSONs
+    assert any("host_cache_size" in c for c in codes)
+    (shown,) = [json.loads(c) for c in codes if "kv_connector" in c]
+    # vLLM's copy records: kvtier's connector and spec, as a push into such a config writes it
+    assert (shown["kv_connector"], shown["kv_connector_module_path"]) == (
+        "KvtierOffloadingConnector", "kvtier.probes.vllm.connector")
+    extra = shown["kv_connector_extra_config"]
+    assert (extra["spec_module_path"], extra["spec_name"]) == ("kvtier.probes.vllm.spec",
+                                                                "KvtierCPUOffloadingSpec")
+    assert extra["cpu_bytes_to_use"] == vllm_bytes
+    check(shown)  # it would boot vLLM
     assert any("over budget" in m.value for m in at.markdown)
 
 
@@ -350,28 +378,3 @@ def test_recommendation_says_whether_host_memory_was_checked_and_why_the_file_ti
     at = open_page(monkeypatch, full_segments, "recommendation", recommendation=folder)
     info = " ".join(i.value for i in at.info)
     assert "305.0 GiB the curve asked for was capped to 18.0 GiB" in info and "16.3% at the asked size" in info
-
-
-@pytest.mark.parametrize("engine_prompt, refused_stores, warned", [
-    (100, 0, False), (150, 0, True),
-    (100, 3, False)])  # stores vLLM asked for and could not allocate: no store the hooks missed
-def test_overview_warns_when_the_hooks_and_the_engines_metrics_disagree(
-        monkeypatch, tmp_path, store, engine_prompt, refused_stores, warned):
-    from kvtier.collector.segments import export_segments
-    from tests.collector.test_crosscheck import fill
-
-    # 150: the engine counted 50 tokens more; refused stores: 4 chunks asked for 3 times
-    fill(store, second_interval_prompt=engine_prompt, asked_in_second=1 + 4 * refused_stores,
-         failed_in_second=refused_stores)
-    export_segments(store, tmp_path / "segments")
-    at = open_page(monkeypatch, tmp_path / "segments", "overview")
-    flagged = [w.value for w in at.warning if "/metrics" in w.value]
-    if not warned:
-        assert flagged == []
-        return
-    assert flagged == ["The hooks and the engine's own /metrics differ by more than 1%: node-a "
-                       "prompt tokens: hooks 200 vs engine 250 (-50; vllm:prompt_tokens_total: "
-                       "prompt tokens of the requests whose prefill ran). The shares below come "
-                       "from the hooks' records. What the plug-ins could not ship is counted on "
-                       "the collector's /metrics (kvtier_recorder_dropped_events_total); none "
-                       "there means the engine's series counts differently in this version."]
