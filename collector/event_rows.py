@@ -51,3 +51,29 @@ def _of_instance(relation: str, instance: str | None) -> str:
         return relation
     quoted = instance.replace("'", "''")
     return f"(SELECT * FROM {relation} WHERE instance = '{quoted}')"
+
+
+# Bytes per token from the block events that carry bytes: exact where an event says its
+# tokens; an event without tokens (vLLM's hooks, older stores) is one block of the trace.
+_KV_BYTES_SQL = """
+    SELECT median(size_bytes / tokens) FILTER (WHERE tokens > 0) AS per_token,
+           median(size_bytes) FILTER (WHERE tokens IS NULL OR tokens <= 0) AS per_block
+    FROM {events} WHERE size_bytes > 0"""
+
+
+def recorded_kv_bytes(reader, block_tokens: int | None) -> tuple[int, str, str] | None:
+    """The KV bytes per token the block events behind ``reader`` carry (an even number: a
+    key and a value), how they were read (``"bytes over tokens"``, or per block of
+    ``block_tokens``) and where; ``None`` for a trace or events without bytes."""
+    found = block_event_rows(reader, _KV_BYTES_SQL)
+    if not found or not found[0]:
+        return None
+    (row,), where = found
+    if row["per_token"]:
+        per_token, how = float(row["per_token"]), "bytes over tokens"
+    elif row["per_block"] and block_tokens and block_tokens > 0:
+        per_token = float(row["per_block"]) / block_tokens
+        how = f"{row['per_block']:,.0f} bytes per {block_tokens}-token block"
+    else:
+        return None
+    return max(2, 2 * round(per_token / 2)), how, where

@@ -23,26 +23,27 @@ STEP_FIELDS = tuple(c.name for c in STEP_COLUMNS)
 _QUIET = "SET enable_progress_bar = false"  # DuckDB draws it on stdout: maybe a --json answer
 
 
-def read_step_records(where: TraceStore | str | Path, *,
-                      instance: str | None = None) -> dict[str, pa.Table]:
+def read_step_records(where: TraceStore | str | Path, *, instance: str | None = None,
+                      engine: str | None = None) -> dict[str, pa.Table]:
     """Instance name -> its step records (see module doc), instances sorted by name.
 
     ``where`` is a ``TraceStore``, a store file (opened read-only: the file is not changed)
     or a segment folder. With ``instance``, only that instance (an empty dict if it has no
-    steps). A store without step records gives an empty dict.
+    steps); with ``engine``, only the steps origins of that engine recorded. A store without
+    step records gives an empty dict.
     """
     if isinstance(where, TraceStore):
-        return _split(where.query(_sql(WITH_ORIGIN[STEP_RECORDS_TABLE], instance)))
+        return _split(where.query(_sql(WITH_ORIGIN[STEP_RECORDS_TABLE], instance, engine)))
     path = Path(where)
     if path.is_dir():
-        return _from_segments(path, instance)
+        return _from_segments(path, instance, engine)
     if not path.is_file():
         raise FileNotFoundError(2, "no store file or segment folder", str(path))
     with TraceStore(path, read_only=True) as store:
-        return _split(store.query(_sql(WITH_ORIGIN[STEP_RECORDS_TABLE], instance)))
+        return _split(store.query(_sql(WITH_ORIGIN[STEP_RECORDS_TABLE], instance, engine)))
 
 
-def _from_segments(root: Path, instance: str | None) -> dict[str, pa.Table]:
+def _from_segments(root: Path, instance: str | None, engine: str | None) -> dict[str, pa.Table]:
     import duckdb
 
     from kvtier.collector.segments import has_segments, segments_relation
@@ -52,17 +53,18 @@ def _from_segments(root: Path, instance: str | None) -> dict[str, pa.Table]:
     con = duckdb.connect()
     try:
         con.execute(_QUIET)
-        return _split(con.sql(_sql(segments_relation(root, STEP_RECORDS_TABLE), instance))
+        return _split(con.sql(_sql(segments_relation(root, STEP_RECORDS_TABLE), instance, engine))
                       .to_arrow_table())
     finally:
         con.close()
 
 
-def _sql(relation: str, instance: str | None) -> str:
+def _sql(relation: str, instance: str | None, engine: str | None) -> str:
     columns = ", ".join(STEP_FIELDS)
-    where = ""
-    if instance is not None:
-        where = "WHERE instance = '" + instance.replace("'", "''") + "'"
+    conditions = [f"{column} = '" + value.replace("'", "''") + "'"
+                  for column, value in (("instance", instance), ("engine", engine))
+                  if value is not None]
+    where = "WHERE " + " AND ".join(conditions) if conditions else ""
     return (f"SELECT CAST(instance AS VARCHAR) AS instance, source, {columns} FROM {relation} "
             f"{where} ORDER BY instance, source, time_s, step")
 

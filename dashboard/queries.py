@@ -9,12 +9,12 @@ from __future__ import annotations
 import pandas as pd
 
 from kvtier.collector.block_kinds import LOOKUP_OUTCOMES
+from kvtier.collector.promotion_jobs import jobs_sql
 from kvtier.dashboard.data import SEEN, SERVED, Filters, SegmentData, and_where, bucket_width_s, empty_frame
 
 # Lookup outcomes in order of quality (best first), for stacking and colours.
 OUTCOME_ORDER = ("gpu_hit", "cpu_promotion", "cold_promotion", "recompute_miss")
 _LOOKUPS_SQL = ", ".join(f"'{o.label}'" for o in sorted(LOOKUP_OUTCOMES))
-_PROMOTIONS_SQL = "'cpu_promotion', 'cold_promotion'"
 _TOKEN_COLUMNS = {"gpu_hit": "gpu_hit_tokens", "cpu_promotion": "cpu_promotion_tokens",
                   "cold_promotion": "cold_promotion_tokens", "recompute_miss": "recomputed_tokens"}
 # Reuse-count classes for the shared-prefix histogram: (label, lowest count in class).
@@ -125,9 +125,6 @@ def _ranked(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-# A block event's source tier: where a promotion came from, ``recompute`` for a miss.
-_SOURCE_TIER = """CASE WHEN kind = 'recompute_miss' THEN 'recompute' ELSE coalesce(tier_from,
-    CASE kind WHEN 'cpu_promotion' THEN 'cpu' ELSE 'cold' END) END"""
 _QUANTILE_ROWS = """unnest([{'quantile': 'p50', 'latency_s': qs[1]}, {'quantile': 'p95', 'latency_s': qs[2]},
                            {'quantile': 'p99', 'latency_s': qs[3]}]) AS u(q)"""
 # vLLM's worker-side copy of loads: seconds summed over workers and jobs, and one size
@@ -136,17 +133,14 @@ COPY_SECONDS, COPY_JOBS, COPY_BYTES = ("vllm:kv_offload_load_time_total", "vllm:
                                        "vllm:kv_offload_load_bytes_total")
 
 
-def _load_jobs(data: SegmentData, filters: Filters, kinds: str) -> tuple[str, list]:
+def _load_jobs(data: SegmentData, filters: Filters, recompute: bool) -> tuple[str, list]:
     """One row per load job (``source_tier``, ``kind``, ``latency_s``, ``blocks``,
-    ``size_bytes``): the block events of one load (same source, request, kind and time) share
-    the job's latency, as vLLM's hooks record it, so a job counts once however many blocks it
-    moved (``policy/recommend/measured.py`` groups them the same way)."""
+    ``size_bytes``), grouped as :mod:`kvtier.collector.promotion_jobs` groups them: a job
+    counts once however many blocks it moved; recompute misses too with ``recompute``."""
     view = data.events_view(filters)
     where, params = data.where(filters, view)
-    where = and_where(where, f"kind IN ({kinds}) AND latency_s IS NOT NULL")
-    return (f"""SELECT {_SOURCE_TIER} AS source_tier, kind, max(latency_s) AS latency_s,
-            count(*) AS blocks, sum(size_bytes) AS size_bytes
-        FROM {view} {where} GROUP BY source_tier, kind, source, request_id, time_s""", params)
+    jobs = jobs_sql(f"(SELECT * FROM {view} {where})", recompute=recompute)
+    return f"SELECT tier AS source_tier, kind, latency_s, blocks, size_bytes FROM ({jobs})", params
 
 
 def load_wait(data: SegmentData, filters: Filters) -> pd.DataFrame:
@@ -157,7 +151,7 @@ def load_wait(data: SegmentData, filters: Filters) -> pd.DataFrame:
     columns = ("source_tier", "kind", "quantile", "latency_ms", "jobs", "blocks", "mean_ms")
     if not data.has_events:
         return empty_frame(*columns)
-    jobs, params = _load_jobs(data, filters, f"{_PROMOTIONS_SQL}, 'recompute_miss'")
+    jobs, params = _load_jobs(data, filters, recompute=True)
     return data.df(f"""SELECT source_tier, kind, q.quantile, q.latency_s * 1000 AS latency_ms,
             jobs, blocks, mean_ms
         FROM (SELECT source_tier, kind, count(*) AS jobs, sum(blocks) AS blocks,
@@ -193,7 +187,7 @@ def size_latency(data: SegmentData, filters: Filters) -> pd.DataFrame:
     whether bigger loads still fit the transfer budget a request can afford."""
     if not data.has_events:
         return empty_frame("source_tier", "job_bytes", "jobs", "p50_ms", "bandwidth_bytes_per_s")
-    jobs, params = _load_jobs(data, filters, _PROMOTIONS_SQL)
+    jobs, params = _load_jobs(data, filters, recompute=False)
     return data.df(f"""SELECT source_tier, pow(2, floor(log2(size_bytes))) AS job_bytes,
             count(*) AS jobs, quantile_cont(latency_s, 0.5) * 1000 AS p50_ms,
             sum(size_bytes) / nullif(sum(latency_s), 0) AS bandwidth_bytes_per_s

@@ -27,20 +27,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from kvtier.collector.events import RequestRecord
+from kvtier.collector.promotion_jobs import PromotionJob
 from kvtier.policy.cost import CostParams, Param
 from kvtier.policy.geometry import geometry_for
 
 MIN_JOBS_FOR_A_LINE = 3
 _NOTE = "fitted by kvtier calibrate from the store's measured latencies"
-
-
-@dataclass(frozen=True)
-class PromotionJob:
-    """One request's promotion from one tier: bytes moved and the time it took."""
-
-    tier: str  # "cpu" or "cold"
-    size_bytes: int
-    latency_s: float
 
 
 @dataclass(frozen=True)

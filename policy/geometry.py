@@ -87,32 +87,16 @@ def geometry_for(bytes_per_token: int, name: str = "measured", source: str = "me
                       source=source)
 
 
-# Bytes per token from the block events that carry bytes: exact where an event says its
-# tokens; an event without tokens (vLLM's hooks, older stores) is one block of the trace.
-_RECORDED_SQL = """
-    SELECT median(size_bytes / tokens) FILTER (WHERE tokens > 0) AS per_token,
-           median(size_bytes) FILTER (WHERE tokens IS NULL OR tokens <= 0) AS per_block
-    FROM {events} WHERE size_bytes > 0"""
-
-
 def recorded_bytes_per_token(reader, block_tokens: int) -> KVGeometry | None:
     """The geometry an engine's block events record behind ``reader`` (a store's or a
     segment folder's reader), ``None`` for a trace or events without bytes."""
-    from kvtier.collector.event_rows import block_event_rows
+    from kvtier.collector.event_rows import recorded_kv_bytes
 
-    found = block_event_rows(reader, _RECORDED_SQL)
-    if not found or not found[0]:
+    found = recorded_kv_bytes(reader, block_tokens)
+    if found is None:
         return None
-    (row,), where = found
-    if row["per_token"]:
-        per_token, how = float(row["per_token"]), "bytes over tokens"
-    elif row["per_block"] and block_tokens > 0:
-        per_token = float(row["per_block"]) / block_tokens
-        how = f"{row['per_block']:,.0f} bytes per {block_tokens}-token block"
-    else:
-        return None
-    even = max(2, 2 * round(per_token / 2))
-    return geometry_for(even, f"the block events in {where}, {how}", "measured")
+    per_token, how, where = found
+    return geometry_for(per_token, f"the block events in {where}, {how}", "measured")
 
 
 _DECIMAL = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}

@@ -9,12 +9,14 @@ EXAMPLE = ("kvtier calibrate kvtier-out/kvtier.duckdb --instance node-1 --gpu-bl
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("store", help="a kvtier store (DuckDB file) an engine probe wrote into")
+    parser.add_argument("store", help="a kvtier store (DuckDB file) an engine probe wrote into, or "
+                                      "the folder of Parquet segments it exports")
     parser.add_argument("--instance", help="only this serving instance's records (default: all)")
     parser.add_argument("--engine", help="only this engine's records (vllm, reference; default: all "
                                          "with a tier split)")
     parser.add_argument("--tier-config", help="only requests served with this tier configuration "
-                                              "(a rollout phase, e.g. gpu+cpu)")
+                                              "(a rollout phase, e.g. gpu+cpu), and the steps and "
+                                              "promotion jobs of that phase")
     parser.add_argument("--gpu-blocks", type=int,
                         help="the engine's GPU prefix-cache capacity in blocks, for the tier-split "
                              "check and the engine model's admission (vLLM: num_gpu_blocks less its "
@@ -63,7 +65,7 @@ def run(args) -> int:
     from kvtier.verbs.checks import output_file
 
     store = Path(args.store)
-    if not store.is_file():
+    if not store.exists():
         raise KvtierError(f"no store at {store} (kvtier collect or kvtier demo writes one)")
     if args.out:
         output_file(args.out, "--out")
@@ -74,18 +76,19 @@ def run(args) -> int:
                                ("--token-budget", args.token_budget, 1)):
         if value is not None and value < least:
             raise KvtierError(f"{flag} must be >= {least}, got {value}")
-    requests, jobs, bytes_per_token = _read(store, args.instance, args.engine, args.tier_config)
+    inputs = _read(args, store)
+    requests, jobs, steps = list(inputs.requests), list(inputs.jobs), list(inputs.steps)
+    bytes_per_token = inputs.kv_bytes_per_token
     if not requests:
         raise KvtierError(f"{store} holds no engine request records with a tier split"
                           + (f" for instance {args.instance!r}" if args.instance else ""))
     if not 0 < args.fit_share < 1:
         raise KvtierError(f"--fit-share must be in (0, 1), got {args.fit_share}")
-    steps = _read_steps(store)
     try:
         fitted = calibrate(requests, jobs, bytes_per_token=bytes_per_token)
     except ValueError as error:  # concurrent traffic only: the engine model still fits
         fitted, single_note = None, str(error)
-    engine = _engine_check(args, requests, steps, jobs, bytes_per_token)
+    engine = _engine_check(args, requests, steps, jobs, bytes_per_token, inputs.engines)
     if fitted is None and "note" in engine:
         raise KvtierError(f"{single_note}; engine model: {engine['note']}")
     output = {"store": str(store), "instance": args.instance, "requests": len(requests),
@@ -100,21 +103,20 @@ def run(args) -> int:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(_params_json(args, fitted, requests, steps, jobs, bytes_per_token,
-                                               held_out=engine))
+                                               inputs.engines, held_out=engine))
         output["out"] = args.out
     print_json(output) if args.json else print(_text(output))
     return 0
 
 
-def _limits(args, requests, steps):
-    from pathlib import Path
-
+def _limits(args, requests, steps, engines):
+    """The scheduler's limits; the ``auto`` rules are the reference engine's when every
+    selected record is that engine's (``engines``: the selection's)."""
     from kvtier.policy.engine_model.fit import fit_limits
 
     first_token, promotions = args.first_token, args.promotions
     if "auto" in (first_token, promotions):
-        engines = {args.engine} if args.engine else _engines(Path(args.store), args.instance)
-        reference = engines == {"reference"}
+        reference = set(engines) == {"reference"}
         if first_token == "auto":
             first_token = "own_prefill" if reference else "step_end"
         if promotions == "auto":
@@ -124,21 +126,7 @@ def _limits(args, requests, steps):
                       kv_blocks=args.gpu_blocks, promotions=promotions)
 
 
-def _engines(store, instance) -> set[str]:
-    """The engines whose request records carry a tier split."""
-    from kvtier.collector.storefile import connect
-
-    con = connect(store, read_only=True)
-    try:
-        where, params = ("AND instance = ?", [instance]) if instance else ("", [])
-        return {name for (name,) in con.execute(
-            "SELECT DISTINCT engine FROM requests_with_origin WHERE gpu_hit_tokens IS NOT NULL "
-            + where, params).fetchall()}
-    finally:
-        con.close()
-
-
-def _engine_check(args, requests, steps, jobs, bytes_per_token) -> dict:
+def _engine_check(args, requests, steps, jobs, bytes_per_token, engines) -> dict:
     """The engine model fitted on the earlier requests, checked per tier configuration on
     the later ones, the single-server model beside it; ``{"note": why}`` when too few
     requests to fit and check (the single-server fit still stands)."""
@@ -146,14 +134,16 @@ def _engine_check(args, requests, steps, jobs, bytes_per_token) -> dict:
 
     try:
         held = held_out_check(requests, steps, jobs, bytes_per_token=bytes_per_token,
-                              limits=_limits(args, requests, steps), fit_share=args.fit_share,
+                              limits=_limits(args, requests, steps, engines),
+                              fit_share=args.fit_share,
                               arrivals=args.arrivals)
     except ValueError as error:
         return {"note": str(error)}
     return held.to_dict()
 
 
-def _params_json(args, fitted, requests, steps, jobs, bytes_per_token, held_out=None) -> str:
+def _params_json(args, fitted, requests, steps, jobs, bytes_per_token, engines,
+                 held_out=None) -> str:
     """The single-server parameters (when they fitted) and the engine model's, fitted on
     every request, as one ``--cost-params`` file, with the engine model's held-out check
     (``held_out``: what ``recommend`` shows beside its prediction)."""
@@ -165,7 +155,7 @@ def _params_json(args, fitted, requests, steps, jobs, bytes_per_token, held_out=
     body = json.loads(fitted.to_json()) if fitted else {"probe": "calibrate", "cost_params": {}}
     try:
         body[SECTION] = fit_engine(requests, steps, jobs, bytes_per_token=bytes_per_token,
-                                   limits=_limits(args, requests, steps),
+                                   limits=_limits(args, requests, steps, engines),
                                    arrivals=args.arrivals).to_dict()
     except ValueError:  # too few requests: the file holds the single-server parameters
         pass
@@ -173,25 +163,6 @@ def _params_json(args, fitted, requests, steps, jobs, bytes_per_token, held_out=
         body["held_out"] = {k: held_out[k] for k in ("split_s", "fit_requests", "by_tier_config")
                             if k in held_out}
     return json.dumps(body, indent=2) + "\n"
-
-
-def _read_steps(store):
-    """The store's step records in step order; none when it has no step_records table (a
-    store written before engines recorded steps)."""
-    from kvtier.collector.events import StepRecord
-    from kvtier.collector.storefile import connect
-
-    con = connect(store, read_only=True)
-    try:
-        tables = {name for (name,) in con.execute(
-            "SELECT table_name FROM information_schema.tables").fetchall()}
-        if "step_records" not in tables:
-            return []
-        names = [f.name for f in StepRecord.__dataclass_fields__.values()]
-        rows = con.execute(f"SELECT {', '.join(names)} FROM step_records ORDER BY time_s, step").fetchall()
-    finally:
-        con.close()
-    return [StepRecord(**dict(zip(names, row))) for row in rows]
 
 
 def _check(args, requests, params, jobs, bytes_per_token) -> dict:
@@ -224,40 +195,22 @@ def _check(args, requests, params, jobs, bytes_per_token) -> dict:
     return output
 
 
-def _read(store, instance, engine=None, tier_config=None):
-    """Engine request records with a tier split, promotion jobs, KV bytes per token."""
-    from kvtier.collector.events import RequestRecord
-    from kvtier.collector.storefile import connect
-    from kvtier.policy.calibrate import PromotionJob
+def _read(args, store):
+    """The selected records (``CalibrationInputs``); one line on stderr when a running
+    collector holds the store and the segments it exports are read instead."""
+    import sys
 
-    where, params = "", []
-    for column, value in (("instance", instance), ("engine", engine)):
-        if value:
-            where, params = where + f" AND {column} = ?", params + [value]
-    request_where, request_params = where, list(params)
-    if tier_config:
-        request_where, request_params = where + " AND tier_config_id = ?", params + [tier_config]
-    con = connect(store, read_only=True)  # checked: a kvtier store of this schema, unlocked
+    from kvtier.collector.calibration_inputs import calibration_inputs
+    from kvtier.errors import KvtierError
+
     try:
-        names = [f.name for f in RequestRecord.__dataclass_fields__.values()]
-        rows = con.execute(f"SELECT {', '.join(names)} FROM requests_with_origin "
-                           f"WHERE gpu_hit_tokens IS NOT NULL {request_where} "
-                           "ORDER BY arrival_s, batch_id", request_params).fetchall()
-        requests = [RequestRecord(**{**dict(zip(names, row)),
-                                     "block_hashes": tuple(row[names.index("block_hashes")] or ())})
-                    for row in rows]
-        jobs = [PromotionJob(tier, int(size), float(latency)) for tier, size, latency in con.execute(
-            "SELECT CAST(tier_from AS VARCHAR), sum(size_bytes), max(latency_s) "
-            "FROM block_events_with_origin WHERE kind IN ('cpu_promotion', 'cold_promotion') "
-            f"AND size_bytes IS NOT NULL AND latency_s IS NOT NULL {where} "
-            "GROUP BY source, request_id, tier_from, time_s", params).fetchall()]
-        chunk = con.execute("SELECT median(size_bytes) FROM block_events_with_origin "
-                            f"WHERE size_bytes IS NOT NULL {where}", params).fetchone()[0]
-    finally:
-        con.close()
-    block_tokens = requests[0].block_size_tokens if requests else None
-    per_token = int(chunk) // block_tokens if chunk and block_tokens else None
-    return requests, jobs, per_token if per_token and per_token % 2 == 0 else None
+        inputs = calibration_inputs(store, instance=args.instance, engine=args.engine,
+                                    tier_config=args.tier_config)
+    except ValueError as error:  # a segment file that cannot be read
+        raise KvtierError(str(error)) from None
+    if inputs.note:
+        print(f"kvtier calibrate: note: {inputs.note}", file=sys.stderr, flush=True)
+    return inputs
 
 
 def _engine_text(held: dict) -> list[str]:

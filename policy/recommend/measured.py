@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from kvtier.policy.cost import CostParams, Param
 from kvtier.policy.recommend.cold_tier import cost_from_latencies
 from kvtier.policy.recommend.values import ColdCost
@@ -23,20 +25,10 @@ from kvtier.policy.recommend.values import ColdCost
 FOLDED_OP_LATENCY_S = 1e-9  # the path's fixed cost is inside the measured per-token figure
 
 
-# One load is one job: its events (one per block, same source, request, kind and time) share
-# the job's latency, as vLLM's hooks record them (kvtier calibrate groups them the same way);
-# a job's tokens are its events' (an event without tokens, as vLLM's hooks write them,
-# counts its bytes' worth).
-_SQL = """
-    SELECT kind, median(latency_s / tokens) AS s_per_token FROM (
-        SELECT CAST(kind AS VARCHAR) AS kind, max(latency_s) AS latency_s,
-               sum(coalesce(tokens, size_bytes / {bytes_per_token})) AS tokens
-        FROM {{events}}
-        WHERE latency_s IS NOT NULL AND latency_s > 0
-          AND CAST(kind AS VARCHAR) IN ('cpu_promotion', 'cold_promotion', 'recompute_miss')
-        GROUP BY source, request_id, kind, time_s)
-    WHERE tokens > 0
-    GROUP BY ALL"""
+# A job's latency per token, as the engine measured it: one load is one job (its events share
+# the job's latency: kvtier.collector.promotion_jobs), its tokens the events' (an event
+# without tokens, as vLLM's hooks write them, counts its bytes' worth).
+_KIND_OF_TIER = {"cpu": "cpu_promotion", "cold": "cold_promotion", "recompute": "recompute_miss"}
 
 
 def per_token_latencies(reader, bytes_per_token: float | None = None
@@ -45,14 +37,18 @@ def per_token_latencies(reader, bytes_per_token: float | None = None
     store's or a segment folder's reader), and where they came from (``None``: a trace).
     ``bytes_per_token`` prices an event that carries bytes but no tokens (``None``: such
     events are left out)."""
-    from kvtier.collector.event_rows import block_event_rows
+    from kvtier.collector.promotion_jobs import read_jobs
 
-    divisor = "NULL" if not bytes_per_token else repr(float(bytes_per_token))
-    found = block_event_rows(reader, _SQL.format(bytes_per_token=divisor))
+    found = read_jobs(reader, recompute=True)
     if found is None:
         return {}, None
-    rows, where = found
-    return {row["kind"]: float(row["s_per_token"]) for row in rows}, where
+    jobs, where = found
+    per_token: dict[str, list[float]] = {}
+    for job in jobs:
+        tokens = job.tokens_at(bytes_per_token)
+        if job.latency_s > 0 and tokens and tokens > 0 and job.tier in _KIND_OF_TIER:
+            per_token.setdefault(_KIND_OF_TIER[job.tier], []).append(job.latency_s / tokens)
+    return {kind: float(np.median(values)) for kind, values in per_token.items()}, where
 
 
 def store_costs(reader, params: CostParams, block_tokens: int

@@ -59,3 +59,57 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys):
     assert main(["simulate", "--trace", str(store), "--gpu-tokens", "1e6", "--cost-params", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "--cost-params" in err and "Traceback" not in err
+
+
+def calibrated(capsys, *argv) -> dict:
+    assert main(["calibrate", *map(str, argv), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_an_instance_is_calibrated_on_its_own_records_alone(tmp_path, capsys):
+    from tests.collector.calibration_store import A, B, write
+
+    write(tmp_path / "two.duckdb", A, B)  # node-b's steps cost 3.5x node-a's
+    write(tmp_path / "a.duckdb", A)
+    mine = calibrated(capsys, tmp_path / "two.duckdb", "--instance", "node-a")
+    alone = calibrated(capsys, tmp_path / "a.duckdb")
+    for name in ("requests", "step_records", "promotion_jobs", "kv_bytes_per_token", "fitted"):
+        assert mine[name] == alone[name], name
+    assert mine["engine_model"]["params"] == alone["engine_model"]["params"]
+    both = calibrated(capsys, tmp_path / "two.duckdb")  # a second instance's steps move the fit
+    assert both["engine_model"]["params"]["step_cost"] != mine["engine_model"]["params"]["step_cost"]
+
+
+def test_a_tier_configuration_is_calibrated_on_that_phases_steps_and_jobs(tmp_path, capsys):
+    from tests.collector.calibration_store import A, B, records, write
+
+    write(tmp_path / "two.duckdb", A, B)
+    promoting = calibrated(capsys, tmp_path / "two.duckdb", "--tier-config", "gpu+cpu")
+    gpu_only = calibrated(capsys, tmp_path / "two.duckdb", "--tier-config", "gpu-only")
+    a_steps, b_steps = len(records(A)[1]), len(records(B)[1])
+    assert (promoting["requests"], promoting["promotion_jobs"]) == (A.phases[1].requests,
+                                                                   A.phases[1].requests)
+    assert gpu_only["promotion_jobs"] == 0
+    assert promoting["step_records"] + gpu_only["step_records"] == a_steps + b_steps
+
+
+def test_a_store_held_by_a_running_writer_is_calibrated_from_its_segments(tmp_path, capsys):
+    from kvtier.collector.segments import export_segments
+    from tests.collector.calibration_store import A, B, hold, write
+
+    store = tmp_path / "kvtier.duckdb"
+    write(store, A, B)
+    with TraceStore(store) as writer:  # the segments a collector exports beside its store
+        export_segments(writer, tmp_path / "segments")
+    unlocked = calibrated(capsys, store, "--instance", "node-a")
+    holder = hold(store)
+    try:
+        assert main(["calibrate", str(store), "--instance", "node-a", "--json"]) == 0
+    finally:
+        holder.kill()
+        holder.wait()
+    out, err = capsys.readouterr()
+    assert err.startswith(f"kvtier calibrate: note: {store} is held by process {holder.pid}")
+    locked = json.loads(out)
+    for name in ("requests", "step_records", "promotion_jobs", "fitted", "engine_model"):
+        assert locked[name] == unlocked[name], name
