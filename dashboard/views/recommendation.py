@@ -39,7 +39,7 @@ def render(ctx: PageContext) -> None:
     if loaded.rec is None:
         st.warning(f"`{RECOMMENDATION_FILE}` is not in `kvtier recommend`'s format "
                    f"({loaded.problem}); it is shown as it is.")
-        st.code(json.dumps(loaded.doc, indent=2), language="json")
+        st.code(json_text.dumps(loaded.doc, indent=2), language="json")
         _configs(loaded)
         return
     rec = loaded.rec
@@ -88,13 +88,19 @@ def _inputs(rec: Recommendation) -> None:
 
 def _ttft(rec: Recommendation) -> None:
     changes = {c.metric: c for c in rec.evidence.expected_vs_gpu_only}
-    if "ttft_p50_s" not in changes:
-        return
+    card = rec.evidence.latency_model
     st.subheader("Time to first token against the GPU tier alone")
-    st.caption("Replayed on the later, held-out part of the requests and priced with the cost "
-               "model (prefill and promotions per token, queueing); mean per window, interval: "
-               "5th-95th percentile of a paired bootstrap over windows. Fixed per-request costs "
-               "are outside the model: read the change, not the level.")
+    if card is not None and card.flag:
+        st.warning(f"Flagged: {card.flag}; it makes no promise.")
+    if "ttft_p50_s" not in changes:
+        st.info(f"No TTFT is promised: {card.why}." if card is not None and card.why
+                else "This recommendation holds no TTFT prediction.")
+        return
+    model = f"the {card.model} model ({card.why})" if card is not None else "the cost model"
+    st.caption(f"Replayed on the later, held-out part of the requests by {model}: each "
+               "percentile over those requests, as the engine measures it; interval: 5th-95th "
+               "percentile over noise draws and resampled requests, the change paired on the "
+               "same requests.")
     rows = []
     for column, quantile in zip(st.columns(3), ("p50", "p95", "p99")):
         c = changes.get(f"ttft_{quantile}_s")

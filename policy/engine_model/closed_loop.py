@@ -56,17 +56,26 @@ def client_chains(records: Sequence[RequestRecord], max_think_s: float = MAX_THI
     return follows, think
 
 
-def engine_requests(records: Sequence[RequestRecord], arrivals: str = "auto") -> EngineRequests:
-    """``records`` (in arrival order) as the replay's requests: open loop, closed loop
-    (:func:`client_chains`), or ``auto`` (closed when :data:`CLOSED_SHARE` of them chain)."""
+def arrivals_of(records: Sequence[RequestRecord], arrivals: str = "auto") -> str:
+    """``open`` or ``closed`` for ``records`` (arrival order): as given, or, for ``auto``,
+    closed when :data:`CLOSED_SHARE` of the requests after the first chain
+    (:func:`client_chains`)."""
     if arrivals not in ARRIVALS:
         raise ValueError(f"arrivals must be one of {', '.join(ARRIVALS)}, got {arrivals!r}")
-    requests = EngineRequests.from_records(records)
-    if arrivals == "open" or len(records) < 2:
-        return requests
-    follows, think = client_chains(records)
+    if arrivals != "auto":
+        return arrivals
+    if len(records) < 2:
+        return "open"
+    follows, _ = client_chains(records)
     chained = float(np.mean(follows[1:] != np.arange(1, len(records))))
-    if arrivals == "auto" and chained < CLOSED_SHARE:
+    return "closed" if chained >= CLOSED_SHARE else "open"
+
+
+def engine_requests(records: Sequence[RequestRecord], arrivals: str = "auto") -> EngineRequests:
+    """``records`` (in arrival order) as the replay's requests: open loop, closed loop
+    (:func:`client_chains`), or ``auto`` (:func:`arrivals_of`)."""
+    requests = EngineRequests.from_records(records)
+    if arrivals_of(records, arrivals) == "open" or len(records) < 2:
         return requests
-    return requests.closed_loop(follows, think)
+    return requests.closed_loop(*client_chains(records))
 

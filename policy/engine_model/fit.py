@@ -46,7 +46,7 @@ import numpy as np
 
 from kvtier.collector.events import RequestRecord, StepRecord
 from kvtier.policy.engine_model.batch_scheduler import SchedulerLimits
-from kvtier.policy.engine_model.closed_loop import engine_requests
+from kvtier.policy.engine_model.closed_loop import arrivals_of, engine_requests
 from kvtier.policy.engine_model.params import EngineModelParams
 from kvtier.policy.engine_model.step_cost import FEATURES, StepCost, step_durations, step_features
 from kvtier.policy.engine_model.step_replay import replay
@@ -249,7 +249,8 @@ def fit_engine(records: Sequence[RequestRecord], steps: Sequence[StepRecord], jo
         limits=limits or fit_limits(records, steps),
         cpu_link=TransferLink(cost.cpu_gpu_bandwidth_bytes_per_s.value, cost.cpu_gpu_op_latency_s.value),
         cold_link=TransferLink(cost.cold_cpu_bandwidth_bytes_per_s.value, cost.cold_cpu_op_latency_s.value),
-        kv_bytes_per_token=int(cost.model.bytes_per_token))
+        kv_bytes_per_token=int(cost.model.bytes_per_token),
+        arrivals=arrivals_of(sorted(records, key=lambda r: r.arrival_s), arrivals))
     from dataclasses import replace
 
     timed_steps = int((~np.isnan(step_durations(steps))).sum()) if steps else 0

@@ -19,6 +19,7 @@ from kvtier.policy.engine_model.transfers import TransferLink
 SECTION = "engine_model"
 VERSION = 1
 FITTED_FROM = ("step_records", "request_search", "given")
+ARRIVALS = ("open", "closed")
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,11 @@ class EngineModelParams:
     spread is several times a decode step's); empty: they draw from ``step_noise_s`` too.
     ``admission_delay_s``: quantiles of the seconds from a request's arrival until the engine
     can schedule it (a frontend's tokenising and hand-off, a scheduler's pickup); the replay
-    draws one per request. Empty: a request can be scheduled on arrival."""
+    draws one per request. Empty: a request can be scheduled on arrival.
+    ``arrivals``: how the engine's traffic arrived where the model was fitted, and so how a
+    prediction replays requests: ``open`` (at their recorded times) or ``closed`` (clients
+    that send the next request when the last ends: ``closed_loop.py``); a promise and its
+    check replay alike."""
 
     step_cost: StepCost = field(default_factory=StepCost)
     limits: SchedulerLimits = field(default_factory=SchedulerLimits)
@@ -44,11 +49,14 @@ class EngineModelParams:
     step_noise_s: tuple[float, ...] = ()
     prefill_step_noise_s: tuple[float, ...] = ()
     admission_delay_s: tuple[float, ...] = ()
+    arrivals: str = "open"
 
     def __post_init__(self) -> None:
         if self.fitted_from not in FITTED_FROM:
             raise ValueError(f"fitted_from must be one of {', '.join(FITTED_FROM)}, "
                              f"got {self.fitted_from!r}")
+        if self.arrivals not in ARRIVALS:
+            raise ValueError(f"arrivals must be one of {', '.join(ARRIVALS)}, got {self.arrivals!r}")
         if isinstance(self.kv_bytes_per_token, bool) or not isinstance(self.kv_bytes_per_token, int) \
                 or self.kv_bytes_per_token < 1:
             raise ValueError(f"kv_bytes_per_token must be an int >= 1, got {self.kv_bytes_per_token!r}")
@@ -63,7 +71,7 @@ class EngineModelParams:
                 "cpu_link": self.cpu_link.to_dict(), "cold_link": self.cold_link.to_dict(),
                 "kv_bytes_per_token": self.kv_bytes_per_token, "step_noise_s": list(self.step_noise_s),
                 "prefill_step_noise_s": list(self.prefill_step_noise_s),
-                "admission_delay_s": list(self.admission_delay_s)}
+                "admission_delay_s": list(self.admission_delay_s), "arrivals": self.arrivals}
 
     @classmethod
     def from_dict(cls, body: dict) -> EngineModelParams:
@@ -77,7 +85,8 @@ class EngineModelParams:
                        int(body["kv_bytes_per_token"]), body["fitted_from"],
                        tuple(float(v) for v in body.get("step_noise_s", ())),
                        tuple(float(v) for v in body.get("prefill_step_noise_s", ())),
-                       tuple(float(v) for v in body.get("admission_delay_s", ())))
+                       tuple(float(v) for v in body.get("admission_delay_s", ())),
+                       str(body.get("arrivals", "open")))
         except (KeyError, TypeError) as error:
             raise ValueError(f"engine_model section is malformed: {error}") from None
 

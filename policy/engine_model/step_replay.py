@@ -148,7 +148,9 @@ class _Run:
         self.own_prefill = params.limits.first_token == "own_prefill"
         self.requests, self.arrival_s = requests, requests.arrival_s.astype(float)
         self.transfers = TransferQueues(params.kv_bytes_per_token, params.cpu_link, params.cold_link,
-                                        in_step=params.limits.promotions == "in_step")
+                                        mode=params.limits.promotions)
+        if params.limits.promotions == "load_step":
+            self.scheduler.to_load = (requests.cpu_tokens + requests.cold_tokens) > 0
         n = len(requests)
         follows = requests.follows if requests.follows is not None else np.arange(n)
         self.successors: dict[int, list[int]] = {}
@@ -199,7 +201,11 @@ class _Run:
         context = float((self.prompt[decoding] + self.generated[decoding]).sum())
         prefill_s = float(prefilled[-1]) if len(prefilled) else 0.0
         decode_s = c[4] * len(decoding) + c[5] * context + (c[6] if len(decoding) else 0.0)
-        work_s = c[0] + prefill_s + decode_s  # overhead, the prefills in turn, the decode pass
+        r = self.requests
+        load_s = sum(self.transfers.step_load_s(int(r.cpu_tokens[i]), int(r.cold_tokens[i]), c[8])
+                     for i in plan.loading)
+        # overhead, the prefills in turn, the decode pass; loads the step admitted (load_step)
+        work_s = c[0] + prefill_s + decode_s + load_s
         # a host's stall lands anywhere in the step: its noise stretches the step's work
         # evenly, so a prefill run first sees only its share of it
         noise = self.prefill_noise_s if plan.chunks else self.noise_s

@@ -7,9 +7,11 @@ CPU->GPU link once it is in CPU. A job takes ``op_latency_s + bytes / bandwidth_
 and waits for the jobs of requests that arrived before it (Lindley). The request may be scheduled once its last job
 ends; a request that promotes nothing is ready at arrival.
 
-An engine that copies promotions inside the step that admits the request (``in_step``: the
-reference engine) queues nothing: the request is ready at arrival, and that step pays for
-its promotions instead (:meth:`TransferQueues.in_step_s`).
+An engine that copies promotions inside a step queues nothing: the request is ready at
+arrival, and a step pays for its promotions instead (:meth:`TransferQueues.step_load_s`): the
+step that admits and computes it (``in_step``: the reference engine), or a step of its own
+that the scheduler admits it to load in before it computes (``load_step``: vLLM's offloading
+connector; ``batch_scheduler.py``).
 """
 
 from __future__ import annotations
@@ -43,9 +45,10 @@ class TransferQueues:
     """The two links' state: when each is free. Requests must come in arrival order."""
 
     def __init__(self, bytes_per_token: int, cpu_link: TransferLink, cold_link: TransferLink,
-                 *, in_step: bool = False):
+                 *, mode: str = "queued"):
         self.bytes_per_token, self.cpu_link, self.cold_link = bytes_per_token, cpu_link, cold_link
-        self.in_step = in_step
+        self.mode = mode
+        self.in_step = mode != "queued"  # a step pays for the copy; nothing waits on a link
         self.cpu_free_s = self.cold_free_s = float("-inf")
 
     def ready_at(self, arrival_s: float, cpu_tokens: int, cold_tokens: int) -> float:
@@ -63,11 +66,15 @@ class TransferQueues:
         return start
 
     def in_step_s(self, cpu_tokens: int, cold_tokens: int, loaded_byte_s: float) -> float:
-        """What the step that admits a request spends on its promotions: the cold blocks read
-        over the cold link, then every promoted byte at ``loaded_byte_s``
-        (``StepCost.loaded_byte_s``); 0 where promotions are queued."""
-        if not self.in_step:
+        """What the step that admits and computes a request spends on its promotions
+        (``in_step``; 0 otherwise): :meth:`step_load_s`."""
+        if self.mode != "in_step":
             return 0.0
+        return self.step_load_s(cpu_tokens, cold_tokens, loaded_byte_s)
+
+    def step_load_s(self, cpu_tokens: int, cold_tokens: int, loaded_byte_s: float) -> float:
+        """What a step spends loading a request's promotions: the cold blocks read over the
+        cold link, then every promoted byte at ``loaded_byte_s`` (``StepCost.loaded_byte_s``)."""
         spent = loaded_byte_s * (cpu_tokens + cold_tokens) * self.bytes_per_token
         if cold_tokens:
             spent += float(self.cold_link.job_s(cold_tokens * self.bytes_per_token))

@@ -32,7 +32,8 @@ from kvtier.policy.recommend import engines
 from kvtier.policy.recommend.cold_tier import MIN_COLD_GAIN, ColdCost, cost_from_params
 from kvtier.policy.recommend.cold_tier import decide as decide_cold_tier
 from kvtier.policy.recommend.decision import decide
-from kvtier.policy.engine_model.params import EngineModelParams
+from kvtier.policy.latency.choice import LatencyChoice
+from kvtier.policy.latency.models import QueueModel
 from kvtier.policy.recommend.expected import expected_changes
 from kvtier.policy.recommend.gate import Learned, Measured, learn, measure
 from kvtier.policy.recommend.headroom import NOT_CHECKED, HostLimit
@@ -43,6 +44,7 @@ from kvtier.policy.recommend.input_sources import input_sources
 from kvtier.policy.recommend.sweep import THRESHOLDS
 from kvtier.policy.recommend.values import (
     ColdTierDecision,
+    Reason,
     Evidence,
     HitRatios,
     HostCheck,
@@ -73,7 +75,6 @@ class Inputs:
     train_fraction: float = 0.5
     seed: int = 0
     prefill_servers: int | None = None  # None: size with kvtier.policy.cost.servers_for
-    windows: int = 10
     thresholds: tuple[int, ...] = THRESHOLDS
     host: HostLimit | None = None  # None: the CPU size is not checked against host memory
     cold_blocks: int | None = 0
@@ -85,9 +86,10 @@ class Inputs:
     baseline_tier_config: str | None = None  # the configuration the records were selected from
     gpu_source: str = "given"  # where gpu_blocks came from: given, measured or default
     gpu_note: str | None = None  # how it was measured
-    # the step-level engine model's EngineModelParams (kvtier calibrate --out's engine_model
-    # section); given, the expected TTFT levels come from it instead of the FIFO queue
-    engine: EngineModelParams | None = None
+    # the latency model that may promise TTFT (kvtier.policy.latency.choice.LatencyChoice:
+    # the engine model when its held-out check held, else the queue model, else none); None:
+    # the queue model over ``params``, unchecked (a trace's what-if, no engine to check)
+    latency: LatencyChoice | None = None
 
     def __post_init__(self) -> None:
         if self.gpu_blocks < 1:
@@ -133,20 +135,21 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
     verdict = decide(reuse, cpu)
     sources = input_sources(params, inputs.gpu_blocks, block_tokens, inputs.gpu_source,
                             inputs.gpu_note)
+    servers = inputs.prefill_servers or servers_for(split.records[split.count_from:], params)
+    model, card = latency_model(inputs, params, servers)
+    gpu_later = replay(split.records, Tiers(inputs.gpu_blocks, 0), "lru",
+                       count_from=split.count_from)
     if verdict.outcome == "do_not_offload":
-        return _do_not_offload(verdict, reuse, gpu_only, host, cpu, sources)
+        return _do_not_offload(verdict, reuse, split, gpu_later, host, cpu, sources, model, card,
+                               inputs)
     tiers = Tiers(inputs.gpu_blocks, cpu.chosen_blocks)
     validate_from = int(len(split.train) * (1 - VALIDATION_FRACTION))
     learned = learn(split, tiers, params, block_tokens, validate_from, seed=inputs.seed,
                     thresholds=inputs.thresholds, step=step)
     step("measuring on later time")
     measured = measure(split, tiers, learned)
-    servers = inputs.prefill_servers or servers_for(split.records[split.count_from:], params)
-    gpu_later = replay(split.records, Tiers(inputs.gpu_blocks, 0), "lru",
-                       count_from=split.count_from)
     changes, vs_gpu, admit_all_vs_gpu = (
-        expected_changes(base, candidate, params, np.random.default_rng(inputs.seed),
-                         windows=inputs.windows, servers=servers, engine=inputs.engine)
+        expected_changes(base, candidate, model, np.random.default_rng(inputs.seed))
         for base, candidate in ((measured.baseline, measured.candidate),
                                 (gpu_later, measured.candidate),
                                 (gpu_later, measured.baseline)))
@@ -161,9 +164,14 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
                                             validate_from)
     vllm_later = vllm_replay(split.records, inputs.gpu_blocks, vllm_blocks, split.count_from,
                              vllm_cpu)
-    vllm_vs_gpu = expected_changes(gpu_later, vllm_later, params,
-                                   np.random.default_rng(inputs.seed), windows=inputs.windows,
-                                   servers=servers, engine=inputs.engine)
+    vllm_vs_gpu = expected_changes(gpu_later, vllm_later, model, np.random.default_rng(inputs.seed))
+    quality = hit_quality(verdict, model, card, vs_gpu)
+    if quality.outcome == "do_not_offload":
+        return _do_not_offload(quality, reuse, split, gpu_later, host, cpu, sources, model, card,
+                               inputs)
+    served = as_served(split)
+    vs_served = () if served is None else expected_changes(
+        served, vllm_later, model, np.random.default_rng(inputs.seed))
     cold_size = _cold_size(curve, split, inputs, params, block_tokens, cpu.chosen_blocks)
     cold = _cold_tier(split.train, inputs, cold_size, vllm_blocks, validate_from,
                       by_setting[vllm_cpu], params, block_tokens, vllm_cpu[0])
@@ -178,7 +186,9 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
     evidence = dataclasses.replace(
         _evidence(split, inputs, reuse, host, gpu_only, learned, measured, servers, cpu,
                   cold_size, cold, by_setting, vs_gpu, block_tokens), inputs=sources,
-        expected_admit_all_vs_gpu_only=admit_all_vs_gpu, expected_vllm_vs_gpu_only=vllm_vs_gpu)
+        expected_admit_all_vs_gpu_only=admit_all_vs_gpu, expected_vllm_vs_gpu_only=vllm_vs_gpu,
+        latency_model=card, expected_vs_served=vs_served,
+        served_tier_config=inputs.baseline_tier_config if served is not None else None)
     evidence = dataclasses.replace(evidence, token_hit_ratio=dataclasses.replace(
         evidence.token_hit_ratio, vllm=vllm_later.result.token_hit_ratio))
     return Recommendation(
@@ -189,6 +199,36 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
         knobs=cpu_knobs(cpu, measured.chosen, learned.chosen_gt, learned.classes)
         + file_knob(cold, cold_bytes),
         expected=changes)
+
+
+def latency_model(inputs: Inputs, params: CostParams, servers: int):
+    """(the model that promises TTFT or ``None``, its card for the evidence)."""
+    from kvtier.policy.latency import predict
+    from kvtier.policy.recommend.values import LatencyCard
+
+    from kvtier.policy.latency.choice import choose
+
+    choice = inputs.latency or choose(params)  # a trace: the queue model, on measured costs only
+    model = choice.model
+    if isinstance(model, QueueModel) and inputs.prefill_servers is None:
+        model = dataclasses.replace(model, servers=servers)
+    if model is None:
+        return None, LatencyCard(None, choice.why, flag=choice.flag)
+    return model, LatencyCard(model.name, choice.why, predict.STATISTIC,
+                              predict.DRAWS if model.noisy else 1, predict.RESAMPLES,
+                              model.arrivals, flag=choice.flag)
+
+
+def as_served(split: Split) -> Replayed | None:
+    """The evaluated requests with the split the engine recorded for them (the tier
+    configuration they were served under); ``None`` when a record has no split (a trace)."""
+    from kvtier.collector.request_tokens import RequestTokens
+    from kvtier.policy.sim.result import SimResult
+
+    later = split.records[split.count_from:]
+    if not later or any(r.gpu_hit_tokens is None for r in later):
+        return None
+    return Replayed(SimResult(), tuple(later), tuple(RequestTokens.measured(r) for r in later))
 
 
 def _evidence(split: Split, inputs: Inputs, reuse: Verdict, host: HostCheck,
@@ -287,15 +327,55 @@ def _reuse_verdict(records: Sequence[RequestRecord], gpu_ratio: float, params: C
                    host_cap_bytes=None if inputs.host is None else inputs.host.cap_bytes)
 
 
-def _do_not_offload(verdict: Verdict, reuse: Verdict, gpu_only: Replayed, host: HostCheck,
-                    cpu: TierSize, sources: tuple[InputSource, ...]) -> Recommendation:
-    held = "; ".join(r.name for r in verdict.reasons if r.holds)
+def _do_not_offload(verdict: Verdict, reuse: Verdict, split: Split, gpu_later: Replayed,
+                    host: HostCheck, cpu: TierSize, sources: tuple[InputSource, ...], model,
+                    card, inputs: Inputs) -> Recommendation:
+    """No CPU tier: the GPU tier alone on later time, its TTFT levels promised (the change
+    against itself is none), and against the requests as served; each engine's settings
+    that turn offloading off (vLLM: the minimal CPU tier, so kvtier keeps recording)."""
+    held = "; ".join(r.name for r in verdict.reasons if r.holds) or (verdict.note or "")
+    levels = expected_changes(gpu_later, gpu_later, model, np.random.default_rng(inputs.seed))
+    served = as_served(split)
+    vs_served = () if served is None else expected_changes(
+        served, gpu_later, model, np.random.default_rng(inputs.seed))
     return Recommendation(
         verdict=verdict, settings=engines.neutral(0, None, ()),
         evidence=Evidence(reuse_verdict=reuse, host_memory=host,
-                          token_hit_ratio=HitRatios(gpu_only.result.token_hit_ratio),
-                          sizes=(cpu,), inputs=sources),
+                          token_hit_ratio=HitRatios(gpu_later.result.token_hit_ratio),
+                          sizes=(cpu,), inputs=sources, latency_model=card,
+                          tiers_blocks=TierBlocks(inputs.gpu_blocks, 0),
+                          train_requests=len(split.train),
+                          evaluated_requests=len(split.records) - split.count_from,
+                          expected_vs_gpu_only=levels, expected_vs_served=vs_served,
+                          served_tier_config=inputs.baseline_tier_config if served is not None else None,
+                          rollback=inputs.rollback()),
         engine_settings=engines.off(), knobs=(Knob("cpu_tier_bytes", 0, held),))
+
+
+def hit_quality(verdict: Verdict, model, card, vs_gpu) -> Verdict:
+    """Offload only where a promoted token measurably costs this engine less than a
+    recomputed one, and the promised TTFT p50 gain is larger than its interval's noise (the
+    interval lies below 0). ``verdict`` as it was when the latency model promises nothing
+    (the card says why)."""
+    from kvtier.policy.latency.token_costs import token_costs
+
+    if model is None:
+        return verdict
+    costs = token_costs(model)
+    p50 = next((c for c in vs_gpu if c.metric == "ttft_p50_s"), None)
+    reasons = list(verdict.reasons)
+    if costs is not None:
+        reasons.append(Reason("a promoted token costs no less than a recomputed one",
+                              not costs.promotion_pays, costs.words()))
+    if p50 is not None:
+        reasons.append(Reason("no TTFT gain beyond the noise", p50.high >= 0,
+                              f"TTFT p50 change {p50.change * 1e3:+.2f} ms "
+                              f"[{p50.low * 1e3:+.2f}, {p50.high * 1e3:+.2f}] ({card.model} model)"))
+    if any(r.holds for r in reasons[len(verdict.reasons):]):
+        why = "; ".join(f"{r.name}: {r.evidence}" for r in reasons[len(verdict.reasons):] if r.holds)
+        return Verdict("do_not_offload", tuple(reasons),
+                       f"the CPU tier raises the hit ratio, but {why}")
+    return Verdict(verdict.outcome, tuple(reasons), verdict.note)
 
 
 def _span(records: Sequence[RequestRecord]) -> float:

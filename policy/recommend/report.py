@@ -7,10 +7,11 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from kvtier.collector import json_text
 from kvtier.policy.recommend.plots import bar_chart, line_chart
 from kvtier.policy.recommend.recommendation import Recommendation, settings_dict
 from kvtier.policy.recommend.sizing import human_bytes
-from kvtier.policy.recommend.values import HostCheck, PrefillServers, TierSize
+from kvtier.policy.recommend.values import HostCheck, TierSize
 from kvtier.policy.writers import WRITERS, writer
 
 CONFIG_FILES = {engine: module.DEFAULT_FILE for engine, module in WRITERS.items()}
@@ -50,14 +51,15 @@ def markdown(rec: Recommendation, plots: Sequence[str], engines: Sequence[str]) 
     lines += ["## Settings", "", "| knob | value | why |", "|---|---|---|"]
     lines += [f"| `{k.name}` | {_value(k.value)} | {k.why} |" for k in rec.knobs]
     lines += inputs_section(rec)
+    lines += latency_section(rec)
     lines += vs_gpu_section(rec)
     lines += rollback_section(rec)
     lines += sizes_section(rec)
     if rec.expected:
         lines += ["", "## Expected change on later time (vs. CPU tier LRU admitting all)", "",
-                  ("Per window of the evaluation period; interval: 5th-95th percentile of a "
-                   "paired bootstrap over windows. TTFT through "
-                   f"{_servers_text(ev.prefill_servers)}."), "",
+                  ("Over the evaluated requests of the later period: tokens in total, TTFT "
+                   "percentiles as the engine measures them (see Latency model); interval: "
+                   "5th-95th percentile."), "",
                   "| metric | baseline | recommended | change | interval |", "|---|---|---|---|---|"]
         lines += [f"| {c.metric} | {c.baseline:.4g} | {c.candidate:.4g} | {c.change:+.4g} | "
                   f"[{c.low:+.4g}, {c.high:+.4g}] |" for c in rec.expected]
@@ -110,8 +112,9 @@ def vs_gpu_section(rec: Recommendation) -> list[str]:
     if not changes:
         return []
     lines = ["", "## Expected change against the GPU tier alone (later time)", "",
-             "Per window of the evaluation period, mean and 5th-95th percentile interval of a "
-             "paired bootstrap over windows.", "",
+             "Over the evaluated requests of the later period: tokens in total, TTFT "
+             "percentiles as the engine measures them (see Latency model), 5th-95th percentile "
+             "intervals (paired: the same requests under both).", "",
              "| metric | GPU only | recommended | change | interval |", "|---|---|---|---|---|"]
     for c in changes:
         if c.metric.endswith("_s"):
@@ -121,6 +124,26 @@ def vs_gpu_section(rec: Recommendation) -> list[str]:
         else:
             lines.append(f"| {c.metric} | {c.baseline:,.0f} | {c.candidate:,.0f} | "
                          f"{c.change:+,.0f} | [{c.low:+,.0f}, {c.high:+,.0f}] |")
+    return lines
+
+
+def latency_section(rec: Recommendation) -> list[str]:
+    """Which latency model made the TTFT promise, and how; or why none was made."""
+    card = rec.evidence.latency_model
+    if card is None:
+        return []
+    lines = ["", "## Latency model", ""]
+    if card.model is None:
+        lines.append(f"**No TTFT is promised:** {card.why}.")
+    else:
+        lines.append(f"TTFT is promised by the **{card.model}** model ({card.why}): the "
+                     f"{card.statistic}, median over {card.draws} noise draws, {card.interval} "
+                     f"interval over draws x {card.resamples} resampled requests, {card.arrivals}-"
+                     "loop arrivals.")
+    if card.flag:
+        lines += ["", f"**Flagged:** {card.flag}; it makes no promise."]
+    if card.thin:
+        lines += ["", "Costs on few observations (wider intervals): " + "; ".join(card.thin) + "."]
     return lines
 
 
@@ -254,17 +277,5 @@ def _size_chart(path: Path, size: TierSize) -> Path:
 
 
 def _json(path: Path, data: dict) -> Path:
-    path.write_text(json.dumps(data, indent=2, default=_default) + "\n")
-    return path
+    return json_text.write(path, data)  # strict: a NaN is null
 
-
-def _default(value):
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
-
-
-def _servers_text(servers: PrefillServers | None) -> str:
-    if servers is None:
-        return "one prefill server"
-    return f"{servers.servers} prefill server(s) ({servers.source})"

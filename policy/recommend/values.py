@@ -64,8 +64,9 @@ class Knob:
 
 @dataclass(frozen=True)
 class Change:
-    """``metric``: baseline -> candidate (per window on average), change and its 5th-95th
-    percentile interval."""
+    """``metric`` over the evaluated requests of the period: baseline -> candidate, the change
+    and its 5th-95th percentile interval; for a latency, each level's own interval too (the
+    baseline's and the candidate's: what the engine should measure under each)."""
 
     metric: str
     baseline: float
@@ -73,6 +74,33 @@ class Change:
     change: float
     low: float
     high: float
+    baseline_low: float | None = None
+    baseline_high: float | None = None
+    candidate_low: float | None = None
+    candidate_high: float | None = None
+
+    def contains(self, measured_change: float) -> bool:
+        return self.low <= measured_change <= self.high
+
+
+@dataclass(frozen=True)
+class LatencyCard:
+    """Which latency model made a recommendation's TTFT promise, and how: ``model`` (a name
+    in ``kvtier.policy.latency.models.MODELS``; ``None``: no TTFT promise, ``why`` says why),
+    the ``statistic`` promised, the noise ``draws`` and request ``resamples`` behind each
+    interval, the ``arrivals`` of its replay, ``flag``: a model that missed its held-out check
+    (never used for the promise), and ``thin``: costs that rest on few observations."""
+
+    model: str | None
+    why: str
+    statistic: str = ""
+    draws: int = 0
+    resamples: int = 0
+    arrivals: str = ""
+    interval: str = "5th-95th percentile"
+    flag: str | None = None
+    thin: tuple[str, ...] = ()
+    baseline: str = ""  # what the change is against (the GPU tier alone, the requests as served)
 
 
 @dataclass(frozen=True)
@@ -302,6 +330,11 @@ class Evidence:
     expected_vllm_vs_gpu_only: tuple[Change, ...] = ()  # vLLM's, as token_hit_ratio.vllm
     rollback: RollbackRule | None = None
     inputs: tuple[InputSource, ...] = ()
+    latency_model: LatencyCard | None = None
+    # the recommended configuration against the requests as they were served (the tier
+    # configuration the store recorded them under): what recommend --check measures
+    expected_vs_served: tuple[Change, ...] = ()
+    served_tier_config: str | None = None
 
     def size(self, tier: str) -> TierSize | None:
         return next((s for s in self.sizes if s.tier == tier), None)

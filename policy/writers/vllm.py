@@ -48,7 +48,9 @@ APPLIES = ("cpu_tier_bytes", "cold_tier_bytes", "cold_tier_path", "eviction_poli
            "store_threshold", "block_size_tokens", "kv_events")
 NATIVE_CONNECTOR = "OffloadingConnector"
 ZERO_CPU_BYTES = 1  # vLLM refuses 0 ("must be specified"); 1 byte holds zero chunks
-OFF = None  # vLLM turns offloading off by dropping its transfer config, not by a setting
+# Offloading off: the minimal CPU tier (ZERO_CPU_BYTES holds no chunk), so kvtier's connector
+# stays loaded and the engine keeps recording, and a do-not-offload recommendation pushes
+OFF = EngineSettings(cpu_tier_bytes=0, kv_events=True)
 # spec_module_path -> (the CPU spec, the CPU + secondary-tier spec) of one family
 SPEC_FAMILIES = {None: ("CPUOffloadingSpec", "TieringOffloadingSpec"), **KVTIER_SPECS}
 # what a user adds for events kvtier can collect: vLLM connects to a concrete host (it binds

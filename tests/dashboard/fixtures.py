@@ -140,12 +140,16 @@ _CACHE: dict = {}
 def _recommendation():
     """One real recommendation per test process (it takes a few seconds)."""
     if "rec" not in _CACHE:
+        from kvtier.policy.cost import CostParams, Param
         from kvtier.policy.recommend.build import Inputs, recommend
         from tests.policy.learn.synthetic import conversations
 
+        # priced as kvtier calibrate would have fitted them: the queue model may promise TTFT
+        calibrated = CostParams(prefill_tokens_per_s=Param(8000.0, "calibrated"),
+                                cpu_gpu_bandwidth_bytes_per_s=Param(20e9, "calibrated"))
         _CACHE["rec"] = recommend(conversations(600, seed=8, block_tokens=512),
                                   Inputs(30, prefill_servers=4, ttft_slo_s=2.0, itl_slo_s=1.0,
-                                         cold_blocks=None))
+                                         cold_blocks=None), calibrated)
     return _CACHE["rec"]
 
 

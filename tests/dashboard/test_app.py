@@ -283,10 +283,11 @@ def test_recommendation_shows_how_well_the_latency_model_predicted_this_engine(
     from kvtier.collector.exports.recommendation import CALIBRATION_FILE
     from kvtier.verbs.recommend import _calibration
 
-    params = tmp_path / "cost.json"  # as kvtier calibrate --out writes it
-    params.write_text(json.dumps({"probe": "calibrate", "cost_params": {}, "held_out": HELD_OUT}))
+    from kvtier.policy.latency.costfile import CostFile
+
     folder = write_recommendation(tmp_path / "reco", ttft_p99_budget_s=None)
-    assert _calibration(str(params), folder) == [folder / CALIBRATION_FILE]
+    written = _calibration(CostFile(held_out=HELD_OUT), folder)  # the costs recommend rests on
+    assert folder / CALIBRATION_FILE in written and folder / "cost-params.json" in written
     at = open_page(monkeypatch, full_segments, "recommendation", recommendation=folder)
     assert "How well the latency model predicts this engine" in [h.value for h in at.subheader]
     table = [t for t in at.table if "predicted / measured" in t.value.columns][0].value

@@ -187,13 +187,14 @@ def test_prefill_steps_and_decode_steps_keep_their_own_noise():
 
 
 def test_the_held_out_prediction_is_the_median_over_noise_draws():
-    from kvtier.policy.engine_model.check import DRAWS, FIELDS, Latencies, predicted_latencies
+    from kvtier.policy.latency.check import DRAWS, FIELDS, Latencies, predicted_latencies
+    from kvtier.policy.latency.models import StepModel
 
     rows = [RequestRecord(f"r{i}", i * 0.5, 10, output_tokens=3, recomputed_tokens=10) for i in range(30)]
     requests = EngineRequests.from_records(rows)
     params = EngineModelParams(StepCost(overhead_s=0.01), step_noise_s=tuple(np.linspace(0, 0.2, 41)))
     draws = [replay(requests, params, np.random.default_rng(seed)) for seed in range(DRAWS)]
     each = np.array([[getattr(Latencies.of(r.ttft_s, r.itl_s), f) for f in FIELDS] for r in draws])
-    predicted = predicted_latencies(requests, params)
+    predicted, _ = predicted_latencies(StepModel(params), requests)
     assert [getattr(predicted, f) for f in FIELDS] == pytest.approx(np.median(each, axis=0).tolist())
     assert predicted.ttft_p99_s < each[:, 2].max()  # not decided by the worst draw's stall

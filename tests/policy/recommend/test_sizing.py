@@ -113,7 +113,8 @@ def test_recommend_sizes_the_cpu_tier_from_the_curve_within_the_host_cap(sized, 
     written = report.write(rec, tmp_path, ("vllm",))
     text = (tmp_path / "report.md").read_text()
     assert "## Tier sizes from the curve" in text and "next GiB frees" in text
-    assert "## Expected change against the GPU tier alone" in text and "ttft_p99" in text
+    assert "## Expected change against the GPU tier alone" in text and "recompute_tokens" in text
+    assert "No TTFT is promised" in text  # a trace priced by default costs
     assert (tmp_path / "cpu_tier_curve.png") in written
     assert from_json(json.loads((tmp_path / "recommendation.json").read_text())) == rec
 

@@ -1,10 +1,11 @@
-"""The engine model against an engine: fitted on the earlier part of what it recorded,
+"""A latency model against an engine: fitted on the earlier part of what it recorded,
 replayed on the later part, one tier configuration at a time, TTFT and ITL percentiles
-predicted beside measured. The single-server queue model (``policy/cost.py``) is priced on
-the same requests beside it, for comparison.
+predicted beside measured, with the prediction's interval (``predict.py``). The
+single-server queue model is priced on the same requests beside the engine model.
 
-Requests enter the replay with their recorded tier split: this checks the latency model
-alone (``engine_check.check_tier_split`` checks the tier replay's split).
+Requests enter the replay with their recorded tier split, as the model's arrivals say (open
+or closed loop): this checks the latency model alone (``engine_check.check_tier_split``
+checks the tier replay's split).
 """
 
 from __future__ import annotations
@@ -16,18 +17,18 @@ import numpy as np
 
 from kvtier.collector.events import RequestRecord, StepRecord
 from kvtier.policy.engine_model.batch_scheduler import SchedulerLimits
-from kvtier.policy.engine_model.closed_loop import engine_requests
-from kvtier.policy.engine_model.fit import fit_engine
 from kvtier.policy.engine_model.params import EngineModelParams
-from kvtier.policy.engine_model.step_replay import EngineRequests, replays
+from kvtier.policy.latency import predict
+from kvtier.policy.latency.models import QueueModel, StepModel, requests_for
 
 FIELDS = ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s")
-DRAWS = 20  # replays under their own step-noise draws; the percentiles' median is the prediction
+TTFT_FIELDS = FIELDS[:3]
+DRAWS = predict.DRAWS
 
 
 @dataclass(frozen=True)
 class Latencies:
-    """Percentiles over a set of requests, in :data:`FIELDS` order (ITL NaN when unknown)."""
+    """Percentiles over a set of requests, in :data:`FIELDS` order (NaN when unknown)."""
 
     ttft_p50_s: float
     ttft_p95_s: float
@@ -58,8 +59,9 @@ class Latencies:
 
 @dataclass(frozen=True)
 class LatencyCheck:
-    """One tier configuration's later requests: measured, the engine model's prediction and
-    the single-server model's (TTFT only; ``None`` when it could not be fitted)."""
+    """One tier configuration's later requests: measured, the engine model's prediction (with
+    the TTFT intervals) and the single-server model's (TTFT only; ``None`` when it could not be
+    fitted)."""
 
     tier_config_id: str
     requests: int
@@ -67,12 +69,20 @@ class LatencyCheck:
     predicted: Latencies
     single_server: Latencies | None
     closed_loop: bool = False  # replayed as closed-loop clients (closed_loop.py)
+    intervals: tuple[predict.Level, ...] = ()
+
+    def inside(self) -> dict[str, bool]:
+        """Whether each measured TTFT percentile fell inside its predicted interval."""
+        return {level.metric: level.holds(getattr(self.measured, level.metric))
+                for level in self.intervals}
 
     def to_dict(self) -> dict:
         single = self.single_server
         return {"tier_config_id": self.tier_config_id, "requests": self.requests,
-                "closed_loop": self.closed_loop, "measured": self.measured.to_dict(), "predicted": self.predicted.to_dict(),
-                "ratio": self.predicted.ratios(self.measured),
+                "closed_loop": self.closed_loop, "measured": self.measured.to_dict(),
+                "predicted": self.predicted.to_dict(), "ratio": self.predicted.ratios(self.measured),
+                "interval": {lv.metric: [lv.low, lv.high] for lv in self.intervals},
+                "inside": self.inside(),
                 "single_server": single.to_dict() if single else None,
                 "single_server_ratio": single.ratios(self.measured) if single else None}
 
@@ -94,47 +104,50 @@ class HeldOutCheck:
 
 
 def check_latency(records: Sequence[RequestRecord], params: EngineModelParams,
-                  single_server=None, arrivals: str = "auto") -> tuple[LatencyCheck, ...]:
+                  single_server=None) -> tuple[LatencyCheck, ...]:
     """Each tier configuration's requests (in arrival order) replayed through the engine
     model, against what they measured; ``single_server`` (``CostParams``) priced beside."""
     by_config: dict[str, list[RequestRecord]] = {}
     for record in sorted(records, key=lambda r: r.arrival_s):
         if record.ttft_s is not None:
             by_config.setdefault(record.tier_config_id or "", []).append(record)
-    return tuple(_check_one(config, group, params, single_server, arrivals)
+    return tuple(_check_one(config, group, params, single_server)
                  for config, group in by_config.items())
 
 
 def _check_one(config: str, records: list[RequestRecord], params: EngineModelParams,
-               single_server, arrivals: str) -> LatencyCheck:
-    requests = engine_requests(records, arrivals)
+               single_server) -> LatencyCheck:
+    model = StepModel(params)
+    requests = requests_for(model, records)
     measured = Latencies.of([r.ttft_s for r in records],
                             [np.nan if r.itl_s is None else r.itl_s for r in records])
-    return LatencyCheck(config, len(records), measured, predicted_latencies(requests, params),
-                        _single_server(records, single_server), requests.follows is not None)
+    predicted, intervals = predicted_latencies(model, requests)
+    return LatencyCheck(config, len(records), measured, predicted,
+                        _single_server(records, single_server), requests.follows is not None,
+                        intervals)
 
 
-def predicted_latencies(requests: EngineRequests, params: EngineModelParams) -> Latencies:
-    """Each percentile of :data:`FIELDS` as the median over :data:`DRAWS` replays under their
-    own step-noise draws. One draw decides a p99 over a few dozen requests by the one stall it
-    lands: the reference engine at concurrency 1, 80 requests, TTFT p99 predicted at 7.9x of
-    measured in one draw."""
-    runs = replays(requests, params, DRAWS)
-    levels = np.array([[getattr(Latencies.of(r.ttft_s, r.itl_s), name) for name in FIELDS] for r in runs])
+def predicted_latencies(model: StepModel, requests, draws: int = DRAWS
+                        ) -> tuple[Latencies, tuple[predict.Level, ...]]:
+    """Each percentile of :data:`FIELDS` as the median over ``draws`` replays under their
+    own step-noise draws (one draw decides a p99 over a few dozen requests by the one stall
+    it lands: the reference engine at concurrency 1, 80 requests, TTFT p99 predicted at 7.9x
+    of measured in one draw), and the TTFT intervals (``predict.levels``)."""
+    runs = [model.replay(requests, np.random.default_rng(seed))
+            for seed in range(draws if model.noisy else 1)]
+    ttft = predict.Samples(np.vstack([r.ttft_s for r in runs]))
+    intervals = predict.levels(ttft, np.random.default_rng(0))
     with np.errstate(all="ignore"):
-        middle = [float(np.median(column)) if np.isfinite(column).all() else float("nan")
-                  for column in levels.T]
-    return Latencies(*middle)
+        itl = [np.median([Latencies.of([], r.itl_s).to_dict()[name] for r in runs])
+               for name in FIELDS[3:]]
+    return Latencies(*(lv.predicted for lv in intervals), *map(float, itl)), intervals
 
 
 def _single_server(records: list[RequestRecord], cost) -> Latencies | None:
     if cost is None:
         return None
-    from kvtier.policy.cost import queue_ttft_samples
-
-    services = [cost.service_s(r.cpu_promotion_tokens or 0, r.cold_promotion_tokens or 0,
-                               r.recomputed_tokens or 0) for r in records]
-    ttft = queue_ttft_samples([r.arrival_s for r in records], services)
+    model = QueueModel(cost)
+    ttft = model.ttft_s(requests_for(model, records), np.random.default_rng(0))
     return Latencies.of(ttft, [])
 
 
@@ -144,6 +157,7 @@ def held_out_check(records: Sequence[RequestRecord], steps: Sequence[StepRecord]
     """Fit on the earliest ``fit_share`` of ``records`` (and the step records before the
     first later request), check on the rest. ``ValueError`` when either part is empty."""
     from kvtier.policy.calibrate import calibrate
+    from kvtier.policy.engine_model.fit import fit_engine
 
     if not 0 < fit_share < 1:
         raise ValueError(f"fit_share must be in (0, 1), got {fit_share!r}")
@@ -159,5 +173,4 @@ def held_out_check(records: Sequence[RequestRecord], steps: Sequence[StepRecord]
         single, note = calibrate(earlier, jobs, bytes_per_token=bytes_per_token).params, ""
     except ValueError as error:
         single, note = None, str(error)
-    return HeldOutCheck(params, split_s, len(earlier),
-                        check_latency(later, params, single, arrivals), note)
+    return HeldOutCheck(params, split_s, len(earlier), check_latency(later, params, single), note)
