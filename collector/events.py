@@ -39,6 +39,9 @@ from kvtier.collector.finish import END_TURN_REASONS, FINISH_CLASSES, finish_cla
 
 # RequestRecord.finish_status values: how a request ended.
 FINISH_STATUSES = ("stopped", "length", "aborted", "error")
+# Engines whose request records are a client's view of requests an engine also records
+# (kvtier probe load): no step records, latencies measured at the client.
+CLIENT_ENGINES = frozenset({"load-probe"})
 PRIORITY_MIN = 0
 PRIORITY_MAX = 100
 # RequestRecord.fallback_reason values: why prompt tokens a tier held were recomputed instead
@@ -46,6 +49,13 @@ PRIORITY_MAX = 100
 FALLBACK_REASONS = ("paused", "queue")
 # MetricInterval.kind values: what ``value`` is.
 METRIC_KINDS = ("counter", "gauge", "histogram")
+# Kinds whose value counts something (a counter's increase, a histogram's observations), so
+# is never negative; every kind's value is finite. The reasons are the same for records,
+# columns and a scraped page's samples.
+COUNTING_METRIC_KINDS = ("counter", "histogram")
+NEGATIVE_METRIC_VALUE = {kind: f"negative {kind} value" for kind in COUNTING_METRIC_KINDS}
+NON_FINITE_METRIC_VALUE = "value not finite"
+NON_FINITE_METRIC_SUM = "sum_value not finite"
 
 
 def _sql(type_name: str, **extra) -> dict:
@@ -295,6 +305,25 @@ def validate_metric_interval(record: MetricInterval) -> None:
     if not record.end_s >= record.start_s:
         raise ValueError(f"end_s {record.end_s!r} is before start_s {record.start_s!r}")
     _bounded(record)
+    for name in ("value", "sum_value"):
+        if getattr(record, name) is not None:
+            _number(record, name, getattr(record, name))
+    problem = metric_value_problem(record.kind, record.value, record.sum_value)
+    if problem is not None:
+        raise ValueError(f"{problem}, got value={record.value!r}, sum_value={record.sum_value!r}")
+
+
+def metric_value_problem(kind: str, value: float, sum_value: float | None = None) -> str | None:
+    """The rule a metric's value breaks, as its reason, or ``None``: every value and sum is
+    finite, and a counter's or a histogram's count is never negative. One rule for a
+    ``MetricInterval``, its column and a scraped page's cumulative sample alike."""
+    if not math.isfinite(value):
+        return NON_FINITE_METRIC_VALUE
+    if value < 0 and kind in NEGATIVE_METRIC_VALUE:
+        return NEGATIVE_METRIC_VALUE[kind]
+    if sum_value is not None and not math.isfinite(sum_value):
+        return NON_FINITE_METRIC_SUM
+    return None
 
 
 NON_NEGATIVE_STEP_FIELDS = (

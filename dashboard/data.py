@@ -34,6 +34,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
+from kvtier.collector.events import CLIENT_ENGINES
 from kvtier.collector.ddl import BLOCK_EVENTS_TABLE, METRIC_INTERVALS_TABLE, REQUESTS_TABLE
 from kvtier.collector.segments import has_segments, segments_relation
 
@@ -43,8 +44,6 @@ UNLABELLED = "(unlabelled)"
 SIMULATED_ENGINES = frozenset({"trace-replay", "simulator"})
 # A lookup stamped up to this long before its request's recorded arrival still belongs to it.
 ARRIVAL_SLACK_S = 1.0
-# Engines whose request records are a client's view of requests an engine also records.
-CLIENT_ENGINES = frozenset({"load-probe"})
 # What a figure reads request records for, and so which observer it prefers.
 SERVED, SEEN = "served", "seen"
 # Bucket widths the overview picks from, so axes read in round units.

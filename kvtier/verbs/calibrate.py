@@ -39,11 +39,13 @@ def add_arguments(parser) -> None:
                         help="engine model: a prompt's first token at the end of its step (vLLM) or "
                              "right after its own prefill (the reference engine); auto: own_prefill "
                              "when every record is the reference engine's")
-    parser.add_argument("--promotions", default="auto", choices=("auto", "queued", "in_step"),
-                        help="engine model: promoted KV copied before the request is scheduled, on "
-                             "the transfer links (vLLM) or inside the step that admits it (the "
-                             "reference engine); auto: in_step when every record is the reference "
-                             "engine's")
+    parser.add_argument("--promotions", default="auto", choices=("auto", "queued", "in_step", "load_step"),
+                        help="engine model: promoted KV loaded in a step of its own before the "
+                             "request computes (load_step: vLLM's offloading connector), inside "
+                             "the step that admits and computes it (in_step: the reference "
+                             "engine), or over the transfer links while steps run on (queued); "
+                             "auto: in_step when every record is the reference engine's, else "
+                             "load_step")
     parser.add_argument("--arrivals", default="auto", choices=("auto", "open", "closed"),
                         help="engine model: replay requests at their recorded times (open), as "
                              "closed-loop clients that send the next request when the last ends "
@@ -84,85 +86,58 @@ def run(args) -> int:
                           + (f" for instance {args.instance!r}" if args.instance else ""))
     if not 0 < args.fit_share < 1:
         raise KvtierError(f"--fit-share must be in (0, 1), got {args.fit_share}")
-    try:
-        fitted = calibrate(requests, jobs, bytes_per_token=bytes_per_token)
-    except ValueError as error:  # concurrent traffic only: the engine model still fits
-        fitted, single_note = None, str(error)
-    engine = _engine_check(args, requests, steps, jobs, bytes_per_token, inputs.engines)
-    if fitted is None and "note" in engine:
-        raise KvtierError(f"{single_note}; engine model: {engine['note']}")
+    costs = _fit(args, requests, steps, jobs, bytes_per_token, inputs.engines)
+    if not costs.cost_params and costs.engine is None:
+        raise KvtierError(costs.held_out.get("single_server_note") or costs.held_out.get("note"))
+    engine = dict(costs.held_out)
+    if costs.engine is not None and "by_tier_config" in engine:
+        engine["params"] = costs.engine.to_dict()
     output = {"store": str(store), "instance": args.instance, "requests": len(requests),
               "promotion_jobs": len(jobs), "step_records": len(steps),
-              "kv_bytes_per_token": bytes_per_token,
-              "fitted": fitted.fitted() if fitted else {}}
-    if fitted is None:
-        output["single_server_note"] = single_note
+              "kv_bytes_per_token": bytes_per_token, "fitted": dict(costs.cost_params),
+              "costs": [c.to_dict() for c in costs.costs], "latency_model": _choice_words(costs)}
+    if not costs.cost_params:
+        output["single_server_note"] = engine.get("single_server_note", "")
     output["engine_model"] = engine
-    if args.gpu_blocks is not None and fitted is not None:
+    if args.gpu_blocks is not None and costs.cost_params:
+        fitted = calibrate(requests, jobs, bytes_per_token=bytes_per_token)
         output.update(_check(args, requests, fitted.params, jobs, bytes_per_token))
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(_params_json(args, fitted, requests, steps, jobs, bytes_per_token,
-                                               inputs.engines, held_out=engine))
+        from kvtier.policy.latency.costfile import write_cost_file
+
+        write_cost_file(args.out, costs)
         output["out"] = args.out
     print_json(output) if args.json else print(_text(output))
     return 0
 
 
 def _limits(args, requests, steps, engines):
-    """The scheduler's limits; the ``auto`` rules are the reference engine's when every
-    selected record is that engine's (``engines``: the selection's)."""
-    from kvtier.policy.engine_model.fit import fit_limits
+    """The scheduler's limits; ``engines``: those of the selected records (the ``auto``
+    rules are the reference engine's when every record is that engine's)."""
+    from kvtier.policy.latency.calibration import limits_for
 
-    first_token, promotions = args.first_token, args.promotions
-    if "auto" in (first_token, promotions):
-        reference = set(engines) == {"reference"}
-        if first_token == "auto":
-            first_token = "own_prefill" if reference else "step_end"
-        if promotions == "auto":
-            promotions = "in_step" if reference else "queued"
-    return fit_limits(requests, steps, max_running=args.max_running, token_budget=args.token_budget,
-                      chunked_prefill=args.chunked_prefill, first_token=first_token,
-                      kv_blocks=args.gpu_blocks, promotions=promotions)
+    return limits_for(engines, requests, steps, kv_blocks=args.gpu_blocks,
+                      max_running=args.max_running, token_budget=args.token_budget,
+                      chunked_prefill=args.chunked_prefill, first_token=args.first_token,
+                      promotions=args.promotions)
 
 
-def _engine_check(args, requests, steps, jobs, bytes_per_token, engines) -> dict:
-    """The engine model fitted on the earlier requests, checked per tier configuration on
-    the later ones, the single-server model beside it; ``{"note": why}`` when too few
-    requests to fit and check (the single-server fit still stands)."""
-    from kvtier.policy.engine_model.check import held_out_check
+def _fit(args, requests, steps, jobs, bytes_per_token, engines):
+    """The cost file for the selected records (every cost, the engine model and its
+    held-out check): ``kvtier.policy.latency.calibration.fit_costs``."""
+    from kvtier.policy.latency.calibration import fit_costs
 
-    try:
-        held = held_out_check(requests, steps, jobs, bytes_per_token=bytes_per_token,
-                              limits=_limits(args, requests, steps, engines),
-                              fit_share=args.fit_share,
-                              arrivals=args.arrivals)
-    except ValueError as error:
-        return {"note": str(error)}
-    return held.to_dict()
+    return fit_costs(requests, steps, jobs, bytes_per_token=bytes_per_token,
+                     limits=_limits(args, requests, steps, engines), fit_share=args.fit_share,
+                     arrivals=args.arrivals, written_by="kvtier calibrate")
 
 
-def _params_json(args, fitted, requests, steps, jobs, bytes_per_token, engines,
-                 held_out=None) -> str:
-    """The single-server parameters (when they fitted) and the engine model's, fitted on
-    every request, as one ``--cost-params`` file, with the engine model's held-out check
-    (``held_out``: what ``recommend`` shows beside its prediction)."""
-    import json
+def _choice_words(costs) -> dict:
+    """Which model a promise from these costs would use, and any failed check."""
+    from kvtier.policy.latency.choice import choose_for
 
-    from kvtier.policy.engine_model.fit import fit_engine
-    from kvtier.policy.engine_model.params import SECTION
-
-    body = json.loads(fitted.to_json()) if fitted else {"probe": "calibrate", "cost_params": {}}
-    try:
-        body[SECTION] = fit_engine(requests, steps, jobs, bytes_per_token=bytes_per_token,
-                                   limits=_limits(args, requests, steps, engines),
-                                   arrivals=args.arrivals).to_dict()
-    except ValueError:  # too few requests: the file holds the single-server parameters
-        pass
-    if held_out and "by_tier_config" in held_out:
-        body["held_out"] = {k: held_out[k] for k in ("split_s", "fit_requests", "by_tier_config")
-                            if k in held_out}
-    return json.dumps(body, indent=2) + "\n"
+    choice = choose_for(costs)
+    return {"model": getattr(choice.model, "name", None), "why": choice.why, "flag": choice.flag}
 
 
 def _check(args, requests, params, jobs, bytes_per_token) -> dict:
@@ -241,6 +216,16 @@ def _text(output: dict) -> str:
                  f"{k} {v:.4g}" for k, v in sorted(output["fitted"].items()))
                  or output.get("single_server_note", "nothing"))]
     lines += _engine_text(output["engine_model"])
+    choice = output["latency_model"]
+    if choice["flag"]:
+        lines.append(f"WARNING: {choice['flag']}: it makes no promise")
+    lines.append(f"promises would use: {choice['why']}")
+    from kvtier.policy.latency.calibration import thin
+    from kvtier.policy.latency.costfile import CostEvidence
+
+    few = thin([CostEvidence(**c) for c in output["costs"]])
+    if few:
+        lines.append("thin evidence: " + "; ".join(few))
     split = output.get("tier_split")
     if split:
         lines.append(f"tier split: {split['exact_requests']}/{split['requests']} requests exact; "

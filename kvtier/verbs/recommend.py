@@ -130,14 +130,13 @@ def run(args) -> int:
 def _fleet(args, instances: tuple[str, ...]) -> int:
     """One recommendation per instance (each its own cache and traffic), in
     ``OUT/instance=NAME/``, and ``OUT/fleet.json`` listing them in instance order."""
-    import json
-
+    from kvtier.collector import json_text
     from kvtier.instance_jobs import per_instance
 
     parts = per_instance(instance_recommendation, args, instances)
     index = {"instances": [{"instance": name, **summary} for name, summary in parts]}
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "fleet.json").write_text(json.dumps(index, indent=2) + "\n")
+    json_text.write(Path(args.out) / "fleet.json", index)
     for name, summary in parts:
         print(f"instance {name}: verdict: {summary['verdict']}")
         for knob, value in summary["knobs"]:
@@ -200,6 +199,9 @@ def recommendation(args):
         # a calibrate file, given on purpose, beats both
         params, cold_cost = store_costs(reader, params, block_tokens)
         params = cost_params_file(getattr(args, "cost_params", None), params)
+        costs = _cost_file(args, reader, gpu)
+        if costs is not None and not getattr(args, "cost_params", None) and costs.cost_params:
+            params = cost_params_file_body(costs, params)
         inputs = Inputs(gpu, cpu, args.train_fraction, args.seed,
                         parse_servers(args.prefill_servers),
                         host=_host_limit(args), cold_blocks=cold, cold_path=args.cold_path,
@@ -207,7 +209,7 @@ def recommendation(args):
                         ttft_slo_s=args.ttft_slo_s, itl_slo_s=args.itl_slo_s,
                         baseline_tier_config=getattr(args, "tier_config", None),
                         gpu_source=gpu_source, gpu_note=gpu_note,
-                        engine=_engine_params(getattr(args, "cost_params", None)))
+                        latency=_latency(costs, params, args))
     except (OSError, ValueError) as error:  # the inputs' names, as this verb's flags
         from kvtier.errors import flag_names
 
@@ -217,7 +219,7 @@ def recommendation(args):
     engines = ENGINES if args.engine == "all" else (args.engine,)
     rec = for_engines(rec, engines)  # each engine's recommendation holds only its own knobs
     written = report.write(rec, Path(args.out), engines)
-    written += _calibration(getattr(args, "cost_params", None), Path(args.out))
+    written += _calibration(costs, Path(args.out))
     if getattr(args, "next_use_policy", False) and "vllm" in engines:
         written += _next_use_policy(records, rec, args)
     return rec, written
@@ -283,30 +285,72 @@ def _size_flag(text: str, block_tokens: int, model, flag: str) -> int | None:
     return blocks
 
 
-def _calibration(path, out: Path) -> list:
-    """The engine model's held-out check from a ``kvtier calibrate --out`` file, beside the
-    recommendation (the dashboard shows it with the prediction); none without one."""
-    if not path:
+def _calibration(costs, out: Path) -> list:
+    """The costs the recommendation rests on and the latency models' held-out check beside
+    it: the cost file (``cost-params.json``, for ``simulate``/``recommend --cost-params``)
+    and the check the dashboard shows (``recommendation.calibration.json``)."""
+    if costs is None:
         return []
-    import json
-
     from kvtier.collector.exports.recommendation import CALIBRATION_FILE
+    from kvtier.policy.latency.costfile import strict_json, write_cost_file
 
-    try:
-        held_out = json.loads(Path(path).read_text()).get("held_out")
-    except (OSError, ValueError, AttributeError):
-        return []
-    if not isinstance(held_out, dict):
-        return []
-    target = out / CALIBRATION_FILE
-    target.write_text(json.dumps(held_out, indent=2) + "\n")
-    return [target]
+    written = [write_cost_file(out / COST_FILE, costs)]
+    held = costs.held_out or {}
+    if "by_tier_config" in held:
+        target = out / CALIBRATION_FILE
+        target.write_text(strict_json({k: held[k] for k in ("split_s", "fit_requests", "by_tier_config")
+                                       if k in held}))
+        written.append(target)
+    return written
 
 
-def _engine_params(path):
-    """The engine model's parameters in a ``--cost-params`` file (None without the section)."""
-    if not path:
+COST_FILE = "cost-params.json"
+
+
+def _cost_file(args, reader, gpu_blocks: int):
+    """The cost file behind the latency promise: ``--cost-params`` as given, else fitted on
+    the store's own records (the selected requests, their steps and promotion jobs: the
+    engine whose steps it recorded, not a load client's view), else ``None`` (a trace)."""
+    path = getattr(args, "cost_params", None)
+    if path:
+        from kvtier.policy.latency.costfile import read_cost_file
+
+        return read_cost_file(path)
+    if not hasattr(reader, "tier_config_id"):
         return None
-    from kvtier.policy.engine_model.params import read_engine_params
+    from kvtier.collector.calibration_inputs import calibration_inputs
+    from kvtier.collector.events import CLIENT_ENGINES
+    from kvtier.policy.latency.calibration import fit_costs, limits_for
 
-    return read_engine_params(path)
+    select = dict(instance=getattr(args, "instance", None), tier_config=getattr(args, "tier_config", None))
+    found = calibration_inputs(args.trace, **select)
+    engines = [e for e in found.engines if e not in CLIENT_ENGINES]
+    if len(engines) != 1:
+        return None  # no engine recorded these requests, or several: nothing one model fits
+    if set(found.engines) != set(engines):
+        found = calibration_inputs(args.trace, engine=engines[0], **select)
+    if not found.requests:
+        return None
+    return fit_costs(found.requests, found.steps, found.jobs,
+                     bytes_per_token=found.kv_bytes_per_token,
+                     limits=limits_for(engines, found.requests, found.steps, kv_blocks=gpu_blocks),
+                     fit_share=args.train_fraction, written_by="kvtier recommend")
+
+
+def cost_params_file_body(costs, params):
+    """``params`` with the single-server costs a fitted cost file holds, as calibrated."""
+    from dataclasses import replace
+
+    from kvtier.policy.cost import measured_cost_params
+    from kvtier.policy.geometry import geometry_for
+
+    if costs.kv_bytes_per_token and params.model.source == "default":
+        params = replace(params, model=geometry_for(costs.kv_bytes_per_token))
+    return measured_cost_params({"probe": "calibrate", "cost_params": costs.cost_params}, base=params)
+
+
+def _latency(costs, params, args):
+    """The latency model that may promise TTFT (``choice.choose_for``); ``None`` on a trace."""
+    from kvtier.policy.latency.choice import choose_for
+
+    return None if costs is None else choose_for(costs, params)

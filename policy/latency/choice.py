@@ -106,3 +106,18 @@ def _choose(params: CostParams, engine, held_out: dict | None, servers: int) -> 
     if flag is not None:
         why = f"{flag}; {why}"
     return LatencyChoice(None, why if "no TTFT" in why else f"{why}: no TTFT is promised", flag)
+
+
+def choose_for(costs, params: CostParams | None = None, servers: int = 1) -> LatencyChoice:
+    """:func:`choose` for a cost file (``costfile.CostFile``): its queue-model costs over
+    ``params`` (default: the defaults), its engine model and held-out check, and whether its
+    records priced a promotion (a file without that evidence, written by an older kvtier or
+    by hand, is taken as given)."""
+    from kvtier.policy.cost import measured_cost_params
+
+    params = params or CostParams()
+    if costs.cost_params:
+        params = measured_cost_params({"probe": "calibrate", "cost_params": costs.cost_params},
+                                      base=params)
+    measured = costs.promotion_measured() if costs.costs else True
+    return choose(params, costs.engine, costs.held_out, servers, measured)

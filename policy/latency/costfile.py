@@ -26,8 +26,6 @@ from pathlib import Path
 
 from kvtier.policy.engine_model.params import SECTION, EngineModelParams
 
-WRITERS = ("calibrate", "kvtier calibrate", "kvtier recommend", "kvtier demo")
-
 
 @dataclass(frozen=True)
 class CostEvidence:
@@ -62,7 +60,9 @@ class CostFile:
                    if c.name in ("step.loaded_byte_s", "cpu_gpu_bandwidth_bytes_per_s"))
 
     def to_json(self) -> str:
-        body = {"probe": self.written_by, "cost_params": dict(self.cost_params),
+        # "probe": "calibrate" marks every parameter calibrated where a reader prices them
+        body = {"probe": "calibrate", "written_by": self.written_by,
+                "cost_params": dict(self.cost_params),
                 "kv_bytes_per_token": self.kv_bytes_per_token, "fits": self.fits,
                 "costs": [c.to_dict() for c in self.costs]}
         if self.engine is not None:
@@ -115,4 +115,4 @@ def read_cost_file(path: str | Path) -> CostFile:
     except TypeError as error:
         raise ValueError(f"costs: {error}") from None
     return CostFile(body["cost_params"], per_token, engine, held if isinstance(held, dict) else None,
-                    costs, body.get("fits") or {}, str(body.get("probe", "")))
+                    costs, body.get("fits") or {}, str(body.get("written_by", body.get("probe", ""))))
