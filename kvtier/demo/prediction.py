@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kvtier.collector.calibration_inputs import calibration_inputs
 from kvtier.collector.events import RequestRecord, StepRecord
 from kvtier.collector.request_tokens import RequestTokens
 from kvtier.collector.store import TraceStore
@@ -53,28 +54,7 @@ class TtftPrediction:
 
 def engine_records(store: TraceStore, tier_config_id: str) -> list[RequestRecord]:
     """The engine's request records of one phase, in arrival order."""
-    names = list(RequestRecord.__dataclass_fields__)
-    rows = store.query(f"SELECT {', '.join(names)} FROM requests_with_origin WHERE engine = ? "
-                       "AND tier_config_id = ? AND gpu_hit_tokens IS NOT NULL "
-                       "ORDER BY arrival_s, batch_id", [ENGINE, tier_config_id]).to_pylist()
-    return [RequestRecord(**{**row, "block_hashes": tuple(row["block_hashes"] or ())}) for row in rows]
-
-
-def phase_steps(store: TraceStore, records: Sequence[RequestRecord]) -> list[StepRecord]:
-    """The engine's step records from the first of ``records``' arrivals to the last end."""
-    from kvtier.collector.step_records import read_step_records
-
-    if not records:
-        return []
-    start = records[0].arrival_s
-    end = max(r.arrival_s + (r.e2e_latency_s or 0.0) for r in records)
-    names = list(StepRecord.__dataclass_fields__)
-    steps = []
-    for table in read_step_records(store).values():
-        for row in table.select(names).to_pylist():
-            if start <= row["time_s"] <= end:
-                steps.append(StepRecord(**row))
-    return sorted(steps, key=lambda s: (s.time_s, s.step))
+    return list(calibration_inputs(store, engine=ENGINE, tier_config=tier_config_id).requests)
 
 
 def calibrate_phase(store: TraceStore, tier_config_id: str, gpu_blocks: int, out: Path, *,
@@ -87,8 +67,9 @@ def calibrate_phase(store: TraceStore, tier_config_id: str, gpu_blocks: int, out
     ``ValueError`` when the phase has too few requests or steps."""
     from kvtier.policy.engine_model.fit import fit_engine, fit_limits
 
-    records = engine_records(store, tier_config_id)
-    steps = phase_steps(store, records)
+    # the phase's requests, and its steps from the first arrival to the last end
+    inputs = calibration_inputs(store, engine=ENGINE, tier_config=tier_config_id)
+    records, steps = list(inputs.requests), list(inputs.steps)
     # the reference engine's rules: a first token right after its own prefill, promotions
     # copied inside the step that admits the request
     limits = fit_limits(records, steps, first_token="own_prefill", kv_blocks=gpu_blocks,

@@ -57,10 +57,11 @@ def records(serving: Serving) -> tuple[list[RequestRecord], list[StepRecord], li
         for i in range(phase.requests):
             prompt, output = 64 + 16 * (i % 9), 2 + i % 5
             promoted = min(phase.promoted_blocks * BLOCK_TOKENS, prompt - BLOCK_TOKENS)
+            hashes = tuple(1 + 1000 * i + b for b in range(-(-prompt // BLOCK_TOKENS)))
             arrival, t = t, t + ADMIT_S
             if promoted:
                 blocks = promoted // BLOCK_TOKENS
-                events += [BlockEvent(t, Outcome.CPU_PROMOTION, 1000 * i + b, request_id=f"r{i}",
+                events += [BlockEvent(t, Outcome.CPU_PROMOTION, hashes[b], request_id=f"r{i}",
                                       position=b, size_bytes=BLOCK_TOKENS * KV_BYTES_PER_TOKEN,
                                       tier_from=Tier.CPU, tier_to=Tier.GPU, latency_s=phase.load_s)
                            for b in range(blocks)]
@@ -76,7 +77,7 @@ def records(serving: Serving) -> tuple[list[RequestRecord], list[StepRecord], li
                 t += duration
                 ttft = ttft if ttft is not None else t - arrival
             requests.append(RequestRecord(
-                f"r{i}", arrival, prompt, output, block_size_tokens=BLOCK_TOKENS, gpu_hit_tokens=0,
+                f"r{i}", arrival, prompt, output, hashes, BLOCK_TOKENS, gpu_hit_tokens=0,
                 cpu_promotion_tokens=promoted, cold_promotion_tokens=0,
                 recomputed_tokens=prompt - promoted, ttft_s=ttft, itl_s=(t - arrival - ttft) / max(output - 1, 1),
                 e2e_latency_s=t - arrival, tier_config_id=phase.tier_config))
