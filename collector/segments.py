@@ -27,6 +27,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvtier.collector import json_text
 from kvtier.collector.ddl import EXPORTS_TABLE, REQUESTS_TABLE, TIME_COLUMN, WITH_ORIGIN
 from kvtier.collector.record_types import TABLE_NAMES
 from kvtier.collector.store import TraceStore
@@ -156,8 +157,8 @@ def note_path(store_path: str | Path) -> Path:
 def segments_note(store_path: str | Path, segments_dir: str | Path) -> Path:
     """Say next to the store where its writer exports segments (removed by :func:`clear_note`)."""
     path = note_path(store_path)
-    path.write_text(json.dumps({"segments": str(Path(segments_dir).resolve()), "pid": os.getpid()}) + "\n")
-    return path
+    return json_text.write(path, {"segments": str(Path(segments_dir).resolve()), "pid": os.getpid()},
+                           indent=None)
 
 
 def clear_note(store_path: str | Path) -> None:

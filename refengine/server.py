@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import logging
 import queue
 import select
@@ -21,6 +20,7 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from kvtier.collector import json_text
 from kvtier.collector.events import Origin
 from kvtier.collector.recorder import Recorder
 from kvtier.refengine.api import ApiError, chunk_body, completion_body, parse_completion, tier_tokens, usage
@@ -310,11 +310,11 @@ class _Handler(BaseHTTPRequestHandler):
             return True
 
     def _event(self, body: dict) -> None:
-        self.wfile.write(b"data: " + json.dumps(body).encode() + b"\n\n")
+        self.wfile.write(b"data: " + json_text.dumps(body).encode() + b"\n\n")
         self.wfile.flush()
 
     def _json(self, status: int, body: dict) -> None:
-        self._send(status, json.dumps(body).encode(), "application/json")
+        self._send(status, json_text.dumps(body).encode(), "application/json")
 
     def _send(self, status: int, data: bytes, content_type: str) -> None:
         self.send_response(status)
@@ -336,7 +336,7 @@ class _HttpServer(ThreadingHTTPServer):
 
     def process_request(self, request, client_address) -> None:
         if not self._slots.acquire(blocking=False):
-            body = json.dumps(ApiError("too many connections; retry later", 503).body()).encode()
+            body = json_text.dumps(ApiError("too many connections; retry later", 503).body()).encode()
             try:
                 request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n"
                                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)

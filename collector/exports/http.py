@@ -7,7 +7,6 @@ library server runs both, so a slow scrape never blocks a health check.
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
 from socketserver import ThreadingMixIn
@@ -15,6 +14,8 @@ from typing import Callable
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import make_wsgi_app
+
+from kvtier.collector import json_text
 
 
 class _Server(ThreadingMixIn, WSGIServer):
@@ -38,7 +39,7 @@ def serve(registry, host: str, port: int,
         path = environ.get("PATH_INFO", "/")
         if path == "/healthz" and health is not None:
             ok, body = health()
-            data = (json.dumps(body) + "\n").encode()
+            data = (json_text.dumps(body) + "\n").encode()
             start_response("200 OK" if ok else "503 Service Unavailable",
                            [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
             return [data]

@@ -5,11 +5,10 @@ status, and the generated engine configs ready to copy. Read through policy's ty
 
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 import streamlit as st
 
+from kvtier.collector import json_text
 from kvtier.dashboard import charts, rollouts
 from kvtier.dashboard.ready_configs import RENDERED_INTO, ready_configs
 from kvtier.dashboard.recommended import formatted, latency_delta, setting_value

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kvtier.collector import json_text
 from kvtier.collector.calibration_inputs import calibration_inputs
 from kvtier.collector.events import RequestRecord, StepRecord
 from kvtier.collector.request_tokens import RequestTokens
@@ -79,7 +80,7 @@ def calibrate_phase(store: TraceStore, tier_config_id: str, gpu_blocks: int, out
         params = replace(params, step_cost=replace(params.step_cost, loaded_byte_s=loaded_byte_s))
     body = {"probe": "kvtier demo", "cost_params": {}, SECTION: params.to_dict()}
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(body, indent=2) + "\n")
+    json_text.write(out, body)
     return params, len(records), len(steps)
 
 

@@ -247,11 +247,11 @@ def _write_whatif(segments: Path, act, cpu_blocks: int, folder: Path, say) -> No
 def _write_rollout(report, act: str, folder: Path) -> None:
     """The act's rollout as the dashboard reads it (``kvtier.dashboard.artifacts.load_rollouts``):
     each act is held to its own budget, set by its own GPU-only phase."""
-    import json
+    from kvtier.collector import json_text
 
     folder.mkdir(parents=True, exist_ok=True)
     doc = {"act": act, **report.to_dict()}
-    (folder / f"{act.strip('/').replace('/', '_') or 'rollout'}.json").write_text(json.dumps(doc, indent=1) + "\n")
+    json_text.write(folder / f"{act.strip('/').replace('/', '_') or 'rollout'}.json", doc, indent=1)
 
 
 def _budget_text(budget) -> str:

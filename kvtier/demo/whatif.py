@@ -12,12 +12,12 @@ else LRU). The file is the dashboard's prepared-sweep format (``points``, ``chos
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from kvtier.collector import json_text
 from kvtier.collector.events import RequestRecord
 from kvtier.policy.sim.policies import policy_names
 
@@ -49,7 +49,7 @@ def write_cpu_sweep(records: Sequence[RequestRecord], gpu_blocks: int, chosen_bl
                "token_hit_ratio": ratios[(policy, size)]} for policy in policies for size in sizes]
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / FILE_NAME
-    path.write_text(json.dumps({
+    json_text.write(path, {
         "points": points, "gpu_tokens": gpu_blocks * block_tokens,
         "chosen": {"policy": "lru", "cpu_capacity_tokens": chosen_blocks * block_tokens},
         "note": (f"Replayed as kvtier recommend does: GPU tier LRU, trained on the first "
@@ -57,5 +57,5 @@ def write_cpu_sweep(records: Sequence[RequestRecord], gpu_blocks: int, chosen_bl
                  "belady: the CPU tier's offline bound; recommended: what the recommendation deploys at "
                  "each size (the learned next-use order behind its LRU shadow where it beat LRU on the "
                  "training slice, else LRU).")},
-        indent=1) + "\n")
+        indent=1)
     return path

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 
+from kvtier.collector import json_text
 from kvtier.errors import KvtierError
 
 
@@ -89,7 +89,7 @@ def _cold_cost(fs_json: str | None, block_tokens: int):
 
 
 def _write_tiers(path: str, tiers) -> str:
-    Path(path).write_text(json.dumps(tiers.to_dict(), indent=2) + "\n")
+    json_text.write(path, tiers.to_dict())
     return path
 
 

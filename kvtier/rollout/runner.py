@@ -19,6 +19,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
+from kvtier.collector import json_text
 from kvtier.collector.events import RequestRecord
 from kvtier.rollout.plan import PhaseTiers
 from kvtier.policy.rollback.rule import LatencyBudget
@@ -39,7 +40,7 @@ class EngineAdminSwitcher:
         self.sleep = sleep
 
     def apply(self, tiers: PhaseTiers) -> None:
-        body = json.dumps(tiers.to_dict()).encode()
+        body = json_text.dumps(tiers.to_dict()).encode()
         request = urllib.request.Request(self.url, body, {"Content-Type": "application/json"}, method="POST")
         urllib.request.urlopen(request, timeout=10).read()
         deadline = time.monotonic() + self.timeout_s

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from kvtier.errors import KvtierError
 
@@ -87,8 +86,9 @@ def _report(records, block_tokens: int, model, gpu_blocks, args) -> dict:
 
 
 def _write(folder: Path, report: dict) -> None:
+    from kvtier.collector import json_text
     from kvtier.policy.reuse import render
 
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "reuse_report.json").write_text(json.dumps(report, indent=2) + "\n")
+    json_text.write(folder / "reuse_report.json", report)
     (folder / "reuse_report.txt").write_text(render(report) + "\n")

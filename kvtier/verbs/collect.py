@@ -84,8 +84,7 @@ def run(args) -> int:
 
 
 def _emit(folder: str, budget) -> int:
-    import json
-
+    from kvtier.collector import json_text
     from kvtier.collector.exports.grafana import dashboard
     from kvtier.verbs.checks import output_dir
     from kvtier.policy.rollback.alerts import rules_yaml
@@ -95,7 +94,7 @@ def _emit(folder: str, budget) -> int:
     out = output_dir(folder, "--emit-monitoring")
     try:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "grafana-dashboard.json").write_text(json.dumps(dashboard(budget.ttft_p99_s, budget.itl_p99_s), indent=2) + "\n")
+        json_text.write(out / "grafana-dashboard.json", dashboard(budget.ttft_p99_s, budget.itl_p99_s))
         (out / "kvtier-alerts.yml").write_text(rules_yaml(budget))
     except OSError as error:
         raise failure(f"--emit-monitoring {folder}: cannot write {error.filename or 'there'} "

@@ -163,13 +163,7 @@ def capacity_blocks(text: str | None, block_tokens: int, model: KVGeometry | Non
 
 
 def print_json(obj: dict) -> None:
-    json.dump(obj, sys.stdout, default=_jsonable)
-    sys.stdout.write("\n")
+    """``obj`` on stdout as one line of strict JSON (a NaN or infinity is null)."""
+    from kvtier.collector import json_text
 
-
-def _jsonable(value):
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    if isinstance(value, float) and math.isinf(value):
-        return None
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+    sys.stdout.write(json_text.dumps(obj) + "\n")

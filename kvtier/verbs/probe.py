@@ -47,6 +47,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    from kvtier.collector import json_text
     from kvtier.errors import failure, flag_names
     from kvtier.verbs.checks import output_file
 
@@ -57,11 +58,11 @@ def run(args) -> int:
     except ValueError as error:  # the probes' names, as this verb's flags
         raise KvtierError(flag_names(str(error), getattr(args, "_flags", {}))) from None
     body = result.to_dict()
-    print(json.dumps(body) if args.json else render(body), flush=True)
+    print(json_text.dumps(body) if args.json else render(body), flush=True)
     if args.out:
         try:
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.out).write_text(json.dumps(body, indent=2) + "\n")
+            json_text.write(args.out, body)
         except OSError as error:
             raise failure(f"--out {args.out}: {error.strerror or error}; the result above is "
                           "not saved") from None

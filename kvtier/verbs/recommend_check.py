@@ -15,6 +15,7 @@ import json
 import sys
 from pathlib import Path
 
+from kvtier.collector import json_text
 from kvtier.errors import KvtierError
 
 HELD, TOO_FEW, BROKEN = 0, 3, 4
@@ -53,7 +54,7 @@ def run_check(args) -> int:
         raise KvtierError(str(error).replace("min_requests", "--min-requests")
                           .replace("tolerance_points", "--tolerance-points")) from None
     if args.json:
-        print(json.dumps(_as_json(result)))
+        print(json_text.dumps(_as_json(result)))
     else:
         _print(result, args.check)
     _keep(result, Path(args.check).with_name(CHECK_FILE), quiet=args.json)
@@ -116,7 +117,7 @@ def _keep(result, path: Path, quiet: bool) -> None:
 
     partial = path.with_name(f".{path.name}.{os.getpid()}")
     try:
-        partial.write_text(json.dumps(_as_json(result), indent=2) + "\n")
+        json_text.write(partial, _as_json(result))
         os.replace(partial, path)
     except OSError as error:
         print(f"kvtier recommend: note: {path} not written: {error.strerror or error}",

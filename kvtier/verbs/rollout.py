@@ -34,16 +34,16 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    import json
     import sys
 
+    from kvtier.collector import json_text
     from kvtier.rollout.from_args import run_from_args
     from kvtier.signals import stop_on_signals
 
     with stop_on_signals():  # SIGTERM/SIGHUP stop it as Ctrl-C does: rows stored so far stay
         report = run_from_args(args, progress=lambda line: print(line, file=sys.stderr))
     if args.json:
-        print(json.dumps(report.to_dict()))
+        print(json_text.dumps(report.to_dict()))
     else:
         from kvtier.rollout.from_args import render_table
 

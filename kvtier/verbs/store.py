@@ -101,10 +101,10 @@ def _info(store, args) -> int:
 
 
 def _print_summary(summary: dict, args) -> int:
-    import json
+    from kvtier.collector import json_text
 
     if args.json:
-        print(json.dumps(summary))
+        print(json_text.dumps(summary))
         return 0
     for key, value in summary.items():
         print(f"{key:28s} {value}")

@@ -11,11 +11,11 @@ lost to LRU there is marked unsafe and no document is produced for it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvtier.collector import json_text
 from kvtier.collector.events import RequestRecord
 from kvtier.policy.learn.deploy import choose, deployment
 from kvtier.policy.learn.nextuse import NextUseModel
@@ -96,5 +96,4 @@ def write(result: VllmNextUse, out: Path) -> Path | None:
     if not result.deployable:
         return None
     path = Path(out) / FILE_NAME
-    path.write_text(json.dumps(result.document(), indent=1) + "\n")
-    return path
+    return json_text.write(path, result.document(), indent=1)

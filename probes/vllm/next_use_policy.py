@@ -35,6 +35,7 @@ import os
 import time
 from collections import OrderedDict, deque
 
+from kvtier.collector import json_text
 from kvtier.collector.events import FINISH_CLASSES, finish_class
 from kvtier.probes.vllm.block_records import key_hash
 from kvtier.probes.vllm.next_use_model import NextUseReader
@@ -317,7 +318,7 @@ def _policy_class():
             self.decisions.append(tuple(victims))
             if self._log:
                 with open(self._log, "a", encoding="utf-8") as f:
-                    f.write(json.dumps({"now_s": self.state.now_s, "victims": victims}) + "\n")
+                    f.write(json_text.dumps({"now_s": self.state.now_s, "victims": victims}) + "\n")
             return out
 
         def clear(self) -> None:
