@@ -4,7 +4,9 @@
 # (which loses the hash it cached), and the finished request's blocks go back to the tail in
 # reverse. The GPU serves at most (prompt_tokens - 1) // block_tokens blocks; a partial last
 # block is never cached. Every computed block is offered to the CPU tier (write-through,
-# gated by the admitter and store_threshold); each CPU store cascades to the cold (file) tier,
+# gated by the admitter and store_threshold), and so are the GPU's hits of a request that
+# loads nothing from a lower tier (vLLM's scheduler offers its prompt from the first block:
+# a reuse where the CPU tier holds one, else a store candidate); each CPU store cascades to the cold (file) tier,
 # which skips blocks it holds; a cold hit is staged through CPU before loading to the GPU.
 
 
@@ -158,7 +160,7 @@ cdef class VllmFlow(Flow):
     cdef PriorityRule rule
     cdef int8_t* protected
     cdef int64_t* missed_at       # request index of the last store miss noted per block
-    cdef Buf victims, stored, evicted, loads, computed, offer, misses, one
+    cdef Buf victims, stored, evicted, loads, computed, offer, misses, one, offered
 
     def __cinit__(self, GpuPool gpu, Tier cpu=None, Lru cold=None,
                   StoreThreshold threshold=None, Admitter admitter=None, *,
@@ -186,6 +188,7 @@ cdef class VllmFlow(Flow):
         memset(&self.offer, 0, sizeof(Buf))
         memset(&self.misses, 0, sizeof(Buf))
         memset(&self.one, 0, sizeof(Buf))
+        memset(&self.offered, 0, sizeof(Buf))
 
     def __dealloc__(self):
         free(self.protected)
@@ -198,6 +201,7 @@ cdef class VllmFlow(Flow):
         buf_free(&self.offer)
         buf_free(&self.misses)
         buf_free(&self.one)
+        buf_free(&self.offered)
 
     cdef int _reserve(self, Py_ssize_t old, Py_ssize_t new) except -1:
         self.gpu.reserve(new)
@@ -342,12 +346,27 @@ cdef class VllmFlow(Flow):
             for i in range(self.loads.n):
                 info.position = self.loads.data[i]
                 cpu.touch(hs[self.loads.data[i]], &info)
+            if nf == gpu_hits and gpu_hits:
+                # no load: vLLM's scheduler offers the prompt from its first block, so the
+                # GPU's hits are offered too (a reuse where the CPU tier holds them, else a
+                # store candidate, counted by store_threshold either way)
+                self.offered.n = 0
+                for i in range(gpu_hits):
+                    buf_push(&self.offered, <id_t> i)
+                for i in range(self.computed.n):
+                    buf_push(&self.offered, self.computed.data[i])
+                self.computed.n = 0
+                for i in range(self.offered.n):
+                    buf_push(&self.computed, self.offered.data[i])
             if self.computed.n:
                 self.store_computed(hs, next_uses)
             cpu.finish()
         return 0
 
     cdef int store_computed(self, const id_t* hs, const int64_t* next_uses) except -1:
+        """vLLM's store job for the request: the blocks it offers (``computed``: its
+        computed blocks, and its GPU hits when it loaded nothing), gated by the admitter
+        (blocks the CPU tier holds are reuses, not offers to it) then by prepare_store."""
         cdef Py_ssize_t n = 0, i, refused = 0
         cdef id_t h
         cdef id_t* keys = <id_t*> malloc(self.computed.n * sizeof(id_t))
@@ -357,7 +376,7 @@ cdef class VllmFlow(Flow):
         try:
             for i in range(self.computed.n):
                 h = hs[self.computed.data[i]]
-                if self.admitter is not None:
+                if self.admitter is not None and not self.cpu.inside[h]:
                     i2 = self.computed.data[i]
                     info.priority = (self.rule.prefix_priority if i2 < self.rule.prefix_blocks
                                      else self.rule.default_priority)

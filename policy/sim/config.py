@@ -12,7 +12,9 @@ and ``policy/sim/_vllm.pxi``, built by ``policy/sim/flows.py``):
 * ``"vllm"`` — vLLM 0.33's OffloadingConnector: the GPU prefix cache is vLLM's block pool
   (``GpuPool`` in ``policy/sim/_vllm.pxi``: LRU free queue, requests released tail first, the last token
   always computed, partial blocks never cached) and its victims are dropped; every newly computed block is offered to the CPU tier as it fills (write-through,
-  gated by ``store_threshold``) and each CPU store cascades to the file (cold) tier, which
+  gated by ``store_threshold``), and so are the GPU hits of a request that loads nothing from
+  a lower tier (vLLM offers such a prompt from its first block; ``store_threshold`` counts
+  those offers too), and each CPU store cascades to the file (cold) tier, which
   skips existing files; a cold hit is staged through CPU (it takes a CPU slot) before loading
   to the GPU; CPU recency is applied once per request. ``policy`` is the CPU policy
   (vLLM ships ``lru`` and ``arc``).

@@ -2,12 +2,11 @@
 
 The twin is the plug-in's own order (:class:`~kvtier.probes.vllm.next_use_policy.NextUseState`,
 reading the same ``{"model", "readout"}`` file) behind the request-scoped tier protocol the
-vLLM flow drives: ``observe_request`` before each request, ``touch`` for the blocks it loaded
-from the CPU tier, ``evict`` to make room around the request's blocks, ``insert`` for each
-store, ``finish`` when the request ends, ``remove`` when a block leaves. What it adds is what
-vLLM's scheduler does around a policy (0.32): a request that loaded nothing from the CPU tier
-is offered to it from its first block, so the blocks the tier holds of the request's full
-prompt are reused even when the GPU served them (:meth:`NextUseTwin.finish` notes them).
+vLLM flow drives: ``observe_request`` before each request, ``touch`` for the blocks the
+request reuses from the CPU tier (its loads, and the GPU hits the tier holds of a request that
+loaded nothing: vLLM's scheduler offers such a prompt from its first block, and the flow
+does the same), ``evict`` to make room around the request's blocks, ``insert`` for each
+store, ``finish`` when the request ends, ``remove`` when a block leaves.
 Standard library only, like the plug-in; ``kvtier recommend --next-use-policy`` replays it.
 """
 
@@ -48,15 +47,10 @@ class NextUseTwin:
         self.decisions: list = []
         self._request = None
         self._req_id = ""
-        self._offered: list = []   # the current request's full prompt blocks
-        self._loaded = False       # whether it loaded any from this tier
 
     def observe_request(self, index: int, record: RequestRecord, blocks) -> None:
         self._req_id = f"replay-{index}"
         self._request = self.state.request(self._req_id, {"kvtier": signals_of(record)})
-        bt = record.block_size_tokens or 16
-        self._offered = list(blocks)[:record.prompt_tokens // bt]
-        self._loaded = False
 
     def _position(self, info) -> int:
         return info.position if info is not None else len(self._request.used)
@@ -64,7 +58,6 @@ class NextUseTwin:
     def touch(self, key, info=None) -> None:
         if key not in self:
             raise KeyError(key)
-        self._loaded = True
         self.state.used(self._request, key, self._position(info), False)
 
     def insert(self, key, info=None) -> list:
@@ -74,12 +67,8 @@ class NextUseTwin:
     def finish(self) -> None:
         if self._request is None:
             return
-        if not self._loaded:  # vLLM offered the GPU's hits too: those it holds are reused
-            for position, key in enumerate(self._offered):
-                if key in self and key not in self._request.used:
-                    self.state.used(self._request, key, position, False)
         self.state.finished(self._req_id)
-        self._request, self._offered = None, []
+        self._request = None
 
     def __contains__(self, key) -> bool:
         return self.state.holds(key)

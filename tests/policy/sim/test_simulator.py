@@ -163,6 +163,29 @@ def test_vllm_store_threshold_stores_on_the_second_offer():
     assert sim.serve(request([1])).outcomes == (Outcome.CPU_PROMOTION,)
 
 
+def test_vllm_offers_a_prompt_that_loaded_nothing_from_its_first_block():
+    """vLLM's scheduler starts a request's stores at block 0 unless it loaded from a lower
+    tier: a GPU hit is offered again, so store_threshold counts it (and stores it on its
+    second offer though it was never recomputed)."""
+    sim = Simulator(SimConfig(gpu_blocks=4, cpu_blocks=8, semantics="vllm", store_threshold=2))
+    sim.serve(request([1, 2], prompt_tokens=9))   # 1 and 2 computed: first offer
+    assert set(sim.flow.cpu) == set()
+    again = sim.serve(request([1, 2, 3], prompt_tokens=13))
+    assert again.outcomes[:2] == (Outcome.GPU_HIT,) * 2
+    assert set(sim.flow.cpu) == {1, 2}            # their second offer, as GPU hits
+
+
+def test_vllm_a_request_that_loads_offers_only_past_its_loads():
+    sim = Simulator(SimConfig(gpu_blocks=1, cpu_blocks=8, semantics="vllm", store_threshold=2))
+    for blocks in ([1, 2], [1, 2], [7, 8]):        # 1 and 2 stored on their second offer
+        sim.serve(request(blocks, prompt_tokens=4 * len(blocks) + 1))
+    assert {1, 2} <= set(sim.flow.cpu)
+    sim.serve(request([1, 2, 3], prompt_tokens=13))   # loads 1 and 2: 3 is offered once
+    sim.serve(request([9], prompt_tokens=5))
+    sim.serve(request([1, 2, 3], prompt_tokens=13))   # loads again: 3's second offer
+    assert 3 in sim.flow.cpu
+
+
 def test_events_mirror_the_totals():
     events = []
     sim = Simulator(SimConfig(gpu_blocks=2, cpu_blocks=2), events=events.append)

@@ -237,6 +237,9 @@ class VllmFlow(Flow):
         return found
 
     def serve(self, hashes, infos, found, cacheable) -> None:
+        """The GPU serves the request; the CPU tier loads its hits and is offered its
+        computed blocks, and its GPU hits too when it loaded nothing (vLLM's scheduler then
+        offers the prompt from its first block)."""
         cpu = self.cpu
         gpu_hits = found.count(Tier.GPU)  # the GPU hits lead (see lookup)
         loads, computed = [], []
@@ -256,13 +259,16 @@ class VllmFlow(Flow):
         if cpu is not None:
             if loads:
                 cpu.load(loads)
+            if len(found) == gpu_hits:  # nothing loaded: the prompt is offered from block 0
+                computed = [(hashes[i], i, infos[i]) for i in range(gpu_hits)] + computed
             if computed:
                 self._store(computed)
             cpu.finish()
 
     def _store(self, computed: list) -> None:
-        admitter = self.admitter
-        offered = [(h, i) for h, i, info in computed if admitter is None or admitter.admit(h, info)]
+        admitter, cpu = self.admitter, self.cpu
+        offered = [(h, i) for h, i, info in computed
+                   if admitter is None or h in cpu or admitter.admit(h, info)]
         outcome = self.cpu.store(offered)
         stored, victims = outcome if outcome is not None else ([], [])
         refused = [h for h, _ in offered if h not in self.cpu and h not in stored]
