@@ -17,6 +17,7 @@ Each figure carries its source (``measured`` from the engine's records, or ``def
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvtier.policy.latency.models import QueueModel, StepModel
@@ -43,13 +44,19 @@ class TokenCosts:
                 f"{self.recomputed_s * 1e6:.3g} us ({self.recomputed_source})")
 
 
-def token_costs(model, promoted_source: str = "measured", recomputed_source: str = "measured"
-                ) -> TokenCosts | None:
+def token_costs(model, promoted: Sequence = (), promoted_source: str = "measured",
+                recomputed_source: str = "measured") -> TokenCosts | None:
     """The costs ``model`` (a :class:`StepModel` or :class:`QueueModel`) prices tokens at;
-    ``None`` for another model."""
+    ``None`` for another model. ``promoted``: (tokens promoted, tokens cached before them) of
+    each request that promotes (the engine model prices a recomputed token by where it sits:
+    attention makes a deep token dearer), else a token at position 0."""
     if isinstance(model, StepModel):
         p = model.params
         c, per_token = p.step_cost, p.kv_bytes_per_token
+        recomputed = c.prefill_token_s
+        tokens = sum(t for t, _ in promoted)
+        if tokens:  # attention over each promoted token's context, averaged per token
+            recomputed += c.attention_s * sum(t * (ctx + t / 2) for t, ctx in promoted) / tokens
         promoted = c.cached_token_s + c.loaded_byte_s * per_token
         wait = 0.0
         if p.limits.promotions == "queued":
@@ -57,7 +64,7 @@ def token_costs(model, promoted_source: str = "measured", recomputed_source: str
             wait = p.cpu_link.op_latency_s
         elif p.limits.promotions == "load_step":
             wait = c.overhead_s + c.decode_pass_s  # the step the request loads in
-        return TokenCosts(promoted, c.prefill_token_s, wait, promoted_source, recomputed_source)
+        return TokenCosts(promoted, recomputed, wait, promoted_source, recomputed_source)
     if isinstance(model, QueueModel):
         q = model.params
         per_token = q.model.bytes_per_token

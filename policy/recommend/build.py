@@ -165,7 +165,7 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
     vllm_later = vllm_replay(split.records, inputs.gpu_blocks, vllm_blocks, split.count_from,
                              vllm_cpu)
     vllm_vs_gpu = expected_changes(gpu_later, vllm_later, model, np.random.default_rng(inputs.seed))
-    quality = hit_quality(verdict, model, card, vs_gpu)
+    quality = hit_quality(verdict, model, card, vs_gpu, measured.candidate)
     if quality.outcome == "do_not_offload":
         return _do_not_offload(quality, reuse, split, gpu_later, host, cpu, sources, model, card,
                                inputs)
@@ -352,7 +352,7 @@ def _do_not_offload(verdict: Verdict, reuse: Verdict, split: Split, gpu_later: R
         engine_settings=engines.off(), knobs=(Knob("cpu_tier_bytes", 0, held),))
 
 
-def hit_quality(verdict: Verdict, model, card, vs_gpu) -> Verdict:
+def hit_quality(verdict: Verdict, model, card, vs_gpu, candidate: Replayed) -> Verdict:
     """Offload only where a promoted token measurably costs this engine less than a
     recomputed one, and the promised TTFT p50 gain is larger than its interval's noise (the
     interval lies below 0). ``verdict`` as it was when the latency model promises nothing
@@ -361,7 +361,9 @@ def hit_quality(verdict: Verdict, model, card, vs_gpu) -> Verdict:
 
     if model is None:
         return verdict
-    costs = token_costs(model)
+    promoted = [(o.cpu_promotion_tokens, o.gpu_hit_tokens) for o in candidate.outcomes
+                if o.cpu_promotion_tokens]
+    costs = token_costs(model, promoted)
     p50 = next((c for c in vs_gpu if c.metric == "ttft_p50_s"), None)
     reasons = list(verdict.reasons)
     if costs is not None:
