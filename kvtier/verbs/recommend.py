@@ -292,14 +292,15 @@ def _calibration(costs, out: Path) -> list:
     if costs is None:
         return []
     from kvtier.collector.exports.recommendation import CALIBRATION_FILE
-    from kvtier.policy.latency.costfile import strict_json, write_cost_file
+    from kvtier.collector import json_text
+    from kvtier.policy.latency.costfile import write_cost_file
 
     written = [write_cost_file(out / COST_FILE, costs)]
     held = costs.held_out or {}
     if "by_tier_config" in held:
         target = out / CALIBRATION_FILE
-        target.write_text(strict_json({k: held[k] for k in ("split_s", "fit_requests", "by_tier_config")
-                                       if k in held}))
+        json_text.write(target, {k: held[k] for k in ("split_s", "fit_requests", "by_tier_config")
+                                 if k in held})
         written.append(target)
     return written
 

@@ -20,10 +20,10 @@ A file written before ``costs`` existed still reads (with no evidence listed).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kvtier.collector import json_text
 from kvtier.policy.engine_model.params import SECTION, EngineModelParams
 
 
@@ -69,22 +69,7 @@ class CostFile:
             body[SECTION] = self.engine.to_dict()
         if self.held_out is not None:
             body["held_out"] = self.held_out
-        return strict_json(body)
-
-
-def strict_json(body, indent: int = 2) -> str:
-    """``body`` as JSON any strict parser reads: NaN and infinities become ``null``."""
-    return json.dumps(_finite(body), indent=indent, allow_nan=False) + "\n"
-
-
-def _finite(value):
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
+        return json_text.dumps(body, indent=2) + "\n"  # strict: a NaN is null
 
 
 def write_cost_file(path: str | Path, cost_file: CostFile) -> Path:
