@@ -76,7 +76,8 @@ def _action_words(action: str) -> str:
     return f"over budget, the rule says {action}"
 
 
-def closing(rec: Recommendation, act: object, reco_path: str, emit_dir: str) -> list[str]:
+def closing(rec: Recommendation, act: object, reco_path: str, emit_dir: str,
+            promise=()) -> list[str]:
     """The summary: what to set (as recommendation.json has it), the change measured on the
     engine and expected by replay, and the rollback rule with the budget the baseline set."""
     lines = [f"verdict: {rec.verdict.words}" + (f" ({rec.verdict.note})" if rec.verdict.note else "")]
@@ -92,7 +93,7 @@ def closing(rec: Recommendation, act: object, reco_path: str, emit_dir: str) -> 
     if cold is not None:
         lines.append(f"  cold tier cost: {cold.cost.text}")
     lines += _measured(act)
-    lines += _expected(rec)
+    lines += _expected(rec, promise)
     rule = rec.evidence.rollback
     if rule is not None:
         itl = "" if rule.itl_p99_s is None else f" or ITL p99 > {_ms(rule.itl_p99_s)}"
@@ -120,16 +121,44 @@ def _measured(act) -> list[str]:
             f"{_ms(c['ttft_s']['p99'])} ({_delta(b['ttft_s']['p99'], c['ttft_s']['p99'])})"]
 
 
-def _expected(rec: Recommendation) -> list[str]:
+def _expected(rec: Recommendation, promise=()) -> list[str]:
+    """The promised TTFT change against the GPU tier alone, and (``promise``: rows of
+    ``kvtier.demo.prediction.promise_vs_measured``) the change the engine measured on the same
+    later requests, inside its interval or not."""
     by = {c.metric: c for c in rec.evidence.expected_vs_gpu_only}
-    parts = [f"{name} {by[metric].change * 1e3:+.1f} ms [{by[metric].low * 1e3:+.1f}, "
-             f"{by[metric].high * 1e3:+.1f}]" for name, metric in (("p50", "ttft_p50_s"),
-                                                                  ("p99", "ttft_p99_s"))
-             if metric in by]
-    if not parts:
-        return []
-    return [f"expected by replay on later time, against the GPU tier alone (mean per window, "
-            f"5th-95th percentile interval): TTFT {', '.join(parts)}"]
+    card = rec.evidence.latency_model
+    if "ttft_p50_s" not in by:
+        return [f"no TTFT change is promised: {card.why}"] if card is not None else []
+    measured = {row.metric: row for row in promise}
+    parts = []
+    for name, metric in (("p50", "ttft_p50_s"), ("p99", "ttft_p99_s")):
+        c = by.get(metric)
+        if c is None:
+            continue
+        text = f"{name} {c.change * 1e3:+.1f} ms [{c.low * 1e3:+.1f}, {c.high * 1e3:+.1f}]"
+        row = measured.get(metric)
+        if row is not None:
+            text += (f", measured {row.change[3] * 1e3:+.1f} ms "
+                     f"({'inside' if row.inside()[2] else 'OUTSIDE'})")
+        parts.append(text)
+    model = f"the {card.model} model" if card is not None and card.model else "the cost model"
+    return [f"expected on the later requests against the GPU tier alone ({model}, period "
+            f"percentiles, 5th-95th percentile interval): TTFT {'; '.join(parts)}"]
+
+
+def promise_lines(rows) -> list[str]:
+    """The recommendation's promise against the engine, per TTFT percentile (``PromiseRow``)."""
+    lines = [f"{'':10s} {'GPU only: promised [interval] / measured':>44s}  "
+             f"{'+CPU tier: promised [interval] / measured':>44s}  {'change: promised [interval] / measured':>44s}"]
+    for row in rows:
+        cells = []
+        for (p, lo, hi, m), ok in zip((row.baseline, row.candidate, row.change), row.inside()):
+            cells.append(f"{p * 1e3:.1f} [{lo * 1e3:.1f}, {hi * 1e3:.1f}] / {m * 1e3:.1f} "
+                         f"{'inside' if ok else 'OUTSIDE'}")
+        ratios = ", ".join(f"{r:.2f}" for r in row.ratios())
+        lines.append(f"{row.metric.removesuffix('_s'):10s} " + "  ".join(f"{c:>44s}" for c in cells)
+                     + f"  (levels predicted/measured {ratios})")
+    return lines
 
 
 def _delta(before: float | None, after: float | None) -> str:

@@ -156,17 +156,15 @@ def predict(params: EngineModelParams, records: Sequence[RequestRecord],
             splits: Sequence[RequestTokens], *, draws: int = DRAWS
             ) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
     """TTFT p50/p95/p99 of ``records`` (arrival order) replayed with ``splits`` (one tier
-    split each): the median over ``draws`` step-noise draws, and the 5th and 95th
-    percentiles."""
-    from kvtier.policy.engine_model.closed_loop import engine_requests
-    from kvtier.policy.engine_model.step_replay import EngineRequests, replays
+    split each) by the engine model through the latency wing's one prediction function
+    (``kvtier.policy.latency.predict``): the point and its 5th-95th percentile interval."""
+    from kvtier.policy.latency import predict as latency
+    from kvtier.policy.latency.models import StepModel, requests_for
 
-    chained = engine_requests(records)
-    split = EngineRequests.from_records(records, splits)
-    requests = replace(split, follows=chained.follows, think_s=chained.think_s)
-    levels = np.array([np.percentile(run.ttft_s, QUANTILES) for run in replays(requests, params, draws)])
-    middle, low, high = np.percentile(levels, [50, 5, 95], axis=0)
-    return tuple(map(float, middle)), tuple(map(float, low)), tuple(map(float, high))
+    model = StepModel(params)
+    samples = latency.draw(model, requests_for(model, records, splits), draws=draws)
+    levels = latency.levels(samples, np.random.default_rng(0))
+    return tuple(tuple(float(getattr(lv, f)) for lv in levels) for f in ("predicted", "low", "high"))
 
 
 def tier_splits(records: Sequence[RequestRecord], gpu_blocks: int, cpu_blocks: int,
@@ -192,3 +190,50 @@ def predicted_vs_measured(store: TraceStore, params: EngineModelParams, baseline
         out.append(TtftPrediction(tiers.config_id, len(measured), middle, low, high,
                                   tuple(map(float, levels))))
     return out
+
+
+@dataclass(frozen=True)
+class PromiseRow:
+    """One TTFT percentile of the recommendation's promise against the engine, over the same
+    later share of each phase's requests: (predicted, low, high, measured) for the GPU tier
+    alone, the recommended configuration and the change between them."""
+
+    metric: str
+    baseline: tuple[float, float, float, float]
+    candidate: tuple[float, float, float, float]
+    change: tuple[float, float, float, float]
+
+    def ratios(self) -> tuple[float, float]:
+        return tuple(p / m if m > 0 else float("nan") for p, _, _, m in (self.baseline, self.candidate))
+
+    def inside(self) -> tuple[bool, bool, bool]:
+        return tuple(lo <= m <= hi for _, lo, hi, m in (self.baseline, self.candidate, self.change))
+
+
+def promise_vs_measured(store: TraceStore, rec, baseline: str, candidate: str) -> list[PromiseRow]:
+    """The recommendation's own promise (``Evidence.expected_vs_gpu_only``) beside what the
+    engine measured on the same later share of the ``baseline`` (GPU-only) and ``candidate``
+    phases: each phase's requests in arrival order, the recommendation's training share left
+    out (it warmed the tiers), as the promise counts them."""
+    ev = rec.evidence
+    if not ev.train_requests or not ev.evaluated_requests:
+        return []
+    share = ev.train_requests / (ev.train_requests + ev.evaluated_requests)
+
+    def later(config: str) -> np.ndarray:
+        ttft = np.array([r.ttft_s for r in engine_records(store, config) if r.ttft_s is not None])
+        return ttft[int(len(ttft) * share):]
+
+    base, cand = later(baseline), later(candidate)
+    if not len(base) or not len(cand):
+        return []
+    rows = []
+    for c in ev.expected_vs_gpu_only:
+        if not c.metric.startswith("ttft_") or c.baseline_low is None:
+            continue
+        q = float(c.metric.split("_p")[1].removesuffix("_s"))
+        mb, mc = float(np.percentile(base, q)), float(np.percentile(cand, q))
+        rows.append(PromiseRow(c.metric, (c.baseline, c.baseline_low, c.baseline_high, mb),
+                               (c.candidate, c.candidate_low, c.candidate_high, mc),
+                               (c.change, c.low, c.high, mc - mb)))
+    return rows

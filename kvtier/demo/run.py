@@ -86,6 +86,7 @@ def run_demo(config: DemoConfig, *, clock: Callable[[], float] = time.time, say=
         _show_act(report1, store, say)
         if decided.get("engine_model") is not None:
             _show_prediction(store, decided["engine_model"], f"{act1.name}/gpu-only", report1, say)
+        promise = _show_promise(store, decided.get("recommendation"), act1.name, say)
         _write_rollout(report1, f"{act1.name}/", out / ROLLOUTS)
         rec, sizes = decided.get("recommendation"), plan.sizes
         if rec is not None and sizes is not None:
@@ -99,7 +100,7 @@ def run_demo(config: DemoConfig, *, clock: Callable[[], float] = time.time, say=
         _store_line(store, store_path, segments, say)
     _clear_file_tier(out)
     elapsed = time.perf_counter() - started
-    _close(rec, report1, out, segments, elapsed, say)
+    _close(rec, report1, out, segments, elapsed, say, promise)
     return DemoResult(store_path, segments, tuple(reports), rec, elapsed)
 
 
@@ -139,6 +140,23 @@ def _show_prediction(store, params, baseline: str, report, say) -> None:
         "measurement (arrival at the engine to the first token):")
     for line in prediction_lines(rows):
         say(f"    {line}")
+
+
+def _show_promise(store, rec, act: str, say) -> list:
+    """The recommendation's own TTFT promise against what the engine measured on the same
+    later share of the GPU-only phase and the phase with the recommended CPU tier."""
+    from kvtier.demo.narration import promise_lines
+    from kvtier.demo.prediction import promise_vs_measured
+
+    if rec is None:
+        return []
+    rows = promise_vs_measured(store, rec, f"{act}/gpu-only", f"{act}/gpu+cpu")
+    if rows:
+        say("  the recommendation's own TTFT promise beside the engine's measurement, over the "
+            "same later requests of each phase (ms):")
+        for line in promise_lines(rows):
+            say(f"    {line}")
+    return rows
 
 
 def _decide(config: DemoConfig, act, segments: Path, probes: dict, budget, out: Path, say,
@@ -271,13 +289,13 @@ def _store_line(store, store_path: Path, segments: Path, say) -> None:
         f"{row['batches']} batches ({row['rejected']} rejected) in {store_path}; segments in {segments}")
 
 
-def _close(rec, report1, out: Path, segments: Path, elapsed: float, say) -> None:
+def _close(rec, report1, out: Path, segments: Path, elapsed: float, say, promise=()) -> None:
     from kvtier.demo.narration import closing
 
     say(f"kvtier demo: summary ({elapsed:.0f} s)")
     if rec is not None:
         for line in closing(rec, report1, str(out / "recommendation" / "recommendation.json"),
-                            str(out / "monitoring")):
+                            str(out / "monitoring"), promise):
             say(f"  {line}")
     say(f"  open the dashboard: kvtier dashboard --segments {segments}")
 
