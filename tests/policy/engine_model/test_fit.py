@@ -198,3 +198,32 @@ def test_the_held_out_prediction_is_the_median_over_noise_draws():
     predicted, _ = predicted_latencies(StepModel(params), requests)
     assert [getattr(predicted, f) for f in FIELDS] == pytest.approx(np.median(each, axis=0).tolist())
     assert predicted.ttft_p99_s < each[:, 2].max()  # not decided by the worst draw's stall
+
+
+def test_the_decode_fast_path_equals_stepping_one_decode_step_at_a_time(monkeypatch):
+    """``_Run._decode_run`` advances runs of decode-only steps in one go; replacing it by one
+    ordinary step at a time must give the same first tokens, ITLs, ends and step count (no
+    noise: the fast path draws its noise in one call, stepping draws it step by step)."""
+    from kvtier.policy.engine_model import step_replay
+    from kvtier.policy.engine_model.batch_scheduler import SchedulerLimits
+
+    rng = np.random.default_rng(7)
+    n = 60
+    prompt = rng.integers(40, 400, n)
+    recompute = np.maximum((prompt * rng.uniform(0.2, 1, n)).astype(np.int64), 1)
+    requests = EngineRequests(np.cumsum(rng.exponential(0.02, n)), prompt, rng.integers(1, 40, n),
+                              prompt - recompute, np.zeros(n, dtype=np.int64),
+                              np.zeros(n, dtype=np.int64), recompute)
+    for limits in (SchedulerLimits(4, 256, True), SchedulerLimits(8), SchedulerLimits(3, first_token="own_prefill")):
+        params = EngineModelParams(StepCost(0.002, 2e-5, 1e-4, 1e-9, 1e-4, 1e-7, 3e-4), limits)
+        fast = replay(requests, params)
+
+        def one_step(run):
+            run._step(run.scheduler.schedule())
+
+        with monkeypatch.context() as patch:
+            patch.setattr(step_replay._Run, "_decode_run", one_step)
+            slow = replay(requests, params)
+        assert fast.steps == slow.steps
+        for name in ("ttft_s", "itl_s", "e2e_s"):
+            assert np.allclose(getattr(fast, name), getattr(slow, name), rtol=1e-9, equal_nan=True), name
