@@ -47,9 +47,11 @@ def run_check(args) -> int:
     settings = rec.for_engine(engine) if engine else rec.settings
     config = args.tier_config or _tier_config(engine, settings, args.check)
     records = _records(args.store, config, args.instance)
+    served = rec.evidence.served_tier_config
+    before = _records(args.store, served, args.instance) if served and served != config else []
     try:
         result = check_promises(rec, engine, records, config, min_requests=args.min_requests,
-                                tolerance_points=args.tolerance_points)
+                                tolerance_points=args.tolerance_points, served=before)
     except ValueError as error:
         raise KvtierError(str(error).replace("min_requests", "--min-requests")
                           .replace("tolerance_points", "--tolerance-points")) from None
@@ -128,7 +130,11 @@ def _keep(result, path: Path, quiet: bool) -> None:
 
 
 def _as_json(result) -> dict:
+    from kvtier.policy.recommend.promises import improvement_words
+
     return {"tier_config": result.tier_config, "requests": result.requests,
+            "served_tier_config": result.served_tier_config,
+            "improvement": improvement_words(result),
             "needed": result.needed, "more_needed": result.more_needed,
             "warmup": result.warmup, "basis": result.basis, "held": result.held,
             "promises": [{"metric": p.metric, "predicted": p.predicted, "low": p.low,
@@ -151,6 +157,13 @@ def _print(result, path: str) -> None:
         state = {True: "held", False: "OUTSIDE", None: ""}[p.held if result.enough else None]
         print(f"  {p.metric:<16} {p.predicted:>10.4g}  [{p.low:.4g}, {p.high:.4g}]"
               f"{'':<{max(0, 20 - len(f'{p.low:.4g}, {p.high:.4g}'))}} {measured:>10}  {state}")
+    from kvtier.policy.recommend.promises import improvement_words
+
+    if result.served_tier_config:
+        print(f"  (a change is the new configuration less {result.served_tier_config}, the same "
+              "later share of each)")
+    if result.enough and improvement_words(result):
+        print(f"NOT MATERIALISED: {improvement_words(result)}")
     if result.enough:
         missed = [p.metric for p in result.promises if p.held is False]
         print("verdict: every prediction held" if result.held else

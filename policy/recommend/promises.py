@@ -18,6 +18,7 @@ Pure: records in, a :class:`PromiseCheck` out.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -62,6 +63,7 @@ class PromiseCheck:
     warmup: int
     basis: str
     promises: tuple[Promise, ...] = ()
+    served_tier_config: str | None = None  # the changes were judged against its requests
 
     @property
     def enough(self) -> bool:
@@ -88,10 +90,15 @@ class PromiseCheck:
 def check_promises(rec: Recommendation, engine: str | None,
                    records: Sequence[RequestRecord], tier_config: str, *,
                    min_requests: int | None = None,
-                   tolerance_points: float = DEFAULT_TOLERANCE_POINTS) -> PromiseCheck:
+                   tolerance_points: float = DEFAULT_TOLERANCE_POINTS,
+                   served: Sequence[RequestRecord] = ()) -> PromiseCheck:
     """``rec``'s predictions for ``engine`` running its settings (``None``: the neutral
     ones) against ``records``, the requests served under ``tier_config``. ``min_requests``:
-    how many to wait for (default: as many as the recommendation was made from)."""
+    how many to wait for (default: as many as the recommendation was made from).
+    ``served``: the requests the recommendation was made from, as the store recorded them
+    under the tier configuration they were served with (``Evidence.served_tier_config``):
+    the promised *change* (each TTFT percentile, new configuration less that one) is judged
+    against the change measured between the two, the same later share of each."""
     if min_requests is not None and min_requests < 1:
         raise ValueError(f"min_requests must be >= 1, got {min_requests!r}")
     if not tolerance_points >= 0:
@@ -109,15 +116,51 @@ def check_promises(rec: Recommendation, engine: str | None,
                         _hit_ratio(later))]
     by_metric = {c.metric: c for c in changes}
     ttft = np.asarray([r.ttft_s for r in later if r.ttft_s is not None], dtype=float)
+    before = _later_ttft(served, share)
+    vs_served = {c.metric: c for c in _served_changes(rec, engine)}
     for metric, q in TTFT_METRICS:
         change = by_metric.get(metric)
+        measured = float(np.percentile(ttft, q)) if ttft.size else None
         if change is not None:
-            # the interval is the change's, about the baseline; a latency is never below 0
-            promises.append(Promise(metric, change.candidate, max(0.0, change.baseline + change.low),
-                                    change.baseline + change.high,
-                                    float(np.percentile(ttft, q)) if ttft.size else None))
+            if change.candidate_low is not None:  # the level's own interval
+                low, high = change.candidate_low, change.candidate_high
+            else:  # an older recommendation: the change's interval about the baseline
+                low, high = max(0.0, change.baseline + change.low), change.baseline + change.high
+            promises.append(Promise(metric, change.candidate, low, high, measured))
+        moved = vs_served.get(metric)
+        if moved is not None and before.size:
+            promises.append(Promise(f"{metric} change", moved.change, moved.low, moved.high,
+                                    None if measured is None else
+                                    measured - float(np.percentile(before, q))))
     return PromiseCheck(tier_config, len(ordered), min_requests or made_from, warmup, basis,
-                        tuple(promises))
+                        tuple(promises), rec.evidence.served_tier_config if before.size else None)
+
+
+def _later_ttft(records: Sequence[RequestRecord], share: float) -> np.ndarray:
+    ordered = sorted(records, key=lambda r: r.arrival_s)
+    return np.asarray([r.ttft_s for r in ordered[int(len(ordered) * share):] if r.ttft_s is not None],
+                      dtype=float)
+
+
+def _served_changes(rec: Recommendation, engine: str | None) -> tuple[Change, ...]:
+    """The promised change against the requests as served: vLLM's candidate (what the
+    recommendation replays for vLLM), or the GPU tier alone for a recommendation without a
+    CPU tier."""
+    settings = (rec.for_engine(engine) if engine else None) or rec.settings
+    if engine == "vllm" or not settings.cpu_tier_bytes:
+        return rec.evidence.expected_vs_served
+    return ()
+
+
+def improvement_words(check: PromiseCheck) -> str | None:
+    """A promised TTFT decrease the engine did not show, in words (``None``: none missed)."""
+    missed = [p for p in check.promises if p.metric.endswith(" change") and p.held is False
+              and p.predicted < 0 and p.measured is not None and p.measured > p.high]
+    if not missed:
+        return None
+    return "; ".join(f"{p.metric.split()[0].removesuffix('_s').replace('_', ' ')} was to fall by "
+                     f"{-p.predicted * 1e3:.1f} ms, it moved {p.measured * 1e3:+.1f} ms"
+                     for p in missed) + ": the promised improvement did not materialise"
 
 
 def _prediction(rec: Recommendation, engine: str | None
@@ -126,7 +169,10 @@ def _prediction(rec: Recommendation, engine: str | None
     ratios, evidence = rec.evidence.token_hit_ratio, rec.evidence
     settings = (rec.for_engine(engine) if engine else None) or rec.settings
     if not settings.cpu_tier_bytes or ratios.cpu_lru_admit_all is None:
-        return "the GPU tier alone", ratios.gpu_only, ()
+        alone = tuple(dataclasses.replace(c, candidate=c.baseline, candidate_low=c.baseline_low,
+                                          candidate_high=c.baseline_high)
+                      for c in evidence.expected_vs_gpu_only)  # the GPU tier alone's levels
+        return "the GPU tier alone", ratios.gpu_only, alone
     if engine == "vllm" and ratios.vllm is not None:
         return (f"vLLM's CPU tier of {settings.cpu_tier_bytes} bytes "
                 f"({settings.eviction_policy or 'lru'}, store_threshold "

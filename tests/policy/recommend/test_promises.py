@@ -198,3 +198,28 @@ def test_vllms_cpu_tier_also_holds_the_gpus_copy(recommended):
     assert evidence["token_hit_ratio"]["vllm"] is not None
     assert any("copy of the blocks" in note for engine, note in evidence["engine_notes"]
                if engine == "vllm")
+
+
+def test_a_promised_improvement_is_judged_against_the_requests_as_served():
+    """vLLM was promised TTFT p50 -30 ms [-40, -20] against the phase the recommendation was
+    made from (served at 0.10 s); after the push the same traffic measures 0.105 s: the level
+    may sit in its interval, but the change (+5 ms) is outside, and the check says the
+    improvement did not materialise."""
+    rec = recommendation()
+    promised = Change("ttft_p50_s", 0.10, 0.07, -0.03, -0.04, -0.02, 0.09, 0.11, 0.06, 0.11)
+    rec = dataclasses.replace(rec, evidence=dataclasses.replace(
+        rec.evidence, expected_vs_served=(promised,), served_tier_config="gpu+cpu:small"))
+    before = served(20, 0.5, ttft_s=0.10, config="gpu+cpu:small")
+    after = served(20, 0.55, ttft_s=0.105, config="gpu+cpu:2097152", start_s=100)
+    result = check_promises(rec, "vllm", after, "gpu+cpu:2097152", served=before)
+    change = by_metric(result)["ttft_p50_s change"]
+    assert change.measured == pytest.approx(0.005) and change.held is False
+    assert result.served_tier_config == "gpu+cpu:small"
+    from kvtier.policy.recommend.promises import improvement_words
+
+    assert "did not materialise" in improvement_words(result)
+    kept = check_promises(rec, "vllm", served(20, 0.55, ttft_s=0.072, config="x", start_s=100), "x",
+                          served=before)
+    assert by_metric(kept)["ttft_p50_s change"].held and improvement_words(kept) is None
+    # without the requests as served, only the levels are judged
+    assert "ttft_p50_s change" not in by_metric(check_promises(rec, "vllm", after, "gpu+cpu:2097152"))
