@@ -51,7 +51,8 @@ def merge_ttft(estimates: Sequence[TtftEstimate], samples: Sequence[np.ndarray])
         raise ValueError(f"{len(together)} TTFT samples for {requests} requests")
     mean_service = (sum(e.mean_service_s * e.requests for e in estimates) / requests
                     if requests else 0.0)
-    return ttft_summary(together, mean_service, max(e.utilisation for e in estimates),
+    loads = [e.utilisation for e in estimates if np.isfinite(e.utilisation)]  # NaN: not a queue
+    return ttft_summary(together, mean_service, max(loads) if loads else float("nan"),
                         estimates[0].parameter_sources)
 
 

@@ -1,4 +1,4 @@
-"""What-if: replay a trace against one tier stack and price it with the cost model."""
+"""What-if: replay a trace against one tier stack and price it with a latency model."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import numpy as np
 
 from kvtier.collector.events import RequestRecord
 from kvtier.collector.request_tokens import RequestTokens
-from kvtier.policy.cost import CostParams, TtftEstimate, queue_ttft_samples, ttft_summary
+from kvtier.policy.cost import CostParams, TtftEstimate, ttft_summary
+from kvtier.policy.latency.models import QueueModel, StepModel, requests_for, scaled
 from kvtier.policy.sim.config import SimConfig
 from kvtier.policy.sim.result import SimResult
 from kvtier.policy.sim.simulator import Simulator
@@ -18,7 +19,8 @@ from kvtier.policy.sim.simulator import Simulator
 @dataclass(frozen=True)
 class WhatIf:
     """The cache outcome of a replay and its latency estimate; ``ttft_samples_s`` holds each
-    request's TTFT (so the replays of several instances can be summarised together)."""
+    request's TTFT under one draw of the model's noise (so the replays of several instances
+    can be summarised together)."""
 
     result: SimResult
     ttft: TtftEstimate
@@ -29,46 +31,45 @@ class WhatIf:
         return {**self.result.to_dict(), **self.ttft.to_dict()}
 
 
-def what_if(records: Iterable[RequestRecord], config: SimConfig,
-            params: CostParams = CostParams(), time_scale: float = 1.0,
-            servers: int = 1, engine=None) -> WhatIf:
-    """Replay ``records`` against ``config``; ``time_scale`` < 1 compresses inter-arrival
-    times (a load ramp: 0.5 doubles the request rate); ``servers`` prefill in parallel.
-    With ``engine`` (the step-level engine model's ``EngineModelParams``) each request's
-    TTFT comes from the engine model over the replayed tier split instead of the queue."""
+def what_if(records: Iterable[RequestRecord], config: SimConfig, model=None,
+            time_scale: float = 1.0) -> WhatIf:
+    """Replay ``records`` against ``config`` and price each request's tier split with
+    ``model`` (a :class:`~kvtier.policy.latency.models.LatencyModel`; default: the queue model
+    on default costs); ``time_scale`` < 1 compresses inter-arrival times (a load ramp: 0.5
+    doubles the request rate). The percentiles are the latency wing's (the median over the
+    model's noise draws, ``kvtier.policy.latency.predict``)."""
+    from kvtier.policy.latency import predict
+
     if not (np.isfinite(time_scale) and time_scale > 0):
         raise ValueError(f"time_scale must be a finite number > 0, got {time_scale!r}")
-    arrivals, services, served = [], [], []
-
-    def price(record: RequestRecord, outcome) -> None:
-        arrivals.append(record.arrival_s * time_scale)
-        services.append(params.service_s(outcome.cpu_promotion_tokens,
-                                         outcome.cold_promotion_tokens,
-                                         outcome.recompute_tokens))
-        if engine is not None:
-            served.append((record, RequestTokens.of(outcome)))
-
-    result = Simulator(config).replay(records, on_request=price)
-    if engine is not None:
-        samples = _engine_ttft(served, np.asarray(arrivals, dtype=float), engine)
-    else:
-        samples = queue_ttft_samples(arrivals, services, servers)
-    if not arrivals:
-        return WhatIf(result, ttft_summary(samples, 0.0, 0.0, params.sources()), samples)
-    span = max(arrivals[-1] - arrivals[0], 1e-9)
-    sources = params.sources() | ({"engine_model": "calibrated"} if engine is not None else {})
-    ttft = ttft_summary(samples, float(np.mean(services)), float(np.sum(services) / (span * servers)),
-                        sources)
-    return WhatIf(result, ttft, samples)
-
-
-def _engine_ttft(served, arrivals_s: np.ndarray, engine) -> np.ndarray:
-    """Each request's TTFT through the engine model, at the (scaled) arrivals."""
-    from dataclasses import replace
-
-    from kvtier.policy.engine_model.step_replay import EngineRequests, replay
-
+    model = model or QueueModel(CostParams())
+    served: list[tuple[RequestRecord, RequestTokens]] = []
+    result = Simulator(config).replay(
+        records, on_request=lambda record, outcome: served.append((record, RequestTokens.of(outcome))))
+    sources = _sources(model)
     if not served:
-        return np.empty(0)
-    requests = EngineRequests.from_records([r for r, _ in served], [s for _, s in served])
-    return replay(replace(requests, arrival_s=arrivals_s), engine).ttft_s
+        return WhatIf(result, ttft_summary(np.empty(0), 0.0, 0.0, sources), np.empty(0))
+    requests = scaled(requests_for(model, [r for r, _ in served], [s for _, s in served]), time_scale)
+    samples = predict.draw(model, requests)
+    levels = predict.levels(samples, np.random.default_rng(0), metrics=predict.TTFT_METRICS)
+    first = samples.ttft_s[0]
+    mean_service, utilisation = _load(model, requests)
+    ttft = TtftEstimate(len(first), *(lv.predicted for lv in levels), float(first.mean()),
+                        mean_service, utilisation, sources)
+    return WhatIf(result, ttft, first)
+
+
+def _load(model, requests) -> tuple[float, float]:
+    """Mean service seconds and utilisation, for the queue model (NaN for others: their
+    servers are steps, not a queue)."""
+    if not isinstance(model, QueueModel):
+        return float("nan"), float("nan")
+    services = model.service_s(requests)
+    span = max(float(requests.arrival_s.max() - requests.arrival_s.min()), 1e-9)
+    return float(services.mean()), float(services.sum() / (span * model.servers))
+
+
+def _sources(model) -> dict:
+    if isinstance(model, StepModel):
+        return {"engine_model": "calibrated"}
+    return model.params.sources()

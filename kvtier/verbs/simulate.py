@@ -184,9 +184,12 @@ def _replay(args, records, block_tokens: int, model) -> tuple[dict, object]:
     config = build_config(args, block_tokens, model)
     if not args.prefill_servers >= 1:
         raise KvtierError(f"--prefill-servers must be >= 1, got {args.prefill_servers}")
-    outcome = what_if(records, config, _cost_params(args.cost_params, CostParams(model=model)),
-                      time_scale=args.time_scale, servers=args.prefill_servers,
-                      engine=_engine_params(args.cost_params))
+    params = _cost_params(args.cost_params, CostParams(model=model))
+    engine = _engine_params(args.cost_params)
+    from kvtier.policy.latency.models import QueueModel, StepModel
+
+    latency = StepModel(engine) if engine is not None else QueueModel(params, args.prefill_servers)
+    outcome = what_if(records, config, latency, time_scale=args.time_scale)
     return {"policy": args.policy, "semantics": config.semantics, "block_tokens": block_tokens,
             "gpu_blocks": config.gpu_blocks, "cpu_blocks": config.cpu_blocks,
             "cold_blocks": config.cold_blocks, **outcome.to_dict()}, outcome

@@ -9,6 +9,7 @@ from kvtier.policy.cost import CostParams
 from kvtier.policy.fleet import merge_policy_rows, merge_replays, merge_ttft
 from kvtier.policy.sim.config import SimConfig
 from kvtier.policy.readers import open_trace
+from kvtier.policy.latency.models import QueueModel
 from kvtier.policy.whatif import what_if
 from tests.kvtier.fleet_segments import MOONCAKE
 
@@ -21,7 +22,7 @@ def halves():
 
 def test_the_fleet_replay_adds_up_and_its_ttft_is_over_every_request(halves):
     config = SimConfig(gpu_blocks=300, cpu_blocks=900, default_block_tokens=512)
-    parts = [(name, what_if(part, config, CostParams(), servers=2))
+    parts = [(name, what_if(part, config, QueueModel(CostParams(), 2)))
              for name, part in zip(("a", "b"), halves)]
     fleet = merge_replays(parts)
     a, b = (w for _, w in parts)
