@@ -34,6 +34,14 @@ def test_calibrate_writes_the_parameters_simulate_prices_with(tmp_path, capsys):
     assert report["fitted"]["prefill_tokens_per_s"] == json.loads(params.read_text())["cost_params"]["prefill_tokens_per_s"]
     assert main(["simulate", "--trace", str(store), "--policy", "vllm", "--gpu-tokens", "1e6",
                  "--cost-params", str(params), "--json"]) == 0
+    # the file holds the engine model fitted on the store's steps: simulate prices with it
+    sources = json.loads(capsys.readouterr().out)["parameter_sources"]
+    assert sources == {"engine_model": "calibrated"}
+    body = json.loads(params.read_text())
+    body.pop("engine_model")  # without it, the queue model's calibrated costs
+    params.write_text(json.dumps(body))
+    assert main(["simulate", "--trace", str(store), "--policy", "vllm", "--gpu-tokens", "1e6",
+                 "--cost-params", str(params), "--json"]) == 0
     sources = json.loads(capsys.readouterr().out)["parameter_sources"]
     assert sources["prefill_tokens_per_s"] == sources["request_overhead_s"] == "calibrated"
     assert sources["cold_cpu_bandwidth_bytes_per_s"] == "default"
