@@ -16,7 +16,9 @@ Nothing that reached the service is lost without a count: a write the store refu
 :class:`kvtier.collector.writer.StoreWriter`'s backlog and is retried (``/healthz`` says 503
 meanwhile), and :meth:`CollectorService.stop` lets every tap hand over what already reached
 it (within ``stop_grace_s``) before the last export, and says what the store then holds in a
-:class:`StopSummary`.
+:class:`StopSummary`. Taps read the store's ledger through :attr:`CollectorService.ledger`
+(:mod:`kvtier.collector.tap_ledger`), which never raises into them: a store that cannot be
+read is never taken for a broken socket.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from kvtier.collector.exports.prometheus import KvtierCollector, MetricsServer, 
 from kvtier.collector.periodic import Periodic
 from kvtier.collector.segments import clear_note, segments_note
 from kvtier.collector.store import IngestResult, TraceStore
+from kvtier.collector.tap_ledger import TapLedger
 from kvtier.collector.taps import Backoff, Tap, TapFactory, TapHealth, TapRunner, describe
 from kvtier.collector.writer import DEFAULT_BACKLOG_BYTES, StoreWriter, WriteHealth
 
@@ -94,21 +97,25 @@ class ServiceStartError(OSError):
 
 @dataclass(frozen=True)
 class ServiceHealth:
-    """What ``/healthz`` shows: ``ok`` when every tap is running, the store takes writes and
-    the last segment export (if any) worked; ``segments_error`` is that export's failure."""
+    """What ``/healthz`` shows: ``ok`` when every tap is running, the store takes writes, its
+    ledger can be read and the last segment export (if any) worked; ``segments_error`` is
+    that export's failure, ``read_error`` the last failed ledger read until one works."""
 
     taps: tuple[TapHealth, ...]
     store: WriteHealth | None
     segments_error: str | None = None
+    read_error: str | None = None
 
     @property
     def ok(self) -> bool:
         store_ok = self.store is None or not self.store.failing
-        return all(tap.up for tap in self.taps) and store_ok and self.segments_error is None
+        return (all(tap.up for tap in self.taps) and store_ok and self.segments_error is None
+                and self.read_error is None)
 
     def to_dict(self) -> dict:
         return {"status": "ok" if self.ok else "failing", "taps": [t.to_dict() for t in self.taps],
-                "store": None if self.store is None else self.store.to_dict(),
+                "store": None if self.store is None else {**self.store.to_dict(),
+                                                          "read_error": self.read_error},
                 "ingest_errors_total": 0 if self.store is None else self.store.failures_total,
                 "segments": {"state": "failing" if self.segments_error else "ok",
                              "last_error": self.segments_error}}
@@ -118,13 +125,16 @@ class ServiceHealth:
 class StopSummary:
     """What a stopped service leaves: the store's counts read after its last write, the
     batches that reached a tap but were not taken within the grace (``unread_batches``), and
-    those the store never took (``dropped_batches``: backlog full, or still failing at stop)."""
+    those the store never took (``dropped_batches``: backlog full, or still failing at stop).
+    ``damage`` says the store was found damaged while it ran (its counts are then ``-1``:
+    DuckDB would answer them from its catalog, which no longer matches the file)."""
 
     batches: int
     block_events: int
     requests: int
     unread_batches: int
     dropped_batches: int
+    damage: str | None = None
 
 
 class CollectorService:
@@ -140,6 +150,7 @@ class CollectorService:
         self.clock = clock
         self._backoff = backoff
         self.store: TraceStore | None = None
+        self.ledger: TapLedger | None = None  # where the store left each stream, for taps
         self.state = MetricsState(clock=clock)
         self.taps: list[Tap] = []
         self._runners: list[TapRunner] = []
@@ -173,6 +184,7 @@ class CollectorService:
         """Open the store, the HTTP server and every tap, then start the threads. Raises the
         store's error or :class:`ServiceStartError` with everything opened closed again."""
         self.store = TraceStore(self.config.store_path, clock=self.clock)
+        self.ledger = TapLedger(self.store)
         self._writer = StoreWriter(self.store, self._observe, backlog_bytes=self.config.backlog_bytes)
         try:
             if self.config.segments_dir is not None:  # readers that find the store locked look here
@@ -256,6 +268,8 @@ class CollectorService:
         return summary
 
     def _final_counts(self, unread: int, dropped: int) -> StopSummary:
+        if self.store.damage is not None:
+            return StopSummary(-1, -1, -1, unread, dropped, str(self.store.damage))
         try:
             counts = [self.store.count(t) for t in (LEDGER_TABLE, BLOCK_EVENTS_TABLE, REQUESTS_TABLE)]
         except Exception as error:
@@ -267,7 +281,7 @@ class CollectorService:
     def health(self) -> ServiceHealth:
         return ServiceHealth(tuple(r.health() for r in self._runners),
                              None if self._writer is None else self._writer.health(),
-                             self._segments_error)
+                             self._segments_error, None if self.ledger is None else self.ledger.error)
 
     def _health_page(self) -> tuple[bool, dict]:
         health = self.health()
@@ -343,3 +357,4 @@ class CollectorService:
                      health.dropped_batches_total, {})
         yield Sample("kvtier_store_up", "1 while the store takes writes, 0 while they fail",
                      0.0 if health.failing else 1.0, {})
+        yield from self.ledger.samples()

@@ -34,7 +34,7 @@ from kvtier.collector.ddl import (
     create_view,
     schema_statements,
 )
-from kvtier.collector.storefile import check_schema, connect
+from kvtier.collector.storefile import StoreDamagedError, check_schema, connect, damaged
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,7 @@ class TraceStore:
         self._clock = clock
         self._lock = threading.Lock()
         self._broken = False  # DuckDB invalidated the connection: reopen before the next call
+        self.damage: StoreDamagedError | None = None  # the first damage a query met
         if self.path == ":memory:":
             self._con = duckdb.connect(self.path)
         else:
@@ -158,7 +159,8 @@ class TraceStore:
     def _connection(self):
         """The connection, with the store's lock held. After a fatal error DuckDB refuses
         every call on it ("must be restarted": e.g. a checkpoint into a full disk), so the
-        next call opens the file again first, which replays its WAL."""
+        next call opens the file again first, which replays its WAL. A query that meets a
+        block the file cannot give raises :class:`StoreDamagedError`."""
         with self._lock:
             if self._broken:
                 try:
@@ -173,6 +175,12 @@ class TraceStore:
             except duckdb.FatalException:
                 self._broken = True
                 raise
+            except duckdb.Error as error:  # a block the file cannot give: say the store is damaged
+                damage = damaged(self.path, error)
+                if damage is None:
+                    raise
+                self.damage = self.damage or damage
+                raise damage from error
 
     def _insert(self, table: str, data: pa.Table, batch_id: int) -> None:
         if data.num_rows == 0:

@@ -9,9 +9,16 @@ Two ways in, both through :func:`connect`:
   the schema; a store of an older schema gets its missing nullable columns (said in one log
   line); anything else is refused, so kvtier never adds its tables to someone else's database.
 
-The errors say what the file is and what to do: :class:`NotAStoreError` and
-:class:`StoreSchemaError` are bad input (``ValueError``); :class:`StoreLockedError` is a
-runtime failure (``OSError``) naming the process that holds DuckDB's lock.
+The errors say what the file is and what to do: :class:`NotAStoreError`,
+:class:`StoreDamagedError` and :class:`StoreSchemaError` are bad input (``ValueError``);
+:class:`StoreLockedError` is a runtime failure (``OSError``) naming the process that holds
+DuckDB's lock.
+
+A damaged store is refused at open, before a writer takes batches it could not keep: DuckDB
+opens a truncated file and answers from its catalog (row counts, tables) until a query reaches
+a block past the end, so :func:`connect` checks that the file holds every block its header
+names. A block that fails DuckDB's checksum is found only when read; :func:`damaged` turns
+that error, wherever a query meets it, into the same :class:`StoreDamagedError`.
 
 A reader that finds the store locked can read the Parquet segments its writer exports instead
 (:func:`kvtier.collector.segments.segments_of`).
@@ -37,6 +44,15 @@ _ADDED_TABLES = {EXPORTS_TABLE} | {entry.table for entry in RECORD_TABLES if ent
 
 class NotAStoreError(ValueError):
     """The file is not a kvtier store (not DuckDB, empty, truncated, someone else's database)."""
+
+
+class StoreDamagedError(ValueError):
+    """A kvtier store whose file is damaged: cut short, or a block failing DuckDB's checksum."""
+
+    def __init__(self, path: str | Path, detail: str):
+        super().__init__(f"{path} is damaged ({detail}); restore it from a copy, or give "
+                         "another path (Parquet segments it exported keep their rows)")
+        self.path = Path(path)
 
 
 class StoreSchemaError(ValueError):
@@ -121,6 +137,7 @@ def connect(path: str | Path, *, read_only: bool, migrate: bool = True):
     except duckdb.Error as error:
         raise _open_error(path, error) from None
     try:
+        _check_length(path, con)
         check = check_schema(con)
         _accept(path, con, check, read_only, migrate)
     except BaseException:
@@ -149,6 +166,40 @@ def _check_header(path: Path) -> None:
     what = f"is {known}, not a DuckDB store" if known else "is not a DuckDB store (no DuckDB header)"
     raise NotAStoreError(f"{path} {what}; give the DuckDB file kvtier collect or kvtier demo "
                          "wrote, or a new path for a new store")
+
+
+# DuckDB's file: a main header and two database headers of 4 KiB each, then the blocks the
+# active header counts (duckdb/storage/storage_info.hpp: DatabaseHeader.block_count;
+# SingleFileBlockManager: BLOCK_START = FILE_HEADER_SIZE * 3). Blocks past that count are free.
+_BLOCKS_START = 3 * 4096
+
+
+def _check_length(path: Path, con) -> None:
+    """Refuse a file shorter than the blocks its header names (a truncated copy or write)."""
+    block_bytes, blocks = con.execute(
+        "SELECT block_size, total_blocks FROM pragma_database_size() "
+        "WHERE database_name = current_database()").fetchone()
+    needed = _BLOCKS_START + block_bytes * blocks if blocks else 0
+    held = path.stat().st_size
+    if held < needed:
+        raise StoreDamagedError(path, f"cut short: it holds {held:,} bytes of the {needed:,} "
+                                "its header names")
+
+
+# What DuckDB says when a query reaches a block a damaged file cannot give.
+_DAMAGE = (re.compile(r"Could not read enough bytes from file .*? from location (\d+)"),
+           re.compile(r"Corrupt database file: .*? in block at location (\d+)"))
+
+
+def damaged(path: str | Path, error: BaseException) -> StoreDamagedError | None:
+    """``error`` as a :class:`StoreDamagedError` naming ``path``, when it is DuckDB meeting a
+    block the file cannot give (cut short, or failing its checksum); else ``None``."""
+    text = str(error)
+    for pattern, what in zip(_DAMAGE, ("cut short", "a block fails DuckDB's checksum")):
+        match = pattern.search(text)
+        if match:
+            return StoreDamagedError(path, f"{what} at byte {int(match.group(1)):,}")
+    return None
 
 
 def _accept(path: Path, con, check: SchemaCheck, read_only: bool, migrate: bool) -> None:
@@ -194,6 +245,9 @@ def _open_error(path: Path, error: Exception) -> Exception:
     if "not a valid DuckDB database" in text or "Could not read enough bytes" in text:
         return NotAStoreError(f"{path} is not a DuckDB store (not a DuckDB file, or a truncated "
                               "one); give the store kvtier collect or kvtier demo wrote")
+    damage = damaged(path, error)
+    if damage is not None:
+        return damage
     if "Operation not permitted" in text or "Permission denied" in text:
         reason = "Operation not permitted" if "Operation not permitted" in text else "Permission denied"
         return PermissionError(errno.EPERM, reason, str(path))

@@ -7,8 +7,11 @@ service owns the threads, so every tap gets the same treatment:
 * ``open()`` binds or connects before the service says it is running; a failure there
   (address in use, an address this host does not have) stops the service's start at once;
 * afterwards a failure inside ``poll()`` is logged once, counted, shown by :class:`TapHealth`
-  (``/healthz`` and ``kvtier_tap_up``), and the tap is closed and reopened with exponential
-  backoff until it works again, when that is logged once too.
+  (``/healthz`` and ``kvtier_tap_up``), and polled again with exponential backoff until it
+  works again, when that is logged once too. Only a failure of the source (an ``OSError``:
+  a broken socket, an engine that does not answer) closes the tap and reopens it; anything
+  else (a store that cannot be read, a fault in the tap's own code) leaves its socket open,
+  since closing it would lose what already waits there.
 
 Data problems (a bad frame, a malformed event) are not failures: taps skip and count them in
 their ``stats`` and keep running.
@@ -209,16 +212,18 @@ class TapRunner:
                 self.endpoints = tuple(self.tap.open() or ())
                 self._open = True
             self.tap.poll(self.poll_timeout_s)
-        except Exception as error:  # any failure: the supervisor's whole job
-            return self._failed(error)
+        except OSError as error:  # the source or its socket: reopen it
+            return self._failed(error, reopen=True)
+        except Exception as error:  # not the socket's fault: what waits there is kept
+            return self._failed(error, reopen=False)
         if self._in_a_row:
             log.warning("tap %s works again after %d failed attempt(s)", self.tap.name, self._in_a_row)
         with self._lock:
             self._in_a_row, self._state, self._retry_at = 0, "running", None
         return float(getattr(self.tap, "poll_every_s", 0.0))
 
-    def _failed(self, error: Exception) -> float:
-        message = describe(error)
+    def _failed(self, error: Exception, reopen: bool) -> float:
+        message = describe(error) if reopen else f"{describe(error)} (its connection is kept)"
         with self._lock:
             self._failures_total += 1
             self._in_a_row += 1
@@ -231,7 +236,8 @@ class TapRunner:
                         self.tap.name, message, delay, self.backoff.max_s)
         else:
             log.debug("tap %s still failing: %s", self.tap.name, message)
-        self._close()
+        if reopen:
+            self._close()
         return delay
 
     def _close(self) -> None:

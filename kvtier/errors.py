@@ -84,7 +84,13 @@ def _os_error(error: OSError) -> tuple[str, int]:
 def _duckdb_error(error: BaseException) -> tuple[str, int]:
     """DuckDB's own errors, without importing it: I/O is a runtime failure, the rest a file
     DuckDB could not take."""
+    from kvtier.collector.storefile import damaged
+
     text = _first_line(error)
+    file = re.search(r'from file "([^"]+)"', text)
+    damage = damaged(file.group(1) if file else "a store", error)
+    if damage is not None:
+        return str(damage), BAD_INPUT
     if "No space left on device" in text:
         return "no space left on device (DuckDB could not write); free some or choose another place", FAILURE
     kind = type(error).__name__

@@ -237,6 +237,8 @@ def _stopped(summary) -> str:
     """The last line: what the store holds after its last write, and what it did not get."""
     held = (f"stopped; the store holds {summary.batches:,} batches, {summary.block_events:,} "
             f"block events and {summary.requests:,} requests")
+    if summary.damage:  # its catalog's counts no longer match the file
+        held = f"stopped; {summary.damage}"
     lost = []
     if summary.unread_batches:
         lost.append(f"{summary.unread_batches:,} batch(es) that arrived were left unread (raise "
@@ -264,7 +266,7 @@ def _taps(args, instance: str, services: list) -> tuple[list, dict[str, str]]:
             raise KvtierError(f"--hooks: {error}") from None
 
         def resume(source: str) -> int | None:
-            return services[0].store.next_sequence(source)
+            return services[0].ledger.next_sequence(source)
 
         taps.append(functools.partial(HooksTap, config, resume=resume))
         flags[",".join(config.endpoints)] = "--hooks"
@@ -272,7 +274,7 @@ def _taps(args, instance: str, services: list) -> tuple[list, dict[str, str]]:
         raise KvtierError("--vllm-replay needs --vllm-events: the replay endpoint heals that stream")
 
     def latest_source(prefix: str):
-        return services[0].store.latest_source(prefix)
+        return services[0].ledger.latest_source(prefix)
 
     for flag, engine, endpoints in (("--vllm-events", "vllm", args.vllm_events),
                                     ("--sglang-events", "sglang", args.sglang_events),
