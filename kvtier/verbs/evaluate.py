@@ -41,8 +41,8 @@ def add_arguments(parser) -> None:
                              " (or one a --policy-module registers), learned, learned-logistic, "
                              "learned-next-use (evicts the blocks whose conversation comes back "
                              "last, learned), learned-safe (that order behind an LRU shadow), "
-                             "recommended (what recommend would deploy: chosen on the training "
-                             "period only), "
+                             "recommended (what recommend would deploy: the admission rule and "
+                             "eviction order chosen together on the training period only), "
                              "learned-retention (the model's score, decayed by time since use, "
                              "orders CPU eviction), "
                              "oracle-reused (a diagnostic: admits blocks the trace references "
@@ -241,6 +241,9 @@ def text(output: dict) -> str:
         lines += ["  " + line for line in text(part).splitlines()]
     importance = None
     for name, info in output["learned"].items():
+        if "why" in info:
+            lines.append(f"{name}: {info['why']}")
+            continue
         if "readout" in info:
             importance = info.get("importance_later") or importance
             shadow = info.get("shadow")

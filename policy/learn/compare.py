@@ -18,6 +18,7 @@ from kvtier.policy.learn.baselines.nextuse_rows import NAMES as NEXT_USE_NAMES
 from kvtier.policy.learn.baselines.nextuse_rows import ChoiceCache, policy_for, shadow_summary
 from kvtier.policy.learn.baselines.oracle_reused import ORACLE_REUSED, ReusedLaterAdmitter
 from kvtier.policy.learn.baselines.retention_tier import RETENTION, retention_policy
+from kvtier.policy.learn.pairs import PairChoice, choose_pair, deployed
 from kvtier.policy.learn.pipeline import fit
 from kvtier.policy.learn.replay import Replayed, Tiers, replay
 from kvtier.policy.learn.split import Split
@@ -25,6 +26,7 @@ from kvtier.policy.sim.policies import policy_names
 
 DEFAULT_COSTS = CostParams()
 LEARNED = {"learned": "gbm", "learned-logistic": "logistic"}
+RECOMMENDED = "recommended"  # what recommend deploys: the pair chosen on the training period
 
 
 def base_policies() -> tuple[str, ...]:
@@ -35,7 +37,7 @@ def base_policies() -> tuple[str, ...]:
 
 def evaluated_names() -> tuple[str, ...]:
     """Every row name :func:`compare` accepts."""
-    return (*base_policies(), *LEARNED, RETENTION, *NEXT_USE_NAMES, ORACLE_REUSED)
+    return (*base_policies(), *LEARNED, RETENTION, *NEXT_USE_NAMES, RECOMMENDED, ORACLE_REUSED)
 
 UNSAFE_BELOW_LRU = 1e-4  # a row this far below LRU's hit ratio lost to it on later time
 
@@ -53,20 +55,25 @@ def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 
         raise ValueError(f"unknown policies {', '.join(unknown) or '(none)'}; allowed: "
                          f"{', '.join(allowed)}")
     rows, fitted_by_name, summaries = [], {}, {}
-    choices, deployed = ChoiceCache(split, tiers, seed, importance=importance), {}
+    choices = ChoiceCache(split, tiers, seed, importance=importance)
     for name in policies:
         if progress is not None:
             progress(name)
         if name in NEXT_USE_NAMES:
             cpu_policy, summaries[name], built = policy_for(name, choices)
-            key = (summaries[name]["deploys"], summaries[name]["readout"])
-            if key not in deployed:  # recommended is often learned-safe: one replay for both
-                deployed[key] = (replay(split.records, tiers, cpu_policy,
-                                        count_from=split.count_from, trace=split.trace), built)
-            replayed, built = deployed[key]
+            replayed = replay(split.records, tiers, cpu_policy, count_from=split.count_from,
+                              trace=split.trace)
             summaries[name]["shadow"] = shadow_summary(built)
             rows.append(row(name, replayed, params, servers,
                             keep_ttft_samples=keep_ttft_samples))
+            continue
+        if name == RECOMMENDED:
+            choice = choose_pair(split.train, tiers, trace=split.train_trace, seed=seed)
+            cpu_policy, admitter = deployed(choice, split.records, tiers, split.trace)
+            summaries[name] = pair_summary(choice)
+            replayed = replay(split.records, tiers, cpu_policy, admitter=admitter,
+                              count_from=split.count_from, trace=split.trace)
+            rows.append(row(name, replayed, params, servers, keep_ttft_samples=keep_ttft_samples))
             continue
         admitter = None
         if name in LEARNED:
@@ -150,6 +157,15 @@ def mark_unsafe(rows: list[dict]) -> None:
         r["unsafe"] = (None if lru is None else
                        r["policy"] not in ("lru", "belady")
                        and r["token_hit_ratio"] < lru - UNSAFE_BELOW_LRU)
+
+
+def pair_summary(choice: PairChoice) -> dict:
+    """``recommended``'s choice for evaluate's output: the pair, why, every candidate's
+    validation figure."""
+    return {"deploys": choice.pair.label, "why": choice.why,
+            "chosen_on": (f"training period's latest {choice.validation_requests} requests, "
+                          f"fitted on the {choice.fit_requests} before them"),
+            "validation": [[v.pair.label, v.hit_ratio] for v in choice.validation]}
 
 
 def _learned_summary(fitted) -> dict:

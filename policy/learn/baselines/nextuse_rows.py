@@ -1,11 +1,10 @@
-"""``kvtier evaluate``'s rows for the learned next-use order, its shadowed form, and what
-kvtier would deploy (``recommended``), all chosen on the training period only.
+"""``kvtier evaluate``'s rows for the learned next-use order and its shadowed form, chosen on
+the training period only (what ``recommended`` deploys is chosen among admission and eviction
+pairs: :mod:`kvtier.policy.learn.pairs`).
 
 * ``learned-next-use``: the learned order alone, with the readout that did best on the
   training period's latest slice (even if LRU did better there);
-* ``learned-safe``: the same order inside its LRU shadow (:mod:`kvtier.policy.learn.shadowed`);
-* ``recommended``: ``learned-safe`` when a readout beat LRU on that slice, else LRU — what
-  ``kvtier recommend`` writes for these tier sizes.
+* ``learned-safe``: the same order inside its LRU shadow (:mod:`kvtier.policy.learn.shadowed`).
 """
 
 from __future__ import annotations
@@ -18,12 +17,11 @@ from kvtier.policy.learn.split import Split
 
 NEXT_USE = "learned-next-use"
 SAFE = "learned-safe"
-RECOMMENDED = "recommended"
-NAMES = (NEXT_USE, SAFE, RECOMMENDED)
+NAMES = (NEXT_USE, SAFE)
 
 
 class ChoiceCache:
-    """One model fit and readout sweep per evaluation, shared by the three rows."""
+    """One model fit and readout sweep per evaluation, shared by the two rows."""
 
     def __init__(self, split: Split, tiers: Tiers, seed: int = 0, *, importance: bool = False) -> None:
         self.split, self.tiers, self.seed = split, tiers, seed
@@ -71,9 +69,6 @@ def policy_for(name: str, cache: ChoiceCache):
     if cache.with_importance:
         summary["importance_later"] = cache.importance()
     built: list = []
-    if name == RECOMMENDED and choice.readout is None:
-        summary["deploys"] = "lru (no learned readout beat LRU on the training slice)"
-        return "lru", summary, built
     factory = learned_factory(choice.model, best, cache.signals(), shadowed=name != NEXT_USE)
     summary["deploys"] = ("learned next-use order behind its LRU shadow" if name != NEXT_USE
                           else "learned next-use order alone")

@@ -1,5 +1,6 @@
-"""`kvtier evaluate --policies recommended`: chosen on the training period, never unsafe
-where a raw learned order is, and prefill seconds beside hit ratios."""
+"""`kvtier evaluate --policies recommended`: the admission and eviction pair chosen on the
+training period, never unsafe where a raw learned order is, and prefill seconds beside hit
+ratios."""
 
 from __future__ import annotations
 
@@ -23,11 +24,12 @@ def test_recommended_stays_with_lru_where_the_learned_order_turned_unsafe(tmp_pa
     # prefill seconds, cost-model priced: Belady saves the most; the gap is closed on them too
     assert rows["belady"]["prefill_s"] < rows["lru"]["prefill_s"]
     assert rows["belady"]["prefill_gap_closed"] == 1.0 and rows["lru"]["prefill_gap_closed"] == 0.0
-    learned = json.loads(out)["learned"]["recommended"]
-    assert learned["chosen_on"] == "training period's latest slice"
-    assert learned["sweep"][0][0] == "lru"
-    # the signals that mattered on later time, for the same model
-    importance = learned["importance_later"]
+    recommended = json.loads(out)["learned"]["recommended"]
+    assert recommended["chosen_on"].startswith("training period's latest ")
+    assert recommended["validation"][0][0] == "admit all + LRU"
+    assert recommended["deploys"] in recommended["why"]
+    # the signals that mattered on later time, for the learned order
+    importance = json.loads(out)["learned"]["learned-next-use"]["importance_later"]
     assert importance["rows"] == json.loads(out)["evaluated_requests"]
     assert {d["feature"] for d in importance["features"]} == set(FEATURES)
 

@@ -1,0 +1,221 @@
+"""What kvtier deploys for a CPU tier: an admission rule and an eviction order, chosen together
+on the training period alone.
+
+Admission (which GPU victims get a CPU slot): every block; the sighting filter (a block on its
+N-th request, N in :data:`SIGHTINGS`; :class:`~kvtier.policy.sim.policies.SightingAdmitter`);
+or the learned admission model's score over a threshold. Eviction: LRU, or the learned next-use
+order behind its LRU shadow. :func:`choose_pair` fits the learned parts on the earlier
+``1 - VALIDATION_FRACTION`` of the training requests, replays every pair over the training
+period and counts its latest :data:`VALIDATION_FRACTION` (never seen by a fit): plain LRU
+admitting every block is a candidate like the others, and stays unless another pair serves at
+least :data:`MIN_GAIN` more of that slice's prompt tokens. Within :data:`TIE` of the best, the
+simpler pair wins (the order of :func:`candidates`). Nothing after the training period is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kvtier.collector.events import RequestRecord
+from kvtier.policy.learn.admission_model import AdmissionModel, ModelConfig
+from kvtier.policy.learn.deploy import (LAST_BLOCK_DEAD_BELOW, READOUT_CANDIDATES,
+                                        last_block_reuse, learned_factory)
+from kvtier.policy.learn.nextuse import NextUseModel, Readout
+from kvtier.policy.learn.nextuse_fit import FitConfig, fit_next_use
+from kvtier.policy.learn.pipeline import THRESHOLDS, fit, score_offers, smoothed_best
+from kvtier.policy.learn.replay import IndexedAdmitter, Tiers, replay
+from kvtier.policy.learn.signal_table import signal_table
+from kvtier.policy.sim.policies import SightingAdmitter
+from kvtier.policy.sim.trace import BlockTrace
+
+VALIDATION_FRACTION = 0.2
+SIGHTINGS = (2, 3)
+MIN_GAIN = 0.002  # of the validation slice's prompt tokens: 0.2 points of hit ratio
+TIE = 0.0005
+ADMISSIONS = ("all", "sightings", "learned")
+EVICTIONS = ("lru", "next-use")
+
+
+@dataclass(frozen=True)
+class Pair:
+    """An admission rule and an eviction order: ``min_sightings`` for the sighting filter,
+    ``threshold`` for the learned admission score, ``readout`` the next-use order's."""
+
+    admission: str = "all"
+    eviction: str = "lru"
+    min_sightings: int = 0
+    threshold: float | None = None
+    readout: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.admission not in ADMISSIONS or self.eviction not in EVICTIONS:
+            raise ValueError(f"admission must be one of {', '.join(ADMISSIONS)} and eviction "
+                             f"one of {', '.join(EVICTIONS)}, got {self.admission!r}, "
+                             f"{self.eviction!r}")
+        if (self.admission == "sightings") != (self.min_sightings >= 2):
+            raise ValueError(f"the sighting filter needs min_sightings >= 2 (and only it), "
+                             f"got {self.min_sightings} with {self.admission!r}")
+
+    @property
+    def label(self) -> str:
+        admission = {"all": "admit all",
+                     "sightings": f"admit on sighting {self.min_sightings}",
+                     "learned": f"learned admission >= {self.threshold:g}"
+                     if self.threshold is not None else "learned admission"}[self.admission]
+        eviction = "LRU" if self.eviction == "lru" else "next-use order behind LRU shadow"
+        return f"{admission} + {eviction}"
+
+    @property
+    def plain_lru(self) -> bool:
+        return self.admission == "all" and self.eviction == "lru"
+
+
+@dataclass(frozen=True)
+class Validated:
+    """One pair's token hit ratio on the training period's latest slice."""
+
+    pair: Pair
+    hit_ratio: float
+
+
+@dataclass(frozen=True, eq=False)
+class PairChoice:
+    """The chosen pair, every candidate's validation figure (plain LRU first), the requests
+    fitted and validated on, the sentence that explains the choice, and the fitted parts the
+    pair needs (``next_use``/``readout`` for the next-use order, ``admission_model`` for the
+    learned admission)."""
+
+    pair: Pair
+    validation: tuple[Validated, ...]
+    fit_requests: int
+    validation_requests: int
+    why: str
+    next_use: NextUseModel | None = None
+    readout: Readout | None = None
+    admission_model: AdmissionModel | None = None
+
+    @property
+    def lru_hit_ratio(self) -> float:
+        return self.validation[0].hit_ratio
+
+    @property
+    def chosen_hit_ratio(self) -> float:
+        return next(v.hit_ratio for v in self.validation if v.pair == self.pair)
+
+
+def candidates(threshold: float | None, readout: str | None) -> tuple[Pair, ...]:
+    """Every pair, simplest first (plain LRU is the first)."""
+    admissions = [Pair(), *(Pair("sightings", min_sightings=n) for n in SIGHTINGS)]
+    if threshold is not None:
+        admissions.append(Pair("learned", threshold=threshold))
+    pairs = list(admissions)
+    if readout is not None:
+        pairs += [Pair(a.admission, "next-use", a.min_sightings, a.threshold, readout)
+                  for a in admissions]
+    return tuple(pairs)
+
+
+def choose_pair(train: Sequence[RequestRecord], tiers: Tiers, *,
+                trace: BlockTrace | None = None, seed: int = 0) -> PairChoice:
+    """Fit on the earlier training requests, validate every pair on the latest ones."""
+    train = tuple(train)
+    trace = trace if trace is not None else BlockTrace.from_records(train)
+    cut = int(len(train) * (1 - VALIDATION_FRACTION))
+    if cut < 2 or len(train) - cut < 1:
+        raise ValueError(f"need at least 3 training requests to choose a pair, got {len(train)}")
+    fit_trace = trace.requests(0, cut)
+    hit = lambda cpu, admitter=None: replay(train, tiers, cpu, admitter=admitter,
+                                            count_from=cut, trace=trace).result.token_hit_ratio
+    model, readout, readout_label = _next_use(train[:cut], fit_trace, train, trace, tiers, hit,
+                                              seed)
+    admission_model, scores, threshold = _learned(train[:cut], fit_trace, train, trace, tiers,
+                                                  hit, seed)
+    signals = signal_table(train, trace, model.models) if model is not None else None
+    scored = []
+    for pair in candidates(threshold, readout_label):
+        cpu = "lru" if pair.eviction == "lru" else learned_factory(model, readout, signals)
+        scored.append(Validated(pair, hit(cpu, _admitter(pair, scores))))
+    chosen = _best(scored)
+    return PairChoice(chosen.pair, tuple(scored), cut, len(train) - cut,
+                      _why(chosen, scored, len(train) - cut), model, readout, admission_model)
+
+
+def deployed(choice: PairChoice, records: Sequence[RequestRecord], tiers: Tiers,
+             trace: BlockTrace | None = None):
+    """``(cpu policy, admitter)`` for :func:`kvtier.policy.learn.replay.replay` of ``records``
+    (``trace``: their arrays): the chosen pair as a CPU tier, its learned parts as fitted."""
+    pair = choice.pair
+    cpu = "lru"
+    if pair.eviction == "next-use":
+        signals = signal_table(records, trace, choice.next_use.models)
+        cpu = learned_factory(choice.next_use, choice.readout, signals)
+    scores = None
+    if pair.admission == "learned":
+        scores = score_offers(choice.admission_model, records, tiers, trace=trace)
+    return cpu, _admitter(pair, scores)
+
+
+def _admitter(pair: Pair, scores):
+    if pair.admission == "sightings":
+        return SightingAdmitter(pair.min_sightings)
+    if pair.admission == "learned":
+        return IndexedAdmitter(scores, pair.threshold)
+    return None
+
+
+def _next_use(fit_records, fit_trace, train, trace, tiers, hit, seed):
+    """The next-use model fitted on the earlier requests and the readout that served the
+    validation slice best; ``(None, None, None)`` when the model cannot be fitted."""
+    try:
+        model = fit_next_use(fit_records, signal_table(fit_records, fit_trace),
+                             FitConfig(seed=seed))
+    except ValueError:
+        return None, None, None
+    signals = signal_table(train, trace, model.models)
+    dead = last_block_reuse(fit_trace) < LAST_BLOCK_DEAD_BELOW
+    best, best_hit = None, -1.0
+    for candidate in READOUT_CANDIDATES:
+        readout = Readout(candidate.kind, candidate.q, candidate.horizon_s, dead)
+        ratio = hit(learned_factory(model, readout, signals, shadowed=False))
+        if ratio > best_hit:
+            best, best_hit = readout, ratio
+    return model, best, best.label()
+
+
+def _learned(fit_records, fit_trace, train, trace, tiers, hit, seed):
+    """The admission model trained on the earlier requests (labels at these tier sizes), its
+    scores for every offer of the training period and the threshold the validation slice
+    preferred; ``(None, None, None)`` when it cannot be trained (too few or one-class rows)."""
+    try:
+        learned = fit(fit_records, train, tiers, ModelConfig(seed=seed), thresholds=(),
+                      shares_replay=True, train_trace=fit_trace, scored_trace=trace)
+    except ValueError:
+        return None, None, None
+    sweep = [(t, hit("lru", IndexedAdmitter(learned.scores, t))) for t in THRESHOLDS[1:]]
+    return learned.model, learned.scores, smoothed_best(sweep)
+
+
+def _best(scored: Sequence[Validated]) -> Validated:
+    lru = scored[0]
+    top = max(v.hit_ratio for v in scored)
+    if top < lru.hit_ratio + MIN_GAIN:
+        return lru
+    return next(v for v in scored if v.hit_ratio >= top - TIE)
+
+
+def _why(chosen: Validated, scored: Sequence[Validated], requests: int) -> str:
+    lru = scored[0].hit_ratio
+    slice_words = (f"the training period's latest {VALIDATION_FRACTION:.0%} "
+                   f"({requests:,} requests), which no fit saw")
+    if chosen.pair.plain_lru:
+        best = max(scored[1:], key=lambda v: v.hit_ratio, default=None)
+        rival = (f"; the best other pair, {best.pair.label}, served {best.hit_ratio:.4f}"
+                 if best is not None else "")
+        return (f"plain LRU admitting every block: no other of the {len(scored)} pairs served "
+                f"{MIN_GAIN * 100:.1f} points more than its {lru:.4f} token hit ratio on "
+                f"{slice_words}{rival}")
+    return (f"{chosen.pair.label}: token hit ratio {chosen.hit_ratio:.4f} against plain LRU's "
+            f"{lru:.4f} ({(chosen.hit_ratio - lru) * 100:+.1f} points) on {slice_words}, "
+            f"the best of {len(scored)} pairs (a simpler pair wins within "
+            f"{TIE * 100:.2f} points)")
