@@ -76,11 +76,15 @@ class EventBatch:
         return cls(origin, sequence, events, empty_table(RequestRecord), counted)
 
     @classmethod
-    def from_intervals(cls, origin: Origin, sequence: int, intervals: Iterable) -> "EventBatch":
+    def from_intervals(cls, origin: Origin, sequence: int, intervals: Iterable,
+                       rejected: Rejections | None = None) -> "EventBatch":
         """A batch of ``MetricInterval`` values (or dicts of their fields); malformed ones are
-        left out and counted, as in :meth:`from_rows`."""
-        table, rejected = rows_to_table(MetricInterval, intervals)
-        return cls(origin, sequence, empty_table(BlockEvent), empty_table(RequestRecord), rejected,
+        left out and counted, as in :meth:`from_rows`, beside ``rejected`` (what the producer
+        already left out: a scraped page's series with bad values)."""
+        table, more = rows_to_table(MetricInterval, intervals)
+        counted = Rejections(rejected or {})
+        counted.update(more)
+        return cls(origin, sequence, empty_table(BlockEvent), empty_table(RequestRecord), counted,
                    table)
 
     @classmethod

@@ -25,6 +25,9 @@ import pyarrow.compute as pc
 
 from kvtier.collector.events import (
     METRIC_KINDS,
+    NEGATIVE_METRIC_VALUE,
+    NON_FINITE_METRIC_SUM,
+    NON_FINITE_METRIC_VALUE,
     PRIORITY_MAX,
     PRIORITY_MIN,
     SERVED_OVER_PROMPT,
@@ -310,6 +313,7 @@ def validate_table(record_type: type, table: pa.Table) -> tuple[pa.Table, Reject
         bad = _count_and_merge(bad, unknown, "unknown metric kind", rejections, kind)
         backwards = pc.fill_null(pc.less(table.column("end_s"), table.column("start_s")), False)
         bad = _count_and_merge(bad, backwards, "end_s before start_s", rejections, None)
+        bad = _metric_values(table, bad, rejections)
     if record_type is StepRecord:
         time_s = table.column("time_s")
         infinite = pc.invert(pc.is_finite(time_s))
@@ -328,6 +332,18 @@ def validate_table(record_type: type, table: pa.Table) -> tuple[pa.Table, Reject
     if bad is None or not pc.any(bad).as_py():
         return table, rejections
     return table.filter(pc.invert(bad)), rejections
+
+
+def _metric_values(table: pa.Table, bad, rejections: Rejections) -> Any:
+    """``events.metric_value_problem``'s rules on whole columns."""
+    value, total = table.column("value"), table.column("sum_value")
+    bad = _count_and_merge(bad, pc.invert(pc.is_finite(value)), NON_FINITE_METRIC_VALUE,
+                           rejections, value)
+    for kind, reason in NEGATIVE_METRIC_VALUE.items():
+        negative = pc.and_(pc.equal(table.column("kind"), kind), pc.less(value, 0))
+        bad = _count_and_merge(bad, negative, reason, rejections, value)
+    endless = pc.fill_null(pc.invert(pc.is_finite(total)), False)
+    return _count_and_merge(bad, endless, NON_FINITE_METRIC_SUM, rejections, total)
 
 
 def _bounds_and_sums(record_type: type, table: pa.Table, bad, rejections: Rejections) -> Any:

@@ -82,7 +82,8 @@ __all__ = ["CollectorConfig", "CollectorService", "ServiceHealth", "ServiceStart
 _RETRY_EVERY_S = 0.25  # how often the writer's backlog is looked at (its backoff paces it)
 
 # Counters in a tap's ``stats`` that count data it could not use (the tap kept running).
-_DATA_ERRORS = ("bad_frames", "bad_events", "bad_bodies", "parse_errors", "callback_errors")
+_DATA_ERRORS = ("bad_frames", "bad_events", "bad_bodies", "parse_errors", "bad_series",
+                "callback_errors")
 
 
 class ServiceStartError(OSError):

@@ -50,7 +50,13 @@ class Tap(Protocol):
     A tap that holds received data (a socket's queue) also has ``drain(timeout_s) -> int``:
     hand over everything already received, until nothing more arrives or ``timeout_s``
     passed, and return how many batches it left unread (counted, not delivered). It is
-    called once, from the polling thread, before ``close``.
+    called once, from the polling thread, before ``close``. A tap whose ``poll`` may wait on
+    a peer (an HTTP request) has ``interrupt()``, called from another thread at a stop: it
+    ends a poll in flight at once.
+
+    A tap that connects to its source may say it has no working connection (``connection_problem()
+    -> str | None``: never connected, refused, not the protocol it expects); the runner shows
+    it as state ``not connected`` until the tap connects.
     """
 
     name: str
@@ -89,8 +95,9 @@ class Backoff:
 
 @dataclass(frozen=True)
 class TapHealth:
-    """One tap's state: ``running``, ``retrying`` (failed; reopened after ``retry_in_s``) or
-    ``stopped``. ``failures_total`` counts failed opens and polls since the service started.
+    """One tap's state: ``running``, ``retrying`` (failed; reopened after ``retry_in_s``),
+    ``not connected`` (open, but its source is not: ``last_error`` says why) or ``stopped``.
+    ``failures_total`` counts failed opens and polls since the service started.
     For a tap whose source numbers its batches, ``sequence_gaps_total`` counts the gaps it saw
     (a publisher's batches that did not arrive: dropped, or sent while the collector was down)
     and ``lost_batches_total`` the missing batches no replay recovered; ``None`` otherwise.
@@ -167,6 +174,9 @@ class TapRunner:
         """Ask the thread to stop polling, drain for at most ``grace_s`` and close the tap."""
         self._grace_s = max(0.0, grace_s)
         self._stopping.set()
+        interrupt = getattr(self.tap, "interrupt", None)
+        if interrupt is not None:  # a scrape in flight would hold the stop until its deadline
+            interrupt()
 
     def stop(self, grace_s: float = 5.0) -> int:
         """Stop as :meth:`request_stop` says (with the grace asked there, if it was) and wait
@@ -254,8 +264,12 @@ class TapRunner:
             stats = getattr(self.tap, "stats", None)
             gaps, lost = getattr(stats, "gaps", None), getattr(stats, "lost_batches", None)
             seen = getattr(self.tap, "sources_seen", None)
-            return TapHealth(self.tap.name, type(self.tap).__name__, self._state,
-                             self._failures_total, self._last_error, retry_in, gaps,
+            state, error = self._state, self._last_error
+            problem = getattr(self.tap, "connection_problem", None)
+            if state == "running" and problem is not None and (why := problem()) is not None:
+                state, error = "not connected", why
+            return TapHealth(self.tap.name, type(self.tap).__name__, state,
+                             self._failures_total, error, retry_in, gaps,
                              None if gaps is None else lost or 0, self.endpoints,
                              None if seen is None else seen())
 
@@ -283,6 +297,16 @@ def count_queued(sock, zmq, limit: int) -> int:
 
 
 def describe(error: BaseException) -> str:
-    """A one-line description of ``error`` (its message, else its type)."""
+    """A one-line description of ``error`` (its message's first line, else its type), cut to
+    an :func:`excerpt`: a message may quote what a peer sent."""
     text = str(error).strip().splitlines()
-    return text[0] if text else type(error).__name__
+    return excerpt(text[0]) if text else type(error).__name__
+
+
+def excerpt(text: str, limit: int = 200) -> str:
+    """``text`` for a log line or ``/healthz``: control characters escaped (one line stays one
+    line, a terminal's escape codes stay text) and cut to about ``limit`` characters, saying
+    how many more there were. A 60 MB line from a peer becomes a short one."""
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:limit])[:limit]
+    left = len(text) - min(len(text), limit)
+    return shown + (f"... ({left:,} more characters)" if left else "")

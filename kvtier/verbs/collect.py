@@ -65,7 +65,7 @@ def add_arguments(parser) -> None:
 
 
 def _profiles() -> tuple[str, ...]:
-    from kvtier.probes.scrape.scraper import PROFILES
+    from kvtier.probes.scrape.profiles import PROFILES
 
     return tuple(PROFILES)
 

@@ -1,16 +1,14 @@
-"""Prometheus text exposition -> per-interval values: counter increases, gauges, histograms.
+"""Scraped pages -> per-interval values: counter increases, gauges, histograms.
 
-Pure: text and times in, :class:`ScrapeInterval` out. The lexing is prometheus_client's
-parser; the classification of samples is done here, by ``# TYPE`` where the parser kept it
-and by suffix otherwise (the parser loses the type of some ``name:with:colons_total``
-counters, as vLLM's are, and adds ``_total`` to counters that lack it, as Rust exporters'
-do): ``*_total`` is a counter, ``*_bucket{le}``/``*_sum``/``*_count`` of a histogram are a
-histogram, ``*_created`` is the counter's start time, everything else is a gauge.
+Pure: snapshots (:mod:`kvtier.probes.scrape.page` makes them from a page's text) and times
+in, :class:`ScrapeInterval` out.
 
 Counters become increases over the interval. A counter that went down, or whose
 ``_created`` time moved, was reset (the engine restarted): its increase is its new value.
 A series that first appears after the first scrape is counted from 0 (prometheus_client
-creates labelled children lazily); on the first scrape there is no interval yet.
+creates labelled children lazily); on the first scrape there is no interval yet. A series
+missing from a page (left off it, or refused for a bad value) keeps its last value
+(:func:`carried`), so no increase is ever invented from a gap.
 :meth:`ScrapeInterval.records` gives the store's rows (the schema's ``MetricInterval``).
 """
 
@@ -82,7 +80,8 @@ class ScrapeInterval:
 
     ``counters`` are increases (never negative), ``gauges`` the values at ``end_s``,
     ``histograms`` the observations made in the interval; ``resets`` names the series that
-    restarted. All mappings are read-only.
+    restarted; ``refused`` counts, by reason, the series the page at ``end_s`` held with a
+    value that broke a rule (left out). All mappings are read-only.
     """
 
     engine: str
@@ -93,11 +92,12 @@ class ScrapeInterval:
     gauges: Mapping[SeriesKey, float] = field(default_factory=dict)
     histograms: Mapping[SeriesKey, HistogramDelta] = field(default_factory=dict)
     resets: tuple[SeriesKey, ...] = ()
+    refused: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.end_s >= self.start_s:
             raise ValueError(f"end_s {self.end_s} is before start_s {self.start_s}")
-        for name in ("counters", "gauges", "histograms"):
+        for name in ("counters", "gauges", "histograms", "refused"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
 
     @property
@@ -149,61 +149,34 @@ def _cumulative_at(hist: HistogramDelta, bound: float) -> float:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """One scrape, classified: counters and their start times, gauges, histograms."""
+    """One scrape, classified (:func:`kvtier.probes.scrape.page.parse_snapshot`): counters
+    and their start times, gauges, histograms. ``refused`` counts the series left out because
+    a value broke a rule, by reason; ``unknown`` names series seen without a usable value (on
+    this page, or on every page since they appeared)."""
 
     time_s: float
     counters: dict[SeriesKey, float]
     created: dict[SeriesKey, float]
     gauges: dict[SeriesKey, float]
     histograms: dict[SeriesKey, HistogramDelta]
+    refused: Mapping[str, int] = field(default_factory=dict)
+    unknown: frozenset[SeriesKey] = frozenset()
+
+    @property
+    def has_series(self) -> bool:
+        return bool(self.counters or self.gauges or self.histograms)
 
 
-def parse_snapshot(text: str, time_s: float, prefixes: tuple[str, ...] = ()) -> Snapshot:
-    """Classify the samples of an exposition; keep names starting with one of ``prefixes``
-    (all if empty). Raises ``ValueError`` for text that is not Prometheus exposition."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    declared, samples = {}, []
-    for family in text_string_to_metric_families(text):
-        declared[family.name] = family.type
-        samples.extend(family.samples)
-    counters, created, gauges = {}, {}, {}
-    hist_parts: dict[SeriesKey, dict] = {}
-    for s in samples:
-        if prefixes and not s.name.startswith(prefixes):
-            continue
-        labels = {k: v for k, v in s.labels.items() if k != "le"}
-        key_labels = tuple(sorted(labels.items()))
-        base, kind = _classify(s.name, s.labels, declared)
-        if kind == "bucket":
-            hist_parts.setdefault(SeriesKey(base, key_labels), {}).setdefault(
-                "buckets", []).append((float(s.labels["le"]), float(s.value)))
-        elif kind in ("sum", "count"):
-            hist_parts.setdefault(SeriesKey(base, key_labels), {})[kind] = float(s.value)
-        elif kind == "created":
-            created[SeriesKey(base + "_total", key_labels)] = float(s.value)
-        elif kind == "counter":
-            counters[SeriesKey(s.name, key_labels)] = float(s.value)
-        else:
-            gauges[SeriesKey(s.name, key_labels)] = float(s.value)
-    histograms = {k: HistogramDelta(tuple(sorted(p.get("buckets", []))), p.get("sum", 0.0),
-                                    p.get("count", 0.0))
-                  for k, p in hist_parts.items()}
-    return Snapshot(time_s, counters, created, gauges, histograms)
-
-
-def _classify(name: str, labels: dict, declared: dict) -> tuple[str, str]:
-    for suffix, kind in (("_bucket", "bucket"), ("_sum", "sum"), ("_count", "count")):
-        base = name[: -len(suffix)]
-        if name.endswith(suffix) and declared.get(base) == "histogram":
-            return base, kind
-    if name.endswith("_bucket") and "le" in labels:
-        return name[:-7], "bucket"
-    if name.endswith("_created"):
-        return name[:-8], "created"
-    if name.endswith("_total") or declared.get(name) == "counter":
-        return name, "counter"
-    return name, "gauge"
+def carried(before: Snapshot, after: Snapshot) -> Snapshot:
+    """``after`` as the next interval's baseline: a counter or histogram missing from it (left
+    off the page, or refused) keeps its last value from ``before``, so its next increase is
+    counted from there and never from 0; one never seen with a usable value stays unknown."""
+    counters = {**before.counters, **after.counters}
+    histograms = {**before.histograms, **after.histograms}
+    unknown = frozenset(k for k in before.unknown | after.unknown
+                        if k not in counters and k not in histograms)
+    return Snapshot(after.time_s, counters, {**before.created, **after.created}, after.gauges,
+                    histograms, after.refused, unknown)
 
 
 def interval_between(before: Snapshot, after: Snapshot, engine: str,
@@ -211,8 +184,11 @@ def interval_between(before: Snapshot, after: Snapshot, engine: str,
     """The interval from ``before`` to ``after``, with resets handled (see module doc)."""
     counters, resets = {}, []
     for key, value in after.counters.items():
+        if key in before.unknown:  # its last value was never usable: this page is its baseline
+            continue
         old = before.counters.get(key, 0.0)
-        restarted = key in before.created and after.created.get(key) != before.created[key]
+        restarted = (key in before.created and key in after.created
+                     and after.created[key] != before.created[key])
         if value < old or restarted:
             resets.append(key)
             counters[key] = value
@@ -221,6 +197,8 @@ def interval_between(before: Snapshot, after: Snapshot, engine: str,
     histograms = {}
     for key, hist in after.histograms.items():
         old = before.histograms.get(key)
+        if key in before.unknown:
+            continue
         if old is None:
             histograms[key] = hist
         elif hist.count < old.count:
@@ -229,7 +207,7 @@ def interval_between(before: Snapshot, after: Snapshot, engine: str,
         else:
             histograms[key] = _subtract(hist, old)
     return ScrapeInterval(engine, instance, before.time_s, after.time_s, counters,
-                          dict(after.gauges), histograms, tuple(sorted(resets)))
+                          dict(after.gauges), histograms, tuple(sorted(resets)), after.refused)
 
 
 def _subtract(new: HistogramDelta, old: HistogramDelta) -> HistogramDelta:

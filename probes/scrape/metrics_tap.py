@@ -1,13 +1,18 @@
 """A metric scraper as a collector tap (``kvtier collect --scrape URL[=PROFILE]``).
 
-Each poll GETs the engine's Prometheus page; each interval after the first scrape becomes one
+Each poll GETs the engine's Prometheus page, whole within ``timeout_s`` (a page that trickles
+in fails at that deadline, and a stop ends a scrape in flight at once: :meth:`ScrapeTap.interrupt`);
+each interval after the first scrape becomes one
 :class:`kvtier.collector.batch.EventBatch` of ``MetricInterval`` rows (the schema's), so the
-intervals are stored beside the engine's block events and requests. Without a profile, the
-first page's series names choose it (:func:`kvtier.probes.scrape.scraper.guess_profiles`): the
-most matched engine, with the families of every other engine the page also holds (LMCache's in
-a vLLM process); a named profile keeps only its own. A page that cannot be fetched, or holds no known engine's series, is a tap
-failure (the collector's supervisor reports it on ``/healthz`` and retries); a page that does
-not parse is counted in ``stats.parse_errors``.
+intervals are stored beside the engine's block events and requests; the series a page held
+with values that break the schema's rules are left out and counted in the batch's rejections
+(:mod:`kvtier.probes.scrape.page`). Without a profile, the first page's series names choose
+it (:func:`kvtier.probes.scrape.profiles.guess_profiles`): the most matched engine, with the
+families of every other engine the page also holds (LMCache's in a vLLM process); a named
+profile keeps only its own. A page that cannot be fetched whole, holds no known engine's
+series, does not parse, holds a series twice or only series that break the rules is a tap
+failure: the collector's supervisor reports it on ``/healthz`` (with the reason, cut short)
+and retries; the baseline stays at the last usable page.
 """
 
 from __future__ import annotations
@@ -17,22 +22,24 @@ from dataclasses import dataclass
 from typing import Callable
 
 from kvtier.collector.batch import EventBatch
+from kvtier.collector.columns import Rejections
 from kvtier.collector.events import Origin
-from kvtier.probes.polling import fetch
+from kvtier.probes.polling import Deadline, check_url, fetch
 from kvtier.probes.scrape.intervals import ScrapeInterval
-from kvtier.probes.scrape.scraper import (
-    PROFILES,
-    MetricScraper,
-    ScrapeStats,
-    ScraperConfig,
-    guess_profiles,
-)
+from kvtier.probes.scrape.profiles import PROFILES, guess_profiles
+from kvtier.probes.scrape.scraper import MetricScraper, ScrapeStats, ScraperConfig, check_interval
+
+
+class UnusablePage(OSError):
+    """The engine served a page kvtier cannot use: its source is broken, as an unreachable one
+    is (the :class:`kvtier.collector.taps.Tap` protocol's ``OSError``)."""
 
 
 @dataclass(frozen=True)
 class ScrapeTapConfig:
-    """``engine`` is a :data:`~kvtier.probes.scrape.scraper.PROFILES` key, or ``None`` to
-    guess it from the page."""
+    """``engine`` is a :data:`~kvtier.probes.scrape.profiles.PROFILES` key, or ``None`` to
+    guess it from the page. ``interval_s`` is at least
+    :data:`~kvtier.probes.scrape.scraper.MIN_INTERVAL_S`; ``timeout_s`` bounds a whole scrape."""
 
     url: str
     engine: str | None = None
@@ -41,13 +48,12 @@ class ScrapeTapConfig:
     timeout_s: float = 5.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.url, str) or not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"url must be http(s), got {self.url!r}")
+        check_url(self.url)
         if self.engine is not None and self.engine not in PROFILES:
             raise ValueError(f"unknown profile {self.engine!r}; known: {', '.join(PROFILES)}")
-        for name in ("interval_s", "timeout_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        check_interval(self.interval_s)
+        if not self.timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s!r}")
 
 
 class ScrapeTap:
@@ -62,6 +68,7 @@ class ScrapeTap:
         self._origin: Origin | None = None
         self._sequence = 0
         self._no_scrapes = ScrapeStats()
+        self._in_flight: Deadline | None = None
 
     @property
     def name(self) -> str:
@@ -82,12 +89,27 @@ class ScrapeTap:
     def close(self) -> None:
         """Nothing held between polls."""
 
+    def interrupt(self) -> None:
+        """End the scrape in flight now (called from another thread at a stop)."""
+        in_flight = self._in_flight
+        if in_flight is not None:
+            in_flight.interrupt()
+
     def poll(self, timeout_s: float = 0.0) -> int:
         """One scrape; returns the batches delivered (0 for the baseline). ``OSError`` when
-        the page cannot be fetched, ``ValueError`` when it holds no known engine's series."""
-        text = fetch(self.config.url, timeout_s=self.config.timeout_s).decode("utf-8", "replace")
-        scraper = self._scraper or self._start(text)
-        return 0 if scraper.ingest_text(text) is None else 1
+        the page cannot be fetched whole in ``config.timeout_s``, ``ValueError`` when it is
+        unusable (:class:`UnusablePage`, see module doc)."""
+        self._in_flight = Deadline(self.config.timeout_s)
+        try:
+            body = fetch(self.config.url, timeout_s=self.config.timeout_s, deadline=self._in_flight)
+        finally:
+            self._in_flight = None
+        text = body.decode("utf-8", "replace")
+        try:
+            scraper = self._scraper or self._start(text)
+            return 0 if scraper.ingest_text(text) is None else 1
+        except ValueError as error:
+            raise UnusablePage(str(error)) from None
 
     def _start(self, text: str) -> MetricScraper:
         # a named profile keeps its own families; a guessed one those of every engine found
@@ -105,6 +127,7 @@ class ScrapeTap:
         return self._scraper
 
     def _deliver(self, interval: ScrapeInterval) -> None:
-        batch = EventBatch.from_intervals(self._origin, self._sequence, interval.records())
+        batch = EventBatch.from_intervals(self._origin, self._sequence, interval.records(),
+                                          Rejections(interval.refused))
         self._sequence += 1
         self._on_batch(batch)

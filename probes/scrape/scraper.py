@@ -1,21 +1,5 @@
-"""Metric scrapers: one HTTP scraper, one profile per engine saying where and what to read.
-
-Profiles (metric names from vLLM 0.33.0 ``vllm/v1/metrics/loggers.py``, TensorRT-LLM
-``tensorrt_llm/metrics/collector.py``, SGLang's ``metrics_collector.py``, LMCache's
-``docs/source/production/observability/metrics.rst`` at ``cce4a08`` and Dynamo's
-``prometheus_names.rs`` at ``628d4ec``):
-
-=========  ==========================  =============================================
-engine     default endpoint            kept metric families
-=========  ==========================  =============================================
-vllm       :8000/metrics               ``vllm:kv_offload_*``, ``vllm:prefix_cache_*``,
-                                       ``vllm:prompt_tokens_cached*``, TTFT/ITL, ...
-lmcache    :6999/metrics (or vLLM's)   ``lmcache:*``, ``lmcache_mp_*`` (``lmcache server``)
-sglang     :30000/metrics              ``sglang:*``
-dynamo     :6880/metrics (KVBM)        ``kvbm_*``, ``dynamo_component_*`` (a worker's
-                                       system port), ``dynamo_frontend_*``
-trtllm     :8000/prometheus/metrics    ``trtllm_*``
-=========  ==========================  =============================================
+"""Metric scrapers: one HTTP scraper for every engine, told where and what to read by its
+profile (:mod:`kvtier.probes.scrape.profiles`).
 
 :class:`MetricScraper` turns each scrape after the first into a
 :class:`kvtier.probes.scrape.intervals.ScrapeInterval` handed to ``on_interval``.
@@ -28,54 +12,24 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from kvtier.probes.scrape.intervals import ScrapeInterval, Snapshot, interval_between, parse_snapshot
-from kvtier.probes.polling import DEFAULT_HOST, FetchError, PollLoop, fetch
+from kvtier.collector.taps import excerpt
+from kvtier.probes.polling import FetchError, PollLoop, check_url, fetch
+from kvtier.probes.scrape.intervals import ScrapeInterval, Snapshot, carried, interval_between
+from kvtier.probes.scrape.page import PageError, parse_snapshot
+from kvtier.probes.scrape.profiles import profile
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class EngineProfile:
-    """Where an engine serves Prometheus text and which metric name prefixes matter."""
-
-    engine: str
-    default_url: str
-    prefixes: tuple[str, ...]
+#: The shortest pause between two scrapes of one page: each one costs the engine a render.
+MIN_INTERVAL_S = 0.1
 
 
-PROFILES: dict[str, EngineProfile] = {p.engine: p for p in (
-    EngineProfile("vllm", f"{DEFAULT_HOST}:8000/metrics", (
-        "vllm:kv_offload_", "vllm:simple_kv_offload_", "vllm:prefix_cache_",
-        "vllm:external_prefix_cache_", "vllm:prompt_tokens", "vllm:kv_cache_usage_perc",
-        "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
-        "vllm:e2e_request_latency_seconds", "vllm:request_prefill_kv_computed_tokens",
-        "vllm:num_requests_", "vllm:kv_block_", "vllm:lmcache_", "vllm:cache_config_info")),
-    # LMCache inside vLLM (``lmcache:``) and its multi-process server's own page (``lmcache_mp_``)
-    EngineProfile("lmcache", f"{DEFAULT_HOST}:6999/metrics", ("lmcache:", "lmcache_mp_")),
-    EngineProfile("sglang", f"{DEFAULT_HOST}:30000/metrics", ("sglang:",)),
-    # KVBM's page, a worker's system page and the frontend's
-    EngineProfile("dynamo", f"{DEFAULT_HOST}:6880/metrics", (
-        "kvbm_", "dynamo_component_", "dynamo_frontend_")),
-    EngineProfile("trtllm", f"{DEFAULT_HOST}:8000/prometheus/metrics", ("trtllm_",)),
-)}
-
-
-def profile(engine: str) -> EngineProfile:
-    try:
-        return PROFILES[engine]
-    except KeyError:
-        raise ValueError(f"unknown engine {engine!r}; known: {', '.join(PROFILES)}") from None
-
-
-def guess_profiles(text: str) -> tuple[str, ...]:
-    """The profiles whose metric prefixes the exposition's series start with, the most
-    matched first (a vLLM page with LMCache inside: ``("vllm", "lmcache")``); ``()`` when it
-    has none of them."""
-    names = [line.split("{", 1)[0].split(" ", 1)[0] for line in text.splitlines()
-             if line and not line.startswith("#")]
-    matched = {engine: sum(name.startswith(p.prefixes) for name in names)
-               for engine, p in PROFILES.items()}
-    return tuple(sorted((e for e, n in matched.items() if n), key=lambda e: -matched[e]))
+def check_interval(interval_s: float) -> None:
+    """``ValueError`` unless ``interval_s`` is a number of seconds >= :data:`MIN_INTERVAL_S`."""
+    if not interval_s >= MIN_INTERVAL_S or interval_s == float("inf"):
+        raise ValueError(f"interval_s must be at least {MIN_INTERVAL_S:g} s (and finite), "
+                         f"got {interval_s!r}")
 
 
 @dataclass(frozen=True)
@@ -93,11 +47,11 @@ class ScraperConfig:
     def __post_init__(self) -> None:
         for engine in (self.engine, *self.also):
             profile(engine)
-        if self.url is not None and not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"url must be http(s), got {self.url!r}")
-        for name in ("interval_s", "timeout_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if self.url is not None:
+            check_url(self.url)
+        check_interval(self.interval_s)
+        if not self.timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s!r}")
 
     @property
     def endpoint(self) -> str:
@@ -110,10 +64,14 @@ class ScraperConfig:
 
 @dataclass
 class ScrapeStats:
+    """Counters since the scraper started: ``parse_errors`` counts pages refused whole (see
+    :mod:`kvtier.probes.scrape.page`), ``bad_series`` series left out of a page they were on."""
+
     scrapes: int = 0
     intervals: int = 0
     fetch_errors: int = 0
     parse_errors: int = 0
+    bad_series: int = 0
     callback_errors: int = 0
 
 
@@ -138,19 +96,31 @@ class MetricScraper:
             body = fetch(self.config.endpoint, timeout_s=self.config.timeout_s)
         except FetchError as exc:
             self.stats.fetch_errors += 1
-            log.warning("scrape of %s failed: %s", self.config.endpoint, exc)
+            log.warning("scrape of %s failed: %s", self.config.endpoint, excerpt(str(exc)))
             return None
-        return self.ingest_text(body.decode("utf-8", errors="replace"))
+        try:
+            return self.ingest_text(body.decode("utf-8", errors="replace"))
+        except PageError as exc:
+            log.warning("unusable metrics from %s: %s", self.config.endpoint, exc)
+            return None
 
     def ingest_text(self, text: str) -> ScrapeInterval | None:
-        """Use exposition text obtained elsewhere (a file, a multiprocess registry)."""
+        """Use exposition text obtained elsewhere (a file, a multiprocess registry): the
+        interval since the last usable page, or ``None`` for the first. :class:`PageError`
+        (counted in ``parse_errors``; the baseline stays) for a page refused whole, or one
+        whose every series of the profile broke a rule."""
         try:
             snapshot = parse_snapshot(text, self._clock(), self._prefixes)
-        except (ValueError, TypeError, IndexError, KeyError) as exc:
+        except PageError:
             self.stats.parse_errors += 1
-            log.warning("unparseable metrics from %s: %s", self.config.endpoint, exc)
-            return None
-        before, self._last = self._last, snapshot
+            raise
+        self.stats.bad_series += sum(snapshot.refused.values())
+        if snapshot.refused and not snapshot.has_series:
+            self.stats.parse_errors += 1
+            reasons = ", ".join(sorted(snapshot.refused))
+            raise PageError(f"every {self.config.engine} series on the page broke a rule ({reasons})")
+        before = self._last
+        self._last = snapshot if before is None else carried(before, snapshot)
         if before is None:
             return None
         interval = interval_between(before, snapshot, self.config.engine, self.config.instance)

@@ -51,6 +51,23 @@ def test_a_metric_interval_refuses_an_endless_end(value):
         MetricInterval(metric="m", labels=(), kind="counter", start_s=1.0, end_s=value, value=1.0)
 
 
+@pytest.mark.parametrize("kind, value, sum_value, reason", [
+    ("gauge", float("nan"), None, "value not finite"),
+    ("counter", float("inf"), None, "value not finite"),
+    ("counter", -3.0, None, "negative counter value"),
+    ("histogram", -1.0, 0.5, "negative histogram value"),
+    ("histogram", 2.0, float("-inf"), "sum_value not finite"),
+])
+def test_a_metric_value_breaks_one_rule_in_records_and_rows_alike(kind, value, sum_value, reason):
+    fields = dict(start_s=1.0, end_s=2.0, metric="m", kind=kind, labels="", sum_value=sum_value)
+    with pytest.raises(ValueError, match=reason):
+        MetricInterval(value=value, **fields)
+    table, rejected = rows_to_table(MetricInterval, [{**fields, "value": value},
+                                                     {**fields, "value": 1.0, "sum_value": None}])
+    assert table.column("value").to_pylist() == [1.0] and dict(rejected) == {reason: 1}
+    MetricInterval(**{**fields, "kind": "gauge", "value": -1.0, "sum_value": None})  # a gauge may
+
+
 @pytest.mark.parametrize("served", [
     {"gpu_hit_tokens": 9}, {"gpu_hit_tokens": 5, "cpu_promotion_tokens": 4},
     {"gpu_hit_tokens": 4, "cpu_promotion_tokens": 2, "cold_promotion_tokens": 3},

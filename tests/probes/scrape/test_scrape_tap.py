@@ -7,7 +7,7 @@ import pytest
 
 from kvtier.collector.store import TraceStore
 from kvtier.collector.taps import TapRunner
-from kvtier.probes.scrape.scraper import guess_profiles
+from kvtier.probes.scrape.profiles import guess_profiles
 from kvtier.probes.scrape.metrics_tap import ScrapeTap, ScrapeTapConfig
 from tests.probes.fake_http import FakeEngineHttp
 from tests.probes.scrape.test_scraper import LMCACHE, V1, V2, VLLM, Clock

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from tests.probes.fake_http import FakeEngineHttp
-from kvtier.probes.scrape.intervals import HistogramDelta, SeriesKey, parse_snapshot
+from kvtier.probes.scrape.intervals import HistogramDelta, SeriesKey
+from kvtier.probes.scrape.page import parse_snapshot
 from kvtier.probes.scrape.scraper import MetricScraper, ScraperConfig
 
 pytestmark = pytest.mark.timeout(20)
