@@ -2,8 +2,9 @@
 the writers take.
 
 * A symbolic link is followed: the file it points to is edited and the link stays a link.
-* Anything but a regular file (a FIFO, a device, a socket) is refused from ``os.stat``,
-  before it is opened, so a push never blocks on it.
+* Only a regular file of at most :data:`~kvtier.policy.writers.inputs.CONFIG_LIMIT_BYTES` is
+  read (:func:`kvtier.policy.writers.inputs.read_regular`): a FIFO, a device or a socket is
+  refused before a byte is read, so a push never blocks on it.
 * The writers see plain text: a UTF-8 byte-order mark removed and CRLF line ends read as
   LF. :meth:`ConfigFile.as_written` puts both back, so the file keeps its encoding and line
   ends and the diff shows only what kvtier changed.
@@ -12,17 +13,13 @@ the writers take.
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvtier.policy.writers.inputs import CONFIG_LIMIT_BYTES, read_regular
+
 BOM = "\ufeff"
-_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-
-
-class NotAConfigFile(ValueError):
-    """The path names something a push must not read or replace; the message says what."""
+ADVICE = "give the engine's config file (kvtier does not read or replace it)"
 
 
 @dataclass(frozen=True)
@@ -48,22 +45,17 @@ class ConfigFile:
 
 
 def read_config(path: str | Path) -> ConfigFile:
-    """The config file at ``path``; :class:`NotAConfigFile` for a folder or a special file,
-    ``UnicodeDecodeError`` for bytes that are not UTF-8, ``OSError`` if it cannot be read."""
+    """The config file at ``path``; :class:`~kvtier.policy.writers.inputs.NotReadable` for a
+    folder, a special file or one over the size limit, ``UnicodeDecodeError`` for bytes that
+    are not UTF-8, ``OSError`` if it cannot be read."""
     path = Path(path)
     target = Path(os.path.realpath(path)) if path.is_symlink() else path
     try:
-        mode = os.stat(target).st_mode
+        raw = read_regular(target, f"--config {path}", CONFIG_LIMIT_BYTES, ADVICE).decode("utf-8")
     except FileNotFoundError:
         return ConfigFile(path, target, None)
-    if stat.S_ISDIR(mode):
-        raise NotAConfigFile(f"--config {path} is a folder; give the engine's config file")
-    kind = next((what for test, what in _KINDS if test(mode)), None)
-    if kind is not None or not stat.S_ISREG(mode):
-        raise NotAConfigFile(f"--config {path} is {kind or 'not a regular file'}; give the "
-                             "engine's config file (kvtier does not read or replace it)")
-    raw = target.read_bytes().decode("utf-8")
     bom = raw.startswith(BOM)
     text = raw[len(BOM):] if bom else raw
     crlf = "\r\n" in text
     return ConfigFile(path, target, text.replace("\r\n", "\n") if crlf else text, bom, crlf)
+

@@ -39,7 +39,9 @@ from typing import Callable, Iterator
 
 from kvtier.policy.recommend.recommendation import KIND, VERSION
 from kvtier.policy.writers import writer
-from kvtier.policy.writers.configfile import ConfigFile, NotAConfigFile, read_config
+from kvtier.policy.writers.configfile import read_config
+from kvtier.policy.writers.inputs import (RECOMMENDATION_LIMIT_BYTES, NotReadable, load_json,
+                                          read_regular)
 from kvtier.policy.writers.settings import EngineSettings, Guardrails
 
 
@@ -91,13 +93,19 @@ class Loaded:
 def load_recommendation(path: str | Path, engine: str | None = None) -> Loaded:
     """Read ``{"settings": {...}, "guardrails": {...}}`` (or bare settings) from JSON; with
     ``engine``, the settings written for it (see the module)."""
+    advice = "give the recommendation.json kvtier recommend wrote"
     try:
-        data = json.loads(Path(path).read_text())
+        raw = read_regular(path, f"recommendation {path}", RECOMMENDATION_LIMIT_BYTES, advice)
+    except NotReadable as exc:
+        raise PushRefused(str(exc)) from None
     except OSError as exc:
         raise PushRefused(f"cannot read recommendation {path}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise PushRefused(f"recommendation {path} is not JSON ({exc}); give the "
-                          "recommendation.json kvtier recommend wrote") from None
+    try:
+        data = load_json(raw, f"recommendation {path}")
+    except NotReadable as exc:  # nested too deep
+        raise PushRefused(str(exc)) from None
+    except ValueError as exc:  # bad syntax, or not UTF-8
+        raise PushRefused(f"recommendation {path} is not JSON ({exc}); {advice}") from None
     if not isinstance(data, dict):
         raise PushRefused(f"recommendation {path} must be a JSON object, as kvtier recommend writes")
     source = f"{path}"
@@ -171,7 +179,7 @@ def plan(settings: EngineSettings, guardrails: Guardrails, engine: str,
         raise PushRefused(f"{path}: {exc}") from None
     except UnicodeDecodeError:
         raise PushRefused(f"{path} is not a text file (not UTF-8); give the engine's config file") from None
-    except (ValueError, KeyError) as exc:  # NotAConfigFile, a writer's refusal
+    except (ValueError, KeyError) as exc:  # NotReadable, a writer's refusal
         raise PushRefused(str(exc)) from None
     except OSError as exc:
         raise PushRefused(f"cannot read {path}: {exc.strerror}") from None
@@ -219,7 +227,7 @@ def _locked(target: Path) -> Iterator[None]:
 def _check_unchanged(push: PushPlan, target: Path) -> None:
     try:
         now = read_config(target)
-    except (NotAConfigFile, UnicodeDecodeError):
+    except (NotReadable, UnicodeDecodeError):
         now = None
     current = None if now is None or now.text is None else now.as_written(now.text)
     if now is None or current != push.old_text:

@@ -21,6 +21,7 @@ from typing import Mapping
 from kvtier.policy.writers.choices import Choices
 from kvtier.policy.writers.settings import EngineSettings, Rendered
 from kvtier.policy.writers.trtllm_retention import DEFAULT_RETENTION_PRIORITY
+from kvtier.policy.writers.inputs import NotReadable, load_json
 from kvtier.policy.writers.yamledit import ConfigFileError, yaml_set
 
 ENGINE = "trtllm"
@@ -146,7 +147,9 @@ def _render_retention(settings: EngineSettings, existing: str | None) -> Rendere
         raise ValueError("a TensorRT-LLM .json file holds per-class retention configs; "
                          "the settings have no retention_classes or retention_ranges")
     try:
-        current = json.loads(existing) if existing and existing.strip() else {}
+        current = load_json(existing, "the file") if existing and existing.strip() else {}
+    except NotReadable as error:  # nested too deep
+        raise ConfigFileError(str(error)) from None
     except ValueError as error:
         raise ConfigFileError(f"the file is not valid JSON ({error}); fix it first") from None
     if not isinstance(current, dict):

@@ -37,7 +37,8 @@ import json
 from kvtier.policy.writers.choices import GATE, Choices
 from kvtier.policy.writers.settings import EngineSettings, Rendered
 from kvtier.policy.writers.vllm_shape import KVTIER_CONNECTORS, KVTIER_SPECS, ShapeError, check
-from kvtier.policy.writers.yamledit import ConfigFileError, yaml_get, yaml_set
+from kvtier.policy.writers.inputs import NotReadable, load_json
+from kvtier.policy.writers.yamledit import ConfigFileError, YamlDoc
 
 ENGINE = "vllm"
 FORMATS = (".json", ".yaml", ".yml")
@@ -219,9 +220,10 @@ def render(settings: EngineSettings, existing: str | None, suffix: str, *,
 
 
 def _render_yaml(settings: EngineSettings, existing: str, force: bool) -> Rendered:
+    doc = YamlDoc(existing, spellings=True)
     updates, values = {}, {}
     for key in ("kv-transfer-config", "kv-events-config"):
-        raw = yaml_get(existing, (key,), spellings=True)
+        raw = doc.get((key,))
         current = _json_object(raw, key) if isinstance(raw, str) and raw.strip() else raw
         if current is not None and not isinstance(current, dict):
             raise ConfigFileError(f"{key} must be a JSON object or a mapping, got {raw!r}")
@@ -238,7 +240,8 @@ def _render_yaml(settings: EngineSettings, existing: str, force: bool) -> Render
     notes = _notes(settings)
     if settings.kv_events and values["kv-events-config"] is None:
         notes += (f"kv_events: the file has no kv-events-config, none added; add {EVENTS_LINE}",)
-    return Rendered(yaml_set(existing, updates, spellings=True), notes)
+    doc.set(updates)
+    return Rendered(doc.text(), notes)
 
 
 def _checked(transfer: dict, events: dict | None) -> None:
@@ -250,7 +253,9 @@ def _checked(transfer: dict, events: dict | None) -> None:
 
 def _json_object(text: str, what: str) -> dict:
     try:
-        value = json.loads(text)
+        value = load_json(text, what)
+    except NotReadable as error:  # nested too deep
+        raise ConfigFileError(str(error)) from None
     except ValueError as error:
         raise ConfigFileError(f"{what} is not valid JSON ({error}); fix it first") from None
     if not isinstance(value, dict):

@@ -246,7 +246,7 @@ CASES = [
     case("push-reco-array", "push --engine vllm --recommendation reco/array.json --config configs/vllm.json", 2,
          "must be a JSON object"),
     case("push-reco-folder", "push --engine vllm --recommendation reco --config configs/vllm.json", 2,
-         "cannot read recommendation reco"),
+         "recommendation reco is a folder"),
     case("push-reco-unknown-key", "push --engine vllm --recommendation reco/unknown-key.json --config configs/vllm.json", 2,
          "unknown recommendation key(s) setings"),
     case("push-reco-bad-type", "push --engine vllm --recommendation reco/bad-type.json --config configs/vllm.json", 2,
