@@ -15,7 +15,9 @@ replaced only with --force. cpu_tier_bytes 0 keeps the connector loaded with a 1
 tier (nothing offloaded), so kvtier goes on recording.
 How it writes: under a lock on the file (a second push at the same time stops, exit 2), the
 old file first to a backup next to it (FILE.kvtier-TIME.bak), then the new one in a single
-rename; a link is kept and the file it names is edited."""
+rename; a link is kept and the file it names is edited. The new file keeps the old one's
+mode, and its owner and group where you may give them (root may; a note says what changes);
+a file you may not write is refused, though its folder would let the rename replace it."""
 
 
 

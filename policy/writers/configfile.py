@@ -5,6 +5,9 @@ the writers take.
 * Only a regular file of at most :data:`~kvtier.policy.writers.inputs.CONFIG_LIMIT_BYTES` is
   read (:func:`kvtier.policy.writers.inputs.read_regular`): a FIFO, a device or a socket is
   refused before a byte is read, so a push never blocks on it.
+* A file the user may not write is refused (:func:`check_writable`), though the folder would
+  let a push replace it; a replaced file keeps its mode, and its owner and group as far as
+  the user may give them (:func:`keep_owner`; a note says what it cannot keep).
 * The writers see plain text: a UTF-8 byte-order mark removed and CRLF line ends read as
   LF. :meth:`ConfigFile.as_written` puts both back, so the file keeps its encoding and line
   ends and the diff shows only what kvtier changed.
@@ -12,7 +15,10 @@ the writers take.
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,3 +65,69 @@ def read_config(path: str | Path) -> ConfigFile:
     crlf = "\r\n" in text
     return ConfigFile(path, target, text.replace("\r\n", "\n") if crlf else text, bom, crlf)
 
+
+class NotWritable(ValueError):
+    """The user cannot write the config file, so a push must not replace it."""
+
+
+def check_writable(path: Path, target: Path) -> tuple[str, ...]:
+    """Refuse (:class:`NotWritable`) a config file the user may not write: a push replaces
+    the file with a new one in a single rename, which the folder's permission allows even
+    where the file's does not. Returns a note where the new file cannot keep the old one's
+    owner or group (only root may give a file away): it will be the user's."""
+    info = os.stat(target)
+    if not _may_write(target):
+        why = (f"it is {_name(info.st_uid, 'user')}'s, mode {stat.S_IMODE(info.st_mode):04o}"
+               if not _mode_lets_write(info) else
+               f"its mode {stat.S_IMODE(info.st_mode):04o} would, but it is immutable "
+               "(chattr +i) or on a read-only mount")
+        raise NotWritable(f"{path} is read-only for you ({_name(os.geteuid(), 'user')}): {why}; "
+                          "kvtier push replaces only a file you may write: run it as the "
+                          "file's owner, or make the file writable for you")
+    if os.geteuid() == 0:
+        return ()
+    lost = []
+    if info.st_uid != os.geteuid():
+        lost.append(f"owner {_name(info.st_uid, 'user')} becomes {_name(os.geteuid(), 'user')}")
+    if info.st_gid not in (os.getegid(), *os.getgroups()):
+        lost.append(f"group {_name(info.st_gid, 'group')} becomes {_name(os.getegid(), 'group')}")
+    if not lost:
+        return ()
+    return (f"{path} is replaced by a new file (one rename) that keeps its mode "
+            f"{stat.S_IMODE(info.st_mode):04o}, but its {' and '.join(lost)}: only root gives "
+            "a file away",)
+
+
+def keep_owner(old: Path, new: Path) -> None:
+    """Give ``new`` the owner and group of ``old`` as far as the user may: root keeps both,
+    another user the group where it is one of theirs."""
+    info = os.stat(old)
+    for uid in (info.st_uid, -1):
+        try:
+            os.chown(new, uid, info.st_gid)
+            return
+        except PermissionError:
+            continue
+
+
+def _mode_lets_write(info: os.stat_result) -> bool:
+    if os.geteuid() == 0:
+        return True
+    if info.st_uid == os.geteuid():
+        return bool(info.st_mode & stat.S_IWUSR)
+    if info.st_gid in (os.getegid(), *os.getgroups()):
+        return bool(info.st_mode & stat.S_IWGRP)
+    return bool(info.st_mode & stat.S_IWOTH)
+
+
+def _may_write(path: Path) -> bool:
+    if os.access in os.supports_effective_ids:
+        return os.access(path, os.W_OK, effective_ids=True)
+    return os.access(path, os.W_OK)
+
+
+def _name(number: int, kind: str) -> str:
+    try:
+        return (pwd.getpwuid(number).pw_name if kind == "user" else grp.getgrgid(number).gr_name)
+    except KeyError:
+        return f"{kind} {number}"

@@ -18,7 +18,9 @@ with ``O_EXCL``),
 then ``os.replace`` (a reader sees the old file or the new one, never half of either). The
 old file is in the backup before the config is replaced, so it can always be recovered; if
 any step fails, the temporary file and the backup are removed again. Mode bits of an
-existing file are kept; a link stays a link to the file it names.
+existing file are kept, and its owner and group as far as the user may give them; a file
+the user may not write is refused by :func:`plan` (a rename in a writable folder would
+replace it all the same); a link stays a link to the file it names.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from typing import Callable, Iterator
 
 from kvtier.policy.recommend.recommendation import KIND, VERSION
 from kvtier.policy.writers import writer
-from kvtier.policy.writers.configfile import read_config
+from kvtier.policy.writers.configfile import NotWritable, check_writable, keep_owner, read_config
 from kvtier.policy.writers.inputs import (RECOMMENDATION_LIMIT_BYTES, NotReadable, load_json,
                                           read_regular)
 from kvtier.policy.writers.settings import EngineSettings, Guardrails
@@ -192,6 +194,13 @@ def plan(settings: EngineSettings, guardrails: Guardrails, engine: str,
         notes = (f"{path} is a link: kvtier edits the file it names, {config.target}, and "
                  "keeps the link",) + notes
     old = None if config.text is None else config.as_written(config.text)
+    if old is not None and new_text != config.text:
+        try:
+            notes += check_writable(path, config.target)
+        except NotWritable as exc:
+            raise PushRefused(str(exc)) from None
+        except OSError as exc:
+            raise PushRefused(f"cannot read {path}: {exc.strerror}") from None
     return PushPlan(engine, path, old, config.as_written(new_text), diff, notes, config.target)
 
 
@@ -244,6 +253,7 @@ def _replace(push: PushPlan, target: Path, clock: Callable[[], float]) -> Path |
             handle.flush()
             os.fsync(handle.fileno())
         if push.old_text is not None:
+            keep_owner(target, tmp)  # first: a chown clears the set-id bits copymode sets
             shutil.copymode(target, tmp)
             backup = _backup(target, clock)
         os.replace(tmp, target)
