@@ -27,6 +27,22 @@ def output_dir(path: str | Path, flag: str) -> Path:
     return path
 
 
+def writable_dir(path: str | Path, flag: str) -> Path:
+    """:func:`output_dir`, created now, that this process can write into (a read-only folder
+    would otherwise fail only at the first write, perhaps long after the start)."""
+    import tempfile
+
+    path = output_dir(path, flag)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".kvtier-write-check-"):
+            pass
+    except OSError as error:
+        raise KvtierError(f"{flag} {path}: cannot write there ({error.strerror or error}); "
+                          "give a folder this user can write") from None
+    return path
+
+
 def output_file(path: str | Path, flag: str) -> Path:
     """A file to write: missing is fine, a folder (or a file in its path) is not."""
     path = Path(path)

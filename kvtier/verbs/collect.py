@@ -43,7 +43,7 @@ def add_arguments(parser) -> None:
                              "the engine's kvtier_instance so its hooks and its /metrics are "
                              "cross-checked (kvtier_crosscheck_difference)")
     parser.add_argument("--scrape-interval-s", type=float, default=10.0,
-                        help="seconds between scrapes of each --scrape page")
+                        help="seconds between scrapes of each --scrape page (at least 0.1)")
     parser.add_argument("--instance", help="name of the serving instance (default: host name)")
     parser.add_argument("--metrics-host", default="127.0.0.1",
                         help="address for /metrics and /healthz (default loopback)")
@@ -110,13 +110,13 @@ def _config(args):
 
     from kvtier.collector.service import CollectorConfig
     from kvtier.errors import KvtierError
-    from kvtier.verbs.checks import non_empty, output_dir, positive
+    from kvtier.verbs.checks import non_empty, positive, writable_dir
     from kvtier.verbs.store import parse_duration_s
 
     positive(args.export_every_s, "--export-every-s")
     positive(args.duration_s, "--duration-s")
     positive(args.stop_grace_s, "--stop-grace-s", allow_zero=True)
-    positive(args.scrape_interval_s, "--scrape-interval-s")
+    _check_scrape_interval(args.scrape_interval_s)
     non_empty(args.instance, "--instance")
     non_empty(args.scrape_instance, "--scrape-instance")
     if not 0 <= args.metrics_port < 65536:
@@ -124,7 +124,7 @@ def _config(args):
     store = Path(args.store)
     if store.is_dir():
         raise KvtierError(f"--store {store} is a folder; give a DuckDB file, e.g. {store / 'kvtier.duckdb'}")
-    segments = output_dir(args.segments, "--segments") if args.segments else None
+    segments = writable_dir(args.segments, "--segments") if args.segments else None
     try:
         retention_s = parse_duration_s(args.retention) if args.retention else None
     except ValueError as error:
@@ -152,6 +152,17 @@ def _recommendation(path):
     file = Path(path)
     if not file.exists():
         print(f"kvtier collect: note: --recommendation {file} does not exist yet; it is exported "
+def _check_scrape_interval(interval_s: float) -> None:
+    import math
+
+    from kvtier.errors import KvtierError
+    from kvtier.probes.scrape.scraper import MIN_INTERVAL_S
+
+    if not (math.isfinite(interval_s) and interval_s >= MIN_INTERVAL_S):
+        raise KvtierError(f"--scrape-interval-s must be at least {MIN_INTERVAL_S:g} s (each "
+                          f"scrape costs the engine a render of its page), got {interval_s:g}")
+
+
               "once it appears", file=sys.stderr, flush=True)
         return file
     try:
@@ -314,15 +325,22 @@ def _taps(args, instance: str, services: list) -> tuple[list, dict[str, str]]:
 
 def _scrape_config(value: str, instance: str, interval_s: float):
     """``URL`` or ``URL=PROFILE`` -> the scrape tap's configuration; ``KvtierError`` naming
-    the flag. A URL's own ``=`` (a query string) stays in the URL."""
+    the flag. What follows the last ``=`` names a profile, which must be one of the registry's;
+    it is the URL's own (a query string's value) only where the URL has a ``?`` or the text
+    is no name at all."""
     from kvtier.errors import KvtierError
     from kvtier.probes.scrape.metrics_tap import ScrapeTapConfig
 
-    url, _, profile = value.rpartition("=")
-    if not url or profile not in _profiles():
+    profiles = _profiles()
+    url, sep, profile = value.rpartition("=")
+    if not sep or (profile not in profiles and ("?" in url or not profile.isidentifier())):
         url, profile = value, None
     try:
         return ScrapeTapConfig(url=url, engine=profile, instance=instance, interval_s=interval_s)
     except ValueError as error:
         raise KvtierError(f"--scrape {value!r}: {error}; give e.g. "
                           "http://127.0.0.1:8000/metrics or http://127.0.0.1:8000/metrics=vllm") from None
+    elif profile not in profiles:
+        raise KvtierError(f"--scrape {value!r}: unknown profile {profile!r}; known: "
+                          f"{', '.join(profiles)} (or give the URL alone: the profile is then "
+                          "guessed from the page)")

@@ -2,7 +2,9 @@
 
 ``{"timestamp": ms, "input_length": tokens, "output_length": tokens, "hash_ids": [...]}``.
 ``hash_ids`` are prefix-chained block ids over 512-token blocks, global within a file, and
-``len(hash_ids) == ceil(input_length / 512)`` (the last block may be partial).
+``len(hash_ids) == ceil(input_length / 512)`` (the last block may be partial). Chained, each
+id names a whole prefix, so one request never holds an id twice: a line that does is refused
+(a replay would count the block as its own hit).
 Timestamps are coarse (3 s steps), so ties keep file order.
 """
 
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from kvtier.collector.events import RequestRecord
 from kvtier.policy.readers.base import (
+    BadLine,
     JsonLinesReader,
     check_fields,
     hash_list,
@@ -48,6 +51,7 @@ class MooncakeReader(JsonLinesReader):
         prompt = non_negative_int(obj, "input_length")
         expected = math.ceil(prompt / self.block_tokens)
         hashes = hash_list(obj, "hash_ids", expected, f"ceil(input_length/{self.block_tokens})")
+        _distinct(hashes)
         return RequestRecord(
             request_id=f"{self.path.name.split('.')[0]}:{line}",
             arrival_s=non_negative_number(obj, "timestamp") / 1000.0,
@@ -56,3 +60,16 @@ class MooncakeReader(JsonLinesReader):
             block_hashes=hashes,
             block_size_tokens=self.block_tokens,
         )
+
+
+def _distinct(hashes: tuple[int, ...]) -> None:
+    """``BadLine`` naming the first id a request repeats, and where."""
+    if len(set(hashes)) == len(hashes):
+        return
+    first: dict[int, int] = {}
+    for position, block in enumerate(hashes):
+        if block in first:
+            raise BadLine(f"hash_ids repeats id {block} (at positions {first[block]} and "
+                          f"{position}); ids are prefix-chained, so each block of a request "
+                          "has its own")
+        first[block] = position

@@ -33,7 +33,9 @@ from typing import Callable, NamedTuple
 from kvtier.collector.batch import EventBatch
 from kvtier.collector.columns import Rejections
 from kvtier.collector.events import Origin
+from kvtier.collector.peer_monitor import ConnectionMonitor
 from kvtier.collector.taps import count_queued, drain_until_quiet
+from kvtier.probes.vllm.replay_sockets import ReplaySockets
 from kvtier.probes.vllm.streams import StreamState
 from kvtier.probes.vllm.tap_config import TapStats, VllmTapConfig
 from kvtier.probes.vllm.wire import Frame, FrameError, decode_payload, decoded_columns, split_frame
@@ -96,7 +98,8 @@ class VllmEventTap:
         self.stats = TapStats()
         self._streams: dict[tuple[bytes, int], _Stream] = {}
         self._ctx = self._sub = self._poller = None
-        self._replay: dict[int, object] = {}
+        self._connections: ConnectionMonitor | None = None  # a connecting tap's links
+        self._replay: ReplaySockets | None = None
         self._bound: list[str] = []
 
     @property
@@ -124,6 +127,10 @@ class VllmEventTap:
         self._sub.setsockopt(zmq.RCVHWM, self.config.receive_hwm)
         self._sub.setsockopt(zmq.SUBSCRIBE, self.config.topic.encode())
         self._bound = []
+        if not self.config.bind:  # ZMQ retries and drops silently: watch it (before connecting)
+            self._connections = ConnectionMonitor(
+                self._sub, self.config.endpoints, f"{self.config.engine} KV-event tap",
+                self.config.connect_grace_s)
         for endpoint in self.config.endpoints:
             try:
                 if self.config.bind:
@@ -137,14 +144,18 @@ class VllmEventTap:
                 raise OSError(error.errno, f"cannot {verb} {endpoint}: {error.strerror}") from None
         self._poller = zmq.Poller()
         self._poller.register(self._sub, zmq.POLLIN)
+        self._replay = ReplaySockets(self._ctx, self._poller, self.config.max_message_bytes)
         return self._bound
 
     def close(self) -> None:
-        for sock in [self._sub, *self._replay.values()]:
-            if sock is not None:
-                sock.close(linger=0)
-        self._sub = self._poller = None
-        self._replay.clear()
+        if self._connections is not None:
+            self._connections.close()
+            self._connections = None
+        if self._replay is not None:
+            self._replay.close()
+        if self._sub is not None:
+            self._sub.close(linger=0)
+        self._sub = self._poller = self._replay = None
 
     # ------------------------------------------------------------------ polling
 
@@ -155,9 +166,18 @@ class VllmEventTap:
 
         self.open()
         try:
-            return self._poll(zmq, timeout_s, max_messages)
+            delivered = self._poll(zmq, timeout_s, max_messages)
+            if self._connections is not None:
+                self._connections.read()
+            return delivered
         except zmq.ZMQError as error:
             raise OSError(error.errno, f"ZMQ: {error.strerror}") from None
+
+    def connection_problem(self) -> str | None:
+        """For a tap that connects: what keeps an endpoint from working (never connected,
+        refused, not a ZMQ publisher, lost), or ``None`` while all work (or the tap binds)."""
+        connections = self._connections
+        return None if connections is None else connections.problem()
 
     def drain(self, timeout_s: float) -> int:
         """Hand over what already reached the sockets, until nothing more arrives for a moment
@@ -179,7 +199,7 @@ class VllmEventTap:
         ready = self._poller.poll(int(timeout_s * 1000))
         while ready and max_messages > 0:
             for sock, _ in ready:
-                rank = self._rank_of(sock)
+                rank = self._replay.rank_of(sock)
                 # read what waits without a poll per message (one costs as much as a small
                 # frame's decode), a round at a time, so replay answers never queue behind a
                 # flood of live frames
@@ -194,12 +214,6 @@ class VllmEventTap:
         self._expire_replays()
         self.flush()
         return delivered
-
-    def _rank_of(self, sock) -> int | None:
-        for rank, replay in self._replay.items():
-            if replay is sock:
-                return rank
-        return None
 
     def _on_live(self, parts: list[bytes]) -> int:
         decoded = self._decode(parts)
@@ -300,22 +314,9 @@ class VllmEventTap:
         start = stream.state.replay_start()
         if start is None:
             return
-        self._replay_socket(rank, endpoints[rank]).send_multipart([b"", start.to_bytes(8, "big")])
+        self._replay.socket(rank, endpoints[rank]).send_multipart([b"", start.to_bytes(8, "big")])
         stream.state.replay_sent(self._clock())
         self.stats.replay_requests += 1
-
-    def _replay_socket(self, rank: int, endpoint: str):
-        import zmq
-
-        sock = self._replay.get(rank)
-        if sock is None:
-            sock = self._ctx.socket(zmq.DEALER)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.MAXMSGSIZE, self.config.max_message_bytes)
-            sock.connect(endpoint)
-            self._poller.register(sock, zmq.POLLIN)
-            self._replay[rank] = sock
-        return sock
 
     def _finish_replays(self, rank: int) -> None:
         for key, stream in self._streams.items():
@@ -329,15 +330,9 @@ class VllmEventTap:
                    if stream.state.replay_overdue(now, self.config.replay_timeout_s)}
         for rank in overdue:
             self.stats.replay_timeouts += 1
-            self._drop_replay_socket(rank)  # late answers must not end the next replay
+            self._replay.drop(rank)  # late answers must not end the next replay
             self._finish_replays(rank)
         self.stats.lost_batches = sum(s.state.lost for s in self._streams.values())
-
-    def _drop_replay_socket(self, rank: int) -> None:
-        sock = self._replay.pop(rank, None)
-        if sock is not None:
-            self._poller.unregister(sock)
-            sock.close(linger=0)
 
     # ------------------------------------------------------------------ delivery
 

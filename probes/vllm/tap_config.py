@@ -23,6 +23,8 @@ class VllmTapConfig:
     sure of to the general decoder; off, every frame takes the general decoder (a baseline).
     ``engine`` names the producer in the records: SGLang's ``--kv-events-config`` publishes
     the same wire format (without ``medium``, so every block reads as GPU).
+    ``connect_grace_s``: a tap that connects (``bind`` off) counts an endpoint as failed when it
+    has no working ZMQ connection this long after the tap opened (ZMQ's handshake interval).
     """
 
     endpoints: tuple[str, ...] = ("tcp://127.0.0.1:5557",)
@@ -40,6 +42,7 @@ class VllmTapConfig:
     max_message_bytes: int = 64 << 20
     max_tracked_blocks: int = 1_000_000
     allow_all_interfaces: bool = False
+    connect_grace_s: float = 5.0
 
     def __post_init__(self) -> None:
         if not self.endpoints:
@@ -58,7 +61,7 @@ class VllmTapConfig:
         if len(set(ranks)) != len(ranks) or any(not isinstance(r, int) or r < 0 for r in ranks):
             raise ValueError(f"replay_endpoints need distinct dp ranks >= 0, got {ranks}")
         for name in ("replay_timeout_s", "max_message_bytes", "max_tracked_blocks",
-                     "max_rows_per_batch", "receive_hwm"):
+                     "max_rows_per_batch", "receive_hwm", "connect_grace_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
         for name in ("instance", "engine"):

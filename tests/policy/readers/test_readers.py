@@ -54,6 +54,8 @@ def test_mooncake_sorts_by_arrival_keeping_file_order_on_ties(tmp_path):
     (json.dumps({"timestamp": 0, "input_length": 5, "hash_ids": [0]}), "missing field(s) output_length"),
     (json.dumps(mooncake_line(ids=(0, UINT64_MAX + 1))), "unsigned 64-bit"),
     ("[1, 2]", "expected a JSON object"),
+    (json.dumps(mooncake_line(n_in=1500, ids=(7, 8, 7))),
+     "hash_ids repeats id 7 (at positions 0 and 2); ids are prefix-chained"),
 ])
 def test_mooncake_bad_line_names_file_and_line(tmp_path, line, problem):
     path = tmp_path / "bad.jsonl"
