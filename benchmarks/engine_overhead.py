@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.conftest import free_port  # noqa: E402
+from tests.conftest import ANY_PORT, free_port  # noqa: E402
 from tests.probes.vllm.environments import VLLM_PYTHONS  # noqa: E402
 from tests.probes.vllm.serving import (  # noqa: E402
     CollectorProcess,
@@ -91,13 +91,14 @@ def step_stats(prefix: str) -> dict:
 
 def overhead(python: str, work: Path, requests: int, max_tokens: int) -> dict:
     model = build_model(python, work / "model")
-    hooks = f"tcp://127.0.0.1:{free_port()}"
-    collector = CollectorProcess(work / "kvtier.duckdb", hooks=hooks, instance="bench").start()
+    collector = CollectorProcess(work / "kvtier.duckdb", hooks=ANY_PORT, instance="bench").start()
+    hooks = collector.endpoints["HooksTap"]  # the port the collector bound for :0
     timer = str(ROOT / "benchmarks" / "engine")
     engines = {}
     # "control": a second engine with vLLM's own connector, so the run measures its noise
     # floor (two identical engines differ by this much on this host)
     for name, connector in (("vllm", "vllm"), ("control", "vllm"), ("kvtier", "kvtier")):
+        # vLLM's server names no port it picked: its own is chosen free before it starts
         setup = EngineSetup(port=free_port(), connector=connector, hooks=hooks, instance="bench-kvtier",
                             ship_interval_s=0.25)
         engines[name] = VllmServer(python, model, setup, work, extra_path=(timer,),
@@ -143,8 +144,8 @@ def _ratio(top: dict, bottom: dict) -> tuple[float, list[float]]:
 
 
 def drop_rate(python: str, work: Path, events_per_s: float, seconds: float) -> dict:
-    hooks = f"tcp://127.0.0.1:{free_port()}"
-    collector = CollectorProcess(work / "rate.duckdb", hooks=hooks, instance="rate").start()
+    collector = CollectorProcess(work / "rate.duckdb", hooks=ANY_PORT, instance="rate").start()
+    hooks = collector.endpoints["HooksTap"]
     try:
         done = subprocess.run([python, str(ROOT / "benchmarks" / "engine" / "hook_rate.py"), hooks,
                                str(events_per_s), str(seconds)], capture_output=True, text=True,
@@ -169,8 +170,8 @@ def drop_rate(python: str, work: Path, events_per_s: float, seconds: float) -> d
 def manager_cost(python: str, work: Path, rounds: int = 20_000) -> dict:
     """The same manager-call sequence on vLLM's bare CPU manager and through kvtier's wrapper
     (recording, shipping to a collector), alternating blocks of rounds; CPU microseconds."""
-    hooks = f"tcp://127.0.0.1:{free_port()}"
-    collector = CollectorProcess(work / "manager.duckdb", hooks=hooks, instance="manager").start()
+    collector = CollectorProcess(work / "manager.duckdb", hooks=ANY_PORT, instance="manager").start()
+    hooks = collector.endpoints["HooksTap"]
     try:
         done = subprocess.run([python, str(ROOT / "benchmarks" / "engine" / "hook_rate.py"), hooks,
                                "cost", str(rounds)], capture_output=True, text=True, timeout=600, cwd=ROOT)

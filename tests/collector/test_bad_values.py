@@ -18,7 +18,7 @@ from kvtier.collector.events import (
 )
 from kvtier.collector.hooks_tap import HooksTap, HooksTapConfig
 from kvtier.collector.recorder import Recorder
-from tests.conftest import free_port
+from tests.conftest import ANY_PORT
 
 BAD_NUMBERS = [float("nan"), float("inf"), float("-inf"), 1e300, -1e9]
 
@@ -131,9 +131,8 @@ def test_what_an_engine_hook_records_is_checked_by_the_same_rules():
 def test_a_frame_above_the_hooks_limit_is_counted_and_logged(caplog):
     import zmq
 
-    where = f"tcp://127.0.0.1:{free_port()}"
-    tap = HooksTap(HooksTapConfig((where,), max_message_bytes=4096), lambda batch: None)
-    tap.open()
+    tap = HooksTap(HooksTapConfig((ANY_PORT,), max_message_bytes=4096), lambda batch: None)
+    (where,) = tap.open()
     push = zmq.Context.instance().socket(zmq.PUSH)
     push.connect(where)
     try:
@@ -151,12 +150,11 @@ def test_a_frame_above_the_hooks_limit_is_counted_and_logged(caplog):
 
 def test_bad_values_an_engine_ships_are_left_out_and_counted_in_the_store(store):
     from kvtier.collector.shipper import Shipper, ShipperConfig
-    from tests.collector.test_shipper import Collected, endpoint, recorder
+    from tests.collector.test_shipper import Collected, recorder
 
-    where = endpoint()
-    collected = Collected(store, where)
+    collected = Collected(store)
     rec = recorder()
-    shipper = Shipper(ShipperConfig(where, interval_s=0.05))
+    shipper = Shipper(ShipperConfig(collected.where, interval_s=0.05))
     shipper.add(rec)
     try:
         for i, latency in enumerate([0.001, float("nan"), 1e300, -1e9]):
@@ -178,9 +176,8 @@ def test_a_frame_zmq_cuts_off_is_counted_as_a_disconnect_and_logged(caplog):
     (memory stays bounded); the socket monitor counts that and the log names it."""
     import zmq
 
-    where = f"tcp://127.0.0.1:{free_port()}"
-    tap = HooksTap(HooksTapConfig((where,), max_message_bytes=4096), lambda batch: None)
-    tap.open()
+    tap = HooksTap(HooksTapConfig((ANY_PORT,), max_message_bytes=4096), lambda batch: None)
+    (where,) = tap.open()
     push = zmq.Context.instance().socket(zmq.PUSH)
     push.connect(where)
     try:

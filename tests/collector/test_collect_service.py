@@ -14,7 +14,7 @@ import zmq
 from prometheus_client.parser import text_string_to_metric_families
 
 from kvtier.collector.service import CollectorConfig
-from tests.conftest import free_port
+from tests.conftest import ANY_PORT, bound_to, free_port
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -32,21 +32,21 @@ def scrape(url: str) -> dict:
 
 
 def test_collect_ingests_vllm_events_and_serves_metrics_and_segments(tmp_path):
-    endpoint = f"tcp://127.0.0.1:{free_port()}"
     store, segments = tmp_path / "kvtier.duckdb", tmp_path / "segments"
     service = subprocess.Popen(
         [sys.executable, "-m", "kvtier", "collect", "--store", str(store), "--segments", str(segments),
-         "--export-every-s", "1", "--metrics-port", "0", "--vllm-events", endpoint, "--instance", "node-9"],
+         "--export-every-s", "1", "--metrics-port", "0", "--vllm-events", ANY_PORT, "--instance", "node-9"],
         stdout=subprocess.PIPE, text=True)
     publisher = zmq.Context.instance().socket(zmq.PUB)
     try:
-        url = None
+        url = endpoint = None
         for line in service.stdout:
             if "metrics at" in line:
                 url = line.split("metrics at ", 1)[1].strip()
             if "tap VllmEventTap started" in line:
+                endpoint = bound_to(line)  # the port the tap got for :0
                 break
-        assert url and url.startswith("http://127.0.0.1:")
+        assert url and url.startswith("http://127.0.0.1:") and endpoint.startswith("tcp://127.0.0.1:")
         publisher.connect(endpoint)  # vLLM's publisher connects when the endpoint is not a wildcard
         key = (("engine", "vllm"), ("engine_instance", "node-9"), ("kind", "store"),
                ("source", "kv_events"), ("tier", "gpu"))
@@ -59,7 +59,7 @@ def test_collect_ingests_vllm_events_and_serves_metrics_and_segments(tmp_path):
             if seen.get(("kvtier_block_events_total", key), 0) >= 6:
                 break
         assert seen.get(("kvtier_block_events_total", key), 0) >= 6
-        tap_labels = (("endpoint", endpoint), ("engine_instance", "node-9"), ("tap", "VllmEventTap"))
+        tap_labels = (("endpoint", ANY_PORT), ("engine_instance", "node-9"), ("tap", "VllmEventTap"))  # as given
         assert seen[("kvtier_tap_errors_total", tap_labels)] == 0
         assert seen[("kvtier_tap_up", tap_labels)] == 1
         time.sleep(1.5)  # one export period
@@ -100,7 +100,7 @@ def test_collect_hooks_stores_shipped_batches_and_exports_the_engines_drops(tmp_
     from kvtier.collector.recorder import Recorder
     from kvtier.collector.shipper import Shipper, ShipperConfig
 
-    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    endpoint = f"tcp://127.0.0.1:{free_port()}"  # known before the collector binds it
     store = tmp_path / "kvtier.duckdb"
     recorder = Recorder(Origin("vllm", "node-3", "vllm-hooks:node-3:e1:1"))
     shipper = Shipper(ShipperConfig(endpoint, interval_s=0.05))

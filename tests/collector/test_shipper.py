@@ -18,7 +18,12 @@ from tests.conftest import free_port
 pytestmark = pytest.mark.timeout(60)
 
 
-def endpoint() -> str:
+ANY_PORT = "tcp://127.0.0.1:0"  # a tap binds it and says which port it got
+
+
+def unbound_endpoint() -> str:
+    """An endpoint for a shipper with no collector bound yet (or ever): the port must be
+    known before anything binds it, so it is picked free (tests/conftest.py free_port)."""
     return f"tcp://127.0.0.1:{free_port()}"
 
 
@@ -40,11 +45,12 @@ def record_requests(rec: Recorder, n: int, start: int = 0) -> None:
 class Collected:
     """A hooks tap storing into an in-memory store (the service's ingest, minus exports)."""
 
-    def __init__(self, store, where: str):
+    def __init__(self, store, where: str = ANY_PORT):
         self.store = store
         self.tap = HooksTap(HooksTapConfig((where,)), store.ingest, resume=store.next_sequence)
         self.runner = TapRunner(self.tap)  # what the collector service runs it with
         self.runner.open()
+        (self.where,) = self.runner.endpoints  # the port bound for :0
         self.runner.start()
 
     def wait_for(self, requests: int, timeout_s: float = 10.0) -> None:
@@ -57,10 +63,9 @@ class Collected:
 
 
 def test_batches_reach_the_store_with_their_request_ids_and_fields(store):
-    where = endpoint()
-    collected = Collected(store, where)
+    collected = Collected(store)
     rec = recorder()
-    shipper = Shipper(ShipperConfig(where, interval_s=0.05))
+    shipper = Shipper(ShipperConfig(collected.where, interval_s=0.05))
     shipper.add(rec)
     try:
         time.sleep(0.3)  # the PUSH socket connects
@@ -84,7 +89,7 @@ def test_batches_reach_the_store_with_their_request_ids_and_fields(store):
 
 
 def test_without_a_collector_batches_are_dropped_counted_and_the_count_arrives_later(store):
-    where = endpoint()
+    where = unbound_endpoint()
     rec = recorder()
     shipper = Shipper(ShipperConfig(where, interval_s=0.05))
     shipper.add(rec)
@@ -109,10 +114,9 @@ def test_without_a_collector_batches_are_dropped_counted_and_the_count_arrives_l
 
 
 def test_close_flushes_what_is_buffered_and_is_bounded_without_a_collector(store):
-    where = endpoint()
-    collected = Collected(store, where)
+    collected = Collected(store)
     rec = recorder()
-    shipper = Shipper(ShipperConfig(where, interval_s=3600))  # only a flush ships
+    shipper = Shipper(ShipperConfig(collected.where, interval_s=3600))  # only a flush ships
     shipper.add(rec)
     time.sleep(0.3)
     record_requests(rec, 5)
@@ -121,7 +125,7 @@ def test_close_flushes_what_is_buffered_and_is_bounded_without_a_collector(store
     collected.runner.stop()
     assert store.count("requests") == 5
     lonely = recorder("engine-b")
-    alone = Shipper(ShipperConfig(endpoint(), interval_s=3600, flush_timeout_s=0.3))
+    alone = Shipper(ShipperConfig(unbound_endpoint(), interval_s=3600, flush_timeout_s=0.3))
     alone.add(lonely)
     record_requests(lonely, 1)
     began = time.monotonic()
@@ -132,7 +136,7 @@ def test_close_flushes_what_is_buffered_and_is_bounded_without_a_collector(store
 
 def test_recording_never_waits_for_the_shipper():
     rec = recorder(capacity_events=1000)
-    shipper = Shipper(ShipperConfig(endpoint(), interval_s=0.01))  # no collector at all
+    shipper = Shipper(ShipperConfig(unbound_endpoint(), interval_s=0.01))  # no collector at all
     shipper.add(rec)
     began = time.perf_counter()
     for i in range(20_000):
@@ -146,9 +150,8 @@ def test_recording_never_waits_for_the_shipper():
 def test_a_batch_lost_in_transit_is_counted_from_the_sequence_gap(store):
     from kvtier.collector.shipment import Shipment, encode
 
-    where = endpoint()
-    tap = HooksTap(HooksTapConfig((where,)), store.ingest)
-    tap.open()
+    tap = HooksTap(HooksTapConfig((ANY_PORT,)), store.ingest)
+    (where,) = tap.open()
     rec = recorder()
     import zmq
 
@@ -175,9 +178,8 @@ def test_a_batch_lost_in_transit_is_counted_from_the_sequence_gap(store):
 def test_bad_messages_are_counted_and_skipped(store):
     import zmq
 
-    where = endpoint()
-    tap = HooksTap(HooksTapConfig((where,)), store.ingest)
-    tap.open()
+    tap = HooksTap(HooksTapConfig((ANY_PORT,)), store.ingest)
+    (where,) = tap.open()
     push = zmq.Context.instance().socket(zmq.PUSH)
     push.connect(where)
     try:
@@ -206,9 +208,8 @@ def test_the_endpoint_comes_from_the_config_then_the_environment_then_loopback(m
 
 
 def test_a_busy_hooks_endpoint_is_an_os_error(store):
-    where = endpoint()
-    first = HooksTap(HooksTapConfig((where,)), store.ingest)
-    first.open()
+    first = HooksTap(HooksTapConfig((ANY_PORT,)), store.ingest)
+    (where,) = first.open()
     try:
         with pytest.raises(OSError, match="cannot bind hooks endpoint"):
             HooksTap(HooksTapConfig((where,)), store.ingest).open()
@@ -217,11 +218,11 @@ def test_a_busy_hooks_endpoint_is_an_os_error(store):
 
 
 def test_healthz_lists_each_engine_stream_the_hooks_tap_received_from(store):
-    where = endpoint()
-    tap = HooksTap(HooksTapConfig((where,)), store.ingest, clock=lambda: 1234.5)
+    tap = HooksTap(HooksTapConfig((ANY_PORT,)), store.ingest, clock=lambda: 1234.5)
     runner = TapRunner(tap)
     assert runner.health().to_dict()["sources"] == []  # none seen yet: the plug-ins are not live
     runner.open()
+    (where,) = runner.endpoints
     runner.start()
     recorders = [recorder("engine-a"), recorder("engine-b")]
     shipper = Shipper(ShipperConfig(where, interval_s=0.05))

@@ -22,7 +22,7 @@ from kvtier.collector.step_records import read_step_records
 from kvtier.collector.store import TraceStore
 from kvtier.collector.summary import segments_summary, store_summary
 from kvtier.collector.taps import TapRunner
-from tests.conftest import free_port
+from tests.conftest import ANY_PORT
 
 FIELDS = [f.name for f in schema_fields(StepRecord)]
 
@@ -125,10 +125,10 @@ def test_a_shipment_without_steps_keeps_three_frames(origin):
 
 
 def test_shipped_steps_reach_the_store_once_per_sequence_and_drops_are_counted(store):
-    where = f"tcp://127.0.0.1:{free_port()}"
-    tap = HooksTap(HooksTapConfig((where,)), store.ingest, resume=store.next_sequence)
+    tap = HooksTap(HooksTapConfig((ANY_PORT,)), store.ingest, resume=store.next_sequence)
     runner = TapRunner(tap)
     runner.open()
+    (where,) = runner.endpoints  # the port bound for :0
     runner.start()
     recorder = Recorder(Origin("vllm", "node-1", "vllm-hooks:node-1:1"), capacity_steps=3)
     shipper = Shipper(ShipperConfig(where, interval_s=0.05))

@@ -69,7 +69,7 @@ def planning_files(root: Path) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def dashboard_url(full_segments):
     whatif, reco = planning_files(full_segments.parent)
-    port = free_port()
+    port = free_port()  # Streamlit binds the port it is given and names no port it picked
     command = [sys.executable, "-m", "kvtier", "dashboard", "--segments", str(full_segments),
                "--host", "127.0.0.1", "--port", str(port), "--whatif", str(whatif),
                "--recommendation", str(reco)]

@@ -36,19 +36,16 @@ def dashboard_command(demo_stdout: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def demo_dashboard(installed):
+def demo_dashboard(installed, installed_demo):
     """The demo and then the dashboard command it prints, both as a user runs them: kvtier's
     wheel installed in a clean venv, started from a folder outside the checkout."""
-    out = installed.away / "demo-browser"
-    result = installed.run("demo", "--out", str(out), "--requests", "120", "--chat-requests", "0",
-                           timeout_s=420)
-    port = free_port()
-    child = installed.popen(*dashboard_command(result.stdout), "--port", str(port),
+    port = free_port()  # Streamlit binds the port it is given and names no port it picked
+    child = installed.popen(*dashboard_command(installed_demo.stdout), "--port", str(port),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url, child)
-        yield url, out
+        yield url, installed_demo.out
     finally:
         child.send_signal(signal.SIGTERM)  # the verb stops its Streamlit group itself
         child.wait(timeout=30)

@@ -12,7 +12,7 @@ import urllib.request
 import duckdb
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import ANY_PORT, bound_to
 from tests.probes.fake_http import FakeEngineHttp
 from tests.probes.scrape.test_scraper import LMCACHE, V1, V2, VLLM
 
@@ -96,16 +96,16 @@ def test_collect_sglang_events_stores_sglangs_stream(tmp_path):
     import msgpack
     import zmq
 
-    endpoint, store = f"tcp://127.0.0.1:{free_port()}", tmp_path / "kvtier.duckdb"
+    store = tmp_path / "kvtier.duckdb"
     service = subprocess.Popen(
         [sys.executable, "-m", "kvtier", "collect", "--store", str(store), "--metrics-port", "0",
-         "--instance", "node-g", "--sglang-events", endpoint, "--duration-s", "6"],
+         "--instance", "node-g", "--sglang-events", ANY_PORT, "--duration-s", "6"],
         stdout=subprocess.PIPE, text=True)
     publisher = zmq.Context.instance().socket(zmq.PUB)
     try:
         for line in service.stdout:
             if "tap VllmEventTap started" in line:
-                assert endpoint in line
+                endpoint = bound_to(line)  # the port the tap got for :0
                 break
         publisher.connect(endpoint)
         for seq in range(12):

@@ -28,7 +28,7 @@ import pytest
 
 from kvtier.collector.shipper import Shipper, ShipperConfig
 from tests.collector.test_shipper import record_requests, recorder
-from tests.conftest import free_port
+from tests.conftest import ANY_PORT, bound_to
 from tests.kvtier.test_signals import start, wait_for_line  # noqa: F401 (start is a fixture)
 
 pytestmark = pytest.mark.timeout(240)
@@ -68,12 +68,11 @@ def last_line(output: str) -> str:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP],
                          ids=lambda s: signal.Signals(s).name)
 def test_a_stop_right_after_the_engine_shipped_stores_every_batch_once(start, tmp_path, sig):
-    store, port = tmp_path / "c.duckdb", free_port()
+    store = tmp_path / "c.duckdb"
     process = start("collect", "--store", str(store), "--metrics-port", "0",
-                    "--hooks", f"tcp://127.0.0.1:{port}", "--segments", str(tmp_path / "segments"),
+                    "--hooks", ANY_PORT, "--segments", str(tmp_path / "segments"),
                     "--stop-grace-s", "120")
-    wait_for_line(process, "tap HooksTap started")
-    ship(f"tcp://127.0.0.1:{port}", BATCHES)
+    ship(bound_to(wait_for_line(process, "tap HooksTap started")[-1]), BATCHES)
     process.send_signal(sig)  # most batches still wait in the collector's socket now
     code = process.wait(timeout=180)
     out, err = process.stdout.read(), process.stderr.read()
@@ -142,12 +141,11 @@ def limited(start, tmp_path, monkeypatch):
         return real(*args, preexec_fn=small_file_limit, **kwargs)
 
     monkeypatch.setattr(subprocess, "Popen", with_limit)
-    port = free_port()
     process = start("collect", "--store", str(tmp_path / "c.duckdb"), "--metrics-port", "0",
-                    "--hooks", f"tcp://127.0.0.1:{port}", "--stop-grace-s", "60")
+                    "--hooks", ANY_PORT, "--stop-grace-s", "60")
     monkeypatch.setattr(subprocess, "Popen", real)
     lines = wait_for_line(process, "tap HooksTap started")
-    return process, f"tcp://127.0.0.1:{port}", health_url(lines)
+    return process, bound_to(lines[-1]), health_url(lines)
 
 
 def test_failing_writes_turn_healthz_503_wait_in_memory_and_are_stored_when_writes_work(

@@ -95,6 +95,12 @@ def wait_for_line(process: subprocess.Popen, marker: str, timeout_s: float = 90.
     return lines
 
 
+def engine_port(lines: list[str]) -> int:
+    """The port ``kvtier engine --port 0`` got, from its line ``reference engine on
+    http://127.0.0.1:P (...)``."""
+    return int(lines[-1].split("reference engine on ", 1)[1].split()[0].rsplit(":", 1)[1])
+
+
 def wait_healthy(url: str, timeout_s: float = 90.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -125,7 +131,7 @@ def stop_and_check(process: subprocess.Popen, sig: int, started: set[int]) -> tu
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_dashboard_leaves_no_streamlit_process(start, tmp_path, sig):
     pytest.importorskip("streamlit")
-    port = free_port()
+    port = free_port()  # Streamlit binds the port it is given and names no port it picked
     process = start("dashboard", "--segments", str(tmp_path), "--port", str(port))
     wait_healthy(f"http://127.0.0.1:{port}/_stcore/health")
     started = descendants(process.pid)
@@ -139,10 +145,9 @@ def test_dashboard_leaves_no_streamlit_process(start, tmp_path, sig):
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_engine_flushes_its_store_and_closes_its_port(start, tmp_path, sig):
-    port = free_port()
-    process = start("engine", "--port", str(port), "--gpu-blocks", "16", "--cpu-blocks", "8",
+    process = start("engine", "--port", "0", "--gpu-blocks", "16", "--cpu-blocks", "8",
                     "--store", str(tmp_path / "store.duckdb"))
-    wait_for_line(process, "reference engine on")
+    port = engine_port(wait_for_line(process, "reference engine on"))
     body = b'{"prompt": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17], "max_tokens": 2}'
     for _ in range(3):
         request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body)
@@ -158,8 +163,7 @@ def test_engine_flushes_its_store_and_closes_its_port(start, tmp_path, sig):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_collect_stops_and_reports_its_store(start, tmp_path, sig):
-    port = free_port()
-    process = start("collect", "--store", str(tmp_path / "c.duckdb"), "--metrics-port", str(port),
+    process = start("collect", "--store", str(tmp_path / "c.duckdb"), "--metrics-port", "0",
                     "--segments", str(tmp_path / "segments"))
     wait_for_line(process, "kvtier collect: metrics at")
     started = descendants(process.pid)
@@ -186,10 +190,9 @@ def test_demo_stops_its_engine_and_keeps_what_it_stored(start, tmp_path):
 
 @pytest.mark.timeout(240)
 def test_rollout_stops_on_sighup(start, tmp_path):
-    port = free_port()
-    engine = start("engine", "--port", str(port), "--gpu-blocks", "48")
+    engine = start("engine", "--port", "0", "--gpu-blocks", "48")
     try:
-        wait_for_line(engine, "reference engine on")
+        port = engine_port(wait_for_line(engine, "reference engine on"))
         process = start("rollout", "--endpoint", f"http://127.0.0.1:{port}", "--requests", "200",
                         "--gpu-blocks", "48", "--cpu-blocks", "64", "--cold-blocks", "0")
         time.sleep(8)

@@ -13,20 +13,21 @@ import urllib.request
 import pytest
 
 from kvtier.refengine.file_tier import SUFFIX, TMP_SUFFIX
-from tests.conftest import free_port
 from tests.refengine.conftest import prompt
 
 SERVE = ("import sys; from kvtier.verbs import engine as v; import argparse; "
          "p = argparse.ArgumentParser(); v.add_arguments(p); sys.exit(v.run(p.parse_args(sys.argv[1:])))")
 
 
-def start(tmp_path, port):
-    args = ["--port", str(port), "--gpu-blocks", "12", "--cpu-blocks", "4", "--file-blocks", "400",
+def start(tmp_path) -> tuple[subprocess.Popen, int]:
+    """The engine on a port the kernel picks (``--port 0``), and the port its first line names."""
+    args = ["--port", "0", "--gpu-blocks", "12", "--cpu-blocks", "4", "--file-blocks", "400",
             "--file-dir", str(tmp_path / "files"), "--block-size", "4", "--vocab-size", "97",
             "--store", str(tmp_path / "store.duckdb")]
     process = subprocess.Popen([sys.executable, "-c", SERVE, *args], stdout=subprocess.PIPE, text=True)
-    assert process.stdout.readline().startswith("reference engine on")
-    return process
+    first = process.stdout.readline()  # reference engine on http://127.0.0.1:P (model ...)
+    assert first.startswith("reference engine on http://127.0.0.1:"), first
+    return process, int(first.split()[3].rsplit(":", 1)[1])
 
 
 def send(port, i) -> int:
@@ -47,8 +48,7 @@ def stop(process):
 
 @pytest.mark.timeout(120)
 def test_sigterm_flushes_every_finished_request(tmp_path):
-    port = free_port()
-    process = start(tmp_path, port)
+    process, port = start(tmp_path)
     try:
         statuses = [send(port, i) for i in range(6)]
         process.send_signal(signal.SIGTERM)
@@ -63,8 +63,7 @@ def test_sigterm_flushes_every_finished_request(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_sigkill_mid_load_leaves_a_consistent_store_and_whole_blocks(tmp_path):
-    port = free_port()
-    process = start(tmp_path, port)
+    process, port = start(tmp_path)
     try:
         workers = [threading.Thread(target=lambda k=k: [send(port, 100 * k + i) for i in range(40)])
                    for k in range(3)]

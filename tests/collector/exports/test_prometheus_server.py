@@ -39,7 +39,7 @@ def wait_for_series(base: str, promql: str, timeout_s: float = 40.0) -> list:
 @pytest.fixture
 def prometheus(tmp_path):
     def start(target: str) -> str:
-        port = free_port()
+        port = free_port()  # Prometheus binds the port it is given and names no port it picked
         config = tmp_path / "prometheus.yml"
         config.write_text("global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
                           "scrape_configs:\n  - job_name: kvtier\n"

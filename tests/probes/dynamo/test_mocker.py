@@ -78,7 +78,7 @@ def dynamo(tmp_path):
     python = peer_python("KVTIER_DYNAMO_PYTHON", ".venv-dynamo/.ready")
     model, discovery = build(tmp_path / "model"), tmp_path / "discovery"
     discovery.mkdir()
-    system, events, http = free_port(), free_port(), free_port()
+    system, events, http = free_port(), free_port(), free_port()  # Dynamo names no port it picked
     env = {"DYN_FILE_KV": str(discovery)}
     plane = ["--discovery-backend", "file", "--request-plane", "tcp", "--event-plane", "zmq"]
     mocker = PeerProcess(

@@ -41,6 +41,7 @@ QUIET = {**os.environ, "LMCACHE_DISABLE_BANNER": "1"}
 class LmcacheServer:
     def __init__(self, python: Path, folder: Path):
         self.bin = python.parent
+        # LMCache's server binds the ports it is given and names none it picked
         self.port, self.http_port = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.http_port}"
         self.hash_log = folder / "lookup-hashes"

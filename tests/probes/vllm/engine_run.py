@@ -126,6 +126,9 @@ def run_scenario(python: str, workdir: Path) -> EngineRun:
     import openai
 
     model = build_model(python, workdir / "model")
+    # known before anything binds them: the engines start before their collector (a phase
+    # with none), a killed collector comes back on the same endpoints, and vLLM's server
+    # names no port it picked
     hooks, events = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
     run = EngineRun(workdir, workdir / "kvtier.duckdb", str(model))
     a = VllmServer(python, model, EngineSetup(port=free_port(), hooks=hooks, kv_events=events,

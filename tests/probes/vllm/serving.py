@@ -4,7 +4,7 @@ Reusable: start an engine with kvtier's (or vLLM's own) connector and offloading
 ``kv_connector_extra_config`` (a cache policy, ``kvtier_*`` settings), KV events to a tap, and
 read its Prometheus counters::
 
-    setup = EngineSetup(port=free_port(), hooks="tcp://127.0.0.1:5570",
+    setup = EngineSetup(port=free_port(), hooks=collector.endpoints["HooksTap"],
                         extra={"eviction_policy": "KvtierScoredLRUPolicy",
                                "cache_policy_module_path": "kvtier.probes.vllm.cache_policy"})
     with VllmServer(VLLM_PYTHONS["0.32"], model_dir, setup, tmp_path) as engine:
@@ -35,6 +35,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.conftest import bound_to
 from tests.probes.vllm import cpu_copy_worker
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -215,7 +216,9 @@ def total(samples: dict, name: str, **labels) -> float:
 
 
 class CollectorProcess:
-    """``kvtier collect`` in its own process (the product's collector, as a user runs it)."""
+    """``kvtier collect`` in its own process (the product's collector, as a user runs it).
+    Give an endpoint port 0 (``tests.conftest.ANY_PORT``) and read the port the tap bound from
+    :attr:`endpoints` once started, by tap kind (``HooksTap``, ``VllmEventTap``)."""
 
     def __init__(self, store: Path, *, hooks: str | None = None, kv_events: str | None = None,
                  instance: str = "tiny-vllm", segments: Path | None = None,
@@ -234,6 +237,7 @@ class CollectorProcess:
             self.argv += ["--scrape-instance", scrape_instance]
         self.process: subprocess.Popen | None = None
         self.metrics_url: str | None = None
+        self.endpoints: dict[str, str] = {}  # tap kind -> the endpoint it bound
         self.lines: list[str] = []
 
     def start(self, timeout_s: float = 60.0) -> "CollectorProcess":
@@ -247,6 +251,8 @@ class CollectorProcess:
                 self.lines.append(line)
                 if "metrics at " in line:
                     self.metrics_url = line.split("metrics at ", 1)[1].strip()
+                if bound_to(line):
+                    self.endpoints[line.split("tap ", 1)[1].split()[0]] = bound_to(line)
                 if sum("tap " in l and " started" in l for l in self.lines) >= taps and self.metrics_url:
                     started.set()
 

@@ -15,7 +15,7 @@ import pytest
 
 from kvtier.collector.hooks_tap import HooksTap, HooksTapConfig
 from kvtier.collector.taps import TapRunner
-from tests.conftest import free_port
+from tests.conftest import ANY_PORT
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.timeout(120)
@@ -45,10 +45,10 @@ def run_python(code: str, **kwargs) -> subprocess.CompletedProcess:
 
 
 def test_the_in_engine_modules_record_and_ship_without_kvtiers_heavy_dependencies(tmp_path):
-    where = f"tcp://127.0.0.1:{free_port()}"
     received = []
-    tap = TapRunner(HooksTap(HooksTapConfig((where,)), received.append))
+    tap = TapRunner(HooksTap(HooksTapConfig((ANY_PORT,)), received.append))
     tap.open()
+    (where,) = tap.endpoints  # the port bound for :0
     tap.start()
     try:
         done = run_python(f"""
@@ -83,10 +83,10 @@ def test_the_in_engine_modules_record_and_ship_without_kvtiers_heavy_dependencie
 def test_a_sigterm_handled_by_the_engine_flushes_what_the_recorders_hold(tmp_path):
     """An engine that handles SIGTERM itself (vLLM's EngineCore raises SystemExit): records
     that the shipper had not shipped yet (a one-hour interval) still reach the collector."""
-    where = f"tcp://127.0.0.1:{free_port()}"
     received = []
-    tap = TapRunner(HooksTap(HooksTapConfig((where,)), received.append))
+    tap = TapRunner(HooksTap(HooksTapConfig((ANY_PORT,)), received.append))
     tap.open()
+    (where,) = tap.endpoints  # the port bound for :0
     tap.start()
     engine = subprocess.Popen([sys.executable, "-c", BLOCKER + textwrap.dedent(f"""
         import signal, sys, time

@@ -26,7 +26,7 @@ from kvtier.policy.learn.nextuse import Readout
 from kvtier.policy.sim.config import SimConfig
 from kvtier.policy.sim.simulator import Simulator
 from kvtier.probes.vllm.next_use_twin import NextUseTwin
-from tests.conftest import free_port
+from tests.conftest import ANY_PORT, free_port
 from tests.policy.learn.synthetic import record
 from tests.probes.vllm.environments import ROOT, VLLM_PYTHONS
 from tests.probes.vllm.serving import (CollectorProcess, EngineSetup, VllmServer, build_model,
@@ -70,12 +70,12 @@ def test_the_engine_evicts_the_blocks_the_replay_evicts(tmp_path):
     document, model = model_document()
     model_path, log = tmp_path / "next-use.json", tmp_path / "evictions.jsonl"
     model_path.write_text(json.dumps(document))
-    hooks = f"tcp://127.0.0.1:{free_port()}"
     store = tmp_path / "kvtier.duckdb"
-    setup = EngineSetup(port=free_port(), hooks=hooks, instance="next-use", extra={
-        "eviction_policy": "KvtierNextUsePolicy",
-        "cache_policy_module_path": "kvtier.probes.vllm.next_use_policy"})
-    collector = CollectorProcess(store, hooks=hooks, instance="next-use").start()
+    collector = CollectorProcess(store, hooks=ANY_PORT, instance="next-use").start()
+    # vLLM's server names no port it picked: its own is chosen free before it starts
+    setup = EngineSetup(port=free_port(), hooks=collector.endpoints["HooksTap"], instance="next-use",
+                        extra={"eviction_policy": "KvtierNextUsePolicy",
+                               "cache_policy_module_path": "kvtier.probes.vllm.next_use_policy"})
     engine = VllmServer(python, build_model(python, tmp_path / "model"), setup, tmp_path,
                         extra_path=(str(ROOT),),
                         env={"KVTIER_NEXT_USE_MODEL": str(model_path),

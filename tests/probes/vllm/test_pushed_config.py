@@ -114,6 +114,8 @@ def serve_phase(python: str, model: Path, setup: EngineSetup, loop: Loop) -> Pha
 
 def run_loop(python: str, workdir: Path) -> Loop:
     model = build_model(python, workdir / "model")
+    # the serve YAML names the endpoints before a collector binds them, and push keeps them
+    # for the second phase's collector: known before binding
     setup = EngineSetup(port=free_port(), hooks=f"tcp://127.0.0.1:{free_port()}",
                         kv_events=f"tcp://127.0.0.1:{free_port()}", cpu_bytes=SMALL_CPU_BYTES)
     loop = Loop(workdir, workdir / "kvtier.duckdb", workdir / "serve.yaml")

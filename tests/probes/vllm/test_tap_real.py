@@ -101,7 +101,7 @@ def sequences(batches, source):
 
 def test_real_vllm_publisher_gap_replay_and_restart(side):
     batches = []
-    replay = f"tcp://127.0.0.1:{free_port()}"
+    replay = f"tcp://127.0.0.1:{free_port()}"  # vLLM's publisher binds it, on the port it is given
     tap = DroppingTap(VllmTapConfig(endpoints=("tcp://127.0.0.1:0",), bind=True,
                                     replay_endpoints=((0, replay),), topic="kv",
                                     heal_from_zero=True, instance="real"), batches.append)
@@ -141,7 +141,7 @@ def test_real_vllm_publisher_gap_replay_and_restart(side):
 def test_real_vllm_publishers_for_two_dp_ranks(side):
     from tests.probes.vllm.dp_endpoints import for_data_parallel
 
-    base, replay_base = free_port(), free_port()
+    base, replay_base = free_port(), free_port()  # vLLM adds each rank to the ports it is given
     batches = []
     tap = VllmEventTap(for_data_parallel(f"tcp://127.0.0.1:{base}", f"tcp://127.0.0.1:{replay_base}",
                                          2, bind=True, topic="kv", heal_from_zero=True,
