@@ -1,7 +1,8 @@
 # Per-block features at the moment a tier would admit a block, from the past only: the
 # compiled form of kvtier.policy.learn.features.FeatureTracker (same values, bit for bit).
 
-DEF N_FEATURES = 22
+DEF N_FEATURES = 23
+DEF RUNNING = 6      # the finish-class feature while the request runs: len(FINISH_CLASSES)
 
 
 cdef class FeatureTracker:
@@ -32,6 +33,8 @@ cdef class FeatureTracker:
     cdef double* request_gap_s
     cdef int64_t* to_end
     cdef int64_t* chain_depth
+    cdef int8_t* finish_class
+    cdef double* finish_s
     cdef int64_t* session_counts
     cdef Py_ssize_t n_sessions
 
@@ -43,7 +46,8 @@ cdef class FeatureTracker:
         self.requests = 0
         self.n_sessions = 0
         self.session_counts = NULL
-        self.known = self.is_last = self.subagent = NULL
+        self.known = self.is_last = self.subagent = self.finish_class = NULL
+        self.finish_s = NULL
         self.first_s = self.last_s = self.depth_fraction = self.pop = self.pop_s = NULL
         self.request_gap_s = NULL
         self.last_request = self.position = self.tokens = self.refs = self.fanout = NULL
@@ -58,7 +62,8 @@ cdef class FeatureTracker:
         free(self.tokens); free(self.refs); free(self.fanout); free(self.turn)
         free(self.session_requests); free(self.request_blocks); free(self.request_seen)
         free(self.request_prefix_refs); free(self.to_end); free(self.chain_depth)
-        free(self.parent); free(self.session_counts)
+        free(self.parent); free(self.session_counts); free(self.finish_class)
+        free(self.finish_s)
 
     cdef int reserve(self, Py_ssize_t n) except -1:
         cdef Py_ssize_t o = self.n_ids, new
@@ -86,6 +91,8 @@ cdef class FeatureTracker:
         self.request_prefix_refs = grow_i64(self.request_prefix_refs, o, new, 0)
         self.to_end = grow_i64(self.to_end, o, new, 0)
         self.chain_depth = grow_i64(self.chain_depth, o, new, 0)
+        self.finish_class = grow_i8(self.finish_class, o, new, 0)
+        self.finish_s = grow_f64(self.finish_s, o, new, 0)
         self.parent = grow_ids(self.parent, o, new, NONE)
         self.n_ids = new
         return 0
@@ -95,8 +102,10 @@ cdef class FeatureTracker:
         return self.pop[k] * exp(-self.decay_per_s * (gap if gap > 0.0 else 0.0))
 
     cdef int observe(self, const id_t* hs, Py_ssize_t n, double now, int64_t prompt,
-                     int64_t bt, int64_t turn, bint subagent, int64_t session) except -1:
-        """Fold one request in (``session`` -1: none; ``turn`` 0: unknown)."""
+                     int64_t bt, int64_t turn, bint subagent, int64_t session,
+                     int8_t finish_class, double finish_s) except -1:
+        """Fold one request in (``session`` -1: none; ``turn`` 0: unknown; how and when it
+        ends: read only once it has)."""
         cdef int64_t session_count = 0, seen = 0, prefix_refs = 0, depth = 0, tok
         cdef double gap_s = 0.0
         cdef Py_ssize_t i, new
@@ -151,6 +160,8 @@ cdef class FeatureTracker:
             self.request_gap_s[h] = gap_s
             self.to_end[h] = n - 1 - i
             self.chain_depth[h] = depth
+            self.finish_class[h] = finish_class
+            self.finish_s[h] = finish_s
             par = h
         self.requests += 1
         return 0
@@ -179,15 +190,17 @@ cdef class FeatureTracker:
         out[19] = self.to_end[k]
         out[20] = self.chain_depth[k]
         out[21] = self.request_blocks[k] - self.request_seen[k]
+        out[22] = self.finish_class[k] if self.finish_s[k] <= now else RUNNING
 
     def py_reserve(self, Py_ssize_t n):
         self.reserve(n)
 
     def py_observe(self, const id_t[:] ids, double now, int64_t prompt, int64_t bt,
-                   int64_t turn=0, bint subagent=False, int64_t session=-1):
+                   int64_t turn=0, bint subagent=False, int64_t session=-1,
+                   int8_t finish_class=RUNNING - 1, double finish_s=0.0):
         self.reserve(max(ids.shape[0] and max(ids) + 1, 1))
         self.observe(&ids[0] if ids.shape[0] else NULL, ids.shape[0], now, prompt, bt, turn,
-                     subagent, session)
+                     subagent, session, finish_class, finish_s)
 
     def py_row(self, id_t k, double now):
         out = np.empty(N_FEATURES, dtype=np.float64)

@@ -2,6 +2,9 @@
 # and the learned retention order.
 
 
+DEF UNKNOWN_FINISH = 5  # FINISH_CLASSES.index("unknown")
+
+
 cdef class OfferLog(OfferObserver):
     """The blocks offered to the CPU tier of an exclusive flow, in offer order.
 
@@ -76,7 +79,11 @@ cdef class OfferLog(OfferObserver):
             self.tracker.observe(hs, nb, self.now, prompt, bt,
                                  flow.turns[r] if r >= 0 and flow.turns is not None else 0,
                                  flow.subagents[r] if r >= 0 and flow.subagents is not None else 0,
-                                 flow.sessions[r] if r >= 0 and flow.sessions is not None else -1)
+                                 flow.sessions[r] if r >= 0 and flow.sessions is not None else -1,
+                                 flow.finish_classes[r] if r >= 0 and flow.finish_classes is not None
+                                 else UNKNOWN_FINISH,
+                                 flow.finish_s[r] if r >= 0 and flow.finish_s is not None
+                                 else self.now)
         return 0
 
     cdef int _slot(self, Flow flow, id_t k) except -1:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvtier.collector.events import RequestRecord
+from kvtier.collector.events import FINISH_CLASSES, RequestRecord, finish_class
 
 FEATURES = (
     "reuse_count",             # references of the block so far (the first one included)
@@ -42,7 +42,11 @@ FEATURES = (
                                # previous prompt whole (its shared prefix ends at that prompt's
                                # end), else the previous prompt's chain_depth + 1
     "request_new_blocks",      # blocks that prompt added past its shared prefix
+    "finish_class",            # how that request ended (FINISH_CLASSES index: a tool call
+                               # comes straight back, an end of turn waits for a person), once
+                               # it has; len(FINISH_CLASSES) while it runs
 )
+RUNNING = len(FINISH_CLASSES)
 HALF_LIFE_S = 300.0
 
 
@@ -69,6 +73,8 @@ class _Block:
     request_gap_s: float = 0.0
     to_end: int = 0
     chain_depth: int = 0
+    finish_class: int = 0
+    finish_s: float = 0.0
 
 
 class FeatureTracker:
@@ -93,6 +99,8 @@ class FeatureTracker:
         n = len(record.block_hashes)
         seen, prefix_refs, gap_s = self._shared_prefix(record.block_hashes, now)
         depth = self._chain_depth(record.block_hashes, seen)
+        ended = FINISH_CLASSES.index(finish_class(record.finish_status, record.stop_reason))
+        ended_s = now + (record.e2e_latency_s or 0.0)
         parent = None
         for i, h in enumerate(record.block_hashes):
             tokens = max(0, min(block_tokens, record.prompt_tokens - i * block_tokens))
@@ -113,6 +121,7 @@ class FeatureTracker:
             block.request_blocks, block.request_seen = n, seen
             block.request_prefix_refs, block.request_gap_s = prefix_refs, gap_s
             block.to_end, block.chain_depth = n - 1 - i, depth
+            block.finish_class, block.finish_s = ended, ended_s
             parent = h
         self.requests += 1
 
@@ -128,7 +137,8 @@ class FeatureTracker:
                 float(parent.refs) if parent else 0.0, float(b.turn), float(b.subagent),
                 float(b.session_requests), float(b.request_blocks), float(b.request_seen),
                 float(b.request_prefix_refs), b.request_gap_s, float(b.to_end),
-                float(b.chain_depth), float(b.request_blocks - b.request_seen)]
+                float(b.chain_depth), float(b.request_blocks - b.request_seen),
+                float(b.finish_class if b.finish_s <= now_s else RUNNING)]
 
     def _chain_depth(self, hashes, seen: int) -> int:
         """The inferred turn of a prompt whose first ``seen`` blocks were seen before: a

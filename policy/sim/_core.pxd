@@ -253,6 +253,8 @@ cdef class Flow:
     cdef const int64_t[:] turns
     cdef const int8_t[:] subagents
     cdef const int64_t[:] sessions
+    cdef const int8_t[:] finish_classes      # how each request ended (FINISH_CLASSES index)
+    cdef const double[:] finish_s            # when it ended (arrival + end-to-end latency)
     cdef int64_t requests_from               # request index of row 0 of those arrays
     cdef readonly list observers
 

@@ -158,6 +158,7 @@ cdef class Flow:
 
     def set_requests(self, const double[:] arrival_s, const int64_t[:] turns=None,
                      const int8_t[:] subagents=None, const int64_t[:] sessions=None,
+                     const int8_t[:] finish_classes=None, const double[:] finish_s=None,
                      int64_t first=-1):
         """Per-request arrival times and metadata for observers; row 0 is the request with
         index ``first`` (default: the next one served)."""
@@ -165,6 +166,8 @@ cdef class Flow:
         self.turns = turns
         self.subagents = subagents
         self.sessions = sessions
+        self.finish_classes = finish_classes
+        self.finish_s = finish_s
         self.requests_from = self.request_index + 1 if first < 0 else first
 
     def log_events(self, bint on=True):

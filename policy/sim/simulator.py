@@ -116,7 +116,8 @@ class Simulator:
             future = np.array([NEVER_ID if math.isinf(n) else int(n) for n in next_uses],
                               dtype=np.int64)
         one = BlockTrace.from_records((record,), self.config.default_block_tokens)
-        self._core.set_requests(one.arrival_s, one.turns, one.subagent, one.sessions)
+        self._core.set_requests(one.arrival_s, one.turns, one.subagent, one.sessions,
+                                one.finish_classes, one.finish_s)
         found, tokens = self._core.serve_one(self._ids(record.block_hashes),
                                              record.prompt_tokens, block_tokens, future)
         outcome = RequestOutcome(found.tobytes(), len(record.block_hashes), *tokens)
@@ -152,7 +153,8 @@ class Simulator:
         trace = BlockTrace.from_records(records, self.config.default_block_tokens)
         ids = self._core.ids(trace.hashes)
         nexts = core().next_uses(ids, len(self._core.interner)) if future else None
-        self._core.set_requests(trace.arrival_s, trace.turns, trace.subagent, trace.sessions)
+        self._core.set_requests(trace.arrival_s, trace.turns, trace.subagent, trace.sessions,
+                                trace.finish_classes, trace.finish_s)
         rows = np.zeros((len(records), 5), dtype=np.int64)
         found = np.zeros(len(ids), dtype=np.int8) if on_request is not None else None
         self._core.replay(ids, trace.offsets, trace.prompt_tokens, trace.block_tokens, nexts,
@@ -179,7 +181,8 @@ class Simulator:
                              f"{count_from} and {end}")
         ids = self._core.ids(trace.hashes)
         nexts = core().next_uses(ids, len(self._core.interner)) if self.uses_future else None
-        self._core.set_requests(trace.arrival_s, trace.turns, trace.subagent, trace.sessions)
+        self._core.set_requests(trace.arrival_s, trace.turns, trace.subagent, trace.sessions,
+                                trace.finish_classes, trace.finish_s)
         rows = np.zeros((len(trace), 5), dtype=np.int64) if outcomes else None
         replay = self._core.replay
         args = (ids, trace.offsets, trace.prompt_tokens, trace.block_tokens, nexts)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvtier.collector.events import RequestRecord
+from kvtier.collector.events import FINISH_CLASSES, RequestRecord, finish_class
 
 
 @dataclass(frozen=True, eq=False)
@@ -23,8 +23,10 @@ class BlockTrace:
     """``hashes`` (uint64, all requests' blocks in order), ``offsets`` (int64, requests + 1:
     request ``i`` is ``hashes[offsets[i]:offsets[i + 1]]``), ``prompt_tokens``,
     ``block_tokens`` (int64 per request), ``arrival_s`` (float64); ``turns`` (int64, 0:
-    unknown), ``subagent`` (int8, 1: a sub-agent call) and ``sessions`` (int64 index of the
-    session, -1: none), all per request."""
+    unknown), ``subagent`` (int8, 1: a sub-agent call), ``sessions`` (int64 index of the
+    session, -1: none), ``finish_classes`` (int8 index in ``FINISH_CLASSES`` of how it ended)
+    and ``finish_s`` (float64: arrival plus its end-to-end latency, its arrival when the trace
+    does not say), all per request."""
 
     hashes: np.ndarray
     offsets: np.ndarray
@@ -34,13 +36,16 @@ class BlockTrace:
     turns: np.ndarray
     subagent: np.ndarray
     sessions: np.ndarray
+    finish_classes: np.ndarray
+    finish_s: np.ndarray
 
     def __post_init__(self) -> None:
         n = len(self.prompt_tokens)
         if len(self.offsets) != n + 1 or (n and self.offsets[-1] != len(self.hashes)):
             raise ValueError(f"offsets must have one entry per request plus one and end at the "
                              f"{len(self.hashes)} hashes, got {len(self.offsets)} entries")
-        for name in ("block_tokens", "arrival_s", "turns", "subagent", "sessions"):
+        for name in ("block_tokens", "arrival_s", "turns", "subagent", "sessions",
+                     "finish_classes", "finish_s"):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"{name} must have one entry per request ({n}), got "
                                  f"{len(getattr(self, name))}")
@@ -65,7 +70,8 @@ class BlockTrace:
         return BlockTrace(self.hashes[lo:hi], self.offsets[start:stop + 1] - lo,
                           self.prompt_tokens[start:stop], self.block_tokens[start:stop],
                           self.arrival_s[start:stop], self.turns[start:stop],
-                          self.subagent[start:stop], self.sessions[start:stop])
+                          self.subagent[start:stop], self.sessions[start:stop],
+                          self.finish_classes[start:stop], self.finish_s[start:stop])
 
     @classmethod
     def from_records(cls, records: Sequence[RequestRecord] | Iterable[RequestRecord],
@@ -94,7 +100,11 @@ class BlockTrace:
                         count=len(records)),
             np.fromiter((-1 if r.session_id is None else
                          sessions.setdefault(r.session_id, len(sessions)) for r in records),
-                        dtype=np.int64, count=len(records)))
+                        dtype=np.int64, count=len(records)),
+            np.fromiter((FINISH_CLASSES.index(finish_class(r.finish_status, r.stop_reason))
+                         for r in records), dtype=np.int8, count=len(records)),
+            np.fromiter((r.arrival_s + (r.e2e_latency_s or 0.0) for r in records),
+                        dtype=np.float64, count=len(records)))
 
 
 def strip_blocks(records: Iterable[RequestRecord], default_block_tokens: int | None = None

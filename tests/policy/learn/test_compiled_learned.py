@@ -22,11 +22,15 @@ SIZES = [(5, 10), (20, 60), (40, 15)]
 
 
 def with_signals(records, rng):
-    """Turns, sessions, sub-agent calls and partial last blocks, so every feature varies."""
+    """Turns, sessions, sub-agent calls, partial last blocks and how (and how long after
+    arrival) each request ended, so every feature varies."""
     return [dataclasses.replace(r, turn=rng.choice([None, 1, 2, 5]),
                                 session_id=rng.choice([None, "a", "b", "c"]),
                                 request_type=rng.choice([None, "subagent", "main"]),
-                                prompt_tokens=max(1, r.prompt_tokens - rng.randrange(16)))
+                                prompt_tokens=max(1, r.prompt_tokens - rng.randrange(16)),
+                                finish_status=rng.choice([None, "stopped", "length"]),
+                                stop_reason=rng.choice([None, "tool_use", "end_turn"]),
+                                e2e_latency_s=rng.choice([None, 0.5, 3.0, 20.0]))
             for r in records]
 
 

@@ -47,6 +47,25 @@ def test_features_infer_the_conversation_turn_from_a_prompt_extended_whole():
     assert feature(tracker, 9, 10.0, "request_new_blocks") == 2
 
 
+def test_how_a_request_ended_is_read_only_once_it_has():
+    from kvtier.collector.events import FINISH_CLASSES
+    from kvtier.policy.learn.kernels import kernels
+    from kvtier.policy.learn.features import RUNNING
+
+    tracker = FeatureTracker()
+    tracker.observe(record(0, [1, 2], t=0.0, finish_status="stopped", stop_reason="tool_use",
+                           e2e_latency_s=4.0))
+    tracker.observe(record(1, [3], t=1.0))              # the trace does not say
+    assert feature(tracker, 2, 3.0, "finish_class") == RUNNING == len(FINISH_CLASSES)
+    assert feature(tracker, 2, 4.0, "finish_class") == FINISH_CLASSES.index("tool_use")
+    assert feature(tracker, 3, 1.0, "finish_class") == FINISH_CLASSES.index("unknown")
+    compiled = kernels().FeatureTracker()                # the compiled tracker's constants
+    compiled.py_observe(np.array([0], dtype=np.int32), 0.0, 16, 16, finish_s=5.0)
+    assert compiled.py_row(0, 1.0)[FEATURES.index("finish_class")] == RUNNING
+    assert compiled.py_row(0, 5.0)[FEATURES.index("finish_class")] == \
+        FINISH_CLASSES.index("unknown")
+
+
 def test_features_do_not_see_unobserved_requests():
     tracker = FeatureTracker()
     tracker.observe(record(0, [1, 2], t=0.0))

@@ -46,6 +46,7 @@ def test_inconsistent_arrays_are_refused():
     trace = BlockTrace.from_records([request([1, 2])])
     with pytest.raises(ValueError, match="offsets must have one entry per request"):
         BlockTrace(trace.hashes, trace.offsets[:1], trace.prompt_tokens, trace.block_tokens,
-                   trace.arrival_s, trace.turns, trace.subagent, trace.sessions)
+                   trace.arrival_s, trace.turns, trace.subagent, trace.sessions,
+                   trace.finish_classes, trace.finish_s)
     with pytest.raises(ValueError, match="count_from <= count_to"):
         Simulator(SimConfig(gpu_blocks=1)).replay_trace(trace, count_from=2)
