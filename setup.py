@@ -44,6 +44,9 @@ EXTENSIONS = [
     # the learned models' kernels (includes policy/learn/_*.pxi), cimporting the core's protocol
     Extension("kvtier.policy.learn._kernels", ["policy/learn/_kernels.pyx"],
               extra_compile_args=["-O2", "-ffp-contract=off", *NO_DEBUG_INFO]),
+    # the collector's live what-if curves: online stack distances per instance
+    Extension("kvtier.policy.livecurve._recency", ["policy/livecurve/_recency.pyx"],
+              extra_compile_args=["-O2", *NO_DEBUG_INFO]),
 ]
 
 

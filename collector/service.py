@@ -6,6 +6,8 @@ to ``CollectorService.ingest``, which stores them idempotently and folds them in
 metrics that ``/metrics`` and OTLP export. A maintenance thread writes Parquet segments for
 the dashboard and other readers, and applies retention. Nothing here runs inside an engine:
 taps read what engines publish, so a slow disk slows only the collector.
+Ingest observers (:mod:`kvtier.collector.observers`: the live what-if curves) see every
+stored batch after the metrics do, and are refreshed on the service's own thread.
 
 :meth:`CollectorService.start` opens the store, binds ``/metrics`` (and ``/healthz`` beside
 it) and opens every tap before it returns, so a service that cannot collect fails at once
@@ -36,6 +38,7 @@ from kvtier.collector.ddl import BLOCK_EVENTS_TABLE, LEDGER_TABLE, REQUESTS_TABL
 from kvtier.collector.exports.aggregate import MetricsState
 from kvtier.collector.exports.differences import crosscheck_samples
 from kvtier.collector.exports.prometheus import KvtierCollector, MetricsServer, Sample
+from kvtier.collector.observers import IngestObserver, Observers
 from kvtier.collector.periodic import Periodic
 from kvtier.collector.segments import clear_note, segments_note
 from kvtier.collector.store import IngestResult, TraceStore
@@ -62,9 +65,10 @@ class CollectorConfig:
     instance: str = field(default_factory=socket.gethostname)
     stop_grace_s: float = 30.0  # on stop, how long taps may hand over what already arrived
     backlog_bytes: int = DEFAULT_BACKLOG_BYTES  # batches kept while the store refuses writes
+    refresh_every_s: float = 10.0  # how often ingest observers turn their state into values
 
     def __post_init__(self) -> None:
-        for name in ("export_every_s", "otlp_interval_s"):
+        for name in ("export_every_s", "otlp_interval_s", "refresh_every_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
         if not self.stop_grace_s >= 0 or self.backlog_bytes < 0:
@@ -145,9 +149,11 @@ class CollectorService:
     """
 
     def __init__(self, config: CollectorConfig, taps: Sequence[TapFactory] = (), *,
-                 clock: Callable[[], float] = time.time, backoff: Backoff = Backoff()):
+                 clock: Callable[[], float] = time.time, backoff: Backoff = Backoff(),
+                 observers: Sequence[IngestObserver] = ()):
         self.config = config
         self._tap_factories = tuple(taps)
+        self.observers = Observers(observers)
         self.clock = clock
         self._backoff = backoff
         self.store: TraceStore | None = None
@@ -159,6 +165,7 @@ class CollectorService:
         self._pusher = self._spans = None
         self._maintenance = Periodic(self._maintain, config.export_every_s, "kvtier-maintenance")
         self._retries = Periodic(self._retry_writes, _RETRY_EVERY_S, "kvtier-store-retry")
+        self._refresher = Periodic(self.observers.refresh, config.refresh_every_s, "kvtier-observers")
         self._writer: StoreWriter | None = None
         self._segments_error: str | None = None
         self._started = False
@@ -175,6 +182,7 @@ class CollectorService:
             self.state.observe(batch)
             if self._spans is not None:
                 self._spans.observe(batch)
+            self.observers.observe(batch)
 
     def _retry_writes(self) -> None:
         self._writer.retry()
@@ -203,6 +211,7 @@ class CollectorService:
             recommendation = (RecommendationLabels(self.config.recommendation_path)
                               if self.config.recommendation_path else (lambda: None))
             collector = KvtierCollector(self.state, sources=[self._tap_samples, self._service_samples,
+                                                         self.observers.samples,
                                                          self._crosscheck_samples],
                                         recommendation=recommendation)
             try:
@@ -232,6 +241,8 @@ class CollectorService:
             runner.start()
         self._retries.start()
         self._maintenance.start()
+        if self.observers:
+            self._refresher.start()
         self._started = True
 
     def stop(self) -> StopSummary | None:
@@ -245,6 +256,9 @@ class CollectorService:
         if self._started:
             self._retries.stop()
             self._writer.close()
+            if self.observers:
+                self._refresher.stop()
+                self.observers.finish()  # what they held back, before the last export
             self._maintenance.stop()  # its last run exports what the taps delivered
             self._started = False
         if self._pusher is not None:
@@ -290,6 +304,7 @@ class CollectorService:
 
     def _maintain(self) -> None:
         self.export_segments()
+        self.observers.export(self.config.segments_dir)
         if self.config.retention_s is not None:
             try:
                 self.store.prune(self.config.retention_s)

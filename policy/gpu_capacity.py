@@ -47,9 +47,16 @@ def recorded_gpu(reader) -> RecordedGpu | None:
     if not found or not found[0]:
         return None
     (row,), where = found
-    labels = dict(_LABEL.findall(row["labels"] or ""))
+    return published_gpu(row["labels"], where)
+
+
+def published_gpu(labels: str | None, where: str) -> RecordedGpu | None:
+    """The GPU prefix cache the labels of one ``vllm:cache_config_info`` sample describe
+    (as Prometheus writes them, ``block_size="16",num_gpu_blocks="2048",...``); ``None``
+    when they do not."""
+    named = dict(_LABEL.findall(labels or ""))
     try:
-        blocks, block_tokens = int(labels["num_gpu_blocks"]), int(labels["block_size"])
+        blocks, block_tokens = int(named["num_gpu_blocks"]), int(named["block_size"])
     except (KeyError, ValueError):
         return None
     if blocks <= NULL_BLOCKS or block_tokens < 1:

@@ -62,6 +62,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--ttft-p99-budget-s", type=float, default=2.0, help="rollback rule: p99 TTFT budget")
     parser.add_argument("--itl-p99-budget-s", type=float, default=0.1, help="rollback rule: p99 ITL budget")
     parser.add_argument("--sustained-s", type=int, default=300, help="rollback rule: how long a breach must last")
+    from kvtier.verbs.collect_curves import add_curve_arguments
+
+    add_curve_arguments(parser)  # --live-curves; the headroom keeps --ttft-p99-budget-s
 
 
 def _profiles() -> tuple[str, ...]:
@@ -199,7 +202,9 @@ def _serve(args) -> int:
     config = _config(args)
     services = []  # the hooks tap asks the store where a restarted engine stream left off
     taps, flags = _taps(args, config.instance, services)
-    service = CollectorService(config, taps)
+    from kvtier.verbs.collect_curves import curve_observers
+
+    service = CollectorService(config, taps, observers=curve_observers(args, config.instance))
     services.append(service)
     try:
         service.start()

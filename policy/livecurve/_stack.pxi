@@ -1,0 +1,256 @@
+# The live curve's stack pieces: a block table, the recency stack (exact LRU stack distances
+# over a bounded window of marks) and vLLM's file tier at one size. Included by _recency.pyx.
+
+
+cdef inline uint64_t mixed(uint64_t x) noexcept nogil:
+    # murmur3's finaliser: block hashes may be sequential ids (traces), not random bits
+    x ^= x >> 33
+    x *= 0xff51afd7ed558ccdULL
+    x ^= x >> 33
+    x *= 0xc4ceb9fe1a85ec53ULL
+    x ^= x >> 33
+    return x
+
+
+cdef class BlockTable:
+    """uint64 key -> int64 value (>= 0); open addressing, linear probing, deletion by
+    backward shift (no tombstones), doubled when 70% full."""
+    cdef uint64_t* keys
+    cdef int64_t* vals
+    cdef int64_t mask
+    cdef readonly int64_t n
+
+    def __cinit__(self, int64_t expected=1024):
+        cdef int64_t size = 1024
+        while size * 7 < expected * 10:
+            size *= 2
+        self._alloc(size)
+
+    cdef int _alloc(self, int64_t size) except -1:
+        cdef int64_t i
+        self.keys = <uint64_t*> calloc(size, sizeof(uint64_t))
+        self.vals = <int64_t*> malloc(size * sizeof(int64_t))
+        if self.keys == NULL or self.vals == NULL:
+            raise MemoryError()
+        for i in range(size):
+            self.vals[i] = EMPTY
+        self.mask = size - 1
+        self.n = 0
+        return 0
+
+    def __dealloc__(self):
+        free(self.keys)
+        free(self.vals)
+
+    cdef inline int64_t slot(self, uint64_t k) noexcept nogil:
+        cdef int64_t i = <int64_t> (mixed(k) & <uint64_t> self.mask)
+        while self.vals[i] != EMPTY and self.keys[i] != k:
+            i = (i + 1) & self.mask
+        return i
+
+    cdef inline int64_t get(self, uint64_t k) noexcept nogil:
+        return self.vals[self.slot(k)]
+
+    cdef int put(self, uint64_t k, int64_t v) except -1:
+        cdef int64_t i = self.slot(k)
+        if self.vals[i] == EMPTY:
+            self.keys[i] = k
+            self.n += 1
+            self.vals[i] = v
+            if self.n * 10 > (self.mask + 1) * 7:
+                self._grow()
+            return 0
+        self.vals[i] = v
+        return 0
+
+    cdef void delete(self, uint64_t k) noexcept nogil:
+        cdef int64_t i = self.slot(k), j, home
+        if self.vals[i] == EMPTY:
+            return
+        self.n -= 1
+        j = i
+        while True:  # shift back every later entry of the run that may sit in the hole
+            self.vals[i] = EMPTY
+            while True:
+                j = (j + 1) & self.mask
+                if self.vals[j] == EMPTY:
+                    return
+                home = <int64_t> (mixed(self.keys[j]) & <uint64_t> self.mask)
+                if (i <= j and (home <= i or home > j)) or (i > j and home <= i and home > j):
+                    break
+            self.keys[i] = self.keys[j]
+            self.vals[i] = self.vals[j]
+            i = j
+
+    cdef int _grow(self) except -1:
+        cdef uint64_t* old_keys = self.keys
+        cdef int64_t* old_vals = self.vals
+        cdef int64_t old_size = self.mask + 1, i
+        self._alloc(2 * old_size)
+        for i in range(old_size):
+            if old_vals[i] != EMPTY:
+                self.put(old_keys[i], old_vals[i])
+        free(old_keys)
+        free(old_vals)
+        return 0
+
+    cdef int64_t nbytes(self):
+        return (self.mask + 1) * (sizeof(uint64_t) + sizeof(int64_t))
+
+
+cdef class RecencyStack:
+    """The most recent ``limit`` marks of one access stream and their stack distances."""
+    cdef BlockTable table       # block -> the time of its current mark
+    cdef int* tree              # Fenwick tree over times 0..cap-1 (1-based inside)
+    cdef uint64_t* owner        # the block each time's mark belongs to
+    cdef int8_t* state          # 0: no mark, 1: a block's current mark, 2: an old copy's
+    cdef int64_t cap, top, oldest
+    cdef readonly int64_t live, limit
+
+    def __cinit__(self, int64_t limit):
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        self.limit = limit
+        self.cap = 2 * limit + 1024
+        self.table = BlockTable(limit + 1)
+        self.tree = <int*> calloc(self.cap + 1, sizeof(int))
+        self.owner = <uint64_t*> malloc(self.cap * sizeof(uint64_t))
+        self.state = <int8_t*> calloc(self.cap, sizeof(int8_t))
+        if self.tree == NULL or self.owner == NULL or self.state == NULL:
+            raise MemoryError()
+        self.top = self.oldest = self.live = 0
+
+    def __dealloc__(self):
+        free(self.tree)
+        free(self.owner)
+        free(self.state)
+
+    cdef inline void _add(self, int64_t t, int v) noexcept nogil:
+        cdef int64_t i = t + 1
+        while i <= self.cap:
+            self.tree[i] += v
+            i += i & -i
+
+    cdef inline int64_t _upto(self, int64_t t) noexcept nogil:
+        cdef int64_t i = t + 1, total = 0
+        while i > 0:
+            total += self.tree[i]
+            i -= i & -i
+        return total
+
+    cdef inline int64_t distance(self, uint64_t k) noexcept nogil:
+        cdef int64_t t = self.table.get(k)
+        if t == EMPTY:
+            return FAR
+        return self.live - self._upto(t) + 1
+
+    cdef int access(self, uint64_t k) except -1:
+        """``k`` used now: its mark moves to the top."""
+        cdef int64_t t = self.table.get(k)
+        if t != EMPTY:
+            self._add(t, -1)
+            self.state[t] = 0
+            self.live -= 1
+        return self._push(k)
+
+    cdef int copy(self, uint64_t k) except -1:
+        """``k`` written again into a fresh slot: its old copy keeps its place (and room)."""
+        cdef int64_t t = self.table.get(k)
+        if t != EMPTY:
+            self.state[t] = 2
+        return self._push(k)
+
+    cdef int _push(self, uint64_t k) except -1:
+        cdef int64_t t
+        if self.top == self.cap:
+            self._compact()
+        t = self.top
+        self.top += 1
+        self._add(t, 1)
+        self.owner[t] = k
+        self.state[t] = 1
+        self.table.put(k, t)
+        self.live += 1
+        while self.live > self.limit:  # the oldest mark misses at every size asked
+            while self.state[self.oldest] == 0:
+                self.oldest += 1
+            if self.state[self.oldest] == 1:
+                self.table.delete(self.owner[self.oldest])
+            self._add(self.oldest, -1)
+            self.state[self.oldest] = 0
+            self.live -= 1
+            self.oldest += 1
+        return 0
+
+    cdef int _compact(self) except -1:
+        cdef int64_t j = 0, t, parent
+        for t in range(self.oldest, self.top):
+            if self.state[t]:
+                self.owner[j] = self.owner[t]
+                self.state[j] = self.state[t]
+                if self.state[j] == 1:
+                    self.table.put(self.owner[j], j)
+                j += 1
+        memset(&self.state[j], 0, (self.cap - j) * sizeof(int8_t))
+        memset(self.tree, 0, (self.cap + 1) * sizeof(int))
+        for t in range(1, self.cap + 1):  # a tree of j ones, built in linear time
+            if t <= j:
+                self.tree[t] += 1
+            parent = t + (t & -t)
+            if parent <= self.cap:
+                self.tree[parent] += self.tree[t]
+        self.top, self.oldest = j, 0
+        return 0
+
+    cdef int64_t nbytes(self):
+        return self.table.nbytes() + (self.cap + 1) * sizeof(int) + self.cap * (
+            sizeof(uint64_t) + sizeof(int8_t))
+
+    def use(self, uint64_t k) -> None:
+        """:meth:`access` from Python (tests drive the stack block by block)."""
+        self.access(k)
+
+    def distance_of(self, uint64_t k):
+        """The stack distance of ``k`` (``None``: not held)."""
+        cdef int64_t d = self.distance(k)
+        return None if d == FAR else d
+
+
+cdef class FileTierFifo:
+    """vLLM's file tier at one size: it stores each block offered unless it holds it, and
+    drops the oldest store first (a hit does not refresh a file)."""
+    cdef BlockTable stored      # block -> its store number
+    cdef uint64_t* ring         # the last ``size`` blocks stored, by store number
+    cdef readonly int64_t size, count
+
+    def __cinit__(self, int64_t size):
+        if size < 1:
+            raise ValueError(f"size must be >= 1, got {size}")
+        self.size = size
+        self.count = 0
+        self.stored = BlockTable(size + 1)
+        self.ring = <uint64_t*> malloc(size * sizeof(uint64_t))
+        if self.ring == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        free(self.ring)
+
+    cdef inline bint holds(self, uint64_t k) noexcept nogil:
+        cdef int64_t t = self.stored.get(k)
+        return t != EMPTY and self.count - t <= self.size
+
+    cdef int offer(self, uint64_t k) except -1:
+        cdef int64_t slot
+        if self.holds(k):
+            return 0
+        slot = self.count % self.size
+        if self.count >= self.size and self.stored.get(self.ring[slot]) == self.count - self.size:
+            self.stored.delete(self.ring[slot])
+        self.ring[slot] = k
+        self.stored.put(k, self.count)
+        self.count += 1
+        return 0
+
+    cdef int64_t nbytes(self):
+        return self.stored.nbytes() + self.size * sizeof(uint64_t)
