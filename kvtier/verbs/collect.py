@@ -142,6 +142,17 @@ def _config(args):
         stop_grace_s=args.stop_grace_s, **({"instance": args.instance} if args.instance else {}))
 
 
+def _check_scrape_interval(interval_s: float) -> None:
+    import math
+
+    from kvtier.errors import KvtierError
+    from kvtier.probes.scrape.scraper import MIN_INTERVAL_S
+
+    if not (math.isfinite(interval_s) and interval_s >= MIN_INTERVAL_S):
+        raise KvtierError(f"--scrape-interval-s must be at least {MIN_INTERVAL_S:g} s (each "
+                          f"scrape costs the engine a render of its page), got {interval_s:g}")
+
+
 def _recommendation(path):
     """The recommendation file: parsed once now, so a broken one is an error, not silence."""
     if not path:
@@ -155,17 +166,6 @@ def _recommendation(path):
     file = Path(path)
     if not file.exists():
         print(f"kvtier collect: note: --recommendation {file} does not exist yet; it is exported "
-def _check_scrape_interval(interval_s: float) -> None:
-    import math
-
-    from kvtier.errors import KvtierError
-    from kvtier.probes.scrape.scraper import MIN_INTERVAL_S
-
-    if not (math.isfinite(interval_s) and interval_s >= MIN_INTERVAL_S):
-        raise KvtierError(f"--scrape-interval-s must be at least {MIN_INTERVAL_S:g} s (each "
-                          f"scrape costs the engine a render of its page), got {interval_s:g}")
-
-
               "once it appears", file=sys.stderr, flush=True)
         return file
     try:
@@ -340,12 +340,12 @@ def _scrape_config(value: str, instance: str, interval_s: float):
     url, sep, profile = value.rpartition("=")
     if not sep or (profile not in profiles and ("?" in url or not profile.isidentifier())):
         url, profile = value, None
+    elif profile not in profiles:
+        raise KvtierError(f"--scrape {value!r}: unknown profile {profile!r}; known: "
+                          f"{', '.join(profiles)} (or give the URL alone: the profile is then "
+                          "guessed from the page)")
     try:
         return ScrapeTapConfig(url=url, engine=profile, instance=instance, interval_s=interval_s)
     except ValueError as error:
         raise KvtierError(f"--scrape {value!r}: {error}; give e.g. "
                           "http://127.0.0.1:8000/metrics or http://127.0.0.1:8000/metrics=vllm") from None
-    elif profile not in profiles:
-        raise KvtierError(f"--scrape {value!r}: unknown profile {profile!r}; known: "
-                          f"{', '.join(profiles)} (or give the URL alone: the profile is then "
-                          "guessed from the page)")
