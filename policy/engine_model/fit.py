@@ -82,6 +82,27 @@ def fit_step_cost(steps: Sequence[StepRecord]) -> StepCost:
     return StepCost.from_coefficients(solution / scale)
 
 
+RESAMPLED_FITS = 8
+
+
+def resampled_step_costs(steps: Sequence[StepRecord], fits: int = RESAMPLED_FITS,
+                         seed: int = 0) -> tuple[StepCost, ...]:
+    """The step cost refitted on ``fits`` resamples of the steps (with replacement): how far
+    each coefficient could move on this many observations. A replay draws one per run, so a
+    cost resting on few steps (a handful that loaded promoted KV) widens the prediction's
+    interval by as much as it is uncertain; thousands of steps move it little."""
+    rng = np.random.default_rng(seed)
+    steps = list(steps)
+    out = []
+    for _ in range(fits):
+        picked = [steps[i] for i in rng.integers(0, len(steps), len(steps))]
+        try:
+            out.append(fit_step_cost(picked))
+        except ValueError:  # a resample with too few timed steps
+            continue
+    return tuple(out)
+
+
 def _kind_weights(features: np.ndarray) -> np.ndarray:
     """Per step, a weight that gives each kind of step (prefill only, decode only, both)
     the same say in the fit. Only the few steps that prefill with nothing to decode tell the
@@ -257,6 +278,7 @@ def fit_engine(records: Sequence[RequestRecord], steps: Sequence[StepRecord], jo
     if timed_steps >= MIN_STEPS:
         cost = fit_step_cost(steps)
         return replace(base, step_cost=cost, fitted_from="step_records",
+                       step_cost_draws=resampled_step_costs(steps),
                        step_noise_s=fit_step_noise_s(steps, cost, prefill=False) or
                        fit_step_noise_s(steps, cost),
                        prefill_step_noise_s=fit_step_noise_s(steps, cost, prefill=True),

@@ -38,7 +38,10 @@ class EngineModelParams:
     ``arrivals``: how the engine's traffic arrived where the model was fitted, and so how a
     prediction replays requests: ``open`` (at their recorded times) or ``closed`` (clients
     that send the next request when the last ends: ``closed_loop.py``); a promise and its
-    check replay alike."""
+    check replay alike.
+    ``step_cost_draws``: the step cost refitted on resampled steps (``fit.resampled_step_costs``);
+    each replay under a noise draw takes one of them, so the prediction's interval carries
+    how uncertain the fit is. Empty: every replay uses ``step_cost``."""
 
     step_cost: StepCost = field(default_factory=StepCost)
     limits: SchedulerLimits = field(default_factory=SchedulerLimits)
@@ -50,6 +53,7 @@ class EngineModelParams:
     prefill_step_noise_s: tuple[float, ...] = ()
     admission_delay_s: tuple[float, ...] = ()
     arrivals: str = "open"
+    step_cost_draws: tuple[StepCost, ...] = ()
 
     def __post_init__(self) -> None:
         if self.fitted_from not in FITTED_FROM:
@@ -71,7 +75,8 @@ class EngineModelParams:
                 "cpu_link": self.cpu_link.to_dict(), "cold_link": self.cold_link.to_dict(),
                 "kv_bytes_per_token": self.kv_bytes_per_token, "step_noise_s": list(self.step_noise_s),
                 "prefill_step_noise_s": list(self.prefill_step_noise_s),
-                "admission_delay_s": list(self.admission_delay_s), "arrivals": self.arrivals}
+                "admission_delay_s": list(self.admission_delay_s), "arrivals": self.arrivals,
+                "step_cost_draws": [c.to_dict() for c in self.step_cost_draws]}
 
     @classmethod
     def from_dict(cls, body: dict) -> EngineModelParams:
@@ -86,7 +91,8 @@ class EngineModelParams:
                        tuple(float(v) for v in body.get("step_noise_s", ())),
                        tuple(float(v) for v in body.get("prefill_step_noise_s", ())),
                        tuple(float(v) for v in body.get("admission_delay_s", ())),
-                       str(body.get("arrivals", "open")))
+                       str(body.get("arrivals", "open")),
+                       tuple(StepCost(**c) for c in body.get("step_cost_draws", ())))
         except (KeyError, TypeError) as error:
             raise ValueError(f"engine_model section is malformed: {error}") from None
 

@@ -98,13 +98,16 @@ class EngineReplay:
 def replay(requests: EngineRequests, params: EngineModelParams,
            rng: np.random.Generator | None = None) -> EngineReplay:
     """Run ``requests`` through the engine model (see the module doc). ``rng`` draws the
-    steps' noise (``params.step_noise_s``; default a generator seeded 0, so a replay
-    repeats)."""
+    steps' noise (``params.step_noise_s``) and, given, one of the step costs refitted on
+    resampled steps (``params.step_cost_draws``); without it a generator seeded 0 draws the
+    noise and the fitted step cost prices every step, so a replay repeats. Predictions draw
+    through ``kvtier.policy.latency.predict``."""
     n = len(requests)
     if n == 0:
         empty = np.empty(0)
         return EngineReplay(empty, empty, empty, 0)
-    run = _Run(requests, params, rng if rng is not None else np.random.default_rng(0))
+    run = _Run(requests, params, rng if rng is not None else np.random.default_rng(0),
+               resampled_cost=rng is not None)
     run.until_done()
     first, end = run.first_token_s, run.end_s
     outputs = requests.output_tokens
@@ -113,20 +116,15 @@ def replay(requests: EngineRequests, params: EngineModelParams,
     return EngineReplay(first - run.arrival_s, itl, end - run.arrival_s, run.steps)
 
 
-def replays(requests: EngineRequests, params: EngineModelParams, draws: int) -> list[EngineReplay]:
-    """``draws`` replays of ``requests``, each under its own step-noise draws (seeds 0, 1,
-    ...): what a prediction's median and interval are read from. One replay when ``params``
-    has no noise (every draw would be the same)."""
-    noisy = bool(params.step_noise_s or params.prefill_step_noise_s or params.admission_delay_s)
-    return [replay(requests, params, np.random.default_rng(seed)) for seed in range(draws if noisy else 1)]
-
-
 class _Run:
     """The mutable state of one replay: the clock, the scheduler, each request's progress."""
 
     def __init__(self, requests: EngineRequests, params: EngineModelParams,
-                 rng: np.random.Generator):
-        self.coefficients = params.step_cost.coefficients
+                 rng: np.random.Generator, resampled_cost: bool = False):
+        cost = params.step_cost
+        if params.step_cost_draws and resampled_cost:  # the fit's own uncertainty, one per run
+            cost = params.step_cost_draws[int(rng.integers(len(params.step_cost_draws)))]
+        self.coefficients = cost.coefficients
         self.noise_s, self.rng = np.asarray(params.step_noise_s, dtype=float), rng
         prefill_noise = params.prefill_step_noise_s or params.step_noise_s
         self.prefill_noise_s = np.asarray(prefill_noise, dtype=float)

@@ -38,6 +38,7 @@ class LatencyChoice:
     model: object | None
     why: str
     flag: str | None = None  # a model that missed its held-out check, in words
+    thin: tuple[str, ...] = ()  # costs resting on few observations (their draws widen intervals)
 
     @property
     def promises(self) -> bool:
@@ -119,5 +120,10 @@ def choose_for(costs, params: CostParams | None = None, servers: int = 1) -> Lat
     if costs.cost_params:
         params = measured_cost_params({"probe": "calibrate", "cost_params": costs.cost_params},
                                       base=params)
+    from dataclasses import replace
+
+    from kvtier.policy.latency.calibration import thin
+
     measured = costs.promotion_measured() if costs.costs else True
-    return choose(params, costs.engine, costs.held_out, servers, measured)
+    return replace(choose(params, costs.engine, costs.held_out, servers, measured),
+                   thin=tuple(thin(costs.costs)))

@@ -93,7 +93,8 @@ class StepModel:
     @property
     def noisy(self) -> bool:
         p = self.params
-        return bool(p.step_noise_s or p.prefill_step_noise_s or p.admission_delay_s)
+        return bool(p.step_noise_s or p.prefill_step_noise_s or p.admission_delay_s
+                    or p.step_cost_draws)
 
     def ttft_s(self, requests: EngineRequests, rng: np.random.Generator) -> np.ndarray:
         return self.replay(requests, rng).ttft_s

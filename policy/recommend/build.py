@@ -213,10 +213,10 @@ def latency_model(inputs: Inputs, params: CostParams, servers: int):
     if isinstance(model, QueueModel) and inputs.prefill_servers is None:
         model = dataclasses.replace(model, servers=servers)
     if model is None:
-        return None, LatencyCard(None, choice.why, flag=choice.flag)
+        return None, LatencyCard(None, choice.why, flag=choice.flag, thin=choice.thin)
     return model, LatencyCard(model.name, choice.why, predict.STATISTIC,
                               predict.DRAWS if model.noisy else 1, predict.RESAMPLES,
-                              model.arrivals, flag=choice.flag)
+                              model.arrivals, flag=choice.flag, thin=choice.thin)
 
 
 def as_served(split: Split) -> Replayed | None:

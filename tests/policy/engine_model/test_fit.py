@@ -227,3 +227,43 @@ def test_the_decode_fast_path_equals_stepping_one_decode_step_at_a_time(monkeypa
         assert fast.steps == slow.steps
         for name in ("ttft_s", "itl_s", "e2e_s"):
             assert np.allclose(getattr(fast, name), getattr(slow, name), rtol=1e-9, equal_nan=True), name
+
+
+def _load_steps(loading: int, rng) -> list[StepRecord]:
+    """300 decode steps (4 ms, +-1 ms) and ``loading`` steps that load 1 MiB each, at 2 ms a
+    MiB on top, with the same noise."""
+    steps, t = [], 0.0
+    for i in range(300 + loading):
+        loaded = (1 << 20) if i % (300 // max(loading, 1) + 1) == 0 and loading else 0
+        duration = 0.004 + 2e-9 * loaded + rng.uniform(-0.001, 0.001)
+        steps.append(StepRecord(t, i, duration, 0, 0, 0, 2, 400, running_requests=2,
+                                loaded_bytes=loaded))
+        t += duration
+    return steps
+
+
+def test_a_cost_fitted_on_few_steps_widens_the_prediction_interval():
+    """The step cost refitted on resampled steps travels with the fit; a replay takes one
+    per run. Fitted on 3 steps that loaded, a promotion's cost is uncertain, and the TTFT
+    interval of requests that promote is wider than fitted on 60 such steps."""
+    from kvtier.policy.engine_model.fit import resampled_step_costs
+    from kvtier.policy.latency import predict
+    from kvtier.policy.latency.models import StepModel
+
+    rng = np.random.default_rng(3)
+    n = 80
+    promoting = EngineRequests(np.arange(n) * 0.05, np.full(n, 512), np.full(n, 2),
+                               np.zeros(n, dtype=np.int64), np.full(n, 480), np.zeros(n, dtype=np.int64),
+                               np.full(n, 32))
+    widths = {}
+    for loading in (3, 60):
+        steps = _load_steps(loading, rng)
+        cost = fit_step_cost(steps)
+        draws = resampled_step_costs(steps)
+        assert len(draws) == 8 and all(d != cost for d in draws)
+        params = EngineModelParams(cost, SchedulerLimits(4, promotions="load_step"),
+                                   kv_bytes_per_token=2048, step_cost_draws=draws)
+        samples = predict.draw(StepModel(params), promoting)
+        (p50, *_) = predict.levels(samples, np.random.default_rng(0))
+        widths[loading] = (p50.high - p50.low) / p50.predicted
+    assert widths[3] > 2 * widths[60]
