@@ -59,28 +59,33 @@ def engine_records(store: TraceStore, tier_config_id: str) -> list[RequestRecord
 
 
 def calibrate_phase(store: TraceStore, tier_config_id: str, gpu_blocks: int, out: Path, *,
-                    bytes_per_token: int, loaded_byte_s: float = 0.0
+                    bytes_per_token: int, loaded_byte_s: float = 0.0, canary_steps: int = 0
                     ) -> tuple[EngineModelParams, int, int]:
     """The engine model fitted on one phase's requests and steps (the engine's GPU holding
     ``gpu_blocks`` KV blocks of ``bytes_per_token`` a token), written to ``out`` as a
     ``--cost-params`` file; the parameters, the requests and the steps fitted on. A GPU-only
-    phase promotes nothing: ``loaded_byte_s`` (:func:`promotion_cost`) prices its loads.
+    phase promotes nothing: ``loaded_byte_s`` (:func:`promotion_cost`, measured on
+    ``canary_steps`` promoting steps) prices its loads, in the fit and in each resampled one.
     ``ValueError`` when the phase has too few requests or steps."""
-    from kvtier.policy.engine_model.fit import fit_engine, fit_limits
+    from kvtier.policy.engine_model.fit import fit_engine
+    from kvtier.policy.latency.calibration import cost_evidence, limits_for
+    from kvtier.policy.latency.costfile import CostEvidence, CostFile, write_cost_file
 
     # the phase's requests, and its steps from the first arrival to the last end
     inputs = calibration_inputs(store, engine=ENGINE, tier_config=tier_config_id)
     records, steps = list(inputs.requests), list(inputs.steps)
-    # the reference engine's rules: a first token right after its own prefill, promotions
-    # copied inside the step that admits the request
-    limits = fit_limits(records, steps, first_token="own_prefill", kv_blocks=gpu_blocks,
-                        promotions="in_step")
+    limits = limits_for((ENGINE,), records, steps, kv_blocks=gpu_blocks)  # the engine's own rules
     params = fit_engine(records, steps, [], limits=limits, bytes_per_token=bytes_per_token)
+    evidence = cost_evidence(records, steps, [], None, params)
     if loaded_byte_s > params.step_cost.loaded_byte_s:
-        params = replace(params, step_cost=replace(params.step_cost, loaded_byte_s=loaded_byte_s))
-    body = {"probe": "kvtier demo", "cost_params": {}, SECTION: params.to_dict()}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    json_text.write(out, body)
+        priced = lambda cost: replace(cost, loaded_byte_s=loaded_byte_s)  # noqa: E731
+        params = replace(params, step_cost=priced(params.step_cost),
+                         step_cost_draws=tuple(map(priced, params.step_cost_draws)))
+        evidence = tuple(e for e in evidence if e.name != "step.loaded_byte_s") + (CostEvidence(
+            "step.loaded_byte_s", loaded_byte_s, "measured", canary_steps,
+            "a canary engine with a CPU tier: its promoting steps"),)
+    write_cost_file(out, CostFile(engine=params, costs=evidence, written_by="kvtier demo",
+                                  kv_bytes_per_token=bytes_per_token))
     return params, len(records), len(steps)
 
 

@@ -119,7 +119,8 @@ def _calibrate(store, baseline: str, act, out: Path, say):
     try:
         params, requests, steps = calibrate_phase(
             store, baseline, act.gpu_blocks, out / ENGINE_MODEL,
-            bytes_per_token=config.block_bytes // config.block_size_tokens, loaded_byte_s=loaded_byte_s)
+            bytes_per_token=config.block_bytes // config.block_size_tokens, loaded_byte_s=loaded_byte_s,
+            canary_steps=promoting)
     except ValueError as error:
         say(f"  the engine model is not calibrated ({error}); TTFT is priced by the queue model")
         return None

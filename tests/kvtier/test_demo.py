@@ -63,7 +63,49 @@ def test_the_summary_states_what_the_cpu_phase_measured(demo):
         [base_served * 100, cpu_served * 100, base_p50, cpu_p50], abs=0.051)
     assert cpu_served > base_served + 0.2  # the CPU tier visibly serves what the GPU could not
     assert cpu_p50 < base_p50
-    assert re.search(r"expected by replay .*TTFT p50 [-+][\d.]+ ms \[[-+][\d.]+, [-+][\d.]+\]", summary)
+    assert re.search(r"expected on the later requests against the GPU tier alone \(the engine model, "
+                     r"period percentiles.*TTFT p50 [-+][\d.]+ ms \[[-+][\d.]+, [-+][\d.]+\], "
+                     r"measured [-+][\d.]+ ms \((inside|OUTSIDE)\)", summary)
+
+
+PROMISE = re.compile(r"([\d.-]+) \[([\d.-]+), ([\d.-]+)\] / ([\d.-]+) (inside|OUTSIDE)")
+
+
+def test_the_recommendations_own_promise_is_shown_beside_the_same_later_requests(demo):
+    """The promise recommendation.json holds (GPU tier alone, the recommended CPU tier, the
+    change) against what the engine measured on the same later share of each phase."""
+    out, stdout, _ = demo
+    from kvtier.collector.store import TraceStore
+
+    rec = from_json(json.loads((out / "recommendation" / "recommendation.json").read_text()))
+    ev = rec.evidence
+    assert ev.latency_model.model == "engine" and ev.latency_model.arrivals == "closed"
+    share = ev.train_requests / (ev.train_requests + ev.evaluated_requests)
+    rows = {m.group(1): PROMISE.findall(m.group(2)) for m in re.finditer(
+        r"^    (ttft_p\d\d) +(.*)\(levels predicted/measured", stdout, re.M)}
+    assert set(rows) == {"ttft_p50", "ttft_p95", "ttft_p99"}
+    with TraceStore(out / "kvtier.duckdb") as store:
+        def later(config):
+            ttft = [r["ttft_s"] for r in store.query(
+                "SELECT ttft_s FROM requests_with_origin WHERE engine = 'reference' AND "
+                "tier_config_id = ? ORDER BY arrival_s", [config]).to_pylist()]
+            return np.array(ttft[int(len(ttft) * share):])
+
+        base, cand = later("agentic/gpu-only"), later("agentic/gpu+cpu")
+    by = {c.metric: c for c in ev.expected_vs_gpu_only}
+    for name, cells in rows.items():
+        q = int(name[-2:])
+        change = by[f"{name}_s"]
+        (bp, bl, bh, bm, _), (cp, cl, ch, cm, _), (dp, dl, dh, dm, dv) = cells
+        assert float(bp) == pytest.approx(change.baseline * 1e3, abs=0.051)
+        assert float(cp) == pytest.approx(change.candidate * 1e3, abs=0.051)
+        assert float(dl) == pytest.approx(change.low * 1e3, abs=0.051)
+        assert float(bm) == pytest.approx(np.percentile(base, q) * 1e3, abs=0.051)
+        assert float(cm) == pytest.approx(np.percentile(cand, q) * 1e3, abs=0.051)
+        assert float(bl) <= float(bp) <= float(bh) and float(cl) <= float(cp) <= float(ch)
+        # the promise's levels hold this engine to its scale on a host the suite loads
+        for predicted, measured in ((bp, bm), (cp, cm)):
+            assert 0.5 <= float(predicted) / float(measured) <= 2.0, (name, cells)
 
 
 CELL = re.compile(r"([\d.]+) ms \[([\d.]+), ([\d.]+)\] / ([\d.]+) ms \(([\d.]+), (inside|outside)\)")
