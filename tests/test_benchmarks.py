@@ -49,7 +49,8 @@ def benchmarks() -> list:
 
 
 def test_the_benchmarks_are_found():
-    assert {p.values[0].stem for p in benchmarks()} >= {"ingest", "dashboard", "simulate"}
+    assert {p.values[0].stem for p in benchmarks()} >= {"ingest", "dashboard", "simulate",
+                                                         "live_curves"}
 
 
 @pytest.mark.parametrize("path", benchmarks())

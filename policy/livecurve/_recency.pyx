@@ -29,7 +29,7 @@ Each request is looked up against the state before it, then applied, as the simu
 """
 
 from libc.stdint cimport int8_t, int64_t, uint64_t
-from libc.stdlib cimport calloc, free, malloc, qsort
+from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memset
 
 import numpy as np
@@ -72,6 +72,8 @@ cdef class LiveKernel:
     cdef int64_t* positions
     cdef uint64_t* keys
     cdef uint64_t* stored
+    cdef int64_t* nodes
+    cdef int64_t* slots
     cdef Py_ssize_t room
 
     def __cinit__(self, int semantics, int64_t gpu_blocks, int64_t track_blocks,
@@ -102,6 +104,8 @@ cdef class LiveKernel:
         self.positions = NULL
         self.keys = NULL
         self.stored = NULL
+        self.nodes = NULL
+        self.slots = NULL
 
     def __dealloc__(self):
         free(self.edges)
@@ -110,6 +114,8 @@ cdef class LiveKernel:
         free(self.positions)
         free(self.keys)
         free(self.stored)
+        free(self.nodes)
+        free(self.slots)
 
     @property
     def bins(self) -> int:
@@ -118,7 +124,7 @@ cdef class LiveKernel:
     def nbytes(self) -> int:
         """Bytes the kernel holds (its tables, trees and simulated tiers)."""
         cdef VllmCpuTier tier
-        total = self.main.nbytes() + self.gpu.nbytes() + self.n_edges * 8 + self.room * 26
+        total = self.main.nbytes() + self.gpu.nbytes() + self.n_edges * 8 + self.room * 42
         for tier in self.tiers:
             total += tier.nbytes()
         return total
@@ -149,13 +155,17 @@ cdef class LiveKernel:
             free(self.positions)
             free(self.keys)
             free(self.stored)
+            free(self.nodes)
+            free(self.slots)
             self.room = max(n, 2 * self.room, 256)
             self.cached = <int8_t*> malloc(self.room * sizeof(int8_t))
             self.marks = <int8_t*> malloc(self.room * sizeof(int8_t))
             self.positions = <int64_t*> malloc(self.room * sizeof(int64_t))
             self.keys = <uint64_t*> malloc(self.room * sizeof(uint64_t))
             self.stored = <uint64_t*> malloc(self.room * sizeof(uint64_t))
-            if self.cached == NULL or self.marks == NULL or self.positions == NULL or self.keys == NULL or self.stored == NULL:
+            self.nodes = <int64_t*> malloc(self.room * sizeof(int64_t))
+            self.slots = <int64_t*> malloc(self.room * sizeof(int64_t))
+            if self.nodes == NULL or self.slots == NULL or self.cached == NULL or self.marks == NULL or self.positions == NULL or self.keys == NULL or self.stored == NULL:
                 raise MemoryError()
         return 0
 
@@ -245,7 +255,7 @@ cdef class LiveKernel:
         for k in range(len(self.tiers)):
             tier = <VllmCpuTier> self.tiers[k]
             tier_hits[k] += tier.serve(h, g, cacheable, prompt, bt, self.marks, self.positions,
-                                       self.keys, self.stored)
+                                       self.keys, self.stored, self.nodes, self.slots)
         if g == cacheable or self.main.distance(h[g]) == FAR:
             first = 0  # it loads nothing at the largest size: its GPU hits are offered too
         else:

@@ -1,5 +1,15 @@
 # The live curve's stack pieces: a block table, the recency stack (exact LRU stack distances
 # over a bounded window of marks) and vLLM's file tier at one size. Included by _recency.pyx.
+# Each grows with the blocks it holds, up to its limit: memory follows the traffic seen.
+
+cdef int64_t FIRST_ROOM = 4096
+
+
+cdef void* grown(void* p, int64_t count, size_t size) except NULL:
+    cdef void* q = realloc(p, count * size)
+    if q == NULL:
+        raise MemoryError()
+    return q
 
 
 cdef inline uint64_t mixed(uint64_t x) noexcept nogil:
@@ -12,11 +22,16 @@ cdef inline uint64_t mixed(uint64_t x) noexcept nogil:
     return x
 
 
+cdef struct Entry:
+    uint64_t key
+    int64_t val    # EMPTY: a free slot
+
+
 cdef class BlockTable:
-    """uint64 key -> int64 value (>= 0); open addressing, linear probing, deletion by
-    backward shift (no tombstones), doubled when 70% full."""
-    cdef uint64_t* keys
-    cdef int64_t* vals
+    """uint64 key -> int64 value (>= 0); open addressing, linear probing over key-value
+    pairs (one cache line a probe), deletion by backward shift (no tombstones), doubled when
+    70% full."""
+    cdef Entry* slots
     cdef int64_t mask
     cdef readonly int64_t n
 
@@ -28,74 +43,69 @@ cdef class BlockTable:
 
     cdef int _alloc(self, int64_t size) except -1:
         cdef int64_t i
-        self.keys = <uint64_t*> calloc(size, sizeof(uint64_t))
-        self.vals = <int64_t*> malloc(size * sizeof(int64_t))
-        if self.keys == NULL or self.vals == NULL:
+        self.slots = <Entry*> malloc(size * sizeof(Entry))
+        if self.slots == NULL:
             raise MemoryError()
         for i in range(size):
-            self.vals[i] = EMPTY
+            self.slots[i].val = EMPTY
         self.mask = size - 1
         self.n = 0
         return 0
 
     def __dealloc__(self):
-        free(self.keys)
-        free(self.vals)
+        free(self.slots)
 
     cdef inline int64_t slot(self, uint64_t k) noexcept nogil:
         cdef int64_t i = <int64_t> (mixed(k) & <uint64_t> self.mask)
-        while self.vals[i] != EMPTY and self.keys[i] != k:
+        while self.slots[i].val != EMPTY and self.slots[i].key != k:
             i = (i + 1) & self.mask
         return i
 
     cdef inline int64_t get(self, uint64_t k) noexcept nogil:
-        return self.vals[self.slot(k)]
+        return self.slots[self.slot(k)].val
 
     cdef int put(self, uint64_t k, int64_t v) except -1:
         cdef int64_t i = self.slot(k)
-        if self.vals[i] == EMPTY:
-            self.keys[i] = k
+        if self.slots[i].val == EMPTY:
+            self.slots[i].key = k
             self.n += 1
-            self.vals[i] = v
+            self.slots[i].val = v
             if self.n * 10 > (self.mask + 1) * 7:
                 self._grow()
             return 0
-        self.vals[i] = v
+        self.slots[i].val = v
         return 0
 
     cdef void delete(self, uint64_t k) noexcept nogil:
         cdef int64_t i = self.slot(k), j, home
-        if self.vals[i] == EMPTY:
+        if self.slots[i].val == EMPTY:
             return
         self.n -= 1
         j = i
         while True:  # shift back every later entry of the run that may sit in the hole
-            self.vals[i] = EMPTY
+            self.slots[i].val = EMPTY
             while True:
                 j = (j + 1) & self.mask
-                if self.vals[j] == EMPTY:
+                if self.slots[j].val == EMPTY:
                     return
-                home = <int64_t> (mixed(self.keys[j]) & <uint64_t> self.mask)
+                home = <int64_t> (mixed(self.slots[j].key) & <uint64_t> self.mask)
                 if (i <= j and (home <= i or home > j)) or (i > j and home <= i and home > j):
                     break
-            self.keys[i] = self.keys[j]
-            self.vals[i] = self.vals[j]
+            self.slots[i] = self.slots[j]
             i = j
 
     cdef int _grow(self) except -1:
-        cdef uint64_t* old_keys = self.keys
-        cdef int64_t* old_vals = self.vals
+        cdef Entry* old = self.slots
         cdef int64_t old_size = self.mask + 1, i
         self._alloc(2 * old_size)
         for i in range(old_size):
-            if old_vals[i] != EMPTY:
-                self.put(old_keys[i], old_vals[i])
-        free(old_keys)
-        free(old_vals)
+            if old[i].val != EMPTY:
+                self.put(old[i].key, old[i].val)
+        free(old)
         return 0
 
     cdef int64_t nbytes(self):
-        return (self.mask + 1) * (sizeof(uint64_t) + sizeof(int64_t))
+        return (self.mask + 1) * sizeof(Entry)
 
 
 cdef class RecencyStack:
@@ -104,15 +114,16 @@ cdef class RecencyStack:
     cdef int* tree              # Fenwick tree over times 0..cap-1 (1-based inside)
     cdef uint64_t* owner        # the block each time's mark belongs to
     cdef int8_t* state          # 0: no mark, 1: a block's current mark, 2: an old copy's
-    cdef int64_t cap, top, oldest
+    cdef int64_t cap, most, top, oldest
     cdef readonly int64_t live, limit
 
     def __cinit__(self, int64_t limit):
         if limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
         self.limit = limit
-        self.cap = 2 * limit + 1024
-        self.table = BlockTable(limit + 1)
+        self.most = 2 * limit + 1024  # the time line's length at most: room to compact into
+        self.cap = min(self.most, FIRST_ROOM)
+        self.table = BlockTable(min(limit, FIRST_ROOM))
         self.tree = <int*> calloc(self.cap + 1, sizeof(int))
         self.owner = <uint64_t*> malloc(self.cap * sizeof(uint64_t))
         self.state = <int8_t*> calloc(self.cap, sizeof(int8_t))
@@ -183,7 +194,13 @@ cdef class RecencyStack:
         return 0
 
     cdef int _compact(self) except -1:
+        """Renumber the live marks from 0; first a longer time line when they fill half."""
         cdef int64_t j = 0, t, parent
+        if 2 * self.live > self.cap and self.cap < self.most:
+            self.cap = min(2 * self.cap, self.most)
+            self.tree = <int*> grown(self.tree, self.cap + 1, sizeof(int))
+            self.owner = <uint64_t*> grown(self.owner, self.cap, sizeof(uint64_t))
+            self.state = <int8_t*> grown(self.state, self.cap, sizeof(int8_t))
         for t in range(self.oldest, self.top):
             if self.state[t]:
                 self.owner[j] = self.owner[t]
@@ -221,6 +238,7 @@ cdef class FileTierFifo:
     drops the oldest store first (a hit does not refresh a file)."""
     cdef BlockTable stored      # block -> its store number
     cdef uint64_t* ring         # the last ``size`` blocks stored, by store number
+    cdef int64_t room           # the ring's length so far (it grows to ``size``)
     cdef readonly int64_t size, count
 
     def __cinit__(self, int64_t size):
@@ -228,8 +246,9 @@ cdef class FileTierFifo:
             raise ValueError(f"size must be >= 1, got {size}")
         self.size = size
         self.count = 0
-        self.stored = BlockTable(size + 1)
-        self.ring = <uint64_t*> malloc(size * sizeof(uint64_t))
+        self.room = min(size, FIRST_ROOM)
+        self.stored = BlockTable(self.room)
+        self.ring = <uint64_t*> malloc(self.room * sizeof(uint64_t))
         if self.ring == NULL:
             raise MemoryError()
 
@@ -244,6 +263,9 @@ cdef class FileTierFifo:
         cdef int64_t slot
         if self.holds(k):
             return 0
+        if self.count == self.room and self.room < self.size:  # still filling: no wrap yet
+            self.room = min(2 * self.room, self.size)
+            self.ring = <uint64_t*> grown(self.ring, self.room, sizeof(uint64_t))
         slot = self.count % self.size
         if self.count >= self.size and self.stored.get(self.ring[slot]) == self.count - self.size:
             self.stored.delete(self.ring[slot])
@@ -253,4 +275,4 @@ cdef class FileTierFifo:
         return 0
 
     cdef int64_t nbytes(self):
-        return self.stored.nbytes() + self.size * sizeof(uint64_t)
+        return self.stored.nbytes() + self.room * sizeof(uint64_t)

@@ -12,17 +12,6 @@
 # own simulation.
 
 
-cdef struct Ranked:
-    int64_t pos
-    int64_t node
-
-
-cdef int by_position_desc(const void* a, const void* b) noexcept nogil:
-    cdef int64_t x = (<Ranked*> a).pos
-    cdef int64_t y = (<Ranked*> b).pos
-    return (x < y) - (x > y)
-
-
 cdef class VllmCpuTier:
     """vLLM's CPU tier (LRU) of ``capacity`` blocks, with an optional file tier."""
     cdef BlockTable where       # block -> its node
@@ -35,38 +24,42 @@ cdef class VllmCpuTier:
     cdef int64_t* spare         # free nodes
     cdef int64_t* running       # this request's nodes
     cdef int64_t* scratch
-    cdef Ranked* ranked
-    cdef int64_t head, tail, n_spare, n_running
+    cdef int64_t head, tail, n_spare, n_running, nodes
     cdef readonly int64_t capacity, size
     cdef readonly FileTierFifo files
 
     def __cinit__(self, int64_t capacity, int64_t file_blocks=0):
-        cdef int64_t i
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.capacity = capacity
-        self.size = 0
-        self.where = BlockTable(capacity + 1)
-        self.key = <uint64_t*> malloc(capacity * sizeof(uint64_t))
-        self.prev = <int64_t*> malloc(capacity * sizeof(int64_t))
-        self.nxt = <int64_t*> malloc(capacity * sizeof(int64_t))
-        self.pos = <int64_t*> malloc(capacity * sizeof(int64_t))
-        self.state = <int8_t*> calloc(capacity, sizeof(int8_t))
-        self.guard = <int8_t*> calloc(capacity, sizeof(int8_t))
-        self.spare = <int64_t*> malloc(capacity * sizeof(int64_t))
-        self.running = <int64_t*> malloc(capacity * sizeof(int64_t))
-        self.scratch = <int64_t*> malloc(capacity * sizeof(int64_t))
-        self.ranked = <Ranked*> malloc(capacity * sizeof(Ranked))
-        if (self.ranked == NULL or self.key == NULL or self.prev == NULL or self.nxt == NULL or self.pos == NULL
-                or self.state == NULL or self.guard == NULL or self.spare == NULL
-                or self.running == NULL or self.scratch == NULL):
-            raise MemoryError()
-        for i in range(capacity):
-            self.spare[i] = capacity - 1 - i
-        self.n_spare = capacity
-        self.n_running = 0
+        self.size = self.nodes = self.n_spare = self.n_running = 0
+        self.where = BlockTable(min(capacity, FIRST_ROOM))
+        self.key = NULL
+        self.prev = self.nxt = self.pos = self.spare = self.running = self.scratch = NULL
+        self.state = self.guard = NULL
+        self._grow()
         self.head = self.tail = -1
         self.files = FileTierFifo(file_blocks) if file_blocks > 0 else None
+
+    cdef int _grow(self) except -1:
+        """More nodes (twice as many, up to ``capacity``): memory follows the blocks held."""
+        cdef int64_t old = self.nodes, i
+        self.nodes = min(self.capacity, max(FIRST_ROOM, 2 * old))
+        self.key = <uint64_t*> grown(self.key, self.nodes, sizeof(uint64_t))
+        self.prev = <int64_t*> grown(self.prev, self.nodes, sizeof(int64_t))
+        self.nxt = <int64_t*> grown(self.nxt, self.nodes, sizeof(int64_t))
+        self.pos = <int64_t*> grown(self.pos, self.nodes, sizeof(int64_t))
+        self.state = <int8_t*> grown(self.state, self.nodes, sizeof(int8_t))
+        self.guard = <int8_t*> grown(self.guard, self.nodes, sizeof(int8_t))
+        self.spare = <int64_t*> grown(self.spare, self.nodes, sizeof(int64_t))
+        self.running = <int64_t*> grown(self.running, self.nodes, sizeof(int64_t))
+        self.scratch = <int64_t*> grown(self.scratch, self.nodes, sizeof(int64_t))
+        for i in range(self.nodes - 1, old - 1, -1):
+            self.state[i] = 0
+            self.guard[i] = 0
+            self.spare[self.n_spare] = i
+            self.n_spare += 1
+        return 0
 
     def __dealloc__(self):
         free(self.key)
@@ -78,10 +71,9 @@ cdef class VllmCpuTier:
         free(self.spare)
         free(self.running)
         free(self.scratch)
-        free(self.ranked)
 
     cdef int64_t nbytes(self):
-        cdef int64_t total = self.where.nbytes() + self.capacity * (8 * 9 + 2)
+        cdef int64_t total = self.where.nbytes() + self.nodes * (8 * 7 + 2)
         if self.files is not None:
             total += self.files.nbytes()
         return total
@@ -108,8 +100,8 @@ cdef class VllmCpuTier:
             self.nxt[self.tail] = n
         self.tail = n
 
-    cdef void touch(self, uint64_t k, int64_t position) noexcept nogil:
-        cdef int64_t n = self.where.get(k)
+    cdef inline void touch(self, int64_t n, int64_t position) noexcept nogil:
+        """Node ``n`` reused by this request (a finished block becomes this request's)."""
         if n != EMPTY and self.state[n] == 1:
             self._unlink(n)
             self.state[n] = 2
@@ -118,16 +110,16 @@ cdef class VllmCpuTier:
             self.n_running += 1
 
     cdef int64_t store(self, const uint64_t* h, const int64_t* positions, int64_t m,
-                       uint64_t* stored) except -1:
+                       uint64_t* stored, int64_t* nodes) except -1:
         """vLLM's prepare_store of blocks ``h`` (at ``positions``): those held are reuses, the
         rest are stored if room can be made for all of them (victims: the finished list from
         its oldest, then this request's other blocks, tail first), else none is. Returns how
-        many were stored, into ``stored``."""
+        many were stored, into ``stored``; ``nodes`` is scratch of ``m``."""
         cdef int64_t i, n, need, found = 0, new = 0, m2
         for i in range(m):
-            n = self.where.get(h[i])
+            n = nodes[i] = self.where.get(h[i])
             if n != EMPTY:
-                self.touch(h[i], positions[i])
+                self.touch(n, positions[i])
                 self.guard[n] = 1
             else:
                 new += 1
@@ -135,9 +127,8 @@ cdef class VllmCpuTier:
         if need > 0:
             found = self._victims(need)
         for i in range(m):
-            n = self.where.get(h[i])
-            if n != EMPTY:
-                self.guard[n] = 0
+            if nodes[i] != EMPTY:
+                self.guard[nodes[i]] = 0
         if need > 0 and found < need:  # no room for all: vLLM stores none of them
             for i in range(found):
                 if self.state[self.scratch[i]] == 3:
@@ -154,7 +145,9 @@ cdef class VllmCpuTier:
             self.n_running = m2
         new = 0
         for i in range(m):
-            if self.where.get(h[i]) == EMPTY:
+            if nodes[i] == EMPTY:
+                if self.n_spare == 0:
+                    self._grow()
                 n = self.spare[self.n_spare - 1]
                 self.n_spare -= 1
                 self.key[n] = h[i]
@@ -197,30 +190,36 @@ cdef class VllmCpuTier:
         self.n_spare += 1
         self.size -= 1
 
-    cdef void finish(self) noexcept nogil:
-        """The request's blocks join the finished list tail first (block 0 the newest)."""
-        cdef int64_t i, n
+    cdef void finish(self, int64_t* slots, Py_ssize_t cacheable) noexcept nogil:
+        """The request's blocks join the finished list tail first (block 0 the newest);
+        ``slots`` is scratch of ``cacheable`` (every position is below it)."""
+        cdef Py_ssize_t i
+        cdef int64_t n
+        for i in range(cacheable):
+            slots[i] = -1
         for i in range(self.n_running):
-            self.ranked[i].pos = self.pos[self.running[i]]
-            self.ranked[i].node = self.running[i]
-        qsort(self.ranked, self.n_running, sizeof(Ranked), by_position_desc)
-        for i in range(self.n_running):
-            n = self.ranked[i].node
-            if self.state[n] == 2:
+            n = self.running[i]
+            slots[self.pos[n]] = n
+        for i in range(cacheable - 1, -1, -1):
+            n = slots[i]
+            if n >= 0 and self.state[n] == 2:
                 self.state[n] = 1
                 self._append(n)
         self.n_running = 0
 
     cdef int64_t serve(self, const uint64_t* h, Py_ssize_t g, Py_ssize_t cacheable,
                        int64_t prompt, int64_t bt, int8_t* marks, int64_t* positions,
-                       uint64_t* keys, uint64_t* stored) except -1:
+                       uint64_t* keys, uint64_t* stored, int64_t* nodes,
+                       int64_t* slots) except -1:
         """One request past its ``g`` GPU hits; returns the prompt tokens the CPU and file
-        tiers serve. ``marks``/``positions``/``keys``/``stored``: scratch of ``cacheable``."""
+        tiers serve. The pointers are scratch of ``cacheable`` entries."""
         cdef Py_ssize_t nf = g, i, m = 0
-        cdef int64_t served = 0, count
+        cdef int64_t served = 0, count, n
         cdef FileTierFifo files = self.files
         while nf < cacheable:  # the lookup: 0 a CPU hit, 1 a file hit
-            if self.holds(h[nf]):
+            n = self.where.get(h[nf])
+            slots[nf] = n
+            if n != EMPTY:
                 marks[nf - g] = 0
             elif files is not None and files.holds(h[nf]):
                 marks[nf - g] = 1
@@ -231,11 +230,13 @@ cdef class VllmCpuTier:
         for i in range(g, nf):  # file hits staged in order; what the CPU then holds loads
             if marks[i - g] == 1:
                 positions[0] = i
-                self.store(&h[i], positions, 1, stored)
-            marks[i - g] = 2 if self.holds(h[i]) else 3
+                self.store(&h[i], positions, 1, stored, nodes)
+                slots[i] = self.where.get(h[i])
+            n = slots[i]
+            marks[i - g] = 2 if n != EMPTY and self.state[n] != 0 and self.key[n] == h[i] else 3
         for i in range(g, nf):  # loads are touched after the staging (it may evict them)
             if marks[i - g] == 2:
-                self.touch(h[i], i)
+                self.touch(slots[i], i)
         if nf == g:  # loaded nothing: the prompt is offered from its first block
             for i in range(g):
                 keys[m] = h[i]
@@ -246,9 +247,9 @@ cdef class VllmCpuTier:
             positions[m] = i
             m += 1
         if m:
-            count = self.store(keys, positions, m, stored)
+            count = self.store(keys, positions, m, stored, nodes)
             if files is not None:
                 for i in range(count):
                     files.offer(stored[i])
-        self.finish()
+        self.finish(slots, cacheable)
         return served

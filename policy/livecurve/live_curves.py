@@ -50,6 +50,7 @@ from kvtier.policy.livecurve.request_stream import ArrivalOrder, LookupBuffer, r
 from kvtier.policy.livecurve.window_values import instance_values
 
 log = logging.getLogger(__name__)
+KV_BYTES_ENOUGH_TOKENS = 1 << 20  # the KV bytes per token are read off this many tokens' events
 NO_GPU = ("no GPU size yet: give kvtier collect --curve-gpu-tokens (or NAME=TOKENS), or "
           "--scrape the engine's /metrics (vLLM publishes vllm:cache_config_info)")
 
@@ -131,8 +132,9 @@ class LiveCurves:
 
     def _note_kv_bytes(self, key: tuple[str, str], batch: EventBatch) -> None:
         table = batch.block_events
-        if table.num_rows == 0:
-            return
+        seen = self._kv_bytes.get(key)
+        if table.num_rows == 0 or (seen is not None and seen[1] >= KV_BYTES_ENOUGH_TOKENS):
+            return  # an engine's KV geometry does not change while it serves
         size, tokens = table.column("size_bytes"), table.column("tokens")
         both = pc.and_(pc.is_valid(size), pc.is_valid(tokens))
         total_tokens = pc.sum(pc.filter(tokens, both)).as_py() or 0

@@ -194,8 +194,14 @@ class ArrivalOrder:
         if self._oldest_s > cut:
             return Requests.empty()
         held = Requests.concat(self._parts)
-        ordered = held.take(np.argsort(held.arrival_s, kind="stable"))
+        if np.all(held.arrival_s[1:] >= held.arrival_s[:-1]):
+            ordered = held  # already in arrival order (the common case): no copy
+        else:
+            ordered = held.take(np.argsort(held.arrival_s, kind="stable"))
         due = int(np.searchsorted(ordered.arrival_s, cut, side="right"))
+        if due == len(ordered):
+            self._parts, self._oldest_s = [], np.inf
+            return ordered
         rest = ordered.take(np.arange(due, len(ordered)))
         self._parts = [rest] if len(rest) else []
         self._oldest_s = float(rest.arrival_s[0]) if len(rest) else np.inf
