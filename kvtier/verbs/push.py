@@ -11,8 +11,14 @@ What it keeps: every other key, comment, key spelling, byte-order mark and line 
 vLLM config, the connector and spec it loads when they are vLLM's OffloadingConnector or
 kvtier's recording KvtierOffloadingConnector and specs (module paths and kvtier_* keys too),
 and the KV-events endpoints (it never adds one). Another connector (LMCache's, say) is
-replaced only with --force. cpu_tier_bytes 0 keeps the connector loaded with a 1-byte CPU
+replaced only with --force. vLLM's kv-offloading-size and kv-offloading-backend keys are
+removed (vLLM would override the kv-transfer-config's connector and size with them): the
+CPU tier moves onto kvtier's recording connector, or the one the file's kv-transfer-config
+names, with a note (the lmcache backend only with --force); a note says which connector
+and size vLLM will run. cpu_tier_bytes 0 keeps the connector loaded with a 1-byte CPU
 tier (nothing offloaded), so kvtier goes on recording.
+What it reads: regular files only, up to 1 MiB of config and 16 MiB of recommendation, no
+deeper than 64 levels, YAML aliases within bounds.
 How it writes: under a lock on the file (a second push at the same time stops, exit 2), the
 old file first to a backup next to it (FILE.kvtier-TIME.bak), then the new one in a single
 rename; a link is kept and the file it names is edited. The new file keeps the old one's

@@ -27,7 +27,12 @@ KV-events settings gets none (a note names the line to add). Another connector
 (LMCache's, say) is replaced only with ``force``. ``cpu_tier_bytes: 0`` keeps the connector
 and spec loaded with ``cpu_bytes_to_use: 1``, the smallest value vLLM takes: zero CPU
 chunks, so nothing is offloaded, and kvtier's plug-ins go on recording every request.
-Every config it writes passes :func:`kvtier.policy.writers.vllm_shape.check`.
+A serve YAML's ``kv-offloading-size`` and ``kv-offloading-backend``, with which vLLM would
+override the transfer config's connector and size, are removed and the CPU tier is written
+into the transfer config (:mod:`kvtier.policy.writers.vllm_offloading`). Every config it
+writes passes :func:`kvtier.policy.writers.vllm_shape.check`, and vLLM must run it as
+written (:func:`kvtier.policy.writers.vllm_shape.resolve`): a note says which connector and
+size it will run.
 """
 
 from __future__ import annotations
@@ -36,7 +41,9 @@ import json
 
 from kvtier.policy.writers.choices import GATE, Choices
 from kvtier.policy.writers.settings import EngineSettings, Rendered
-from kvtier.policy.writers.vllm_shape import KVTIER_CONNECTORS, KVTIER_SPECS, ShapeError, check
+import kvtier.policy.writers.vllm_offloading as offloading
+from kvtier.policy.writers.vllm_shape import (KVTIER_CONNECTORS, KVTIER_SPECS, ShapeError, check,
+                                              resolve)
 from kvtier.policy.writers.inputs import NotReadable, load_json
 from kvtier.policy.writers.yamledit import ConfigFileError, YamlDoc
 
@@ -209,8 +216,9 @@ def render(settings: EngineSettings, existing: str | None, suffix: str, *,
                                   "object: write {} in it, or remove it to start a new one")
         current = _json_object(existing, "the file") if existing is not None else None
         config = transfer_config(settings, current, force=force)
-        _checked(config, None)
-        notes = _notes(settings)
+        notes = (_checked(config, None) + ", unless vllm serve is also given "
+                 "--kv-offloading-size: with it vLLM overrides this connector and size, so "
+                 "leave it out",) + _notes(settings)
         if settings.kv_events:
             notes += (f"kv_events: KV events are a separate flag; add {EVENTS_LINE}",)
         return Rendered(json.dumps(config, indent=2) + "\n", notes)
@@ -221,12 +229,16 @@ def render(settings: EngineSettings, existing: str | None, suffix: str, *,
 
 def _render_yaml(settings: EngineSettings, existing: str, force: bool) -> Rendered:
     doc = YamlDoc(existing, spellings=True)
+    shorthand = offloading.read(doc)
+    raws = {key: doc.get((key,)) for key in ("kv-transfer-config", "kv-events-config")}
+    currents = {key: _config_object(raw, key) for key, raw in raws.items()}
+    notes = ()
+    if shorthand.size_gib is not None:  # vLLM would override the transfer config with it
+        currents["kv-transfer-config"], moved = offloading.take_over(
+            doc, currents["kv-transfer-config"], shorthand, force)
+        notes += (moved,)
     updates, values = {}, {}
-    for key in ("kv-transfer-config", "kv-events-config"):
-        raw = doc.get((key,))
-        current = _json_object(raw, key) if isinstance(raw, str) and raw.strip() else raw
-        if current is not None and not isinstance(current, dict):
-            raise ConfigFileError(f"{key} must be a JSON object or a mapping, got {raw!r}")
+    for key, current in currents.items():
         if key == "kv-transfer-config":
             value = transfer_config(settings, current, force=force)
         elif settings.kv_events is not None and current is not None:
@@ -235,20 +247,34 @@ def _render_yaml(settings: EngineSettings, existing: str, force: bool) -> Render
             values[key] = current
             continue
         values[key] = value
-        updates[(key,)] = value if isinstance(raw, dict) else json.dumps(value)  # the file's style
-    _checked(values["kv-transfer-config"], values["kv-events-config"])
-    notes = _notes(settings)
+        updates[(key,)] = value if isinstance(raws[key], dict) else json.dumps(value)  # the file's style
+    notes += (_checked(values["kv-transfer-config"], values["kv-events-config"]),) + _notes(settings)
     if settings.kv_events and values["kv-events-config"] is None:
         notes += (f"kv_events: the file has no kv-events-config, none added; add {EVENTS_LINE}",)
     doc.set(updates)
     return Rendered(doc.text(), notes)
 
 
-def _checked(transfer: dict, events: dict | None) -> None:
+def _config_object(raw, key: str) -> dict | None:
+    current = _json_object(raw, key) if isinstance(raw, str) and raw.strip() else raw
+    if current is not None and not isinstance(current, dict):
+        raise ConfigFileError(f"{key} must be a JSON object or a mapping, got {raw!r}")
+    return current
+
+
+def _checked(transfer: dict, events: dict | None) -> str:
+    """Refuse a config vLLM would not boot, or one whose connector or size vLLM would not
+    run as written; returns the note saying what vLLM will run."""
     try:
         check(transfer, events)
     except ShapeError as error:
         raise ConfigFileError(f"the pushed config would not boot vLLM: {error}") from None
+    runs = resolve(transfer)
+    written = transfer["kv_connector_extra_config"]["cpu_bytes_to_use"]
+    if runs.connector != transfer["kv_connector"] or runs.cpu_bytes != written:
+        raise ConfigFileError(f"vLLM would run {runs.sentence()}, not the {transfer['kv_connector']} "
+                              f"with cpu_bytes_to_use={written} written; push it by hand")
+    return f"vLLM will run {runs.sentence()}"
 
 
 def _json_object(text: str, what: str) -> dict:

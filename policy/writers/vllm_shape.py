@@ -8,12 +8,23 @@ config to those rules without vLLM (kvtier's own plug-in modules and the names t
 provide are known here), and, where vLLM is importable, also builds vLLM's own
 ``KVTransferConfig`` and ``KVEventsConfig`` from it. Keys kvtier does not write are checked
 only for their type, so a file written for another vLLM version keeps its own keys.
+
+:func:`resolve` says which connector and how many CPU bytes vLLM will run with: vLLM 0.33's
+``VllmConfig._post_init_kv_transfer_config`` lets ``--kv-offloading-size`` (GiB, the total
+over the tensor-parallel ranks) and ``--kv-offloading-backend`` override the transfer
+config's connector and ``cpu_bytes_to_use`` (native: ``OffloadingConnector``, or
+``SimpleCPUOffloadConnector`` with ``VLLM_USE_SIMPLE_KV_OFFLOAD=1``; lmcache:
+``LMCacheMPConnector``, its size left to LMCache). Where vLLM is importable, vLLM's own
+``CacheConfig``, ``KVTransferConfig`` and that method work it out; elsewhere kvtier's reading
+of the same method does.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
 PUBLISHERS = ("null", "zmq")
@@ -23,6 +34,105 @@ KVTIER_CONNECTORS = {"kvtier.probes.vllm.connector": ("KvtierOffloadingConnector
 KVTIER_SPECS = {"kvtier.probes.vllm.spec": ("KvtierCPUOffloadingSpec", "KvtierTieringOffloadingSpec")}
 VLLM_SPECS = ("CPUOffloadingSpec", "TieringOffloadingSpec")  # registered in vLLM's factory
 OFFLOADING_CONNECTORS = ("OffloadingConnector", "KvtierOffloadingConnector")
+
+
+OFFLOADING_BACKENDS = ("native", "lmcache")  # vLLM 0.33's KVOffloadingBackend
+SIMPLE_SWITCH = "VLLM_USE_SIMPLE_KV_OFFLOAD"
+BY_KVTIER = "kvtier's reading of vLLM 0.33's VllmConfig"
+
+
+@dataclass(frozen=True)
+class Shorthand:
+    """vLLM's offloading shorthand: ``--kv-offloading-size`` in GiB (the total over the
+    tensor-parallel ranks; ``None``: not given, the transfer config is used as written),
+    ``--kv-offloading-backend``, and whether ``VLLM_USE_SIMPLE_KV_OFFLOAD`` is on."""
+
+    size_gib: float | None = None
+    backend: str = "native"
+    simple: bool = False
+
+    @classmethod
+    def from_environment(cls, size_gib: float | None = None, backend: str = "native") -> "Shorthand":
+        """With the switch as this process's environment sets it (as ``vllm.envs`` reads it)."""
+        try:
+            simple = bool(int(os.environ.get(SIMPLE_SWITCH, "0")))
+        except ValueError:
+            simple = False
+        return cls(size_gib, backend, simple)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The connector (and its module path) and ``cpu_bytes_to_use`` vLLM runs with, and what
+    worked them out (vLLM's own classes, or :data:`BY_KVTIER`)."""
+
+    connector: str | None
+    module_path: str | None
+    cpu_bytes: int | float | None
+    by: str
+
+    def sentence(self) -> str:
+        size = "no cpu_bytes_to_use" if self.cpu_bytes is None else \
+            f"cpu_bytes_to_use={self.cpu_bytes:.0f} ({self.cpu_bytes / 2**30:.2f} GiB over the ranks)"
+        where = f" from {self.module_path}" if self.module_path else ""
+        return f"{self.connector}{where} with {size}, per {self.by}"
+
+
+def resolve(transfer: Mapping | None, shorthand: Shorthand = Shorthand()) -> Resolved:
+    """What vLLM runs with, given the transfer config and the shorthand (see the module)."""
+    if importlib.util.find_spec("vllm") is not None:
+        resolved = _resolve_with_vllm(transfer, shorthand)
+        if resolved is not None:
+            return resolved
+    return resolve_as_kvtier_reads_vllm(transfer, shorthand)
+
+
+def resolve_as_kvtier_reads_vllm(transfer: Mapping | None, shorthand: Shorthand) -> Resolved:
+    """:func:`resolve` without vLLM: its ``_post_init_kv_transfer_config``, as kvtier reads it."""
+    config = dict(transfer or {})
+    connector, path = config.get("kv_connector"), config.get("kv_connector_module_path")
+    cpu_bytes = dict(config.get("kv_connector_extra_config") or {}).get("cpu_bytes_to_use")
+    if shorthand.size_gib is not None and shorthand.backend == "native":
+        connector = "SimpleCPUOffloadConnector" if shorthand.simple else "OffloadingConnector"
+        cpu_bytes = shorthand.size_gib * (1 << 30)
+    elif shorthand.size_gib is not None and shorthand.backend == "lmcache":
+        connector = "LMCacheMPConnector"
+    return Resolved(connector, path, cpu_bytes, BY_KVTIER)
+
+
+def _resolve_with_vllm(transfer: Mapping | None, shorthand: Shorthand) -> Resolved | None:
+    """vLLM's own ``_post_init_kv_transfer_config`` on a stand-in holding just the two
+    configs it reads (a whole ``VllmConfig`` needs a model); ``None`` if vLLM is broken."""
+    from types import SimpleNamespace
+
+    try:
+        from vllm.config import CacheConfig, KVTransferConfig, VllmConfig
+        from vllm.version import __version__
+    except ImportError:
+        return None
+    if not hasattr(VllmConfig, "_post_init_kv_transfer_config"):  # not 0.32 or 0.33
+        return None
+    try:
+        holder = SimpleNamespace(
+            cache_config=CacheConfig(kv_offloading_size=shorthand.size_gib,
+                                     kv_offloading_backend=shorthand.backend),
+            kv_transfer_config=None if transfer is None else KVTransferConfig(**transfer))
+    except (TypeError, ValueError):  # a config vLLM refuses: check() names why
+        return None
+    saved = os.environ.get(SIMPLE_SWITCH)
+    os.environ[SIMPLE_SWITCH] = "1" if shorthand.simple else "0"  # vllm.envs reads it per use
+    try:
+        VllmConfig._post_init_kv_transfer_config(holder)
+    finally:
+        if saved is None:
+            del os.environ[SIMPLE_SWITCH]
+        else:
+            os.environ[SIMPLE_SWITCH] = saved
+    result, by = holder.kv_transfer_config, f"vLLM {__version__}'s own config classes"
+    if result is None:
+        return Resolved(None, None, None, by)
+    return Resolved(result.kv_connector, result.kv_connector_module_path,
+                    result.kv_connector_extra_config.get("cpu_bytes_to_use"), by)
 
 
 class ShapeError(ValueError):

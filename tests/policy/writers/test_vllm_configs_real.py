@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from kvtier.policy.recommend.recommendation import KIND, VERSION
 from kvtier.policy.writers import writer
 from kvtier.policy.writers.settings import EngineSettings
 
@@ -22,9 +23,9 @@ GiB = 1 << 30
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def side_check(cases: list[dict]) -> list[dict]:
+def side_check(cases: list[dict], **environment: str) -> list[dict]:
     script = Path(__file__).with_name("vllm_side_check.py")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))  # kvtier's plug-ins, as vLLM loads them
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **environment)  # kvtier's plug-ins, as vLLM loads them
     done = subprocess.run([SIDE_PYTHON, str(script)], input=json.dumps(cases), text=True,
                           capture_output=True, timeout=170, env=env)
     line = next(l for l in done.stdout.splitlines() if l.startswith("RESULTS "))
@@ -199,3 +200,67 @@ print("RESULTS " + json.dumps(out))
     assert ok == "ok"
     assert misspelt.startswith("vLLM's KVEventsConfig refuses it") and "endpoitn" in misspelt
     assert policy.startswith("vLLM's KVTransferConfig refuses it") and "kv_load_failure_policy" in policy
+
+
+GUIDE_SERVE = """\
+# the guide's first step
+model: kvtier/check
+kv-offloading-size: 16   # GiB over the ranks
+kv-offloading-backend: native
+block-size: 16
+"""
+
+
+def test_a_serve_yaml_with_vllms_offloading_size_ends_on_kvtiers_connector_and_the_recommended_size(tmp_path):
+    """The guide's kv-offloading-size and kv-offloading-backend make vLLM override the
+    kv-transfer-config's connector and size. Pushed where vLLM is importable, the file ends
+    with neither; vLLM's parser and config classes then run kvtier's connector with the
+    recommended bytes, whatever VLLM_USE_SIMPLE_KV_OFFLOAD says, and the push's own note,
+    worked out by vLLM's classes, says so."""
+    config = tmp_path / "serve.yaml"
+    config.write_text(GUIDE_SERVE)
+    reco = tmp_path / "recommendation.json"
+    reco.write_text(json.dumps({"kind": KIND, "version": VERSION,
+                                "settings": {"cpu_tier_bytes": 8896512, "eviction_policy": "lru"}}))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), VLLM_TARGET_DEVICE="cpu")
+    done = subprocess.run([SIDE_PYTHON, "-m", "kvtier", "push", "--recommendation", str(reco),
+                           "--engine", "vllm", "--config", str(config),
+                           "--host-headroom-bytes", str(1 << 40)],
+                          capture_output=True, text=True, timeout=170, env=env)
+    assert done.returncode == 0, done.stderr
+    runs = {"connector": "KvtierOffloadingConnector", "module_path": "kvtier.probes.vllm.connector",
+            "cpu_bytes_to_use": 8896512}
+    (note,) = [l for l in done.stdout.splitlines() if l.startswith("note: vLLM will run")]
+    assert ("KvtierOffloadingConnector from kvtier.probes.vllm.connector with "
+            "cpu_bytes_to_use=8896512") in note and "per vLLM 0.33.0's own config classes" in note
+    assert any("kv-offloading-size: 16 and kv-offloading-backend: native removed" in l
+               and "it ran OffloadingConnector with cpu_bytes_to_use=17179869184" in l
+               for l in done.stdout.splitlines()), done.stdout
+    for switch in ("0", "1"):
+        (result,) = side_check([{"kind": "yaml", "path": str(config)}],
+                               VLLM_USE_SIMPLE_KV_OFFLOAD=switch)
+        assert result["ok"] and result["runs"] == runs, result
+    assert "# the guide's first step" in config.read_text() and "block-size: 16" in config.read_text()
+
+
+def test_kvtiers_reading_of_the_offloading_shorthand_agrees_with_vllms_own():
+    """Where vLLM is not importable push reads the shorthand as vLLM 0.33's
+    VllmConfig._post_init_kv_transfer_config does: the same connector, module path and size
+    for every backend, switch and transfer config."""
+    from kvtier.policy.writers.vllm_shape import Shorthand, resolve_as_kvtier_reads_vllm
+
+    transfers = [None, {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+                        "kv_connector_extra_config": {"cpu_bytes_to_use": 5, "eviction_policy": "arc"}},
+                 {"kv_connector": "KvtierOffloadingConnector", "kv_role": "kv_producer",
+                  "kv_connector_module_path": "kvtier.probes.vllm.connector",
+                  "kv_connector_extra_config": {"cpu_bytes_to_use": 7}},
+                 {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}]
+    cases = [(t, size, backend, simple) for t in transfers for size in (None, 16, 0.5)
+             for backend in ("native", "lmcache") for simple in (False, True)]
+    results = side_check([{"kind": "post_init", "transfer": t, "size_gib": size, "backend": backend,
+                           "simple": simple} for t, size, backend, simple in cases])
+    for (transfer, size, backend, simple), result in zip(cases, results):
+        ours = resolve_as_kvtier_reads_vllm(transfer, Shorthand(size, backend, simple))
+        theirs = result["runs"] or {"connector": None, "module_path": None, "cpu_bytes_to_use": None}
+        assert result["ok"] and (ours.connector, ours.module_path, ours.cpu_bytes) == (
+            theirs["connector"], theirs["module_path"], theirs["cpu_bytes_to_use"]), (transfer, size, backend, simple)

@@ -11,8 +11,13 @@ Case kinds:
   secondary tiers. ``cpu_bytes_to_use`` is
   capped at 64 MiB for that step (it sizes a shared-memory region).
 * ``{"kind": "yaml", "path": "..."}``: ``vllm serve --config PATH`` through vLLM's own
-  argument parser and ``EngineArgs``; the transfer config found there is then checked as above,
-  and the KV-events config is built as ``KVEventsConfig``. The result carries both.
+  argument parser and ``EngineArgs``; the transfer config vLLM runs with (after
+  ``VllmConfig._post_init_kv_transfer_config`` applies ``--kv-offloading-size`` and
+  ``--kv-offloading-backend``, as under ``vllm serve``, with this process's
+  ``VLLM_USE_SIMPLE_KV_OFFLOAD``) is then checked as above, and the KV-events config is built
+  as ``KVEventsConfig``. The result carries both, and ``runs``: the connector and size.
+* ``{"kind": "post_init", "transfer": {...} | null, "size_gib": ..., "backend": ...,
+  "simple": bool}``: just that method on those values; the result's ``runs``.
 
 Not a test module: tests/policy/writers/test_vllm_configs_real.py spawns it.
 """
@@ -54,6 +59,35 @@ def check_transfer(raw: dict) -> None:
     manager.shutdown()
 
 
+def post_init(transfer, size_gib, backend: str, simple: bool | None = None):
+    """The transfer config vLLM runs with: ``VllmConfig._post_init_kv_transfer_config`` on a
+    stand-in holding the two configs it reads (a whole ``VllmConfig`` needs a model)."""
+    from types import SimpleNamespace
+
+    from vllm.config import CacheConfig, KVTransferConfig, VllmConfig
+
+    if isinstance(transfer, dict):
+        transfer = KVTransferConfig(**transfer)
+    holder = SimpleNamespace(cache_config=CacheConfig(kv_offloading_size=size_gib,
+                                                      kv_offloading_backend=backend),
+                             kv_transfer_config=transfer)
+    saved = dict(os.environ)
+    if simple is not None:
+        os.environ["VLLM_USE_SIMPLE_KV_OFFLOAD"] = "1" if simple else "0"
+    try:
+        VllmConfig._post_init_kv_transfer_config(holder)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return holder.kv_transfer_config
+
+
+def runs(transfer) -> dict | None:
+    return None if transfer is None else {
+        "connector": transfer.kv_connector, "module_path": transfer.kv_connector_module_path,
+        "cpu_bytes_to_use": transfer.kv_connector_extra_config.get("cpu_bytes_to_use")}
+
+
 def check_yaml(path: str) -> dict:
     import dataclasses
 
@@ -63,7 +97,8 @@ def check_yaml(path: str) -> dict:
 
     parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
     engine_args = EngineArgs.from_cli_args(parser.parse_args(["--config", path]))
-    transfer = engine_args.kv_transfer_config
+    transfer = post_init(engine_args.kv_transfer_config, engine_args.kv_offloading_size,
+                         engine_args.kv_offloading_backend)
     check_transfer({"kv_connector": transfer.kv_connector, "kv_role": transfer.kv_role,
                     "kv_connector_module_path": transfer.kv_connector_module_path,
                     "kv_connector_extra_config": transfer.kv_connector_extra_config})
@@ -71,7 +106,7 @@ def check_yaml(path: str) -> dict:
     if isinstance(events, dict):
         events = KVEventsConfig(**events)
     return {"connector": [transfer.kv_connector, transfer.kv_connector_module_path],
-            "extra": dict(transfer.kv_connector_extra_config),
+            "extra": dict(transfer.kv_connector_extra_config), "runs": runs(transfer),
             "events": None if events is None else dataclasses.asdict(events)}
 
 
@@ -82,6 +117,9 @@ def main() -> None:
             if case["kind"] == "transfer":
                 check_transfer(case["config"])
                 results.append({"ok": True})
+            elif case["kind"] == "post_init":
+                results.append({"ok": True, "runs": runs(post_init(
+                    case["transfer"], case["size_gib"], case["backend"], case["simple"]))})
             else:
                 results.append({"ok": True, **check_yaml(case["path"])})
         except (Exception, SystemExit) as exc:  # argparse exits on a bad value
