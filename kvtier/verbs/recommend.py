@@ -314,9 +314,15 @@ def _cost_file(args, reader, gpu_blocks: int):
     engine whose steps it recorded, not a load client's view), else ``None`` (a trace)."""
     path = getattr(args, "cost_params", None)
     if path:
+        from dataclasses import replace
+
         from kvtier.policy.latency.costfile import read_cost_file
 
-        return read_cost_file(path)
+        costs = read_cost_file(path)
+        engine = costs.engine
+        if engine is not None and engine.limits.kv_blocks is None:  # the GPU recommend sizes for
+            engine = replace(engine, limits=replace(engine.limits, kv_blocks=gpu_blocks))
+        return replace(costs, engine=engine)
     if not hasattr(reader, "tier_config_id"):
         return None
     from kvtier.collector.calibration_inputs import calibration_inputs
