@@ -50,6 +50,8 @@ def markdown(rec: Recommendation, plots: Sequence[str], engines: Sequence[str]) 
     lines += [f"- {r.sentence}" for r in rec.verdict.reasons] + [""]
     lines += ["## Settings", "", "| knob | value | why |", "|---|---|---|"]
     lines += [f"| `{k.name}` | {_value(k.value)} | {k.why} |" for k in rec.knobs]
+    if ev.cpu_policy is not None:
+        lines += ["", "## CPU tier admission and eviction", "", ev.cpu_policy.why]
     lines += inputs_section(rec)
     lines += latency_section(rec)
     lines += vs_gpu_section(rec)

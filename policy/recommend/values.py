@@ -302,6 +302,34 @@ class RollbackRule:
 
 
 @dataclass(frozen=True)
+class PairScore:
+    """One admission rule and eviction order's token hit ratio on the validation slice."""
+
+    pair: str
+    token_hit_ratio: float
+
+
+@dataclass(frozen=True)
+class CpuPolicy:
+    """The CPU tier's admission rule and eviction order, chosen together on the training period
+    alone (:mod:`kvtier.policy.learn.pairs`): ``admission`` ``all``, ``sightings`` (a block on
+    its ``min_sightings``-th request) or ``learned`` (score >= ``threshold``); ``eviction``
+    ``lru`` or ``next-use``; every candidate's figure on the training period's latest
+    ``validation_requests`` (plain LRU first; the learned parts fitted on the
+    ``fit_requests`` before them), and ``why``, the sentence that explains the choice."""
+
+    pair: str
+    admission: str
+    eviction: str
+    why: str
+    validation: tuple[PairScore, ...] = ()
+    min_sightings: int = 0
+    threshold: float | None = None
+    fit_requests: int = 0
+    validation_requests: int = 0
+
+
+@dataclass(frozen=True)
 class Evidence:
     """Everything behind a recommendation. Only ``reuse_verdict``, ``host_memory`` and
     ``token_hit_ratio`` are always there (a do-not-offload verdict stops before the rest)."""
@@ -330,6 +358,7 @@ class Evidence:
     expected_vllm_vs_gpu_only: tuple[Change, ...] = ()  # vLLM's, as token_hit_ratio.vllm
     rollback: RollbackRule | None = None
     inputs: tuple[InputSource, ...] = ()
+    cpu_policy: CpuPolicy | None = None  # the CPU tier's admission and eviction, chosen together
     latency_model: LatencyCard | None = None
     # the recommended configuration against the requests as they were served (the tier
     # configuration the store recorded them under): what recommend --check measures

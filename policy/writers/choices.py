@@ -34,7 +34,10 @@ class Choices:
     * ``vllm_cpu``: the best ``(eviction_policy, store_threshold)`` replayed under vLLM's
       semantics, ``vllm_cpu_bytes`` its CPU tier (``None``: ``cpu_tier_bytes``; larger, as
       vLLM's CPU tier also holds a copy of the GPU's blocks);
-    * ``file_tier``: vLLM's file tier decision (``None``: none was considered).
+    * ``file_tier``: vLLM's file tier decision (``None``: none was considered);
+    * ``admission``: the CPU tier's admission rule, chosen with its eviction order on the
+      training period (``all``, ``sightings``: a block on its ``min_sightings``-th request, or
+      ``learned``: the learned score over its threshold): what each engine takes of it.
     """
 
     cpu_tier_bytes: int
@@ -46,3 +49,5 @@ class Choices:
     vllm_cpu: tuple[str, int] = ("lru", 0)
     vllm_cpu_bytes: int | None = None
     file_tier: FileTierChoice | None = None
+    admission: str = "all"
+    min_sightings: int = 0

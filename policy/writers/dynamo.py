@@ -23,9 +23,16 @@ OFF = EngineSettings(cpu_tier_bytes=0)  # what turns offloading off
 
 
 def recommended(choices: Choices) -> tuple[EngineSettings, tuple[str, ...]]:
-    """KVBM takes the CPU tier and the learned offload threshold as they are."""
+    """KVBM takes the CPU tier and the learned offload threshold as they are; the sighting
+    filter is its v2 policies' ``presence_lfu`` on the GPU -> host offload, which lives in the
+    TOML ``KVBM_CONFIG_PATH`` names, not in this env file: a note gives its lines."""
+    notes = () if choices.admission != "sightings" else (
+        f"the CPU tier's admission is a sighting filter (admit on sighting "
+        f"{choices.min_sightings}); KVBM v2 takes it in the TOML file KVBM_CONFIG_PATH names: "
+        f'[offload.g1_to_g2] policies = ["presence", "presence_lfu"] and '
+        f"[offload.g1_to_g2.presence_lfu] min_lfu_count = {choices.min_sightings}",)
     return EngineSettings(cpu_tier_bytes=choices.cpu_tier_bytes,
-                          offload_min_priority=choices.min_priority, kv_events=True), ()
+                          offload_min_priority=choices.min_priority, kv_events=True), notes
 
 
 def validate(settings: EngineSettings, existing: str = "") -> None:

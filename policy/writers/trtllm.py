@@ -45,7 +45,11 @@ def recommended(choices: Choices) -> tuple[EngineSettings, tuple[str, ...]]:
         settings = EngineSettings(cpu_tier_bytes=choices.cpu_tier_bytes,
                                   offload_min_priority=choices.min_priority,
                                   retention_priorities=tuple(choices.classes), kv_events=True)
-    return settings, (
+    sightings = () if choices.admission != "sightings" else (
+        f"the CPU tier's admission is a sighting filter (admit on sighting "
+        f"{choices.min_sightings}): TensorRT-LLM gates offload by retention priority only, so "
+        "it cannot take it; its threshold below is the learned gate's",)
+    return settings, sightings + (
         "the gateway should send each request class's KvCacheRetentionConfig "
         f"(trtllm.retention.json): {_ranges_text(ranges)}; "
         f"offload_min_priority={choices.range_min_priority} is the best threshold over the "

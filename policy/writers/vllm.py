@@ -74,9 +74,12 @@ def recommended(choices: Choices) -> tuple[EngineSettings, tuple[str, ...]]:
     policy, store_threshold = choices.vllm_cpu
     cpu_bytes = (choices.cpu_tier_bytes if choices.vllm_cpu_bytes is None
                  else choices.vllm_cpu_bytes)
-    notes = [f"vLLM cannot express {GATE}; eviction_policy={policy}, "
-             f"store_threshold={store_threshold} is the best of lru/arc x 0, 2, 3 replayed under "
-             "vLLM's semantics"]
+    admission = (f"admit on sighting {choices.min_sightings}" if choices.admission == "sightings"
+                 else "admit every block" if choices.admission == "all" else GATE)
+    notes = [f"the CPU tier's admission: {admission}; vLLM counts sightings as store_threshold "
+             f"and cannot express {GATE}; eviction_policy={policy}, "
+             f"store_threshold={store_threshold} is the best of lru/arc x that admission's "
+             "store_threshold and 0, replayed under vLLM's semantics"]
     if cpu_bytes != choices.cpu_tier_bytes:
         notes.append(f"cpu_tier_bytes is {cpu_bytes} for vLLM ({choices.cpu_tier_bytes} beyond "
                      "the GPU tier): vLLM's CPU tier also holds a copy of the blocks it stores "
