@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvtier.collector.exports.recommendation import CALIBRATION_FILE, CHECK_FILE
+from kvtier.collector.exports.recommendation import CALIBRATION_FILE, CHECK_FILE, COST_FILE
 from kvtier.policy.recommend.recommendation import Recommendation as TypedRecommendation
 from kvtier.policy.recommend.recommendation import from_json
 
@@ -158,7 +158,8 @@ def load_recommendation(folder: Path) -> RecommendationFolder | None:
         rec, problem = None, str(error)
     files = sorted(p for p in folder.iterdir() if p.is_file())
     configs = tuple((p.name, CONFIG_LANGUAGES[p.suffix], p.read_text(errors="replace")) for p in files
-                    if p.suffix in CONFIG_LANGUAGES and not p.name.startswith("recommendation"))
+                    if p.suffix in CONFIG_LANGUAGES and not p.name.startswith("recommendation")
+                    and p.name != COST_FILE)  # kvtier's own files beside it, not engine configs
     report = folder / "report.md"
     return RecommendationFolder(doc, rec, problem, configs,
                                 tuple(p for p in files if p.suffix == ".png"),

@@ -16,6 +16,7 @@ log = logging.getLogger(__name__)
 CHECK_FILE = "recommendation.check.json"  # what kvtier recommend --check writes beside it
 # the engine model's held-out check from kvtier calibrate, which recommend copies beside it
 CALIBRATION_FILE = "recommendation.calibration.json"
+COST_FILE = "cost-params.json"  # the costs the recommendation rests on, as calibrate's --out
 
 
 class RecommendationLabels:

@@ -291,7 +291,7 @@ def _calibration(costs, out: Path) -> list:
     and the check the dashboard shows (``recommendation.calibration.json``)."""
     if costs is None:
         return []
-    from kvtier.collector.exports.recommendation import CALIBRATION_FILE
+    from kvtier.collector.exports.recommendation import CALIBRATION_FILE, COST_FILE
     from kvtier.collector import json_text
     from kvtier.policy.latency.costfile import write_cost_file
 
@@ -304,8 +304,6 @@ def _calibration(costs, out: Path) -> list:
         written.append(target)
     return written
 
-
-COST_FILE = "cost-params.json"
 
 
 def _cost_file(args, reader, gpu_blocks: int):
