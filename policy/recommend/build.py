@@ -175,7 +175,7 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
     if quality.outcome == "do_not_offload":
         return _do_not_offload(quality, reuse, split, gpu_later, host, cpu, sources, model, card,
                                inputs)
-    served = as_served(split)
+    served, served_config = as_served(split)
     vs_served = () if served is None else expected_changes(
         served, vllm_later, model, np.random.default_rng(inputs.seed))
     cold_size = _cold_size(curve, split, inputs, params, block_tokens, cpu.chosen_blocks)
@@ -235,16 +235,19 @@ def latency_model(inputs: Inputs, params: CostParams, servers: int):
                               model.arrivals, flag=choice.flag, thin=choice.thin)
 
 
-def as_served(split: Split) -> Replayed | None:
-    """The evaluated requests with the split the engine recorded for them (the tier
-    configuration they were served under); ``None`` when a record has no split (a trace)."""
+def as_served(split: Split) -> tuple[Replayed | None, str | None]:
+    """The evaluated requests with the split the engine recorded for them, and the one tier
+    configuration they were all served under; ``(None, None)`` when a record has no split (a
+    trace) or they were served under several configurations (nothing one phase can repeat)."""
     from kvtier.collector.request_tokens import RequestTokens
     from kvtier.policy.sim.result import SimResult
 
     later = split.records[split.count_from:]
-    if not later or any(r.gpu_hit_tokens is None for r in later):
-        return None
-    return Replayed(SimResult(), tuple(later), tuple(RequestTokens.measured(r) for r in later))
+    configs = {r.tier_config_id for r in later}
+    if not later or any(r.gpu_hit_tokens is None for r in later) or len(configs) != 1:
+        return None, None
+    served = Replayed(SimResult(), tuple(later), tuple(RequestTokens.measured(r) for r in later))
+    return served, configs.pop()
 
 
 def _evidence(split: Split, inputs: Inputs, reuse: Verdict, host: HostCheck,
@@ -351,19 +354,22 @@ def _do_not_offload(verdict: Verdict, reuse: Verdict, split: Split, gpu_later: R
     that turn offloading off (vLLM: the minimal CPU tier, so kvtier keeps recording)."""
     held = "; ".join(r.name for r in verdict.reasons if r.holds) or (verdict.note or "")
     levels = expected_changes(gpu_later, gpu_later, model, np.random.default_rng(inputs.seed))
-    served = as_served(split)
+    # vLLM runs the minimal CPU tier: its GPU tier under its own semantics is what it serves
+    vllm_alone = vllm_replay(split.records, inputs.gpu_blocks, 0, split.count_from)
+    served, served_config = as_served(split)
     vs_served = () if served is None else expected_changes(
-        served, gpu_later, model, np.random.default_rng(inputs.seed))
+        served, vllm_alone, model, np.random.default_rng(inputs.seed))
     return Recommendation(
         verdict=verdict, settings=engines.neutral(0, None, ()),
         evidence=Evidence(reuse_verdict=reuse, host_memory=host,
-                          token_hit_ratio=HitRatios(gpu_later.result.token_hit_ratio),
+                          token_hit_ratio=HitRatios(gpu_later.result.token_hit_ratio,
+                                                    vllm=vllm_alone.result.token_hit_ratio),
                           sizes=(cpu,), inputs=sources, latency_model=card,
                           tiers_blocks=TierBlocks(inputs.gpu_blocks, 0),
                           train_requests=len(split.train),
                           evaluated_requests=len(split.records) - split.count_from,
                           expected_vs_gpu_only=levels, expected_vs_served=vs_served,
-                          served_tier_config=inputs.baseline_tier_config if served is not None else None,
+                          served_tier_config=served_config,
                           rollback=inputs.rollback()),
         engine_settings=engines.off(), knobs=(Knob("cpu_tier_bytes", 0, held),))
 

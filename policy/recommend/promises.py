@@ -172,6 +172,8 @@ def _prediction(rec: Recommendation, engine: str | None
         alone = tuple(dataclasses.replace(c, candidate=c.baseline, candidate_low=c.baseline_low,
                                           candidate_high=c.baseline_high)
                       for c in evidence.expected_vs_gpu_only)  # the GPU tier alone's levels
+        if engine == "vllm" and ratios.vllm is not None:  # its GPU tier under its own semantics
+            return "vLLM's GPU tier alone (the minimal CPU tier)", ratios.vllm, alone
         return "the GPU tier alone", ratios.gpu_only, alone
     if engine == "vllm" and ratios.vllm is not None:
         return (f"vLLM's CPU tier of {settings.cpu_tier_bytes} bytes "
