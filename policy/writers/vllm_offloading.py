@@ -22,6 +22,8 @@ note says what vLLM ran before and what changed.
 
 from __future__ import annotations
 
+import math
+
 from kvtier.policy.writers.vllm_shape import (KVTIER_CONNECTORS, KVTIER_SPECS, OFFLOADING_BACKENDS,
                                               SIMPLE_SWITCH, Shorthand, resolve)
 from kvtier.policy.writers.yamledit import ConfigFileError, YamlDoc
@@ -40,9 +42,9 @@ def read(doc: YamlDoc) -> Shorthand:
     if size is not None:
         try:
             size_gib = float(size) if not isinstance(size, bool) else None
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             pass
-        if size_gib is None or size_gib < 0:
+        if size_gib is None or not 0 <= size_gib < math.inf:
             raise ConfigFileError(f"{doc.spelling(SIZE_KEY)} must be a number of GiB >= 0 (vLLM's "
                                   f"--kv-offloading-size), got {size!r}")
     if backend is not None and backend not in OFFLOADING_BACKENDS:
@@ -69,7 +71,7 @@ def take_over(doc: YamlDoc, transfer: dict | None, shorthand: Shorthand,
     onto = ("the connector kv-transfer-config names" if transfer is not None else
             f"kvtier's recording {KVTIER_CONNECTOR} (vLLM's OffloadingConnector with kvtier's "
             "accounting; the engine's environment needs kvtier installed)")
-    note = (f"{given} removed: with them vLLM overrides kv-transfer-config's connector and size "
+    note = (f"{given} removed: with {'it' if len(removed) == 1 else 'them'} vLLM overrides kv-transfer-config's connector and size "
             f"(it ran {ran.sentence()}{switch}); the CPU tier is now set in kv-transfer-config, "
             f"on {onto}")
     return (transfer if transfer is not None else recording_transfer()), note

@@ -72,8 +72,9 @@ class Resolved:
     by: str
 
     def sentence(self) -> str:
-        size = "no cpu_bytes_to_use" if self.cpu_bytes is None else \
+        size = "no cpu_bytes_to_use" if self.cpu_bytes is None else (
             f"cpu_bytes_to_use={self.cpu_bytes:.0f} ({self.cpu_bytes / 2**30:.2f} GiB over the ranks)"
+            if isinstance(self.cpu_bytes, (int, float)) else f"cpu_bytes_to_use={self.cpu_bytes!r:.40}")
         where = f" from {self.module_path}" if self.module_path else ""
         return f"{self.connector}{where} with {size}, per {self.by}"
 

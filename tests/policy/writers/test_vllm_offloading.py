@@ -88,6 +88,9 @@ def test_the_lmcache_backend_is_taken_over_only_with_force():
 @pytest.mark.parametrize("line, says", [
     ("kv-offloading-size: lots", "kv-offloading-size must be a number of GiB >= 0"),
     ("kv-offloading-size: -1", "kv-offloading-size must be a number of GiB >= 0"),
+    ("kv-offloading-size: .nan", "kv-offloading-size must be a number of GiB >= 0"),
+    ("kv_offloading_size: .inf", "kv_offloading_size must be a number of GiB >= 0"),
+    ("kv-offloading-size: 1" + "0" * 400, "kv-offloading-size must be a number of GiB >= 0"),
     ("kv-offloading-size: 4\nkv-offloading-backend: magic", "kv-offloading-backend 'magic' is not one of"),
 ])
 def test_a_shorthand_vllm_would_refuse_is_named(line, says):
