@@ -26,10 +26,9 @@ import numpy as np
 from kvtier.collector.events import RequestRecord
 from kvtier.policy.cost import CostParams, servers_for
 from kvtier.policy.curves import HitRatioCurve, lru_curve
-from kvtier.policy.learn.pairs import PairChoice, choose_pair
 from kvtier.policy.learn.replay import Replayed, Tiers, replay
 from kvtier.policy.learn.split import Split
-from kvtier.policy.recommend import engines
+from kvtier.policy.recommend import cpu_pair, engines
 from kvtier.policy.recommend.cold_tier import MIN_COLD_GAIN, ColdCost, cost_from_params
 from kvtier.policy.recommend.cold_tier import decide as decide_cold_tier
 from kvtier.policy.recommend.decision import decide
@@ -45,22 +44,19 @@ from kvtier.policy.recommend.input_sources import input_sources
 from kvtier.policy.recommend.sweep import THRESHOLDS
 from kvtier.policy.recommend.values import (
     ColdTierDecision,
-    CpuPolicy,
     Reason,
     Evidence,
     HitRatios,
     HostCheck,
     InputSource,
     Knob,
-    PairScore,
     PrefillServers,
     RollbackRule,
     TierBlocks,
     TierSize,
     Verdict,
 )
-from kvtier.policy.recommend.vllm_sweep import (best_cpu_setting, cold_tier_gain,
-                                                store_thresholds, vllm_replay)
+from kvtier.policy.recommend.vllm_sweep import best_cpu_setting, cold_tier_gain, vllm_replay
 from kvtier.policy.rollback.rule import LatencyBudget
 from kvtier.policy.writers.choices import Choices, FileTierChoice
 
@@ -148,7 +144,7 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
                                inputs)
     tiers = Tiers(inputs.gpu_blocks, cpu.chosen_blocks)
     validate_from = int(len(split.train) * (1 - VALIDATION_FRACTION))
-    pair = choose_pair(split.train, tiers, seed=inputs.seed)  # admission and eviction, together
+    pair = cpu_pair.choose(split.train, tiers, inputs.seed)  # admission and eviction, together
     learned = learn(split, tiers, params, block_tokens, validate_from, seed=inputs.seed,
                     thresholds=inputs.thresholds, step=step)
     step("measuring on later time")
@@ -165,9 +161,8 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
                 "lru", count_from=split.count_from).result.token_hit_ratio,
             token_hit_ratio_lru_at_cap=measured.baseline.result.token_hit_ratio)
     vllm_blocks = vllm_cpu_blocks(cpu, inputs.gpu_blocks)
-    vllm_cpu, by_setting = best_cpu_setting(
-        split.train, inputs.gpu_blocks, vllm_blocks, validate_from,
-        thresholds=store_thresholds(pair.pair.admission, pair.pair.min_sightings))
+    vllm_cpu, by_setting = best_cpu_setting(split.train, inputs.gpu_blocks, vllm_blocks,
+                                            validate_from, thresholds=cpu_pair.thresholds(pair))
     vllm_later = vllm_replay(split.records, inputs.gpu_blocks, vllm_blocks, split.count_from,
                              vllm_cpu)
     vllm_vs_gpu = expected_changes(gpu_later, vllm_later, model, np.random.default_rng(inputs.seed))
@@ -194,7 +189,7 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
         _evidence(split, inputs, reuse, host, gpu_only, learned, measured, servers, cpu,
                   cold_size, cold, by_setting, vs_gpu, block_tokens), inputs=sources,
         expected_admit_all_vs_gpu_only=admit_all_vs_gpu, expected_vllm_vs_gpu_only=vllm_vs_gpu,
-        latency_model=card, expected_vs_served=vs_served, cpu_policy=cpu_policy(pair),
+        latency_model=card, expected_vs_served=vs_served, cpu_policy=cpu_pair.evidence(pair),
         served_tier_config=inputs.baseline_tier_config if served is not None else None)
     evidence = dataclasses.replace(evidence, token_hit_ratio=dataclasses.replace(
         evidence.token_hit_ratio, vllm=vllm_later.result.token_hit_ratio))
@@ -206,15 +201,6 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
         knobs=cpu_knobs(cpu, measured.chosen, learned.chosen_gt, learned.classes)
         + file_knob(cold, cold_bytes),
         expected=changes)
-
-
-def cpu_policy(choice: PairChoice) -> CpuPolicy:
-    """The evidence of the CPU tier's admission and eviction choice."""
-    pair = choice.pair
-    return CpuPolicy(pair.label, pair.admission, pair.eviction, choice.why,
-                     tuple(PairScore(v.pair.label, v.hit_ratio) for v in choice.validation),
-                     pair.min_sightings, pair.threshold, choice.fit_requests,
-                     choice.validation_requests)
 
 
 def latency_model(inputs: Inputs, params: CostParams, servers: int):

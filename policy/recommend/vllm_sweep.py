@@ -24,14 +24,6 @@ STORE_THRESHOLDS = (0, 2, 3)
 CPU_POLICIES = ("lru", "arc")  # what vLLM 0.33 ships
 
 
-def store_thresholds(admission: str, min_sightings: int) -> tuple[int, ...]:
-    """vLLM's candidates for a CPU tier whose admission rule was chosen engine-neutrally
-    (:mod:`kvtier.policy.learn.pairs`): the sighting filter is vLLM's ``store_threshold`` (its
-    scheduler offers a request's prompt from the first chunk unless it loaded some, so an offer
-    is a sighting), replayed beside 0; any other admission, 0 (vLLM cannot gate by a score)."""
-    return (0, min_sightings) if admission == "sightings" else (0,)
-
-
 def best_cpu_setting(records: Sequence[RequestRecord], gpu_blocks: int, cpu_blocks: int,
                      count_from: int, policies: Sequence[str] = CPU_POLICIES,
                      thresholds: Sequence[int] = STORE_THRESHOLDS
