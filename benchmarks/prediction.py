@@ -12,7 +12,10 @@ and at concurrency 4 with the CPU tier off (the zero-chunk tier ``kvtier push`` 
 ``cpu_tier_bytes 0``, so kvtier keeps recording); the concurrency-4 level with the CPU tier
 runs on three fresh engines (``--vllm-repeats``) and the median |predicted/measured - 1| over
 them is the figure (``vllm_c4_median_ttft_error``): the same load's measured TTFT p50 moved
-from 30 to 52 ms between runs on this host. Skipped, and said so, without that environment. Also the engine model's replay speed on synthetic open-loop
+from 30 to 52 ms between runs on this host. Then the user's whole loop on three fresh engines
+(``vllm_promise``: a phase with a small CPU tier, ``recommend --store``, ``push``, a restart,
+the same traffic, ``recommend --check``): the promised TTFT change against the measured one,
+or why no change was promised. Skipped, and said so, without that environment. Also the engine model's replay speed on synthetic open-loop
 traffic.
 
 Run: ``python benchmarks/prediction.py --json`` (about seven minutes on 2 cores, most of it
@@ -44,7 +47,7 @@ from kvtier.policy.engine_model.step_replay import EngineRequests, replay  # noq
 from tests.policy.engine_model.refengine_store import write_store  # noqa: E402
 
 # the keys of the --json object (every run prints them; tests/test_benchmarks.py checks)
-FIGURES = ("levels", "vllm", "vllm_c4_median_ttft_error", "replay")
+FIGURES = ("levels", "vllm", "vllm_c4_median_ttft_error", "vllm_promise", "replay")
 SMOKE = {"requests": 24, "replay_requests": 200, "vllm_sessions": 6, "vllm_repeats": 1}
 VLLM_PYTHON = "KVTIER_VLLM_CPU_PYTHON"  # a serving vLLM's environment (make .venv-vllm-cpu/.ready)
 VLLM_CPU_BYTES, VLLM_BLOCK_BYTES = 8 << 20, 65536  # the CPU tier: 8 MiB of 32-token blocks
@@ -135,6 +138,25 @@ def _prune_warm_up(store: Path, measured_s: float) -> None:
         trace_store.prune(0.0)
 
 
+def promise_loop(python: str, work: Path) -> dict:
+    """The user's loop on a fresh serving vLLM (``tests/probes/vllm/test_pushed_config.py``): a
+    phase with a small CPU tier, ``recommend --store`` (its own costs fitted), ``push``, the
+    engine restarted from the pushed file, the same traffic, ``recommend --check``: the
+    promised TTFT change against the measured one, or why none was promised."""
+    from tests.probes.vllm.test_pushed_config import run_loop
+
+    loop = run_loop(python, work)
+    evidence = loop.recommended["evidence"]
+    card = evidence.get("latency_model") or {}
+    changes = {p["metric"]: p for p in loop.check_json["promises"] if p["metric"].endswith(" change")}
+    return {"verdict": evidence["verdict"], "note": evidence.get("note"),
+            "model": card.get("model"), "why": card.get("why"), "flag": card.get("flag"),
+            "held": loop.check_json.get("held"), "improvement": loop.check_json.get("improvement"),
+            "changes": {m: {"predicted": c["predicted"], "low": c["low"], "high": c["high"],
+                            "measured": c["measured"], "inside": c["held"]}
+                        for m, c in changes.items()}}
+
+
 def _load(url: str, trace: Path, requests: int, concurrency: int, vocab: int = 2000) -> None:
     """The real-engine tests' ``kvtier probe load`` (``engine_run.load_probe``), or exit."""
     from tests.probes.vllm.engine_run import load_probe
@@ -183,11 +205,15 @@ def main() -> None:
         names += tuple(f"4-run-{k}" for k in range(2, args.vllm_repeats + 1))
         vllm = ({name: vllm_level(python, name, args.vllm_sessions, Path(tmp)) for name in names}
                 if python else {"skipped": f"${VLLM_PYTHON} is not set: no serving vLLM here"})
+        if python and not args.smoke:  # three fresh engines, each the whole loop
+            promise = [promise_loop(python, Path(tmp) / f"loop-{k}") for k in range(args.vllm_repeats)]
+        else:
+            promise = {"skipped": "--smoke" if python else f"${VLLM_PYTHON} is not set"}
     c4 = [body for name, body in vllm.items() if name.split("-run-")[0] == "4"]
     median_error = {q: float(np.median([b["ttft_abs_error"][q] for b in c4])) if c4 else None
                     for q in ("p50", "p95", "p99")}
     result = {"levels": levels, "vllm": vllm, "vllm_c4_median_ttft_error": median_error,
-              "replay": replay_speed(args.replay_requests)}
+              "vllm_promise": promise, "replay": replay_speed(args.replay_requests)}
     if args.json:
         print(json.dumps(result, indent=2))
         return
@@ -207,6 +233,12 @@ def main() -> None:
     if c4:
         print(f"vLLM (CPU), concurrency 4, CPU tier on, {len(c4)} runs: median |TTFT error| "
               + ", ".join(f"{q} {e:.0%}" for q, e in median_error.items()))
+    for k, loop in enumerate(promise if isinstance(promise, list) else []):
+        print(f"vLLM loop {k + 1}: {loop['verdict']} ({loop['model'] or 'no TTFT promise'}: {loop['why']})")
+        for metric, c in loop["changes"].items():
+            print(f"  {metric:<18} promised {c['predicted'] * 1e3:+.1f} ms [{c['low'] * 1e3:+.1f}, "
+                  f"{c['high'] * 1e3:+.1f}], measured {c['measured'] * 1e3:+.1f} ms "
+                  f"({'inside' if c['inside'] else 'OUTSIDE'})")
     r = result["replay"]
     print(f"replay: {r['requests']} requests, {r['steps']} steps in {r['seconds']:.2f} s")
 
