@@ -3,7 +3,10 @@
 
 One engine thread steps the engine (continuous batching); each HTTP connection has its own
 thread that submits a request and waits on a queue for its tokens, so concurrent requests
-really queue and batch. Binds 127.0.0.1 unless told otherwise. Optionally publishes vLLM
+really queue and batch. Binds 127.0.0.1 unless told otherwise. Bounded as
+:mod:`kvtier.collector.bounded_http` says: ``max_connections`` at once (a burst of that many
+waits in the listen backlog; one past it is answered 503 and counted on ``/metrics``), and a
+client that sends or reads nothing for ``idle_timeout_s`` is let go. Optionally publishes vLLM
 KV events over ZMQ and flushes the recorder into a DuckDB trace store.
 """
 
@@ -18,9 +21,10 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
 from kvtier.collector import json_text
+from kvtier.collector.bounded_http import BoundedServerMixin, ConnectionLimits, ServerMetrics
 from kvtier.collector.events import Origin
 from kvtier.collector.recorder import Recorder
 from kvtier.refengine.api import ApiError, chunk_body, completion_body, parse_completion, tier_tokens, usage
@@ -32,7 +36,6 @@ from kvtier.refengine.sequence import Sequence
 
 log = logging.getLogger(__name__)
 MODEL_NAME = "kvtier-reference"
-SOCKET_TIMEOUT_S = 60.0  # a client that stops sending (or reading) mid-request is let go
 CLIENT_GONE = "the client disconnected"
 CLIENT_CHECK_S = 0.2  # how often a waiting request looks whether its client is still there
 
@@ -50,6 +53,7 @@ class ServerSettings:
     instance: str = "reference"
     request_timeout_s: float = 600.0
     max_connections: int = 256  # beyond this many at once, a new connection gets a 503
+    idle_timeout_s: float = 60.0  # a client that stops sending (or reading) is let go
 
 
 class EngineServer:
@@ -95,7 +99,9 @@ class EngineServer:
             self._store = TraceStore(self.settings.store_path)
             self._flusher = Flusher(self.recorder, self._store, interval_s=0.5).start()
         self._http = _HttpServer((self.settings.host, self.settings.port), _handler(self),
-                                 max_connections=self.settings.max_connections)
+                                 limits=ConnectionLimits(self.settings.max_connections,
+                                                         self.settings.idle_timeout_s))
+        self.metrics.registry.register(ServerMetrics(self._http))
         self._threads = [threading.Thread(target=self._loop, name="kvtier-engine", daemon=True),
                          threading.Thread(target=self._http.serve_forever, name="kvtier-http", daemon=True)]
         for thread in self._threads:
@@ -173,7 +179,6 @@ def _handler(server: EngineServer):
 class _Handler(BaseHTTPRequestHandler):
     owner: EngineServer
     server_version = "kvtier-reference"
-    timeout = SOCKET_TIMEOUT_S
 
     def log_message(self, fmt, *args) -> None:
         log.debug("%s " + fmt, self.address_string(), *args)
@@ -324,40 +329,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-class _HttpServer(ThreadingHTTPServer):
-    """One thread per connection, at most ``max_connections`` at once: a client that opens
-    connections and sends nothing cannot take every thread (each also times out)."""
+class _HttpServer(BoundedServerMixin, HTTPServer):
+    """One thread per connection, bounded (see the module); a refused connection reads an
+    OpenAI-style error."""
 
-    daemon_threads = True
-
-    def __init__(self, address, handler, *, max_connections: int):
-        super().__init__(address, handler)
-        self._slots = threading.BoundedSemaphore(max_connections)
-
-    def process_request(self, request, client_address) -> None:
-        if not self._slots.acquire(blocking=False):
-            body = json_text.dumps(ApiError("too many connections; retry later", 503).body()).encode()
-            try:
-                request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-            except OSError:
-                pass
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:  # no thread started: its slot is free again
-            self._slots.release()
-            raise
-
-    def process_request_thread(self, request, client_address) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
-
-    def handle_error(self, request, client_address) -> None:
-        """One log line, no traceback on stderr: a failed connection is the client's business."""
-        import sys
-
-        log.debug("connection from %s failed: %s", client_address, sys.exc_info()[1])
+    def overload_body(self) -> tuple[bytes, str]:
+        message = (f"too many connections (the engine serves at most "
+                   f"{self.limits.max_connections} at once); retry later")
+        return json_text.dumps(ApiError(message, 503).body()).encode(), "application/json"

@@ -1,7 +1,9 @@
 """The collector's HTTP server: Prometheus ``/metrics`` and a JSON ``/healthz``, one port.
 
 prometheus_client's WSGI app answers ``/metrics`` (content negotiation and compression as
-Prometheus expects); ``/healthz`` says whether every tap is running. A threaded standard
+Prometheus expects); ``/healthz`` says whether every tap is running. Bounded as :data:`LIMITS`
+says (:mod:`kvtier.collector.bounded_http`): a burst of clients waits in the listen backlog,
+one past the cap is answered 503 and counted, an idle connection is closed. A threaded standard
 library server runs both, so a slow scrape never blocks a health check.
 """
 
@@ -9,17 +11,22 @@ from __future__ import annotations
 
 import socket
 import threading
-from socketserver import ThreadingMixIn
 from typing import Callable
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import make_wsgi_app
 
 from kvtier.collector import json_text
+from kvtier.collector.bounded_http import BoundedServerMixin, ConnectionLimits
+
+# Prometheus servers and health checks connect a few at a time and are answered in
+# milliseconds: 64 at once is far above what a collector is asked, and a client that sends
+# nothing for 10 s (a scrape's request comes at once) is let go.
+LIMITS = ConnectionLimits(max_connections=64, idle_timeout_s=10.0)
 
 
-class _Server(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
+class _Server(BoundedServerMixin, WSGIServer):
+    pass
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -50,7 +57,7 @@ def serve(registry, host: str, port: int,
 
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
     server_class = type("KvtierHttpServer", (_Server,), {"address_family": family})
-    server = server_class((host, port), _QuietHandler)
+    server = server_class((host, port), _QuietHandler, limits=LIMITS)
     server.set_app(app)
     thread = threading.Thread(target=server.serve_forever, name="kvtier-http", daemon=True)
     thread.start()

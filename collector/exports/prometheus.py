@@ -143,12 +143,14 @@ class MetricsServer:
 
     def __init__(self, collector: KvtierCollector, host: str = "127.0.0.1", port: int = 0,
                  health: Callable[[], tuple[bool, dict]] | None = None):
+        from kvtier.collector.bounded_http import ServerMetrics
         from kvtier.collector.exports.http import serve
 
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(collector)
         self._server, self._thread = serve(self.registry, host, port, health)
         self.host, self.port = self._server.server_address[:2]
+        self.registry.register(ServerMetrics(self._server))  # its 503s and connections
 
     @property
     def url(self) -> str:
