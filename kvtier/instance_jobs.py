@@ -4,7 +4,9 @@ A store or a folder of segments may hold several serving instances, each with it
 prefix cache: ``simulate``, ``evaluate`` and ``recommend`` then analyse each instance on its
 own and merge (``policy/fleet.py``). ``--jobs N`` runs N instances at a time in spawned
 worker processes, each reading only its instance's segments; results come back in instance
-order, so the output does not depend on N. A verb whose per-instance work is small (a
+order, so the output does not depend on N; ``--ray ADDRESS`` runs them as tasks on a Ray
+cluster instead (:mod:`kvtier.ray_jobs`), with the same output. A verb whose per-instance
+work is small (a
 simulate replay is about a second per MiB of segments here) names ``min_parallel_bytes``:
 below that much trace data the instances run in this process, since starting a worker
 (a fresh interpreter importing numpy, DuckDB and kvtier) would cost more than it saves.
@@ -31,8 +33,9 @@ def fleet_instances(args) -> tuple[str, ...]:
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise KvtierError(f"--jobs must be an int >= 1, got {jobs!r}")
     names = _instances(args)
-    if jobs > 1 and not names:
-        print(f"note: --jobs {jobs} runs the instances of a store or segment folder in "
+    if (jobs > 1 or getattr(args, "ray", None)) and not names:
+        how = f"--ray {args.ray}" if getattr(args, "ray", None) else f"--jobs {jobs}"
+        print(f"note: {how} runs the instances of a store or segment folder in "
               "parallel; this trace is one instance, analysed in one process", file=sys.stderr)
     return names
 
@@ -82,11 +85,17 @@ def per_instance(function: Callable[[argparse.Namespace], R], args,
                  instances: tuple[str, ...], *, min_parallel_bytes: int = 0
                  ) -> list[tuple[str, R]]:
     """``function(args)`` once per instance (``args.instance`` set), ``args.jobs`` at a time;
-    in this process when the trace holds fewer than ``min_parallel_bytes``.
+    in this process when the trace holds fewer than ``min_parallel_bytes``; as Ray tasks
+    when ``args.ray`` names a cluster.
 
     ``function`` must be importable by name (a module-level function), its result picklable.
     """
     copies = [argparse.Namespace(**{**vars(args), "instance": name}) for name in instances]
+    if getattr(args, "ray", None):
+        from kvtier.ray_jobs import ray_map
+
+        results = ray_map(function, copies, args.ray, instances, time.monotonic())
+        return list(zip(instances, results))
     jobs = min(args.jobs, len(instances))
     if jobs > 1 and min_parallel_bytes:
         size = trace_bytes(Path(args.trace))

@@ -8,7 +8,8 @@ from kvtier.verbs.arg_types import int_at_least
 
 def add_trace_arguments(parser) -> None:
     """``--format``, ``--block-tokens``, ``--skip-bad``, ``--weka-start-gap-s``,
-    ``--tier-config``, ``--source-engine``, ``--model``, ``--kv-bytes-per-token``, ``--instance``, ``--jobs``."""
+    ``--tier-config``, ``--source-engine``, ``--model``, ``--kv-bytes-per-token``, ``--instance``, ``--jobs``,
+    ``--ray``."""
     parser.add_argument("--format", choices=FORMATS, help="trace format (detected when omitted)")
     parser.add_argument("--block-tokens", type=int,
                         help="tokens per block id (default: the format's, e.g. 512 for Mooncake)")
@@ -36,6 +37,11 @@ def add_trace_arguments(parser) -> None:
                              "worker processes at a time (default 1; simulate stays in one "
                              "process below 1 MiB of trace, where starting workers costs more "
                              "than it saves), e.g. --jobs 2")
+    parser.add_argument("--ray", metavar="ADDRESS",
+                        help="run the instances of a store or segment folder as tasks on the Ray "
+                             "cluster at ADDRESS (host:port, or auto) instead of --jobs; every "
+                             "node must see the trace (and --out) at the same path; the output is "
+                             "the local run's (needs pip install 'kvtier[ray]')")
 
 
 def add_policy_module_argument(parser) -> None:
