@@ -18,7 +18,7 @@ import numpy as np
 
 from kvtier.collector.events import RequestRecord
 from kvtier.collector.request_tokens import RequestTokens
-from kvtier.policy.cost import CostParams, queue_ttft
+from kvtier.policy.cost import CostParams
 from kvtier.policy.sim.config import SimConfig
 from kvtier.policy.sim.simulator import RequestOutcome, iter_outcomes
 
@@ -118,9 +118,12 @@ def check_ttft(pairs: Sequence[tuple[RequestRecord, RequestOutcome]], params: Co
     timed = [(r, o) for (r, o), ok in zip(pairs, alone) if ok and r.ttft_s is not None]
     if not timed:
         raise ValueError("no request that ran alone with a measured TTFT to compare")
-    services = [params.service_s(o.cpu_promotion_tokens, o.cold_promotion_tokens, o.recompute_tokens)
-                for _, o in timed]
-    estimate = queue_ttft([r.arrival_s for r, _ in timed], services, params.sources(), servers)
+    from kvtier.policy.latency import predict
+    from kvtier.policy.latency.models import QueueModel, requests_for
+
+    model = QueueModel(params, servers)  # through the latency wing's one prediction function
+    samples = predict.draw(model, requests_for(model, [r for r, _ in timed],
+                                               [RequestTokens.of(o) for _, o in timed]))
+    p50, p95, _ = predict.levels(samples, np.random.default_rng(0))
     measured = np.percentile([r.ttft_s for r, _ in timed], [50, 95])
-    return TtftCheck(len(timed), float(measured[0]), float(measured[1]), estimate.p50_s,
-                     estimate.p95_s)
+    return TtftCheck(len(timed), float(measured[0]), float(measured[1]), p50.predicted, p95.predicted)
