@@ -214,3 +214,16 @@ def expected_changes() -> dict:
                           "x2": {"field": "high_share"}}},
         ],
     }
+
+
+def live_curves(tier: str) -> dict:
+    """Each instance's live token hit ratio against the tier's size (GiB), one line each."""
+    return {
+        "mark": {"type": "line", "point": True, "tooltip": True},
+        "encoding": {
+            "x": {"field": "size_gib", "type": "quantitative", "title": f"{tier} tier size (GiB)"},
+            "y": {"field": "hit_ratio", "type": "quantitative", "title": "token hit ratio",
+                  "axis": {"format": "%"}},
+            "color": {"field": "instance", "type": "nominal", "title": "instance"},
+        },
+    }

@@ -28,9 +28,10 @@ ALLOWED = {
     "kvtier": set(PACKAGES),
 }
 # what dashboard/ may take from policy/: the recommendation's typed values and the config
-# writers that render them (what push writes, shown to copy), nothing that computes
+# writers that render them (what push writes, shown to copy), the live curves' typed values,
+# nothing that computes
 DASHBOARD_FROM_POLICY = ("kvtier.policy.recommend.values", "kvtier.policy.recommend.recommendation",
-                         "kvtier.policy.writers")
+                         "kvtier.policy.writers", "kvtier.policy.livecurve.curve_values")
 MAX_LINES = 400
 
 

@@ -25,6 +25,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--recommendation", help="recommendation folder (default: next to the segments)")
     parser.add_argument("--rollouts", help="folder of recorded rollouts, one JSON per act, as kvtier demo "
                                            "writes them (default: next to the segments)")
+    parser.add_argument("--live-curves", help="the live curve files kvtier collect --live-curves writes "
+                                              "(default: SEGMENTS/live_curves)")
 
 
 def streamlit_command(args) -> list[str]:
@@ -52,9 +54,9 @@ def streamlit_command(args) -> list[str]:
                "--server.port", str(args.port), "--browser.gatherUsageStats", "false",
                "--server.fileWatcherType", "none",  # a service, not a dev loop: no source polling
                "--", "--segments", str(segments)]
-    for name in ("whatif", "recommendation", "rollouts"):
+    for name in ("whatif", "recommendation", "rollouts", "live_curves"):
         if getattr(args, name, None):
-            command += [f"--{name}", str(Path(getattr(args, name)).resolve())]
+            command += [f"--{name.replace('_', '-')}", str(Path(getattr(args, name)).resolve())]
     return command
 
 

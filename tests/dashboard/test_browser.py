@@ -19,13 +19,15 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, free_port
+from tests.dashboard.curve_files import write_live_curves
 from tests.dashboard.fixtures import write_recommendation
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "test-artifacts" / "dashboard"
 CHARTS = "[data-testid='stVegaLiteChart'] canvas, [data-testid='stVegaLiteChart'] svg.marks"
 # page slug -> charts it draws with the fixture data (0: checked by its other content)
-EXPECTED_CHARTS = {"overview": 3, "latency": 5, "reuse": 4, "whatif": 1, "recommendation": 4}
+EXPECTED_CHARTS = {"overview": 3, "latency": 5, "reuse": 4, "whatif": 1, "recommendation": 4,
+                   "live": 1}
 
 if os.environ.get("CI") == "true":  # make test installs both: a skip there would hide a broken set-up
     import playwright.sync_api as playwright_api
@@ -69,10 +71,11 @@ def planning_files(root: Path) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def dashboard_url(full_segments):
     whatif, reco = planning_files(full_segments.parent)
+    live = write_live_curves(full_segments.parent / "collector-segments")
     port = free_port()  # Streamlit binds the port it is given and names no port it picked
     command = [sys.executable, "-m", "kvtier", "dashboard", "--segments", str(full_segments),
                "--host", "127.0.0.1", "--port", str(port), "--whatif", str(whatif),
-               "--recommendation", str(reco)]
+               "--recommendation", str(reco), "--live-curves", str(live)]
     # Own process group: the verb starts Streamlit as its child, and both must go.
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)
