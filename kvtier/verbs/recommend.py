@@ -76,6 +76,9 @@ def add_arguments(parser) -> None:
                         help="merge K consecutive prefix blocks into one (exact prefix identity)")
     add_trace_arguments(parser)
     add_check_arguments(parser)
+    from kvtier.verbs.recommend_live import add_live_curves_argument
+
+    add_live_curves_argument(parser)
 
 
 PHASES = 4
@@ -108,6 +111,9 @@ def run(args) -> int:
     if args.store:
         args.format = "store"
     instances = fleet_instances(args)
+    from kvtier.verbs.recommend_live import print_live_start
+
+    print_live_start(args, instances)  # the collector's live curve: the starting point
     if instances:
         return _fleet(args, instances)
     rec, written = recommendation(args)

@@ -165,3 +165,15 @@ def read_live_curves(path: str | Path) -> tuple[InstanceCurves, ...]:
         except (ValueError, KeyError, TypeError) as error:
             raise ValueError(f"{file}: not a live curve file ({type(error).__name__}: {error})") from None
     return tuple(sorted(found, key=lambda c: (c.engine, c.instance)))
+
+
+def curve_of(curves: tuple[InstanceCurves, ...], instance: str | None,
+             engine: str | None = None) -> InstanceCurves | None:
+    """The curve of ``instance`` (``None``: the only one there is), of ``engine`` when given:
+    where one instance has several (its engine's and a load probe's), the one with the most
+    requests since start."""
+    found = [c for c in curves if c.windows and (instance is None or c.instance == instance)
+             and (engine is None or c.engine == engine)]
+    if not found or (instance is None and len({c.instance for c in found}) > 1):
+        return None
+    return max(found, key=lambda c: c.window(ALL).requests if c.window(ALL) else 0)
