@@ -22,6 +22,7 @@ import numpy as np
 
 from kvtier.collector.events import RequestRecord
 from kvtier.policy.rollback.rule import LatencyBudget
+from kvtier.policy.rollback.window import Sustained, window_p99
 
 METRICS = {"ttft": ("ttft_s", "ttft_p99_s"), "itl": ("itl_s", "itl_p99_s")}
 UNKNOWN_CONFIG = "unknown"
@@ -95,10 +96,8 @@ def sustained_p99(records: Iterable[RequestRecord], metric: str, window_s: float
     times = np.asarray([p[0] for p in points])
     values = np.asarray([p[1] for p in points])
     grid = np.arange(times[0], times[-1] + window_s + step_s, step_s)
-    series = []
-    for t in grid:
-        lo, hi = np.searchsorted(times, [t - window_s, t], side="right")
-        series.append(float(np.percentile(values[lo:hi], 99)) if hi > lo else -np.inf)
+    series = [-np.inf if (p99 := window_p99(times, values, t, window_s)) is None else p99
+              for t in grid]
     span = max(int(np.ceil(sustained_s / step_s)), 0) + 1  # instants from t to t + sustained_s
     held = [min(series[i:i + span]) for i in range(len(series) - span + 1)]
     best = max(held) if held else -np.inf
@@ -129,15 +128,9 @@ def _breach(group: list[RequestRecord], metric: str, budget: LatencyBudget,
         return None
     times = np.asarray([p[0] for p in points])
     values = np.asarray([p[1] for p in points])
-    since, worst = None, 0.0
+    over = Sustained(budget.sustained_s)
     for t in np.arange(times[0], times[-1] + budget.window_s + step_s, step_s):
-        lo, hi = np.searchsorted(times, [t - budget.window_s, t], side="right")
-        p99 = float(np.percentile(values[lo:hi], 99)) if hi > lo else None
-        if p99 is None or p99 <= limit:
-            since, worst = None, 0.0
-            continue
-        since = t if since is None else since
-        worst = max(worst, p99)
-        if t - since >= budget.sustained_s:
-            return Breach(metric, limit, float(t), worst)
+        p99 = window_p99(times, values, t, budget.window_s)
+        if over.update(t, p99 is not None and p99 > limit, p99):
+            return Breach(metric, limit, float(t), over.worst)
     return None
