@@ -28,6 +28,9 @@ Where each field comes from (vLLM 0.32 and 0.33, scheduler side):
   ``"kvtier"`` object in the request's ``kv_transfer_params`` (the OpenAI API's
   ``kv_transfer_params`` body field), ``session_id`` also from ``Request.session_id``.
 * ``client_request_id``: the id the client sees (:func:`client_request_id`).
+* ``fallback_reason``/``fallback_tokens``: the external tokens kvtier's guardrail recomputed
+  instead of loading them at the admitting lookup, and why (``probes/vllm/tier_gate.py``);
+  ``tier_config_id`` then says which tiers were paused at admission.
 """
 
 from __future__ import annotations
@@ -70,7 +73,10 @@ class _Request:
     admitted: bool = False
     first_token_s: float | None = None
     handoff_s: float | None = None
-    match: tuple = field(default=(), repr=False)  # (gpu tokens, sources) of the latest lookup
+    fallback: tuple = ()  # (reason, tokens): a tier's tokens recomputed instead of loaded
+    tier_config: str | None = None  # in force at admission
+    # (gpu tokens, sources, fallback) of the latest lookup
+    match: tuple = field(default=(), repr=False)
 
 
 def request_tags(kv_transfer_params, session_id=None) -> dict:
@@ -131,22 +137,24 @@ class RequestTokenAccounting:
         state.handoff_s = max(0.0, self._clock() - arrival_s)
 
     def matched(self, request_id: str, *, arrival_s: float, prompt_tokens: int,
-                gpu_tokens: int, sources: dict[str, int]) -> None:
-        """The lookup's answer (it may be asked again before the request is admitted)."""
+                gpu_tokens: int, sources: dict[str, int], fallback: tuple = ()) -> None:
+        """The lookup's answer (it may be asked again before the request is admitted);
+        ``fallback``: (reason, tokens) the tiers held but the guardrail recomputes."""
         state = self._requests.get(request_id)
         if state is None:
             if len(self._requests) >= self._max_requests:
                 return
             state = self._requests[request_id] = _Request(arrival_s, prompt_tokens)
-        state.match = (gpu_tokens, dict(sources))
+        state.match = (gpu_tokens, dict(sources), fallback)
 
-    def admitted(self, request, request_id: str, external_tokens: int, block_hashes) -> None:
+    def admitted(self, request, request_id: str, external_tokens: int, block_hashes,
+                 tier_config: str | None = None) -> None:
         """The scheduler allocated the request's blocks: its tier split is final. Records one
         ``GPU_HIT`` per GPU-cached block. ``request`` is kept to watch for its first token."""
         state = self._requests.get(request_id)
         if state is None or not state.match:
             return
-        gpu_tokens, sources = state.match
+        gpu_tokens, sources, fallback = state.match
         # vLLM calls update_state_after_alloc again when an async load has finished (with no
         # external tokens, no new lookup): only the first call after a lookup admits.
         state.match = ()
@@ -155,6 +163,7 @@ class RequestTokenAccounting:
         if not state.admitted:  # a preempted request's re-admission keeps the first split
             state.block_hashes, state.gpu_tokens = hashes, gpu_tokens
             state.cpu_tokens, state.cold_tokens = external_tokens - cold, cold
+            state.fallback, state.tier_config = fallback, tier_config
             state.admitted = True
         now = self._clock()
         parent = None
@@ -177,6 +186,11 @@ class RequestTokenAccounting:
             state = self._requests.get(request_id)
             if state is not None and state.first_token_s is None:
                 state.first_token_s = now
+
+    def tier_config(self, request_id: str) -> str | None:
+        """The tier configuration in force when the request was admitted (``None``: unknown)."""
+        state = self._requests.get(request_id)
+        return None if state is None else state.tier_config
 
     def finished(self, request_id: str, *, status: str | None, stop_reason=None,
                  output_tokens: int | None = None, tags: Mapping | None = None,
@@ -207,6 +221,8 @@ class RequestTokenAccounting:
                 finish_status=FINISH_STATUS_OF.get(status),
                 stop_reason=_stop_reason(status, stop_reason), model=self.model,
                 client_request_id=client_request_id, handoff_s=state.handoff_s,
+                fallback_reason=state.fallback[0] if state.fallback else None,
+                fallback_tokens=state.fallback[1] if state.fallback else None,
                 **dict(tags or {}))
         except (TypeError, ValueError):  # never break the engine: counted as a rejected call
             self.recorder.rejected_events += 1

@@ -19,7 +19,11 @@ API is the same). Each scheduler step is recorded too, one ``StepRecord`` from t
 ``SchedulerOutput`` (``probes/vllm/step_accounting.py`` says where each field comes from;
 the connector cannot see the waiting queue, so ``waiting_requests`` is 0). With kvtier's
 learned cache policy (``probes/vllm/next_use_policy.py``) as ``eviction_policy``, each
-finished request's record tells the policy how it ended.
+finished request's record tells the policy how it ended. With a control token
+(``kvtier_control_token``), kvtier's guardrail can pause the CPU tier's loads or stores and
+recompute a prefix instead of loading it (``probes/vllm/tier_gate.py``): the state is taken
+at each step boundary (``build_connector_meta``), a paused tier's hits are recomputed
+(``get_num_new_matched_tokens`` answers no external tokens) and its stores declined.
 """
 
 from __future__ import annotations
@@ -58,10 +62,11 @@ def _connector_class():
         client_request_id,
         request_tags,
     )
-    from kvtier.probes.vllm.recorders import flush, recorder_for
+    from kvtier.probes.vllm.recorders import flush, receiver_for, recorder_for
     from kvtier.probes.vllm.hook_settings import HookSettings
     from kvtier.probes.vllm.next_use_policy import note_finished
     from kvtier.probes.vllm.step_accounting import StepAccounting
+    from kvtier.probes.vllm.tier_gate import TierGate
 
     class KvtierOffloadingConnector(OffloadingConnector):
         """vLLM's OffloadingConnector with per-request accounting (see module doc)."""
@@ -81,6 +86,8 @@ def _connector_class():
                 recorder, vllm_config.cache_config.block_size,
                 model=served_model(vllm_config.model_config))
             self._kvtier_steps = StepAccounting(recorder)
+            self._kvtier_gate = TierGate(recorder, self._kvtier_settings.tier_config,
+                                         receiver_for(transfer.engine_id, self._kvtier_settings))
             self._kvtier_next_use = (transfer.kv_connector_extra_config.get("eviction_policy")
                                      == "KvtierNextUsePolicy")
 
@@ -94,21 +101,43 @@ def _connector_class():
             external, is_async = super().get_num_new_matched_tokens(request, num_computed_tokens)
             if self._kvtier is not None and external is not None:
                 sources = self.get_external_cache_hit_sources(request, external) if external else {}
+                sources = {getattr(s, "value", str(s)): n for s, n in sources.items()}
+                reason = self._kvtier_reason(external, sources)
+                fallback = (reason, external) if reason else ()
+                if reason:  # recomputed: no external tokens (vLLM's lookup state stays sound)
+                    external, is_async, sources = 0, False, {}
                 self._kvtier.matched(
                     request.request_id, arrival_s=request.arrival_time,
                     prompt_tokens=request.num_prompt_tokens, gpu_tokens=num_computed_tokens,
-                    sources={getattr(s, "value", str(s)): n for s, n in sources.items()})
+                    sources=sources, fallback=fallback)
             return external, is_async
+
+        def _kvtier_reason(self, external: int, sources: dict) -> str | None:
+            if not external or self._kvtier_gate.applied.configured:
+                return None
+            observer = getattr(self._kvtier_manager(), "observer", None)
+            jobs, queued = observer.load_queue() if observer is not None else (0, 0)
+            per_token = (observer.chunk_bytes or 0) / (observer.chunk_tokens or 1) if observer else 0
+            return self._kvtier_gate.recompute_reason(
+                external, sum(n for s, n in sources.items() if s in ("disk", "p2p")), jobs,
+                queued, int(external * per_token))
+
+        def _kvtier_manager(self):
+            return getattr(self.connector_scheduler, "manager", None)
 
         def update_state_after_alloc(self, request, blocks, num_external_tokens):
             result = super().update_state_after_alloc(request, blocks, num_external_tokens)
             if self._kvtier is not None:
                 self._kvtier.admitted(request, request.request_id, num_external_tokens,
-                                      request.block_hashes)
+                                      request.block_hashes, self._kvtier_gate.tier_config)
                 self._kvtier_steps.admitted(request.request_id, request.num_prompt_tokens)
             return result
 
         def build_connector_meta(self, scheduler_output):
+            if self._kvtier is not None and self._kvtier_gate.step():  # a step boundary
+                pause = getattr(self._kvtier_manager(), "pause_stores", None)
+                if pause is not None:  # kvtier's spec: its stores can be declined
+                    pause(self._kvtier_gate.stores_paused)
             meta = super().build_connector_meta(scheduler_output)
             if self._kvtier is not None:
                 self._kvtier_steps.scheduled(scheduler_output, *self._kvtier_moved())
@@ -116,8 +145,7 @@ def _connector_class():
 
         def _kvtier_moved(self) -> tuple[int, int]:
             # kvtier's spec wrapper counts the chunks this step's prepare_load/_store took
-            manager = getattr(self.connector_scheduler, "manager", None)
-            take = getattr(getattr(manager, "observer", None), "take_step_bytes", None)
+            take = getattr(getattr(self._kvtier_manager(), "observer", None), "take_step_bytes", None)
             return take() if take is not None else (0, 0)
 
         def take_events(self):
@@ -134,7 +162,8 @@ def _connector_class():
                 request.request_id, status=status, stop_reason=request.stop_reason,
                 output_tokens=request.num_output_tokens,
                 tags=self._kvtier_settings.tags(request_tags(
-                    request.kv_transfer_params, getattr(request, "session_id", None))),
+                    request.kv_transfer_params, getattr(request, "session_id", None)),
+                    self._kvtier.tier_config(request.request_id)),
                 client_request_id=client_request_id(
                     request.request_id, getattr(request, "external_req_id", None)))
             if record is not None and self._kvtier_next_use:

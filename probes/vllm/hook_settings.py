@@ -16,17 +16,39 @@ not know, so this is the one channel for configuring kvtier inside the engine:
                            ``kv_transfer_params`` still overrides it per request); default: the
                            offload settings in the rollout's form, ``gpu+cpu:<cpu bytes>``,
                            ``gpu+cpu+file:<cpu bytes>`` with a secondary ``fs`` tier
+``kvtier_control_token``   the token shared with ``kvtier collect --guardrail``: with it (or
+                           ``kvtier_control_token_file``, a file holding it) the connector
+                           listens to the collector's control channel; without, nothing can
+                           pause a tier in this engine
+``kvtier_control``         the collector's control endpoint (default ``tcp://127.0.0.1:5571``)
+``kvtier_control_lease_s`` how long a state holds without word from the collector before the
+                           engine returns to its configured tiers (default 30)
 =========================  =================================================================
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
+from kvtier.collector.control import DEFAULT_CONTROL_ENDPOINT, check_token
+from kvtier.collector.control_receiver import ReceiverConfig
 from kvtier.collector.shipper import ShipperConfig, endpoint_from
 
 IN_PROCESS = "in-process"
+
+
+@dataclass(frozen=True)
+class ControlKeys:
+    """The control channel's settings, before the engine's instance name is known."""
+
+    token: bytes = field(repr=False)
+    endpoint: str = DEFAULT_CONTROL_ENDPOINT
+    lease_s: float = 30.0
+
+    def receiver(self, instance: str) -> ReceiverConfig:
+        return ReceiverConfig(instance, self.token, self.endpoint, self.lease_s)
 
 
 @dataclass(frozen=True)
@@ -36,6 +58,7 @@ class HookSettings:
     instance: str | None = None
     shipper: ShipperConfig | None = ShipperConfig()
     tier_config: str | None = None
+    control: ControlKeys | None = None
 
     @classmethod
     def from_extra_config(cls, extra: Mapping | None) -> "HookSettings":
@@ -49,9 +72,10 @@ class HookSettings:
             tier_config = offload_tier_config(extra)
         elif not isinstance(tier_config, str) or not tier_config:
             raise ValueError(f"kvtier_tier_config must be a non-empty string, got {tier_config!r}")
+        control = _control(extra)
         collector = extra.get("kvtier_collector")
         if collector == IN_PROCESS:
-            return cls(instance, None, tier_config)
+            return cls(instance, None, tier_config, control)
         try:
             shipper = ShipperConfig(
                 endpoint=endpoint_from(collector),
@@ -59,12 +83,14 @@ class HookSettings:
                 flush_timeout_s=_seconds(extra, "kvtier_flush_timeout_s", 2.0))
         except ValueError as error:
             raise ValueError(f"kv_connector_extra_config: {error}") from None
-        return cls(instance, shipper, tier_config)
+        return cls(instance, shipper, tier_config, control)
 
-    def tags(self, client_tags: Mapping) -> dict:
-        """A request record's tags: the engine's tier configuration, then the client's
+    def tags(self, client_tags: Mapping, tier_config: str | None = None) -> dict:
+        """A request record's tags: the engine's tier configuration (``tier_config``, the one
+        in force when the request was admitted, else the configured one), then the client's
         (whose ``tier_config_id`` overrides it)."""
-        stamped = {} if self.tier_config is None else {"tier_config_id": self.tier_config}
+        config = tier_config or self.tier_config
+        stamped = {} if config is None else {"tier_config_id": config}
         return {**stamped, **client_tags}
 
 
@@ -92,3 +118,21 @@ def _seconds(extra: Mapping, key: str, default: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ValueError(f"{key} must be a number of seconds > 0, got {value!r}")
     return float(value)
+
+
+def _control(extra: Mapping) -> ControlKeys | None:
+    token, path = extra.get("kvtier_control_token"), extra.get("kvtier_control_token_file")
+    if token is None and path is None:
+        return None
+    try:
+        if path is not None:
+            token = Path(path).read_text().strip()
+        if not isinstance(token, str):
+            raise ValueError(f"kvtier_control_token must be a string, got {type(token).__name__}")
+        endpoint = extra.get("kvtier_control", DEFAULT_CONTROL_ENDPOINT)
+        keys = ControlKeys(check_token(token.encode()), endpoint,
+                           _seconds(extra, "kvtier_control_lease_s", 30.0))
+        keys.receiver("check")  # the endpoint's form, now rather than at the first request
+        return keys
+    except (OSError, ValueError) as error:
+        raise ValueError(f"kv_connector_extra_config: {getattr(error, 'strerror', None) or error}") from None

@@ -3,7 +3,9 @@
 vLLM builds kvtier's spec, connector and cache policy by module path inside its own processes,
 with no channel to hand them a recorder; they find their engine's here by ``engine_id``. A
 recorder is shipped to the collector by this process's shipper (``collector/shipper.py``)
-from the moment it is created, unless the settings say ``in-process``.
+from the moment it is created, unless the settings say ``in-process``. An engine whose
+settings carry a control token listens to the collector's control channel through one
+receiver (``collector/control_receiver.py``), found here the same way.
 """
 
 from __future__ import annotations
@@ -34,6 +36,26 @@ def recorder_for(engine_id: str, settings: HookSettings = HookSettings(), *, clo
                 ship(recorder, settings.shipper)
                 wake_on_sigterm()  # a SIGTERM starts the flush before vLLM tears down
         return recorder
+
+
+_RECEIVERS: dict[str, object] = {}
+
+
+def receiver_for(engine_id: str, settings: HookSettings):
+    """The process-wide control receiver of one engine (``None`` without a control token),
+    started on first use; its drops are counted in the engine's recorder."""
+    if settings.control is None:
+        return None
+    from kvtier.collector.control_receiver import ControlReceiver
+
+    recorder = recorder_for(engine_id, settings)
+    with _RECORDERS_LOCK:
+        receiver = _RECEIVERS.get(engine_id)
+        if receiver is None:
+            config = settings.control.receiver(recorder.origin.instance)
+            receiver = _RECEIVERS[engine_id] = ControlReceiver(
+                config, recorder.guardrail_rejected).start()
+        return receiver
 
 
 def flush(timeout_s: float | None = None) -> None:

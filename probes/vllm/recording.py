@@ -64,6 +64,8 @@ class ManagerRecorder:
         self._evictions_seen: set[bytes] = set()
         self._misses: dict[str, set] = {}  # request -> keys already reported missing
         self._step_chunks = [0, 0]  # chunks prepared to load, to store, since take_step_bytes
+        self._loading: dict[str, int] = {}  # request -> chunks of its load job in flight
+        self._loading_chunks = 0
 
     def lookup(self, key: bytes, result: str, request_id: str) -> None:
         """A waiting request is looked up again every step: report each miss once."""
@@ -78,6 +80,7 @@ class ManagerRecorder:
 
     def request_finished(self, request_id: str) -> None:
         self._misses.pop(request_id, None)
+        self._loading_chunks -= self._loading.pop(request_id, 0)
 
     def take_step_bytes(self) -> tuple[int, int]:
         """Bytes prepared to load into and to store out of the GPU since the last call (the
@@ -86,6 +89,11 @@ class ManagerRecorder:
         self._step_chunks = [0, 0]
         per_chunk = self.chunk_bytes or 0
         return loads * per_chunk, stores * per_chunk
+
+    def load_queue(self) -> tuple[int, int]:
+        """Load jobs in flight (prepared, not completed) and their bytes (0 when the chunk
+        size is unknown): the queue a new load waits behind."""
+        return len(self._loading), self._loading_chunks * (self.chunk_bytes or 0)
 
     def prepared_store(self, keys_to_store, evicted_keys, request_id: str) -> None:
         now = self._clock()
@@ -114,6 +122,8 @@ class ManagerRecorder:
         ...), or ``None`` when all come from the CPU tier."""
         now = self._clock()
         self._step_chunks[0] += len(keys)
+        self._loading_chunks += len(keys) - self._loading.get(request_id, 0)
+        self._loading[request_id] = len(keys)
         warm = (now, _CPU_PROMOTION)
         if sources is None:
             self._load_started.update(zip(keys, repeat(warm)))
@@ -124,6 +134,7 @@ class ManagerRecorder:
 
     def completed_load(self, keys, request_id: str) -> None:
         now = self._clock()
+        self._loading_chunks -= self._loading.pop(request_id, 0)
         for (began, outcome), run in _runs(self._load_started.pop, keys):
             tier_from = _COLD if outcome == _COLD_PROMOTION else _CPU
             self._add(outcome, run, request_id, self.chunk_bytes, tier_from, _GPU, now - began,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 
-from vllm.v1.kv_offload.base import LookupResult, OffloadingManager
+from vllm.v1.kv_offload.base import LookupResult, OffloadingManager, PrepareStoreOutput
 from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
 from vllm.v1.kv_offload.tiering.spec import TieringOffloadingSpec
@@ -61,6 +61,7 @@ class RecordingOffloadingManager(OffloadingManager):
                            is CPUOffloadingManager.get_load_source)
         if isinstance(inner, CPUOffloadingManager) and inner.events is None:
             observer.track_evictions = False  # no removal events will ever come to match
+        self.stores_paused = False  # kvtier's guardrail: pause_stores()
 
     @property
     def lock(self):
@@ -97,7 +98,14 @@ class RecordingOffloadingManager(OffloadingManager):
         self._complete_load(keys, req_context)
         self.observer.completed_load(keys, req_context.req_id)
 
+    def pause_stores(self, paused: bool) -> None:
+        """kvtier's guardrail: while paused, every store is declined as nothing to store
+        (vLLM's scheduler then moves past those chunks: they are not stored later either)."""
+        self.stores_paused = paused
+
     def prepare_store(self, keys, req_context):
+        if self.stores_paused:
+            return PrepareStoreOutput(keys_to_store=[], store_spec=None, evicted_keys=[])
         output = self._prepare_store(keys, req_context)
         if output is not None:
             self.observer.prepared_store(output.keys_to_store, output.evicted_keys,

@@ -8,14 +8,32 @@ CPU KV cache and the host buffer with plain ``torch`` indexing, standing in for 
 kernel. Everything else (the manager, the scheduler, the connector, the cache policy) is
 vLLM's own code. vLLM loads them by module path (``spec_module_path``); the tests put this file
 on the engine's ``PYTHONPATH`` under the name :data:`MODULE`.
+
+A slow tier on purpose: with ``$KVTIER_TEST_LOAD_DELAY_FILE`` set, each load job first sleeps
+the seconds that file holds (read at every job, so a test changes them while the engine
+serves; a missing or empty file is no delay). The copy runs in the model step, as vLLM's
+synchronous fallback does, so the delay holds up that step and every request in it.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import time
 
 MODULE = "kvtier_test_copy_worker"
+DELAY_VARIABLE = "KVTIER_TEST_LOAD_DELAY_FILE"
+
+
+def load_delay_s() -> float:
+    """The injected delay per load job (see module doc)."""
+    path = os.environ.get(DELAY_VARIABLE)
+    if not path:
+        return 0.0
+    try:
+        return max(0.0, float(open(path).read().strip() or 0))
+    except (OSError, ValueError):
+        return 0.0
 
 
 def _worker_class():
@@ -53,6 +71,8 @@ def _worker_class():
 
         def _copy(self, job_id, gpu_spec, cpu_spec, to_host: bool) -> bool:
             began, moved = time.perf_counter(), 0
+            if not to_host and (delay_s := load_delay_s()):
+                time.sleep(delay_s)  # a slow tier (module doc): part of the copy's time
             for group, (gpu_rows, host_rows) in self._rows(gpu_spec, cpu_spec).items():
                 g, h = torch.tensor(gpu_rows), torch.tensor(host_rows)
                 for t in sorted({ref.tensor_idx for ref in self.refs[group]}):
