@@ -150,8 +150,9 @@ class CollectorService:
 
     def __init__(self, config: CollectorConfig, taps: Sequence[TapFactory] = (), *,
                  clock: Callable[[], float] = time.time, backoff: Backoff = Backoff(),
-                 observers: Sequence[IngestObserver] = ()):
+                 observers: Sequence[IngestObserver] = (), routes: dict | None = None):
         self.config = config
+        self._routes = dict(routes or {})  # more JSON pages beside /metrics (the guardrail's)
         self._tap_factories = tuple(taps)
         self.observers = Observers(observers)
         self.clock = clock
@@ -216,7 +217,8 @@ class CollectorService:
                                         recommendation=recommendation)
             try:
                 self.metrics = MetricsServer(collector, self.config.metrics_host,
-                                             self.config.metrics_port, health=self._health_page)
+                                             self.config.metrics_port, health=self._health_page,
+                                             routes=self._routes)
             except OSError as error:
                 raise ServiceStartError("metrics", error) from error
         self.taps = [make(self.ingest) for make in self._tap_factories]

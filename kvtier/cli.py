@@ -35,6 +35,7 @@ VERBS: dict[str, str] = {
     "push": "kvtier.verbs.push",
     "probe": "kvtier.verbs.probe",
     "rollout": "kvtier.verbs.rollout",
+    "guardrail": "kvtier.verbs.guardrail",
     "engine": "kvtier.verbs.engine",
     "dashboard": "kvtier.verbs.dashboard",
 }

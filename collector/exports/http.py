@@ -4,7 +4,9 @@ prometheus_client's WSGI app answers ``/metrics`` (content negotiation and compr
 Prometheus expects); ``/healthz`` says whether every tap is running. Bounded as :data:`LIMITS`
 says (:mod:`kvtier.collector.bounded_http`): a burst of clients waits in the listen backlog,
 one past the cap is answered 503 and counted, an idle connection is closed. A threaded standard
-library server runs both, so a slow scrape never blocks a health check.
+library server runs both, so a slow scrape never blocks a health check. More JSON pages
+come in as ``routes``: path -> ``handler(method, body, headers) -> (status, body)`` (the
+guardrail's ``/guardrail``); a request body above :data:`MAX_BODY_BYTES` is refused unread.
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ from kvtier.collector.bounded_http import BoundedServerMixin, ConnectionLimits
 # nothing for 10 s (a scrape's request comes at once) is let go.
 LIMITS = ConnectionLimits(max_connections=64, idle_timeout_s=10.0)
 
+MAX_BODY_BYTES = 64 << 10
+_REASONS = {200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
+            405: "Method Not Allowed", 409: "Conflict", 413: "Content Too Large",
+            503: "Service Unavailable"}
+
 
 class _Server(BoundedServerMixin, WSGIServer):
     pass
@@ -35,7 +42,7 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 def serve(registry, host: str, port: int,
-          health: Callable[[], tuple[bool, dict]] | None = None):
+          health: Callable[[], tuple[bool, dict]] | None = None, routes: dict | None = None):
     """Bind ``host:port`` and serve in a daemon thread; returns ``(server, thread)``.
 
     ``OSError`` (``socket.gaierror`` for a host that does not resolve) if it cannot bind.
@@ -50,6 +57,8 @@ def serve(registry, host: str, port: int,
             start_response("200 OK" if ok else "503 Service Unavailable",
                            [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
             return [data]
+        if path in (routes or {}):
+            return _route(routes[path], environ, start_response)
         if path in ("/", "/metrics"):
             return metrics(environ, start_response)
         start_response("404 Not Found", [("Content-Type", "text/plain")])
@@ -62,3 +71,21 @@ def serve(registry, host: str, port: int,
     thread = threading.Thread(target=server.serve_forever, name="kvtier-http", daemon=True)
     thread.start()
     return server, thread
+
+
+def _route(handler, environ, start_response):
+    try:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = -1
+    if not 0 <= length <= MAX_BODY_BYTES:
+        status, body = 413, {"error": f"a body of 0..{MAX_BODY_BYTES} bytes is expected"}
+    else:
+        headers = {k[5:].replace("_", "-").lower(): v for k, v in environ.items()
+                   if k.startswith("HTTP_")}
+        status, body = handler(environ.get("REQUEST_METHOD", "GET"),
+                               environ["wsgi.input"].read(length) if length else b"", headers)
+    data = (json_text.dumps(body) + "\n").encode()
+    start_response(f"{status} {_REASONS.get(status, '')}".strip(),
+                   [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
+    return [data]

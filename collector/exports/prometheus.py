@@ -137,18 +137,20 @@ class MetricsServer:
     """``/metrics`` over HTTP, on loopback unless told otherwise, with its own registry.
 
     With ``health`` (a callable returning ``(ok, body)``) it also serves ``/healthz``: the body
-    as JSON, status 200 when ``ok`` and 503 otherwise. Binding errors (``OSError``: address in
+    as JSON, status 200 when ``ok`` and 503 otherwise; ``routes`` add JSON pages
+    (:func:`kvtier.collector.exports.http.serve`). Binding errors (``OSError``: address in
     use, a host that does not resolve or is not this host's) reach the caller.
     """
 
     def __init__(self, collector: KvtierCollector, host: str = "127.0.0.1", port: int = 0,
-                 health: Callable[[], tuple[bool, dict]] | None = None):
+                 health: Callable[[], tuple[bool, dict]] | None = None,
+                 routes: dict | None = None):
         from kvtier.collector.bounded_http import ServerMetrics
         from kvtier.collector.exports.http import serve
 
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(collector)
-        self._server, self._thread = serve(self.registry, host, port, health)
+        self._server, self._thread = serve(self.registry, host, port, health, routes)
         self.host, self.port = self._server.server_address[:2]
         self.registry.register(ServerMetrics(self._server))  # its 503s and connections
 

@@ -59,9 +59,16 @@ def add_arguments(parser) -> None:
                              "collector for at most this long; what is left is counted (default 30)")
     parser.add_argument("--emit-monitoring", metavar="DIR",
                         help="write the Grafana dashboard and Prometheus alert rules to DIR and exit")
-    parser.add_argument("--ttft-p99-budget-s", type=float, default=2.0, help="rollback rule: p99 TTFT budget")
-    parser.add_argument("--itl-p99-budget-s", type=float, default=0.1, help="rollback rule: p99 ITL budget")
-    parser.add_argument("--sustained-s", type=int, default=300, help="rollback rule: how long a breach must last")
+    parser.add_argument("--ttft-p99-budget-s", type=float,
+                        help="rollback rule: p99 TTFT budget (default: the --recommendation's, else 2)")
+    parser.add_argument("--itl-p99-budget-s", type=float,
+                        help="rollback rule: p99 ITL budget (default: the --recommendation's, else 0.1)")
+    parser.add_argument("--sustained-s", type=int,
+                        help="rollback rule: how long a breach must last (default: the "
+                             "--recommendation's, else 300)")
+    from kvtier.verbs.collect_guardrail import add_guardrail_arguments
+
+    add_guardrail_arguments(parser)  # --guardrail; --window-s
     from kvtier.verbs.collect_curves import add_curve_arguments
 
     add_curve_arguments(parser)  # --live-curves; the headroom keeps --ttft-p99-budget-s
@@ -75,15 +82,17 @@ def _profiles() -> tuple[str, ...]:
 
 def run(args) -> int:
     from kvtier.verbs.checks import positive
-    from kvtier.policy.rollback.rule import LatencyBudget
+    from kvtier.verbs.collect_guardrail import budget_of
 
     positive(args.ttft_p99_budget_s, "--ttft-p99-budget-s")
     positive(args.itl_p99_budget_s, "--itl-p99-budget-s")
     positive(args.sustained_s, "--sustained-s")
-    budget = LatencyBudget(args.ttft_p99_budget_s, args.itl_p99_budget_s, args.sustained_s)
+    positive(args.window_s, "--window-s")
+    budget = budget_of(args)
+    args.ttft_p99_budget_s = budget.ttft_p99_s  # the budget in force, for the curves' headroom too
     if args.emit_monitoring:
         return _emit(args.emit_monitoring, budget)
-    return _serve(args)
+    return _serve(args, budget)
 
 
 def _emit(folder: str, budget) -> int:
@@ -191,7 +200,7 @@ def _check_otlp_endpoint() -> None:
                               "http://127.0.0.1:4318")
 
 
-def _serve(args) -> int:
+def _serve(args, budget) -> int:
     import errno
     import signal
     import threading
@@ -203,12 +212,21 @@ def _serve(args) -> int:
     services = []  # the hooks tap asks the store where a restarted engine stream left off
     taps, flags = _taps(args, config.instance, services)
     from kvtier.verbs.collect_curves import curve_observers
+    from kvtier.verbs.collect_guardrail import guardrail_for, open_channel, started_line
 
-    service = CollectorService(config, taps, observers=curve_observers(args, config.instance))
+    guardrail, token = guardrail_for(args, budget)
+    observers = (*curve_observers(args, config.instance), *([guardrail] if guardrail else []))
+    service = CollectorService(config, taps, observers=observers,
+                               routes=guardrail.routes(token) if guardrail else None)
     services.append(service)
+    open_channel(guardrail, args.guardrail_control)
     try:
         service.start()
+        if guardrail is not None:
+            guardrail.start(service.ingest)
     except ServiceStartError as error:
+        if guardrail is not None:
+            guardrail.stop()
         if error.part != "metrics":
             raise address_error(flags.get(error.part, "tap"), error.part, error.cause) from None
         if error.errno in (errno.EADDRINUSE, errno.EACCES):
@@ -239,11 +257,15 @@ def _serve(args) -> int:
         bound = ", ".join(tap.endpoints)  # shows the port chosen for :0
         bound = f", bound to {bound}" if bound and bound != tap.name else ""
         print(f"kvtier collect: tap {tap.kind} started ({tap.name}){bound}", flush=True)
+    if guardrail is not None:
+        print(started_line(guardrail), flush=True)
     try:
         if stop.wait(args.duration_s):
             print(f"kvtier collect: stopping; storing what already arrived (at most "
                   f"{config.stop_grace_s:g} s)", flush=True)
     finally:
+        if guardrail is not None:
+            guardrail.stop()
         summary = service.stop()
     print(f"kvtier collect: {_stopped(summary)}", flush=True)
     return 0

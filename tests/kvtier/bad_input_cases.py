@@ -364,4 +364,23 @@ CASES = [
     case("dashboard-segments-missing", "dashboard --segments nope", 2, "--segments nope: no such folder"),
     case("dashboard-segments-file", "dashboard --segments traces/mc300.jsonl", 2, "--segments must be a folder"),
     case("dashboard-whatif-file", "dashboard --segments stores/segments --whatif traces/mc300.jsonl", 2, "--whatif traces/mc300.jsonl is a file"),
+    # guardrail
+    case("guardrail-collector-not-url", "guardrail status --collector 127.0.0.1:9400", 2,
+         "--collector '127.0.0.1:9400' is not an http(s) URL"),
+    case("guardrail-no-collector", "guardrail status --collector http://127.0.0.1:{PORT}", 1,
+         "cannot reach the collector", "busy"),
+    case("guardrail-pause-no-token", "guardrail pause --instance node-7 --collector http://127.0.0.1:9", 2,
+         "give the control token"),
+    case("guardrail-pause-short-token", "guardrail pause --instance node-7 --token-file short.txt", 2,
+         "--token-file: the control token must hold at least 16 bytes", "file:short.txt"),
+    case("guardrail-bad-tier", "guardrail pause --instance node-7 --tier gpu", 2, "--tier: invalid choice", lines=2),
+    case("collect-act-without-token", "collect --duration-s 1 --metrics-port 0 --store new.duckdb --guardrail act", 2,
+         "--guardrail act needs the engines' shared token"),
+    case("collect-guardrail-token-missing", "collect --duration-s 1 --metrics-port 0 --store new.duckdb "
+         "--guardrail-token-file nope", 2, "--guardrail-token-file nope: No such file"),
+    case("collect-guardrail-control-busy", "collect --duration-s 1 --metrics-port 0 --store new.duckdb "
+         "--guardrail-token-file traces/mc300.jsonl --guardrail-control tcp://127.0.0.1:{PORT}", 1,
+         "--guardrail-control tcp://127.0.0.1:{PORT}", "busy"),
+    case("collect-guardrail-window-zero", "collect --duration-s 1 --metrics-port 0 --store new.duckdb --window-s 0", 2,
+         "--window-s must be a number > 0"),
 ]
