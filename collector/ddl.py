@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from kvtier.collector.columns import ENUM_SQL_NAMES, Column, columns_of
 from kvtier.collector.events import BlockEvent, MetricInterval, RequestRecord, StepRecord
+from kvtier.collector.moves import TierMove
 from kvtier.collector.record_types import RECORD_TABLES, record_table
 
 BLOCK_EVENTS_TABLE = record_table(BlockEvent).table
 REQUESTS_TABLE = record_table(RequestRecord).table
 METRIC_INTERVALS_TABLE = record_table(MetricInterval).table
 STEP_RECORDS_TABLE = record_table(StepRecord).table
+TIER_MOVES_TABLE = record_table(TierMove).table
 LEDGER_TABLE = "ingested_batches"
 EXPORTS_TABLE = "segment_exports"
 

@@ -147,18 +147,36 @@ def size_latency() -> dict:
     }
 
 
-def p99_over_time(configs: list[str]) -> dict:
-    """p99 latency per time bucket, one line per tier configuration (rollout order)."""
-    return {
+def p99_over_time(configs: list[str], moves: list[dict] | None = None) -> dict:
+    """p99 latency per time bucket, one line per tier configuration (rollout order); with
+    ``moves`` (the guardrail's, as records with an ISO ``time``), a vertical rule at each,
+    dashed where the rule only observed, its details in the tooltip."""
+    x = {"field": "time", "type": "temporal", "title": "time (UTC)", "axis": {"format": "%H:%M:%S"}}
+    lines = {
         "mark": {"type": "line", "point": True, "tooltip": True},
         "encoding": {
-            "x": {"field": "time", "type": "temporal", "title": "time (UTC)",
-                  "axis": {"format": "%H:%M:%S"}},
+            "x": x,
             "y": {"field": "p99_ms", "type": "quantitative", "title": "p99 (ms)"},
             "color": {"field": "tier_config", "type": "nominal", "title": "tier configuration",
                       "sort": configs},
         },
     }
+    if not moves:
+        return lines
+    rules = {
+        "data": {"values": moves},
+        "mark": {"type": "rule", "strokeWidth": 2, "opacity": 0.7},
+        "encoding": {
+            "x": x,
+            "color": {"field": "action", "type": "nominal", "title": "guardrail",
+                      "scale": {"domain": ["pause", "resume"], "range": ["#d62728", "#2ca02c"]}},
+            "strokeDash": {"field": "mode", "type": "nominal", "title": "mode"},
+            "tooltip": [{"field": f, "type": "nominal"} for f in
+                        ("time", "instance", "actor", "action", "paused", "reason", "ttft_p99_ms",
+                         "budget_ms")],
+        },
+    }
+    return {"layer": [lines, rules], "resolve": {"scale": {"color": "independent"}}}
 
 
 def ttft_change() -> dict:

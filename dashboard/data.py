@@ -13,6 +13,8 @@ Views defined on the connection:
 * ``requests``: request records; ``request_configs``: their ids, arrivals and configurations;
 * ``metric_intervals``: the engines' scraped Prometheus metrics, ``time_s`` the interval's end
   (no tier configuration: a scrape does not say which requests it counted).
+* ``tier_moves``: the guardrail's pauses and resumes (``tier`` as text), the operators' and
+  what the engines applied.
 
 A view exists only when its table has segments (``SegmentData.has_events`` / ``has_requests``).
 
@@ -35,7 +37,12 @@ import duckdb
 import pandas as pd
 
 from kvtier.collector.events import CLIENT_ENGINES
-from kvtier.collector.ddl import BLOCK_EVENTS_TABLE, METRIC_INTERVALS_TABLE, REQUESTS_TABLE
+from kvtier.collector.ddl import (
+    BLOCK_EVENTS_TABLE,
+    METRIC_INTERVALS_TABLE,
+    REQUESTS_TABLE,
+    TIER_MOVES_TABLE,
+)
 from kvtier.collector.segments import has_segments, segments_relation
 
 UNLABELLED = "(unlabelled)"
@@ -87,6 +94,7 @@ class SegmentData:
         self.has_events = self.root.is_dir() and has_segments(self.root, BLOCK_EVENTS_TABLE)
         self.has_requests = self.root.is_dir() and has_segments(self.root, REQUESTS_TABLE)
         self.has_metrics = self.root.is_dir() and has_segments(self.root, METRIC_INTERVALS_TABLE)
+        self.has_moves = self.root.is_dir() and has_segments(self.root, TIER_MOVES_TABLE)
         self._define_views()
 
     def _define_views(self) -> None:
@@ -101,6 +109,9 @@ class SegmentData:
         if self.has_metrics:  # an interval counts at its end, when the engine had counted it
             self.con.execute("CREATE VIEW metric_intervals AS SELECT *, end_s AS time_s "
                              f"FROM {segments_relation(self.root, METRIC_INTERVALS_TABLE)}")
+        if self.has_moves:
+            self.con.execute("CREATE VIEW tier_moves AS SELECT * REPLACE (CAST(tier AS VARCHAR) "
+                             f"AS tier) FROM {segments_relation(self.root, TIER_MOVES_TABLE)}")
         if not self.has_events:
             return
         self.con.execute(f"""CREATE VIEW raw_events AS
@@ -162,9 +173,9 @@ class SegmentData:
 
     def where(self, filters: Filters, view: str) -> tuple[str, list]:
         """A ``WHERE`` clause (and its parameters) applying ``filters`` to a view
-        (``events``/``raw_events``/``requests``/``metric_intervals``). ``raw_events`` and
-        ``metric_intervals`` have no ``tier_config``, so the configuration filter is left out
-        there: apply it after joining (``with_config``)."""
+        (``events``/``raw_events``/``requests``/``metric_intervals``/``tier_moves``).
+        ``raw_events``, ``metric_intervals`` and ``tier_moves`` have no ``tier_config``, so the
+        configuration filter is left out there: apply it after joining (``with_config``)."""
         time_col = "arrival_s" if view == "requests" else "time_s"
         config_col = "tier_config_id" if view == "requests" else "tier_config"
         pairs = [("engine", filters.engines), ("instance", filters.instances)]

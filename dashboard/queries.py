@@ -228,3 +228,18 @@ def latency_over_time(data: SegmentData, filters: Filters, span: tuple[float | N
              for metric, column in (("ttft", "ttft_s"), ("itl", "itl_s"))]
     return data.df(f"""SELECT to_timestamp(bucket_s) AS time, tier_config, metric, p99_ms, requests
         FROM ({" UNION ALL ".join(parts)}) ORDER BY time, tier_config, metric""", params + params)
+
+
+def tier_moves(data: SegmentData, filters: Filters) -> pd.DataFrame:
+    """The guardrail's moves in the selection, oldest first: ``time``, ``instance``,
+    ``actor``, ``action``, ``paused`` (direction and tier), ``mode``, ``reason``, the
+    ``ttft_p99_ms`` it reacted to against ``budget_ms``, and ``tier_config`` after it."""
+    columns = ("time", "instance", "actor", "action", "paused", "mode", "reason", "ttft_p99_ms",
+               "budget_ms", "tier_config")
+    if not data.has_moves:
+        return empty_frame(*columns)
+    where, params = data.where(filters, "tier_moves")
+    return data.df(f"""SELECT to_timestamp(time_s) AS time, instance, actor, action,
+            direction || ' from ' || tier AS paused, mode, reason, ttft_p99_s * 1000 AS ttft_p99_ms,
+            budget_s * 1000 AS budget_ms, tier_config_id AS tier_config
+        FROM tier_moves {where} ORDER BY time_s""", params)

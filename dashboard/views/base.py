@@ -27,6 +27,7 @@ QUERIES = {
     "request_latency": queries.request_latency,
     "size_latency": queries.size_latency,
     "latency_over_time": queries.latency_over_time,
+    "tier_moves": queries.tier_moves,
     "reuse": reuse.reuse_figures,
     "crosschecks": crosschecks.crosschecks,
 }

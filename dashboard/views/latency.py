@@ -74,11 +74,28 @@ def _requests(ctx: PageContext) -> None:
 
 
 def _over_time(ctx: PageContext) -> None:
-    """The series the rollback rule watches: p99 per time bucket, per configuration."""
+    """The series the rollback rule watches: p99 per time bucket, per configuration, and
+    the guardrail's moves on the same timeline."""
     frame = ctx.query("latency_over_time", (ctx.facets.start_s, ctx.facets.end_s))
+    moves = ctx.query("tier_moves")
+    marks = _records(moves)
     configs = list(ctx.facets.tier_configs)
     for metric, title in (("ttft", "TTFT"), ("itl", "Inter-token latency")):
         part = frame[frame["metric"] == metric]
         if len(part):
             st.subheader(f"{title} p99 over time (what the rollback rule watches)")
-            chart(part, charts.p99_over_time(configs))
+            chart(part, charts.p99_over_time(configs, marks))
+    if len(moves):
+        st.subheader("Guardrail moves")
+        st.caption("Each pause and resume of a tier's loads or stores: the rule's decisions "
+                   "(observe mode: recorded, not sent), an operator's commands, and what the "
+                   "engines applied; the lines above mark them beside the p99 they reacted to. "
+                   "Requests after a move carry its tier configuration (`;paused=...`).")
+        st.dataframe(moves, hide_index=True)
+
+
+def _records(moves) -> list[dict]:
+    """The moves as chart rows (times as ISO text, which Vega-Lite parses)."""
+    out = moves.copy()
+    out["time"] = [t.isoformat() for t in out["time"]]
+    return out.astype(object).where(out.notna(), None).to_dict("records")
