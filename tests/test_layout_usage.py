@@ -25,6 +25,8 @@ CALLED_BY_NAME = {
     # http.server and socketserver hooks (refengine/server.py, collector/exports/http.py)
     "do_GET", "do_POST", "log_message", "process_request", "process_request_thread",
     "handle_error",
+    # urllib.request's OpenerDirector calls a handler's <scheme>_open by name (probes/polling.py)
+    "http_open", "https_open",
     # torch.nn.Module.__call__ runs forward
     "forward",
     # the structural protocol every trace reader satisfies (collector/events.py)
