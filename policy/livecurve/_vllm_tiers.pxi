@@ -190,17 +190,17 @@ cdef class VllmCpuTier:
         self.n_spare += 1
         self.size -= 1
 
-    cdef void finish(self, int64_t* slots, Py_ssize_t cacheable) noexcept nogil:
+    cdef void finish(self, int64_t* slots, Py_ssize_t first, Py_ssize_t cacheable) noexcept nogil:
         """The request's blocks join the finished list tail first (block 0 the newest);
-        ``slots`` is scratch of ``cacheable`` (every position is below it)."""
+        ``slots`` is scratch of ``cacheable``; every position is in ``[first, cacheable)``."""
         cdef Py_ssize_t i
         cdef int64_t n
-        for i in range(cacheable):
+        for i in range(first, cacheable):
             slots[i] = -1
         for i in range(self.n_running):
             n = self.running[i]
             slots[self.pos[n]] = n
-        for i in range(cacheable - 1, -1, -1):
+        for i in range(cacheable - 1, first - 1, -1):
             n = slots[i]
             if n >= 0 and self.state[n] == 2:
                 self.state[n] = 1
@@ -251,5 +251,5 @@ cdef class VllmCpuTier:
             if files is not None:
                 for i in range(count):
                     files.offer(stored[i])
-        self.finish(slots, cacheable)
+        self.finish(slots, 0 if nf == g else g, cacheable)
         return served

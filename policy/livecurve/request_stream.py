@@ -60,6 +60,13 @@ class Requests:
         return Requests(self.arrival_s[order], self.prompt_tokens[order],
                         self.block_tokens[order], offsets, self.hashes[index], self.split[order])
 
+    def part(self, start: int, stop: int) -> "Requests":
+        """Requests ``start`` to ``stop`` as views (no copy)."""
+        lo, hi = self.offsets[start], self.offsets[stop]
+        return Requests(self.arrival_s[start:stop], self.prompt_tokens[start:stop],
+                        self.block_tokens[start:stop], self.offsets[start:stop + 1] - lo,
+                        self.hashes[lo:hi], self.split[start:stop])
+
     @staticmethod
     def concat(parts: list["Requests"]) -> "Requests":
         if len(parts) == 1:
@@ -125,7 +132,7 @@ def requests_of(batch: EventBatch, lookups: LookupBuffer) -> Requests:
         return Requests.empty()
     listed = table.column("block_hashes")
     lengths = pc.fill_null(pc.list_value_length(listed), 0).to_numpy().astype(np.int64)
-    hashes = pc.list_flatten(listed).to_numpy(zero_copy_only=False).astype(np.uint64)
+    hashes = pc.list_flatten(listed).to_numpy(zero_copy_only=False).astype(np.uint64, copy=False)
     if lengths.any():
         lookups.hashed(batch.origin.source)
     if not lengths.all():
@@ -202,7 +209,7 @@ class ArrivalOrder:
         if due == len(ordered):
             self._parts, self._oldest_s = [], np.inf
             return ordered
-        rest = ordered.take(np.arange(due, len(ordered)))
-        self._parts = [rest] if len(rest) else []
-        self._oldest_s = float(rest.arrival_s[0]) if len(rest) else np.inf
-        return ordered.take(np.arange(due))
+        rest = ordered.part(due, len(ordered))
+        self._parts = [rest]
+        self._oldest_s = float(rest.arrival_s[0])
+        return ordered.part(0, due)
