@@ -76,11 +76,6 @@ class ControlSender:
             self._states[instance] = (frozenset(paused), act, costs)
             return self._publish(instance)
 
-    def forget(self, instance: str) -> None:
-        """Stop repeating ``instance``'s state: its engines' lease runs out."""
-        with self._lock:
-            self._states.pop(instance, None)
-
     def states(self) -> dict[str, tuple[frozenset, bool, LinkCosts | None]]:
         with self._lock:
             return dict(self._states)

@@ -134,6 +134,15 @@ def _promises(check: dict | None) -> None:
                             "measured": p.get("measured"),
                             "held": {True: "held", False: "outside", None: ""}.get(p.get("held"), "")}
                            for p in check["promises"]]).set_index("metric"))
+    watched = check.get("watched_s")
+    if isinstance(watched, (int, float)):
+        import time
+
+        st.caption(f"Watched live: the collector (`kvtier collect --recommendation`) runs this "
+                   f"check on its store at every refresh; last at "
+                   f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(watched))}. The first "
+                   "share of requests, which warms the new tiers, is left out as in the prediction.")
+        return
     st.caption("kvtier recommend --check RECOMMENDATION --store STORE writes this; the first "
                "share of requests, which warms the new tiers, is left out as in the prediction.")
 

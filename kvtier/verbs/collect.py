@@ -52,7 +52,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--otlp", action="store_true",
                         help="export metrics and request spans over OTLP/HTTP (OTEL_EXPORTER_OTLP_* variables)")
     parser.add_argument("--recommendation", metavar="FILE",
-                        help="recommendation.json to export as kvtier_recommendation_info (re-read when it changes)")
+                        help="recommendation.json to export as kvtier_recommendation_info (re-read when it "
+                             "changes); its promises are checked as recommend --check does, live, and "
+                             "its rollback rule sets the guardrail's budget")
     parser.add_argument("--duration-s", type=float, help="stop after this many seconds (default: until Ctrl-C)")
     parser.add_argument("--stop-grace-s", type=float, default=30.0,
                         help="on a stop (Ctrl-C, SIGTERM, SIGHUP), store what already reached the "
@@ -212,10 +214,17 @@ def _serve(args, budget) -> int:
     services = []  # the hooks tap asks the store where a restarted engine stream left off
     taps, flags = _taps(args, config.instance, services)
     from kvtier.verbs.collect_curves import curve_observers
-    from kvtier.verbs.collect_guardrail import guardrail_for, open_channel, started_line
+    from kvtier.verbs.collect_guardrail import (
+        guardrail_for,
+        open_channel,
+        promise_watch,
+        started_line,
+    )
 
     guardrail, token = guardrail_for(args, budget)
-    observers = (*curve_observers(args, config.instance), *([guardrail] if guardrail else []))
+    watch = promise_watch(config.recommendation_path)
+    observers = (*curve_observers(args, config.instance), *([guardrail] if guardrail else []),
+                 *([watch] if watch else []))
     service = CollectorService(config, taps, observers=observers,
                                routes=guardrail.routes(token) if guardrail else None)
     services.append(service)
@@ -224,6 +233,8 @@ def _serve(args, budget) -> int:
         service.start()
         if guardrail is not None:
             guardrail.start(service.ingest)
+        if watch is not None:
+            watch.start(service.store)
     except ServiceStartError as error:
         if guardrail is not None:
             guardrail.stop()

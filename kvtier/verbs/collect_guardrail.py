@@ -161,3 +161,12 @@ def _rule(path: str | None):
         return from_json(json.loads(Path(path).read_text())).evidence.rollback
     except (OSError, ValueError, AttributeError):
         return None  # collect's own check of --recommendation says what is wrong with it
+
+
+def promise_watch(recommendation):
+    """The live check of ``--recommendation``'s promises (``None`` without one)."""
+    if recommendation is None:
+        return None
+    from kvtier.guardrail.promise_watch import PromiseWatch
+
+    return PromiseWatch(recommendation)

@@ -1,5 +1,6 @@
 """The latency page draws the guardrail's moves on the timeline of the p99 they reacted to,
-and lists them; from segments a collector exported (requests and tier moves)."""
+and lists them; from segments a collector exported (requests and tier moves). The
+recommendation page says when the collector last checked the pushed promise live."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from kvtier.collector.columns import empty_table, rows_to_table
 from kvtier.collector.events import BlockEvent, Origin, RequestRecord
 from kvtier.collector.moves import TierMove
 from kvtier.collector.segments import export_segments
-from tests.dashboard.test_app import charts, open_page
+from tests.dashboard.fixtures import write_recommendation
+from tests.dashboard.test_app import CHECKED, charts, open_page
 
 pytestmark = pytest.mark.timeout(120)
 CONFIGURED = "gpu+cpu:8388608"
@@ -63,3 +65,14 @@ def test_without_moves_the_timeline_is_the_p99_alone(monkeypatch, full_segments)
     at = open_page(monkeypatch, full_segments, "latency")
     assert not any("layer" in spec for spec, _ in charts(at) if "p99_ms" in str(spec))
     assert "Guardrail moves" not in [h.value for h in at.subheader]
+
+
+def test_the_recommendation_page_says_the_promise_is_watched_live(monkeypatch, full_segments,
+                                                                  tmp_path):
+    import json
+
+    folder = write_recommendation(tmp_path / "reco", ttft_p99_budget_s=None)
+    (folder / "recommendation.check.json").write_text(json.dumps({**CHECKED, "watched_s": 1.8e9}))
+    at = open_page(monkeypatch, full_segments, "recommendation", recommendation=folder)
+    assert any("Watched live" in c.value and "2027-01-15 08:00:00 UTC" in c.value for c in at.caption)
+    assert any("A prediction did not hold" in e.value for e in at.error)
