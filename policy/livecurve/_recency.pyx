@@ -28,7 +28,7 @@ token counts per required capacity, under one engine's tier semantics:
 Each request is looked up against the state before it, then applied, as the simulator does.
 """
 
-from libc.stdint cimport int8_t, int64_t, uint64_t
+from libc.stdint cimport int8_t, int32_t, int64_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memset
 
@@ -59,21 +59,23 @@ cdef class LiveKernel:
     capacity is in ``(edges[j-1], edges[j]]``, the last bin those no size up to
     ``track_blocks`` serves. Under exclusive semantics the capacity is the tiers' total;
     under vLLM's it is the CPU tier's, beyond the GPU hits, and ``cpu_blocks[j]`` with
-    ``file_blocks[j]`` (0: none) are the tier sizes simulated exactly."""
+    ``file_blocks[j]`` (0: none) are the tier sizes simulated exactly. Every structure
+    shares the instance's block ids: one table probe a block."""
     cdef readonly int semantics
     cdef readonly int64_t gpu_blocks
+    cdef BlockIds ids
     cdef RecencyStack main
     cdef RecencyStack gpu
     cdef int64_t* edges
     cdef Py_ssize_t n_edges
     cdef list tiers
+    cdef int32_t* request     # the request's block ids
     cdef int8_t* cached
     cdef int8_t* marks
     cdef int64_t* positions
-    cdef uint64_t* keys
-    cdef uint64_t* stored
-    cdef int64_t* nodes
-    cdef int64_t* slots
+    cdef int32_t* keys
+    cdef int32_t* stored
+    cdef int32_t* slots
     cdef Py_ssize_t room
 
     def __cinit__(self, int semantics, int64_t gpu_blocks, int64_t track_blocks,
@@ -86,8 +88,9 @@ cdef class LiveKernel:
             raise ValueError(f"need gpu_blocks >= 0 and track_blocks >= 1, got {gpu_blocks}, {track_blocks}")
         self.semantics = semantics
         self.gpu_blocks = gpu_blocks
-        self.main = RecencyStack(track_blocks)
-        self.gpu = RecencyStack(2 * gpu_blocks + 4096)
+        self.ids = BlockIds()
+        self.main = RecencyStack(track_blocks, self.ids)
+        self.gpu = RecencyStack(2 * gpu_blocks + 4096, self.ids)
         self.n_edges = edges.shape[0]
         self.edges = <int64_t*> malloc(max(1, self.n_edges) * sizeof(int64_t))
         for i in range(self.n_edges):
@@ -97,24 +100,21 @@ cdef class LiveKernel:
         self.tiers = []
         if cpu_blocks is not None and semantics == SEM_VLLM:
             for i in range(cpu_blocks.shape[0]):
-                self.tiers.append(VllmCpuTier(cpu_blocks[i], file_blocks[i] if file_blocks is not None else 0))
+                self.tiers.append(VllmCpuTier(cpu_blocks[i], self.ids,
+                                              file_blocks[i] if file_blocks is not None else 0))
         self.room = 0
-        self.cached = NULL
-        self.marks = NULL
+        self.request = self.keys = self.stored = self.slots = NULL
+        self.cached = self.marks = NULL
         self.positions = NULL
-        self.keys = NULL
-        self.stored = NULL
-        self.nodes = NULL
-        self.slots = NULL
 
     def __dealloc__(self):
         free(self.edges)
+        free(self.request)
         free(self.cached)
         free(self.marks)
         free(self.positions)
         free(self.keys)
         free(self.stored)
-        free(self.nodes)
         free(self.slots)
 
     @property
@@ -122,9 +122,10 @@ cdef class LiveKernel:
         return self.n_edges + 1
 
     def nbytes(self) -> int:
-        """Bytes the kernel holds (its tables, trees and simulated tiers)."""
+        """Bytes the kernel holds (its ids, tables, trees and simulated tiers)."""
         cdef VllmCpuTier tier
-        total = self.main.nbytes() + self.gpu.nbytes() + self.n_edges * 8 + self.room * 42
+        total = (self.ids.nbytes() + self.main.nbytes() + self.gpu.nbytes() + self.n_edges * 8
+                 + self.room * 26)
         for tier in self.tiers:
             total += tier.nbytes()
         return total
@@ -133,10 +134,18 @@ cdef class LiveKernel:
     def tracked_blocks(self) -> int:
         return self.main.live
 
+    @property
+    def held_blocks(self) -> int:
+        """Blocks some structure holds (the ids alive)."""
+        return self.ids.held
+
     def holds(self, Py_ssize_t pair, uint64_t block) -> tuple:
         """Whether the simulated vLLM tier pair ``pair`` holds ``block``: (CPU, file)."""
         cdef VllmCpuTier tier = <VllmCpuTier> self.tiers[pair]
-        return (tier.holds(block), tier.files is not None and tier.files.holds(block))
+        cdef int32_t k = self.ids.find(block)
+        if k < 0:
+            return (False, False)
+        return (tier.holds(k), tier.files is not None and tier.files.holds(k))
 
     cdef inline Py_ssize_t bin_of(self, int64_t d) noexcept nogil:
         cdef Py_ssize_t lo = 0, hi = self.n_edges, mid
@@ -150,24 +159,32 @@ cdef class LiveKernel:
 
     cdef int _scratch(self, Py_ssize_t n) except -1:
         if n > self.room:
-            free(self.cached)
-            free(self.marks)
-            free(self.positions)
-            free(self.keys)
-            free(self.stored)
-            free(self.nodes)
-            free(self.slots)
             self.room = max(n, 2 * self.room, 256)
-            self.cached = <int8_t*> malloc(self.room * sizeof(int8_t))
-            self.marks = <int8_t*> malloc(self.room * sizeof(int8_t))
-            self.positions = <int64_t*> malloc(self.room * sizeof(int64_t))
-            self.keys = <uint64_t*> malloc(self.room * sizeof(uint64_t))
-            self.stored = <uint64_t*> malloc(self.room * sizeof(uint64_t))
-            self.nodes = <int64_t*> malloc(self.room * sizeof(int64_t))
-            self.slots = <int64_t*> malloc(self.room * sizeof(int64_t))
-            if self.nodes == NULL or self.slots == NULL or self.cached == NULL or self.marks == NULL or self.positions == NULL or self.keys == NULL or self.stored == NULL:
-                raise MemoryError()
+            self.request = <int32_t*> grown(self.request, self.room, sizeof(int32_t))
+            self.cached = <int8_t*> grown(self.cached, self.room, sizeof(int8_t))
+            self.marks = <int8_t*> grown(self.marks, self.room, sizeof(int8_t))
+            self.positions = <int64_t*> grown(self.positions, self.room, sizeof(int64_t))
+            self.keys = <int32_t*> grown(self.keys, self.room, sizeof(int32_t))
+            self.stored = <int32_t*> grown(self.stored, self.room, sizeof(int32_t))
+            self.slots = <int32_t*> grown(self.slots, self.room, sizeof(int32_t))
         return 0
+
+    cdef int _pin(self, const uint64_t* h, Py_ssize_t nb) except -1:
+        """The request's ids, held until :meth:`_unpin` (nothing frees them meanwhile), and
+        every structure's arrays grown to the ids there are."""
+        cdef Py_ssize_t i, k
+        cdef int64_t room = self.ids.room
+        for i in range(nb):
+            self.request[i] = self.ids.pinned(h[i])
+        if self.ids.room != room or self.main.n_stamp < room:
+            self.main.reserve()
+            self.gpu.reserve()
+        return 0
+
+    cdef void _unpin(self, Py_ssize_t nb) noexcept nogil:
+        cdef Py_ssize_t i
+        for i in range(nb):
+            self.ids.release(self.request[i])
 
     def serve(self, const uint64_t[:] hashes, const int64_t[:] offsets, const int64_t[:] prompt,
               const int64_t[:] block_tokens, int64_t[:] hist, int64_t[:] tier_hits,
@@ -176,8 +193,7 @@ cdef class LiveKernel:
         ``hist`` (one entry per bin), tokens each simulated vLLM tier pair serves past the GPU
         to ``tier_hits``, and ``totals`` += [requests, prompt tokens, tokens the GPU alone serves,
         block references]."""
-        cdef Py_ssize_t r, n = prompt.shape[0]
-        cdef const uint64_t* h
+        cdef Py_ssize_t r, nb, n = prompt.shape[0]
         if hist.shape[0] != self.n_edges + 1 or totals.shape[0] < 4:
             raise ValueError(f"hist needs {self.n_edges + 1} entries and totals 4")
         if offsets.shape[0] != n + 1 or block_tokens.shape[0] != n:
@@ -185,24 +201,26 @@ cdef class LiveKernel:
         if tier_hits.shape[0] < len(self.tiers):
             raise ValueError(f"tier_hits needs {len(self.tiers)} entries")
         for r in range(n):
-            h = &hashes[offsets[r]] if offsets[r + 1] > offsets[r] else NULL
+            nb = offsets[r + 1] - offsets[r]
+            self._scratch(nb + 1)
+            if nb:
+                self._pin(&hashes[offsets[r]], nb)
             if self.semantics == SEM_EXCLUSIVE:
-                totals[2] += self._exclusive(h, offsets[r + 1] - offsets[r], prompt[r],
-                                             block_tokens[r], hist)
+                totals[2] += self._exclusive(self.request, nb, prompt[r], block_tokens[r], hist)
             else:
-                totals[2] += self._vllm(h, offsets[r + 1] - offsets[r], prompt[r],
-                                        block_tokens[r], hist, tier_hits)
+                totals[2] += self._vllm(self.request, nb, prompt[r], block_tokens[r], hist,
+                                        tier_hits)
+            self._unpin(nb)
             totals[0] += 1
             totals[1] += prompt[r]
-            totals[3] += offsets[r + 1] - offsets[r]
+            totals[3] += nb
 
-    cdef int64_t _exclusive(self, const uint64_t* h, Py_ssize_t nb, int64_t prompt, int64_t bt,
+    cdef int64_t _exclusive(self, const int32_t* h, Py_ssize_t nb, int64_t prompt, int64_t bt,
                             int64_t[:] hist) except -1:
         """The tiers' stack, and the GPU's own (the GPU alone: its chain is shorter, so it
         pins other blocks first); returns the tokens the GPU alone serves."""
         cdef Py_ssize_t i, b = 0
         cdef int64_t d, most = 0, gpu_tokens = 0
-        self._scratch(nb + 1)
         for i in range(nb):
             d = self.main.distance(h[i])
             if d > most:
@@ -223,7 +241,7 @@ cdef class LiveKernel:
         self._pinned_first(self.gpu, h, nb, self.cached)
         return gpu_tokens
 
-    cdef int _pinned_first(self, RecencyStack stack, const uint64_t* h, Py_ssize_t nb,
+    cdef int _pinned_first(self, RecencyStack stack, const int32_t* h, Py_ssize_t nb,
                            const int8_t* pinned) except -1:
         cdef Py_ssize_t i
         for i in range(nb):
@@ -234,14 +252,13 @@ cdef class LiveKernel:
                 stack.access(h[i])
         return 0
 
-    cdef int64_t _vllm(self, const uint64_t* h, Py_ssize_t nb, int64_t prompt, int64_t bt,
+    cdef int64_t _vllm(self, const int32_t* h, Py_ssize_t nb, int64_t prompt, int64_t bt,
                        int64_t[:] hist, int64_t[:] tier_hits) except -1:
         cdef Py_ssize_t i, g = 0, b = 0, k, first = 0
         cdef Py_ssize_t cacheable = max(0, min(nb, prompt // bt))
         cdef Py_ssize_t gpu_limit = max(0, min(nb, (prompt - 1) // bt))
         cdef int64_t d, most = 0, gpu_tokens = 0
         cdef VllmCpuTier tier
-        self._scratch(cacheable + 1)
         while g < gpu_limit and self.gpu.distance(h[g]) <= self.gpu_blocks:
             gpu_tokens += block_tokens_at(g, prompt, bt)
             g += 1
@@ -255,7 +272,7 @@ cdef class LiveKernel:
         for k in range(len(self.tiers)):
             tier = <VllmCpuTier> self.tiers[k]
             tier_hits[k] += tier.serve(h, g, cacheable, prompt, bt, self.marks, self.positions,
-                                       self.keys, self.stored, self.nodes, self.slots)
+                                       self.keys, self.stored, self.slots)
         if g == cacheable or self.main.distance(h[g]) == FAR:
             first = 0  # it loads nothing at the largest size: its GPU hits are offered too
         else:

@@ -9,79 +9,82 @@
 # stored if room can be made for all of them at once (else none is), and each store goes on
 # to the file tier unless it holds the block. At finish the request's blocks take their
 # recency, tail first. Whether a request loaded depends on the sizes, so each size is its
-# own simulation.
+# own simulation; all of them index plain arrays by the instance's block ids.
+
+DEF OUT = 0        # not in the tier
+DEF FINISHED = 1   # in the finished list (LRU order)
+DEF RUNNING = 2    # this request's: provisional recency
+DEF CHOSEN = 3     # this request's, chosen as a victim of the store under way
 
 
 cdef class VllmCpuTier:
     """vLLM's CPU tier (LRU) of ``capacity`` blocks, with an optional file tier."""
-    cdef BlockTable where       # block -> its node
-    cdef uint64_t* key
-    cdef int64_t* prev
-    cdef int64_t* nxt
-    cdef int64_t* pos
-    cdef int8_t* state          # 1: in the finished list, 2: this request's (provisional)
+    cdef BlockIds ids
+    cdef int32_t* prev
+    cdef int32_t* nxt
+    cdef int32_t* pos
+    cdef int8_t* state
     cdef int8_t* guard          # held by the store call under way: not a victim
-    cdef int64_t* spare         # free nodes
-    cdef int64_t* running       # this request's nodes
-    cdef int64_t* scratch
-    cdef int64_t head, tail, n_spare, n_running, nodes
+    cdef int64_t n_room
+    cdef int32_t* running       # this request's ids
+    cdef int32_t* scratch
+    cdef int64_t run_room
+    cdef int32_t head, tail
+    cdef int64_t n_running
     cdef readonly int64_t capacity, size
     cdef readonly FileTierFifo files
 
-    def __cinit__(self, int64_t capacity, int64_t file_blocks=0):
+    def __cinit__(self, int64_t capacity, BlockIds ids, int64_t file_blocks=0):
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.ids = ids
         self.capacity = capacity
-        self.size = self.nodes = self.n_spare = self.n_running = 0
-        self.where = BlockTable(min(capacity, FIRST_ROOM))
-        self.key = NULL
-        self.prev = self.nxt = self.pos = self.spare = self.running = self.scratch = NULL
+        self.size = self.n_running = self.n_room = self.run_room = 0
+        self.prev = self.nxt = self.pos = self.running = self.scratch = NULL
         self.state = self.guard = NULL
-        self._grow()
         self.head = self.tail = -1
-        self.files = FileTierFifo(file_blocks) if file_blocks > 0 else None
-
-    cdef int _grow(self) except -1:
-        """More nodes (twice as many, up to ``capacity``): memory follows the blocks held."""
-        cdef int64_t old = self.nodes, i
-        self.nodes = min(self.capacity, max(FIRST_ROOM, 2 * old))
-        self.key = <uint64_t*> grown(self.key, self.nodes, sizeof(uint64_t))
-        self.prev = <int64_t*> grown(self.prev, self.nodes, sizeof(int64_t))
-        self.nxt = <int64_t*> grown(self.nxt, self.nodes, sizeof(int64_t))
-        self.pos = <int64_t*> grown(self.pos, self.nodes, sizeof(int64_t))
-        self.state = <int8_t*> grown(self.state, self.nodes, sizeof(int8_t))
-        self.guard = <int8_t*> grown(self.guard, self.nodes, sizeof(int8_t))
-        self.spare = <int64_t*> grown(self.spare, self.nodes, sizeof(int64_t))
-        self.running = <int64_t*> grown(self.running, self.nodes, sizeof(int64_t))
-        self.scratch = <int64_t*> grown(self.scratch, self.nodes, sizeof(int64_t))
-        for i in range(self.nodes - 1, old - 1, -1):
-            self.state[i] = 0
-            self.guard[i] = 0
-            self.spare[self.n_spare] = i
-            self.n_spare += 1
-        return 0
+        self.files = FileTierFifo(file_blocks, ids) if file_blocks > 0 else None
+        self.reserve(1)
 
     def __dealloc__(self):
-        free(self.key)
         free(self.prev)
         free(self.nxt)
         free(self.pos)
         free(self.state)
         free(self.guard)
-        free(self.spare)
         free(self.running)
         free(self.scratch)
 
+    cdef int reserve(self, int64_t blocks) except -1:
+        """Arrays for every id, and room for a request of ``blocks`` blocks."""
+        cdef int64_t room = self.ids.room
+        if self.n_room < room:
+            self.prev = <int32_t*> grown(self.prev, room, sizeof(int32_t))
+            self.nxt = <int32_t*> grown(self.nxt, room, sizeof(int32_t))
+            self.pos = <int32_t*> grown(self.pos, room, sizeof(int32_t))
+            self.state = <int8_t*> grown(self.state, room, sizeof(int8_t))
+            self.guard = <int8_t*> grown(self.guard, room, sizeof(int8_t))
+            memset(&self.state[self.n_room], 0, room - self.n_room)
+            memset(&self.guard[self.n_room], 0, room - self.n_room)
+            self.n_room = room
+        if self.files is not None:
+            self.files.reserve()
+        if self.run_room < blocks + 1:
+            self.run_room = max(2 * self.run_room, blocks + 1, 256)
+            self.running = <int32_t*> grown(self.running, self.run_room, sizeof(int32_t))
+            self.scratch = <int32_t*> grown(self.scratch, self.run_room, sizeof(int32_t))
+        return 0
+
     cdef int64_t nbytes(self):
-        cdef int64_t total = self.where.nbytes() + self.nodes * (8 * 7 + 2)
+        cdef int64_t total = self.n_room * (4 * 3 + 2) + self.run_room * 8
         if self.files is not None:
             total += self.files.nbytes()
         return total
 
-    cdef inline bint holds(self, uint64_t k) noexcept nogil:
-        return self.where.get(k) != EMPTY
+    cdef inline bint holds(self, int32_t k) noexcept nogil:
+        return self.state[k] != OUT
 
-    cdef inline void _unlink(self, int64_t n) noexcept nogil:
+    cdef inline void _unlink(self, int32_t n) noexcept nogil:
         if self.prev[n] < 0:
             self.head = self.nxt[n]
         else:
@@ -91,7 +94,7 @@ cdef class VllmCpuTier:
         else:
             self.prev[self.nxt[n]] = self.prev[n]
 
-    cdef inline void _append(self, int64_t n) noexcept nogil:
+    cdef inline void _append(self, int32_t n) noexcept nogil:
         self.prev[n] = self.tail
         self.nxt[n] = -1
         if self.tail < 0:
@@ -100,25 +103,26 @@ cdef class VllmCpuTier:
             self.nxt[self.tail] = n
         self.tail = n
 
-    cdef inline void touch(self, int64_t n, int64_t position) noexcept nogil:
-        """Node ``n`` reused by this request (a finished block becomes this request's)."""
-        if n != EMPTY and self.state[n] == 1:
+    cdef inline void touch(self, int32_t n, int64_t position) noexcept nogil:
+        """A finished block reused by this request becomes this request's."""
+        if self.state[n] == FINISHED:
             self._unlink(n)
-            self.state[n] = 2
-            self.pos[n] = position
+            self.state[n] = RUNNING
+            self.pos[n] = <int32_t> position
             self.running[self.n_running] = n
             self.n_running += 1
 
-    cdef int64_t store(self, const uint64_t* h, const int64_t* positions, int64_t m,
-                       uint64_t* stored, int64_t* nodes) except -1:
+    cdef int64_t store(self, const int32_t* h, const int64_t* positions, int64_t m,
+                       int32_t* stored) except -1:
         """vLLM's prepare_store of blocks ``h`` (at ``positions``): those held are reuses, the
         rest are stored if room can be made for all of them (victims: the finished list from
         its oldest, then this request's other blocks, tail first), else none is. Returns how
-        many were stored, into ``stored``; ``nodes`` is scratch of ``m``."""
-        cdef int64_t i, n, need, found = 0, new = 0, m2
+        many were stored, into ``stored``."""
+        cdef int64_t i, need, found = 0, new = 0, kept
+        cdef int32_t n
         for i in range(m):
-            n = nodes[i] = self.where.get(h[i])
-            if n != EMPTY:
+            n = h[i]
+            if self.state[n] != OUT:
                 self.touch(n, positions[i])
                 self.guard[n] = 1
             else:
@@ -127,43 +131,39 @@ cdef class VllmCpuTier:
         if need > 0:
             found = self._victims(need)
         for i in range(m):
-            if nodes[i] != EMPTY:
-                self.guard[nodes[i]] = 0
+            self.guard[h[i]] = 0
         if need > 0 and found < need:  # no room for all: vLLM stores none of them
             for i in range(found):
-                if self.state[self.scratch[i]] == 3:
-                    self.state[self.scratch[i]] = 2
+                if self.state[self.scratch[i]] == CHOSEN:
+                    self.state[self.scratch[i]] = RUNNING
             return 0
         for i in range(found):
             self._drop(self.scratch[i])
         if need > 0:  # this request's dropped blocks leave its list
-            m2 = 0
+            kept = 0
             for i in range(self.n_running):
-                if self.state[self.running[i]] == 2:
-                    self.running[m2] = self.running[i]
-                    m2 += 1
-            self.n_running = m2
+                if self.state[self.running[i]] == RUNNING:
+                    self.running[kept] = self.running[i]
+                    kept += 1
+            self.n_running = kept
         new = 0
         for i in range(m):
-            if nodes[i] == EMPTY:
-                if self.n_spare == 0:
-                    self._grow()
-                n = self.spare[self.n_spare - 1]
-                self.n_spare -= 1
-                self.key[n] = h[i]
-                self.pos[n] = positions[i]
-                self.state[n] = 2
-                self.where.put(h[i], n)
+            n = h[i]
+            if self.state[n] == OUT:
+                self.state[n] = RUNNING
+                self.pos[n] = <int32_t> positions[i]
                 self.running[self.n_running] = n
                 self.n_running += 1
                 self.size += 1
-                stored[new] = h[i]
+                self.ids.retain(n)
+                stored[new] = n
                 new += 1
         return new
 
     cdef int64_t _victims(self, int64_t need) noexcept nogil:
         """Up to ``need`` victims into ``scratch``; how many were found."""
-        cdef int64_t found = 0, n = self.head, i, best, j
+        cdef int64_t found = 0, i
+        cdef int32_t n = self.head, best, j
         while n >= 0 and found < need:
             self.scratch[found] = n
             found += 1
@@ -172,29 +172,27 @@ cdef class VllmCpuTier:
             best = -1
             for i in range(self.n_running):
                 j = self.running[i]
-                if self.state[j] == 2 and not self.guard[j] and (best < 0 or self.pos[j] > self.pos[best]):
+                if self.state[j] == RUNNING and not self.guard[j] and (best < 0 or self.pos[j] > self.pos[best]):
                     best = j
             if best < 0:
                 break
-            self.state[best] = 3  # chosen
+            self.state[best] = CHOSEN
             self.scratch[found] = best
             found += 1
         return found
 
-    cdef void _drop(self, int64_t n) noexcept nogil:
-        if self.state[n] == 1:
+    cdef void _drop(self, int32_t n) noexcept nogil:
+        if self.state[n] == FINISHED:
             self._unlink(n)
-        self.state[n] = 0
-        self.where.delete(self.key[n])
-        self.spare[self.n_spare] = n
-        self.n_spare += 1
+        self.state[n] = OUT
         self.size -= 1
+        self.ids.release(n)
 
-    cdef void finish(self, int64_t* slots, Py_ssize_t first, Py_ssize_t cacheable) noexcept nogil:
+    cdef void finish(self, int32_t* slots, Py_ssize_t first, Py_ssize_t cacheable) noexcept nogil:
         """The request's blocks join the finished list tail first (block 0 the newest);
         ``slots`` is scratch of ``cacheable``; every position is in ``[first, cacheable)``."""
         cdef Py_ssize_t i
-        cdef int64_t n
+        cdef int32_t n
         for i in range(first, cacheable):
             slots[i] = -1
         for i in range(self.n_running):
@@ -202,24 +200,22 @@ cdef class VllmCpuTier:
             slots[self.pos[n]] = n
         for i in range(cacheable - 1, first - 1, -1):
             n = slots[i]
-            if n >= 0 and self.state[n] == 2:
-                self.state[n] = 1
+            if n >= 0 and self.state[n] == RUNNING:
+                self.state[n] = FINISHED
                 self._append(n)
         self.n_running = 0
 
-    cdef int64_t serve(self, const uint64_t* h, Py_ssize_t g, Py_ssize_t cacheable,
+    cdef int64_t serve(self, const int32_t* h, Py_ssize_t g, Py_ssize_t cacheable,
                        int64_t prompt, int64_t bt, int8_t* marks, int64_t* positions,
-                       uint64_t* keys, uint64_t* stored, int64_t* nodes,
-                       int64_t* slots) except -1:
-        """One request past its ``g`` GPU hits; returns the prompt tokens the CPU and file
-        tiers serve. The pointers are scratch of ``cacheable`` entries."""
+                       int32_t* keys, int32_t* stored, int32_t* slots) except -1:
+        """One request (its block ids ``h``) past its ``g`` GPU hits; returns the prompt
+        tokens the CPU and file tiers serve. The pointers are scratch of ``cacheable``."""
         cdef Py_ssize_t nf = g, i, m = 0
-        cdef int64_t served = 0, count, n
+        cdef int64_t served = 0, count
         cdef FileTierFifo files = self.files
+        self.reserve(cacheable)
         while nf < cacheable:  # the lookup: 0 a CPU hit, 1 a file hit
-            n = self.where.get(h[nf])
-            slots[nf] = n
-            if n != EMPTY:
+            if self.state[h[nf]] != OUT:
                 marks[nf - g] = 0
             elif files is not None and files.holds(h[nf]):
                 marks[nf - g] = 1
@@ -230,13 +226,11 @@ cdef class VllmCpuTier:
         for i in range(g, nf):  # file hits staged in order; what the CPU then holds loads
             if marks[i - g] == 1:
                 positions[0] = i
-                self.store(&h[i], positions, 1, stored, nodes)
-                slots[i] = self.where.get(h[i])
-            n = slots[i]
-            marks[i - g] = 2 if n != EMPTY and self.state[n] != 0 and self.key[n] == h[i] else 3
+                self.store(&h[i], positions, 1, stored)
+            marks[i - g] = 2 if self.state[h[i]] != OUT else 3
         for i in range(g, nf):  # loads are touched after the staging (it may evict them)
             if marks[i - g] == 2:
-                self.touch(slots[i], i)
+                self.touch(h[i], i)
         if nf == g:  # loaded nothing: the prompt is offered from its first block
             for i in range(g):
                 keys[m] = h[i]
@@ -247,7 +241,7 @@ cdef class VllmCpuTier:
             positions[m] = i
             m += 1
         if m:
-            count = self.store(keys, positions, m, stored, nodes)
+            count = self.store(keys, positions, m, stored)
             if files is not None:
                 for i in range(count):
                     files.offer(stored[i])

@@ -16,10 +16,11 @@ exclusive tiers a request whose prefix chain is shorter at a size than at the la
 pins its GPU hits in another order; a request larger than a tier. The sizes for a share of
 the reachable hits are bin edges (at most 4.4% above the exact size); under vLLM they come
 from a CPU stack that loads as the largest tracked size does (an estimate below it).
-Memory per instance: the stacks hold the GPU and the largest size asked (about 60 bytes a
-block), vLLM's simulated tiers each their size (about 100 bytes a block), and the windows'
-counts; ``benchmarks/live_curves.py`` measures it, and the ingest rate with curves beside
-without.
+Memory per instance: its structures share one table of block ids and index plain arrays
+by id; they hold the GPU and the largest size asked, about 100 bytes a block tracked under
+exclusive tiers and 200 under vLLM's (its eight simulated sizes), plus the windows' counts
+(12 MB for a vLLM instance tracking 57k blocks in ``benchmarks/live_curves.py``, which
+measures it, and the ingest rate with curves beside without).
 
 :class:`LiveCurves` is the service's ingest observer (``CollectorService(observers=...)``):
 ``observe`` runs on the ingest path and costs a whole-column pass and the kernel's per-block

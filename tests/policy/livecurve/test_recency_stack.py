@@ -32,6 +32,7 @@ def test_distances_equal_a_plain_lru_list_through_trims_and_compactions(limit, k
         order.append(block)
         stack.use(block)
         assert stack.live == min(len(order), limit)
+        assert stack.held_ids == stack.live  # a block's id lives while its mark does
 
 
 def test_the_narrated_stack():
@@ -48,6 +49,26 @@ def test_the_narrated_stack():
     assert stack.distance_of(0) is None  # a hash of 0 is a block like any other
     stack.use(0)
     assert stack.distance_of(0) == 1 and stack.distance_of(3) is None
+
+
+def test_the_kernel_holds_ids_only_for_what_its_tiers_and_stacks_hold():
+    """Long traffic through small tiers: the ids alive stay within what the stacks and the
+    simulated tiers can hold (an id nobody holds is forgotten)."""
+    import numpy as np
+
+    from kvtier.policy.livecurve._recency import VLLM, LiveKernel
+
+    rng = np.random.default_rng(3)
+    kernel = LiveKernel(VLLM, 40, 200, np.array([50, 100, 200], dtype=np.int64),
+                        np.array([30, 60, 60], dtype=np.int64), np.array([0, 0, 90], dtype=np.int64))
+    for _ in range(50):
+        lengths = rng.integers(1, 30, size=40)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        hashes = rng.integers(0, 50_000, size=offsets[-1]).astype(np.uint64)  # churn, some reuse
+        kernel.serve(hashes, offsets, lengths * 16, np.full(40, 16, dtype=np.int64),
+                     np.zeros(kernel.bins, dtype=np.int64), np.zeros(3, dtype=np.int64),
+                     np.zeros(4, dtype=np.int64))
+        assert kernel.held_blocks <= 200 + (2 * 40 + 4096) + 30 + 60 + 60 + 90
 
 
 def test_a_limit_below_one_is_refused():
