@@ -83,6 +83,10 @@ def _inputs(rec: Recommendation) -> None:
         st.caption("Documented defaults, not measured: " + ", ".join(
             f"{i.name} = {i.value:,.6g}" for i in defaults)
             + " (kvtier calibrate --out FILE, then recommend --cost-params FILE).")
+    counted = [i for i in rec.evidence.inputs if i.observations is not None]
+    if counted:
+        st.caption("Costs the latency model rests on: " + "; ".join(
+            f"{i.name} {i.value:.3g} ({i.source}, {i.observations:,} {i.note})" for i in counted))
 
 
 def _ttft(rec: Recommendation) -> None:

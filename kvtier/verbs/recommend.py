@@ -215,7 +215,7 @@ def recommendation(args):
                         ttft_slo_s=args.ttft_slo_s, itl_slo_s=args.itl_slo_s,
                         baseline_tier_config=getattr(args, "tier_config", None),
                         gpu_source=gpu_source, gpu_note=gpu_note,
-                        latency=_latency(costs, params, args))
+                        latency=_latency(costs, params, args), costs=_evidence(costs))
     except (OSError, ValueError) as error:  # the inputs' names, as this verb's flags
         from kvtier.errors import flag_names
 
@@ -358,6 +358,18 @@ def cost_params_file_body(costs, params):
     if costs.kv_bytes_per_token and params.model.source == "default":
         params = replace(params, model=geometry_for(costs.kv_bytes_per_token))
     return measured_cost_params({"probe": "calibrate", "cost_params": costs.cost_params}, base=params)
+
+
+def _evidence(costs) -> tuple:
+    """The cost file's engine-model costs as inputs, each with the observations behind it."""
+    from kvtier.policy.recommend.values import InputSource
+
+    if costs is None:
+        return ()
+    source = lambda c: c.source if c.source != "measured" or costs.written_by == "kvtier recommend" \
+        else "calibrated"  # noqa: E731  (a cost file given: calibrated)
+    return tuple(InputSource(c.name, c.value, source(c), c.note, c.observations)
+                 for c in costs.costs if c.name.startswith(("step.", "admission")))
 
 
 def _latency(costs, params, args):

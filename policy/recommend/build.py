@@ -90,6 +90,7 @@ class Inputs:
     # the engine model when its held-out check held, else the queue model, else none); None:
     # the queue model over ``params``, unchecked (a trace's what-if, no engine to check)
     latency: LatencyChoice | None = None
+    costs: tuple[InputSource, ...] = ()  # the latency model's fitted costs, each with its count
 
     def __post_init__(self) -> None:
         if self.gpu_blocks < 1:
@@ -134,7 +135,7 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
     reuse = _reuse_verdict(split.records, gpu_only.result.token_hit_ratio, params, inputs)
     verdict = decide(reuse, cpu)
     sources = input_sources(params, inputs.gpu_blocks, block_tokens, inputs.gpu_source,
-                            inputs.gpu_note)
+                            inputs.gpu_note) + inputs.costs
     servers = inputs.prefill_servers or servers_for(split.records[split.count_from:], params)
     model, card = latency_model(inputs, params, servers)
     gpu_later = replay(split.records, Tiers(inputs.gpu_blocks, 0), "lru",

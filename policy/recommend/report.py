@@ -97,8 +97,9 @@ def inputs_section(rec: Recommendation) -> list[str]:
     if not inputs:
         return []
     lines = ["", "## Inputs and where they came from", "",
-             "| input | value | source | note |", "|---|---|---|---|"]
-    lines += [f"| `{i.name}` | {i.value:,.6g} | {i.source} | {i.note} |" for i in inputs]
+             "| input | value | source | observations | note |", "|---|---|---|---|---|"]
+    lines += [f"| `{i.name}` | {i.value:,.6g} | {i.source} | "
+              f"{'-' if i.observations is None else f'{i.observations:,}'} | {i.note} |" for i in inputs]
     defaults = rec.evidence.defaults()
     if defaults:
         lines += ["", "**Documented defaults, not measured:** "

@@ -252,6 +252,7 @@ class InputSource:
     value: float
     source: str
     note: str = ""
+    observations: int | None = None  # how many the value rests on (None: not counted)
 
     def __post_init__(self) -> None:
         if self.source not in INPUT_SOURCES:

@@ -37,7 +37,14 @@ def test_recommend_on_a_store_and_calibrate_then_recommend_agree(store, tmp_path
     capsys.readouterr()
     assert given["verdict"] == itself["verdict"]
     assert given["latency_model"].get("model") == itself["latency_model"].get("model")
-    # the prefill rate is this engine's in both, never the default
-    for evidence in (itself, given):
+    # the prefill rate is this engine's in both, never the default, and every step cost says
+    # how many steps it rests on
+    for evidence, source in ((itself, "measured"), (given, "calibrated")):
         inputs = {i["name"]: i for i in evidence["inputs"]}
         assert inputs["prefill_tokens_per_s"]["source"] in ("measured", "calibrated")
+        step = inputs["step.prefill_token_s"]
+        assert step["source"] == source and step["observations"] > 100
+        assert "step records" in step["note"]
+    report = (tmp_path / "itself" / "report.md").read_text()
+    assert f"| `step.prefill_token_s` | {inputs['step.prefill_token_s']['value']:,.6g} |" in \
+        (tmp_path / "given" / "report.md").read_text() and "| observations |" in report
