@@ -19,8 +19,8 @@ from libc.string cimport memset
 import numpy as np
 
 from kvtier.policy.sim._core cimport (
-    NONE, Buf, Flow, Info, Interner, Lists, Observer, OfferObserver, ScoreTable, Tier, buf_free,
-    buf_push, grow_f64, grow_i8, grow_i64, grow_ids, grown, id_t)
+    NONE, Admitter, Buf, Flow, Info, Interner, Lists, Observer, OfferObserver, ScoreTable, Tier,
+    buf_free, buf_push, grow_f64, grow_i8, grow_i64, grow_ids, grown, id_t)
 
 include "_features.pxi"
 include "_learned.pxi"

@@ -1,7 +1,9 @@
 # A CPU tier that carries its own baseline (policy/learn/shadowed.py documents the rule; the
 # per-key version under tests/ is the oracle): candidate orders each run as a ghost at the
 # tier's capacity and as an order over the blocks the tier holds; the real tier evicts in the
-# order of the candidate whose ghost serves the most (decayed), with hysteresis.
+# order of the candidate whose ghost serves the most (decayed), with hysteresis. A candidate
+# may carry an admitter: its ghost is offered only what it admits, and the real tier stores
+# only what the admitter of the candidate it follows admits.
 
 DEF MAX_CANDIDATES = 8
 
@@ -30,7 +32,8 @@ cdef class Shadow(Tier):
     first is the baseline and the starting order); ``block_tokens`` per request (what the
     scores count a block as; None: the flow's); ``signals``: request signals the candidates
     share, if any."""
-    cdef list ghosts, orders
+    cdef list ghosts, orders, admitters
+    cdef Flow flow                   # the flow it serves (bind), for admitters that read it
     cdef int n
     cdef readonly RequestSignals signals
     cdef const int64_t[::1] block_tokens
@@ -48,7 +51,7 @@ cdef class Shadow(Tier):
     cdef Buf scratch
 
     def __cinit__(self, capacity, ghosts, orders, block_tokens, RequestSignals signals=None,
-                  int64_t window_requests=500, double margin=0.002):
+                  int64_t window_requests=500, double margin=0.002, admitters=None):
         cdef int i
         self.set_capacity(capacity)
         if capacity is None:
@@ -61,7 +64,12 @@ cdef class Shadow(Tier):
                              f"{window_requests!r} and {margin!r}")
         if not all(isinstance(t, Tier) for t in (*ghosts, *orders)):
             raise ValueError("candidates must be compiled tiers")
-        self.ghosts, self.orders = list(ghosts), list(orders)
+        admitters = [None] * len(ghosts) if admitters is None else list(admitters)
+        if len(admitters) != len(ghosts) or not all(
+                a is None or isinstance(a, Admitter) for a in admitters):
+            raise ValueError("admitters: one compiled admitter (or None) per candidate")
+        self.ghosts, self.orders, self.admitters = list(ghosts), list(orders), admitters
+        self.flow = None
         self.n = len(ghosts)
         for i in range(self.n):
             self.scores[i] = 0.0
@@ -85,8 +93,20 @@ cdef class Shadow(Tier):
         buf_free(&self.scratch)
 
     def bind(self, Flow flow):
-        """Join ``flow``: the scores (and the shared signals) see each request first."""
+        """Join ``flow``: the scores (and the shared signals) see each request first, and so
+        does every candidate's admitter that counts requests."""
+        self.flow = flow
         flow.observe(ShadowWatch(self))
+        seen = []
+        for admitter in self.admitters:  # one shared by several candidates counts once
+            if admitter is not None and (<Admitter> admitter).observer is not None \
+                    and not any(a is admitter for a in seen):
+                seen.append(admitter)
+                flow.observe((<Admitter> admitter).observer)
+
+    cdef bint admits(self, int candidate, id_t k, Info* info) except -1:
+        admitter = self.admitters[candidate]
+        return admitter is None or (<Admitter> admitter).admit(self.flow, k, info)
 
     cdef int _reserve(self, Py_ssize_t old, Py_ssize_t new) except -1:
         cdef int i
@@ -94,6 +114,8 @@ cdef class Shadow(Tier):
         for i in range(self.n):
             (<Tier> self.ghosts[i]).reserve(new)
             (<Tier> self.orders[i]).reserve(new)
+            if self.admitters[i] is not None:
+                (<Admitter> self.admitters[i]).reserve(new)
         return 0
 
     cdef int64_t served(self, int8_t* tier, const id_t* hs, Py_ssize_t nb, int64_t prompt,
@@ -184,11 +206,11 @@ cdef class Shadow(Tier):
         self.gpu[k] = 0  # a GPU victim
         for i in range(self.n):
             t = self.ghosts[i]
-            if not t.inside[k]:
+            if not t.inside[k] and self.admits(i, k, info):
                 self.scratch.n = 0
                 t.insert(k, info, &self.scratch)
-        if self.inside[k]:
-            return 0
+        if self.inside[k] or not self.admits(self.mode, k, info):
+            return 0  # refused by the admitter of the candidate followed: the flow drops it
         for i in range(self.n):
             t = self.orders[i]
             self.scratch.n = 0

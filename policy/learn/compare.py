@@ -69,9 +69,9 @@ def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 
             continue
         if name == RECOMMENDED:
             choice = choose_pair(split.train, tiers, trace=split.train_trace, seed=seed)
-            cpu_policy, admitter = deployed(choice, split.records, tiers, split.trace)
             summaries[name] = pair_summary(choice)
-            replayed = replay(split.records, tiers, cpu_policy, admitter=admitter,
+            replayed = replay(split.records, tiers,
+                              deployed(choice, split.records, tiers, split.trace),
                               count_from=split.count_from, trace=split.trace)
             rows.append(row(name, replayed, params, servers, keep_ttft_samples=keep_ttft_samples))
             continue

@@ -10,6 +10,12 @@ the order of the candidate that leads, switching only when another leads it by m
 on the traffic of the moment, the tier evicts as LRU does until the learned ghost is ahead
 again — ARC's ghost lists and a hill-climbing tuner on the same idea.
 
+A candidate may carry an admitter (the CPU tier's admission rule, chosen with its order:
+:mod:`kvtier.policy.learn.pairs`): its ghost is offered only the blocks it admits, and the
+real tier stores only what the admitter of the candidate it follows admits. So a filter that
+turns bad on the traffic of the moment is dropped like a bad order: the baseline ghost
+(plain LRU admitting every block) leads, and the tier follows it.
+
 The GPU tier is not the CPU tier's to see, but in exclusive tiers it need not be: every
 block of a request lands in the GPU, every GPU victim is offered here, so the set of blocks on
 the GPU is known exactly from the two. It runs in the learned kernels (``Shadow``, over the core's
@@ -23,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kvtier.policy.learn.kernels import kernels
+from kvtier.policy.sim.flows import compiled_admitter
 
 WINDOW_REQUESTS = 500
 MARGIN = 0.002  # of the window's prompt tokens: 0.2 points of hit ratio
@@ -43,11 +50,12 @@ class ShadowStats:
 
 
 class Shadowed:
-    """A CPU tier (exclusive flows) whose ``candidates`` are (name, build) pairs, ``build``
-    making one of the core's tiers at a capacity (``None``: unbounded); the first is the
-    baseline and the starting order. ``signals``: the kernels' request signals the candidates
-    share (they see each request first); ``block_tokens``: each request's block size as the
-    scores count it (default: the trace's)."""
+    """A CPU tier (exclusive flows) whose ``candidates`` are (name, build) or (name, build,
+    admitter) tuples, ``build`` making one of the core's tiers at a capacity (``None``:
+    unbounded), ``admitter`` one of the simulator's admitters (``None``: every block); the
+    first is the baseline and the starting order. ``signals``: the kernels' request signals
+    the candidates share (they see each request first); ``block_tokens``: each request's block
+    size as the scores count it (default: the trace's)."""
 
     name = "learned-safe"
     reads_info = False
@@ -61,8 +69,11 @@ class Shadowed:
             raise ValueError(f"window_requests must be >= 1 and margin in [0, 1), got "
                              f"{window_requests!r} and {margin!r}")
         self.capacity_blocks = capacity_blocks
-        self.names = tuple(name for name, _ in candidates)
-        self._builds = [build for _, build in candidates]
+        self.names = tuple(c[0] for c in candidates)
+        self._builds = [c[1] for c in candidates]
+        self._admitters = [c[2] if len(c) > 2 else None for c in candidates]
+        # chained admitters refuse a block whose parent no tier holds: the flow notes parents
+        self.chained = any(getattr(a, "chained", False) for a in self._admitters)
         self._signals, self._block_tokens = signals, block_tokens
         self.window_requests, self.margin = window_requests, margin
         self._core = None
@@ -74,7 +85,8 @@ class Shadowed:
         cap = self.capacity_blocks
         self._core = kernels().Shadow(cap, [b(cap) for b in self._builds],
                                    [b(None) for b in self._builds], self._block_tokens,
-                                   self._signals, self.window_requests, self.margin)
+                                   self._signals, self.window_requests, self.margin,
+                                   [compiled_admitter(a, interner) for a in self._admitters])
         return self._core
 
     def stats(self) -> ShadowStats:

@@ -134,7 +134,8 @@ def exclusive_flow(config: SimConfig, cpu_tier=None, cpu_admitter=None, offers=N
             else None)
     flow = c.ExclusiveFlow(_policy(config.policy, config.gpu_blocks, interner), cpu, cold,
                            compiled_admitter(admitter, interner) if cpu is not None else None,
-                           rule=_rule(config), track_parents=_chained(admitter),
+                           rule=_rule(config),
+                           track_parents=_chained(admitter) or _chained(cpu_tier),
                            offers=offers, interner=interner)
     _bind(flow, cpu)
     return FlowView(flow, (True, cpu is not None, cold is not None))

@@ -42,10 +42,11 @@ class RecencyOrder:
 
 class Shadowed:
     """The shadowed tier per key: the tier protocol (exclusive flows) plus
-    ``observe_request``. ``candidates``: (name,
-    factory) pairs, a factory building a tier at a capacity (``None``: unbounded); the first
-    is the baseline and the starting order. ``observers`` see each request first (a shared
-    signal tracker)."""
+    ``observe_request``. ``candidates``: (name, factory) or (name, factory, admitter), a
+    factory building a tier at a capacity (``None``: unbounded), an admitter (``admit(key,
+    info)``, and ``sight(keys)`` when it counts requests; ``None``: every block); the first is
+    the baseline and the starting order. ``observers`` see each request first (a shared signal
+    tracker)."""
 
     name = "learned-safe"
     reads_info = False
@@ -55,9 +56,10 @@ class Shadowed:
                  observers: Sequence[Callable] = ()) -> None:
         # inputs as the product tier validates them (``kvtier.policy.learn.shadowed.Shadowed``)
         self.capacity_blocks = capacity_blocks
-        self.names = tuple(name for name, _ in candidates)
-        self.ghosts = [factory(capacity_blocks) for _, factory in candidates]
-        self.orders = [factory(None) for _, factory in candidates]
+        self.names = tuple(c[0] for c in candidates)
+        self.ghosts = [c[1](capacity_blocks) for c in candidates]
+        self.orders = [c[1](None) for c in candidates]
+        self.admitters = [c[2] if len(c) > 2 else None for c in candidates]
         self._watchers = [*observers, *(getattr(t, "observe_request", None)
                                         for t in (*self.ghosts, *self.orders))]
         self._watchers = [w for w in self._watchers if w is not None]
@@ -82,6 +84,9 @@ class Shadowed:
     def observe_request(self, index: int, record: RequestRecord, blocks) -> None:
         for watch in self._watchers:
             watch(index, record, blocks)
+        for admitter in {id(a): a for a in self.admitters}.values():  # a shared one once
+            if hasattr(admitter, "sight"):
+                admitter.sight(blocks)
         keep = self._keep
         bt = record.block_size_tokens or 16
         prompt = record.prompt_tokens
@@ -134,10 +139,11 @@ class Shadowed:
 
     def insert(self, key, info=None) -> list:
         self._gpu.discard(key)  # a GPU victim
-        for ghost in self.ghosts:
-            if key not in ghost:
+        for ghost, admitter in zip(self.ghosts, self.admitters):
+            if key not in ghost and (admitter is None or admitter.admit(key, info)):
                 ghost.insert(key, info)
-        if key in self._real:
+        admitter = self.admitters[self.mode]
+        if key in self._real or (admitter is not None and not admitter.admit(key, info)):
             return []
         for order in self.orders:
             order.insert(key, info)

@@ -48,8 +48,7 @@ def each_prompt_asked_twice(seed=0, n=1600):
 
 
 def later_hit_ratio(split, tiers, choice):
-    cpu, admitter = deployed(choice, split.records, tiers, split.trace)
-    return replay(split.records, tiers, cpu, admitter=admitter,
+    return replay(split.records, tiers, deployed(choice, split.records, tiers, split.trace),
                   count_from=split.count_from).result.token_hit_ratio
 
 
@@ -95,6 +94,27 @@ def test_the_choice_reads_nothing_after_the_training_period():
     again = choose_pair(Split.by_count(flooded, split.count_from / len(flooded)).train, tiers)
     assert again.pair == choice.pair
     assert [v.hit_ratio for v in again.validation] == [v.hit_ratio for v in choice.validation]
+
+
+def test_a_filter_that_turns_bad_after_training_yields_to_plain_lru():
+    import dataclasses
+
+    from kvtier.policy.sim.policies import SightingAdmitter
+
+    before = hot_documents_in_a_flood(n=800)
+    after = [dataclasses.replace(r, request_id=f"a{i}", arrival_s=1000.0 + r.arrival_s,
+                                 block_hashes=tuple(h + 10**8 for h in r.block_hashes))
+             for i, r in enumerate(each_prompt_asked_twice(n=4800))]
+    split = Split.by_count(before + after, 800 / 5600)
+    tiers = Tiers(6, 400)
+    choice = choose_pair(split.train, tiers)
+    assert choice.pair.admission == "sightings"  # what the training period wanted
+    lru = replay(split.records, tiers, "lru", count_from=split.count_from).result
+    raw = replay(split.records, tiers, "lru", admitter=SightingAdmitter(2),
+                 count_from=split.count_from).result
+    assert raw.token_hit_ratio < lru.token_hit_ratio - 0.4  # the filter alone now serves none
+    # behind plain LRU's shadow it loses only the window it takes to see the turn
+    assert later_hit_ratio(split, tiers, choice) >= lru.token_hit_ratio - 0.01
 
 
 @pytest.mark.parametrize("kwargs", [dict(admission="sightings", min_sightings=1),

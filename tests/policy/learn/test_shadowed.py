@@ -91,6 +91,49 @@ def test_the_learned_order_trained_before_a_shift_is_kept_safe_after_it():
     assert safe >= lru - 0.005         # behind its shadow it is not below LRU
 
 
+def test_a_candidates_admitter_runs_in_the_core_as_in_the_oracle():
+    from kvtier.policy.sim.policies import SightingAdmitter
+    from tests.policy.sim.oracle import SightingAdmitter as OracleSightings
+
+    from tests.policy.learn.test_pairs import hot_documents_in_a_flood
+
+    records = hot_documents_in_a_flood(n=1000)  # the filter keeps the documents in
+    tiers = Tiers(6, 30)
+    built = []
+    compiled = replay(records, tiers, lambda c: built.append(Shadowed(
+        c, [("lru", core().Lru), ("sightings-2", core().Lru, SightingAdmitter(2))],
+        window_requests=50)) or built[-1])
+    per_key = replay_per_key(records, tiers, lambda c: built.append(PerKeyShadowed(
+        c, [("lru", RecencyOrder), ("sightings-2", RecencyOrder, OracleSightings(2))],
+        window_requests=50)) or built[-1])
+    assert compiled.result == per_key.result
+    assert built[0].stats() == built[1].stats()
+    assert built[0].stats().requests_by_mode[1] > 0  # the filter was followed, so refused
+    assert compiled.result.token_hit_ratio > replay(records, tiers, "lru").result.token_hit_ratio
+
+
+class AdmitsNothing:
+    """A filter gone bad: refuses every block."""
+
+    name, reads_info = "nothing", False
+
+    def admit(self, key, info):
+        return False
+
+
+def test_a_filter_gone_bad_is_dropped_like_a_bad_order():
+    records = traffic.chat(hours=0.3, seed=5)
+    split = Split.by_time(records, 0.5)
+    tiers = Tiers(300, 1500)
+    lru = hit(records, tiers, "lru", split)
+    built = []
+    safe = replay_per_key(records, tiers, lambda c: built.append(PerKeyShadowed(
+        c, [("lru", RecencyOrder), ("nothing", RecencyOrder, AdmitsNothing())])) or built[-1],
+        count_from=split.count_from).result.token_hit_ratio
+    assert safe == lru                 # its ghost never serves, so it is never followed
+    assert built[0].stats().requests_by_mode[1] == 0
+
+
 def test_shadowed_needs_a_baseline_and_a_candidate():
     with pytest.raises(ValueError, match="baseline and at least one candidate"):
         Shadowed(10, [("lru", core().Lru)])
