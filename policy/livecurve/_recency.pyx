@@ -49,6 +49,7 @@ cdef inline int64_t block_tokens_at(int64_t i, int64_t prompt, int64_t bt) noexc
     return bt if tok > bt else (0 if tok < 0 else tok)
 
 
+include "_block_ids.pxi"
 include "_stack.pxi"
 include "_vllm_tiers.pxi"
 

@@ -166,7 +166,7 @@ class LiveCurves:
             unsized = {k: n for k, n in self.unsized_requests.items() if k not in self._curves}
             kv_bytes = {k: tuple(v) for k, v in self._kv_bytes.items()}
         instances = [instance_values(curve, counts, windows, recent, memory,
-                                     self._params_for(key, kv_bytes.get(key)),
+                                     self._params_for(kv_bytes.get(key)),
                                      self._gpu(key)[1])
                      for key, curve, counts, recent, memory in taken]
         instances += [InstanceCurves(*key, semantics_of(key[0]), None, "none", None, None,
@@ -175,7 +175,7 @@ class LiveCurves:
         self._file = CurveFile(self.collector, now, tuple(instances))
         return self._file
 
-    def _params_for(self, key, kv_bytes) -> tuple[CostParams, str, int, str]:
+    def _params_for(self, kv_bytes: tuple[int, int] | None) -> tuple[CostParams, str, int, str]:
         """The cost model with the instance's KV bytes per token, and that figure's source."""
         if kv_bytes and kv_bytes[1] and round(kv_bytes[0] / kv_bytes[1]) > 0:
             per_token, source = int(round(kv_bytes[0] / kv_bytes[1])), "measured"
@@ -183,7 +183,7 @@ class LiveCurves:
             per_token, source = self.config.kv_bytes_per_token, "given"
         else:
             per_token, source = geometry(DEFAULT_GEOMETRY).bytes_per_token, "default"
-        model = geometry_for(per_token + per_token % 2, source=source if source != "given" else "given")
+        model = geometry_for(per_token + per_token % 2, source=source)  # a key and a value: even
         return replace(self.params, model=model), self.costs, per_token, source
 
     def snapshot(self) -> CurveFile:
