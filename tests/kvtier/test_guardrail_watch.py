@@ -192,3 +192,23 @@ def test_a_replayed_operator_command_is_refused(served):
     with pytest.raises(urllib.error.HTTPError) as again:
         urllib.request.urlopen(request(), timeout=5)
     assert again.value.code == 409
+
+
+def test_the_verb_shows_the_state_and_pauses_by_hand(served, tmp_path, capsys):
+    from kvtier.cli import main
+
+    client, inside = served
+    base = client.url.removesuffix("/guardrail")
+    token = tmp_path / "token"
+    token.write_text(TOKEN.decode() + "\n")
+    assert main(["guardrail", "pause", "--instance", "node-7", "--stores", "--token-file",
+                 str(token), "--collector", base]) == 0
+    assert "now carry gpu+cpu:8388608;paused=stores:cpu" in capsys.readouterr().out
+    assert wait_for(inside, lambda s: s.paused == {("stores", "cpu")})
+    assert main(["guardrail", "status", "--collector", base + "/metrics"]) == 0
+    out = capsys.readouterr().out
+    assert "guardrail observe: p99 TTFT <= 1 s, ITL <= 0.5 s over 4 s windows, sustained 3 s" in out
+    assert "holds paused: stores from cpu (operator)" in out
+    assert "operator pause  stores cpu  (operator" in out
+    assert main(["guardrail", "status", "--json", "--collector", base]) == 0
+    assert '"operator_hold": true' in capsys.readouterr().out
