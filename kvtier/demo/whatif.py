@@ -5,8 +5,8 @@ The requests the GPU-only phase served are replayed as ``kvtier recommend`` repl
 size under each policy, exclusive tiers as in the reference engine, trained on the earlier
 half of the time span and counted on the later half. Belady's offline optimum in the CPU
 tier is the bound; ``recommended`` is what the recommendation deploys at that size (the
-learned next-use order behind its LRU shadow where a readout beat LRU on the training slice,
-else LRU). The file is the dashboard's prepared-sweep format (``points``, ``chosen`` and a
+admission rule and eviction order chosen together on the training period,
+:mod:`kvtier.policy.learn.pairs`). The file is the dashboard's prepared-sweep format (``points``, ``chosen`` and a
 ``note``), the recommended size marked on LRU, the reference engine's policy.
 """
 
@@ -55,7 +55,7 @@ def write_cpu_sweep(records: Sequence[RequestRecord], gpu_blocks: int, chosen_bl
         "note": (f"Replayed as kvtier recommend does: GPU tier LRU, trained on the first "
                  f"{len(split.train)} requests, counted on the last {len(split.records) - split.count_from}; "
                  "belady: the CPU tier's offline bound; recommended: what the recommendation deploys at "
-                 "each size (the learned next-use order behind its LRU shadow where it beat LRU on the "
-                 "training slice, else LRU).")},
+                 "each size (the admission rule and eviction order chosen together on the training "
+                 "period).")},
         indent=1)
     return path
