@@ -75,9 +75,10 @@ def stored_batches(path: Path) -> Iterator[EventBatch]:
                              "ingested_batches ORDER BY batch_id", []).to_pylist()
         for row in ledger:
             tables = [store.query(f"SELECT * EXCLUDE (batch_id) FROM {table} WHERE batch_id = ?",
-                                  [row["batch_id"]]) for table in ("block_events", "requests")]
+                                  [row["batch_id"]])
+                      for table in ("block_events", "requests", "metric_intervals")]
             yield EventBatch(Origin(row["engine"], row["instance"], row["source"]),
-                             row["sequence"], *tables)
+                             row["sequence"], tables[0], tables[1], metric_intervals=tables[2])
 
 
 def replayed_hit_ratio(records, semantics: str, gpu_tokens: int, cpu_tokens: int,

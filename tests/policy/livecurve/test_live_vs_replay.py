@@ -64,11 +64,16 @@ def test_a_fleet_of_64_instances_matches_the_replay_at_every_size(fleet):
 
 
 def test_the_fleet_curves_rise_with_size_and_reach_their_hits(fleet):
+    """Exclusive tiers are one LRU stack: more room never serves less. (vLLM's CPU tier is
+    no stack: a request that loads nothing offers its GPU hits, so a larger tier can serve
+    a little less; the serving vLLM's store shows it, and the replay agrees.)"""
     _, _, curves = fleet
     for curve in curves.values():
         window = curve.window("all")
         cpu = [p.hit_ratio for p in window.points if p.tier == "cpu"]
-        assert cpu == sorted(cpu) and cpu[0] == pytest.approx(window.gpu_hit_ratio)
+        assert cpu[0] == pytest.approx(window.gpu_hit_ratio)
+        if curve.semantics == "exclusive":
+            assert cpu == sorted(cpu)
         sizes = [r.size_tokens for r in window.reach]
         assert sizes == sorted(sizes) and sizes[-1] <= LADDER[-1] + 16 * 16
         assert window.reachable_cpu_hit_tokens >= 0
