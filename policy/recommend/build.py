@@ -33,7 +33,7 @@ from kvtier.policy.recommend.cold_tier import MIN_COLD_GAIN, ColdCost, cost_from
 from kvtier.policy.recommend.cold_tier import decide as decide_cold_tier
 from kvtier.policy.recommend.decision import decide
 from kvtier.policy.latency.choice import LatencyChoice
-from kvtier.policy.latency.models import QueueModel
+from kvtier.policy.recommend.promise import as_served, hit_quality, latency_model
 from kvtier.policy.recommend.expected import expected_changes
 from kvtier.policy.recommend.gate import Learned, Measured, learn, measure
 from kvtier.policy.recommend.headroom import NOT_CHECKED, HostLimit
@@ -44,7 +44,6 @@ from kvtier.policy.recommend.input_sources import input_sources
 from kvtier.policy.recommend.sweep import THRESHOLDS
 from kvtier.policy.recommend.values import (
     ColdTierDecision,
-    Reason,
     Evidence,
     HitRatios,
     HostCheck,
@@ -137,7 +136,7 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
     sources = input_sources(params, inputs.gpu_blocks, block_tokens, inputs.gpu_source,
                             inputs.gpu_note) + inputs.costs
     servers = inputs.prefill_servers or servers_for(split.records[split.count_from:], params)
-    model, card = latency_model(inputs, params, servers)
+    model, card = latency_model(inputs.latency, params, servers, inputs.prefill_servers)
     gpu_later = replay(split.records, Tiers(inputs.gpu_blocks, 0), "lru",
                        count_from=split.count_from)
     if verdict.outcome == "do_not_offload":
@@ -202,39 +201,6 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
         knobs=cpu_knobs(cpu, measured.chosen, learned.chosen_gt, learned.classes)
         + file_knob(cold, cold_bytes),
         expected=changes)
-
-
-def latency_model(inputs: Inputs, params: CostParams, servers: int):
-    """(the model that promises TTFT or ``None``, its card for the evidence)."""
-    from kvtier.policy.latency import predict
-    from kvtier.policy.recommend.values import LatencyCard
-
-    from kvtier.policy.latency.choice import choose
-
-    choice = inputs.latency or choose(params)  # a trace: the queue model, on measured costs only
-    model = choice.model
-    if isinstance(model, QueueModel) and inputs.prefill_servers is None:
-        model = dataclasses.replace(model, servers=servers)
-    if model is None:
-        return None, LatencyCard(None, choice.why, flag=choice.flag, thin=choice.thin)
-    return model, LatencyCard(model.name, choice.why, predict.STATISTIC,
-                              predict.DRAWS if model.noisy else 1, predict.RESAMPLES,
-                              model.arrivals, flag=choice.flag, thin=choice.thin)
-
-
-def as_served(split: Split) -> tuple[Replayed | None, str | None]:
-    """The evaluated requests with the split the engine recorded for them, and the one tier
-    configuration they were all served under; ``(None, None)`` when a record has no split (a
-    trace) or they were served under several configurations (nothing one phase can repeat)."""
-    from kvtier.collector.request_tokens import RequestTokens
-    from kvtier.policy.sim.result import SimResult
-
-    later = split.records[split.count_from:]
-    configs = {r.tier_config_id for r in later}
-    if not later or any(r.gpu_hit_tokens is None for r in later) or len(configs) != 1:
-        return None, None
-    served = Replayed(SimResult(), tuple(later), tuple(RequestTokens.measured(r) for r in later))
-    return served, configs.pop()
 
 
 def _evidence(split: Split, inputs: Inputs, reuse: Verdict, host: HostCheck,
@@ -359,34 +325,6 @@ def _do_not_offload(verdict: Verdict, reuse: Verdict, split: Split, gpu_later: R
                           served_tier_config=served_config,
                           rollback=inputs.rollback()),
         engine_settings=engines.off(), knobs=(Knob("cpu_tier_bytes", 0, held),))
-
-
-def hit_quality(verdict: Verdict, model, card, vs_gpu, candidate: Replayed) -> Verdict:
-    """Offload only where a promoted token measurably costs this engine less than a
-    recomputed one, and the promised TTFT p50 gain is larger than its interval's noise (the
-    interval lies below 0). ``verdict`` as it was when the latency model promises nothing
-    (the card says why)."""
-    from kvtier.policy.latency.token_costs import token_costs
-
-    if model is None:
-        return verdict
-    promoted = [(o.cpu_promotion_tokens, o.gpu_hit_tokens) for o in candidate.outcomes
-                if o.cpu_promotion_tokens]
-    costs = token_costs(model, promoted)
-    p50 = next((c for c in vs_gpu if c.metric == "ttft_p50_s"), None)
-    reasons = list(verdict.reasons)
-    if costs is not None:
-        reasons.append(Reason("a promoted token costs no less than a recomputed one",
-                              not costs.promotion_pays, costs.words()))
-    if p50 is not None:
-        reasons.append(Reason("no TTFT gain beyond the noise", p50.high >= 0,
-                              f"TTFT p50 change {p50.change * 1e3:+.2f} ms "
-                              f"[{p50.low * 1e3:+.2f}, {p50.high * 1e3:+.2f}] ({card.model} model)"))
-    if any(r.holds for r in reasons[len(verdict.reasons):]):
-        why = "; ".join(f"{r.name}: {r.evidence}" for r in reasons[len(verdict.reasons):] if r.holds)
-        return Verdict("do_not_offload", tuple(reasons),
-                       f"the CPU tier raises the hit ratio, but {why}")
-    return Verdict(verdict.outcome, tuple(reasons), verdict.note)
 
 
 def _span(records: Sequence[RequestRecord]) -> float:
