@@ -41,7 +41,12 @@ class EngineModelParams:
     check replay alike.
     ``step_cost_draws``: the step cost refitted on resampled steps (``fit.resampled_step_costs``);
     each replay under a noise draw takes one of them, so the prediction's interval carries
-    how uncertain the fit is. Empty: every replay uses ``step_cost``."""
+    how uncertain the fit is. Empty: every replay uses ``step_cost``.
+    ``model_error_log_sd``: how far the model itself missed when it was checked on requests it
+    was not fitted on, as the standard deviation of log(predicted/measured) over the TTFT
+    percentiles (``kvtier.policy.latency.check.model_error_log_sd``); each replay under a
+    noise draw scales its TTFTs by a draw of exp(N(0, sd)), so a promise's interval holds the
+    model's own error, not only the host's noise and the traffic's spread. 0: not known."""
 
     step_cost: StepCost = field(default_factory=StepCost)
     limits: SchedulerLimits = field(default_factory=SchedulerLimits)
@@ -54,11 +59,14 @@ class EngineModelParams:
     admission_delay_s: tuple[float, ...] = ()
     arrivals: str = "open"
     step_cost_draws: tuple[StepCost, ...] = ()
+    model_error_log_sd: float = 0.0
 
     def __post_init__(self) -> None:
         if self.fitted_from not in FITTED_FROM:
             raise ValueError(f"fitted_from must be one of {', '.join(FITTED_FROM)}, "
                              f"got {self.fitted_from!r}")
+        if not (isinstance(self.model_error_log_sd, (int, float)) and 0 <= self.model_error_log_sd < 10):
+            raise ValueError(f"model_error_log_sd must be in [0, 10), got {self.model_error_log_sd!r}")
         if self.arrivals not in ARRIVALS:
             raise ValueError(f"arrivals must be one of {', '.join(ARRIVALS)}, got {self.arrivals!r}")
         if isinstance(self.kv_bytes_per_token, bool) or not isinstance(self.kv_bytes_per_token, int) \
@@ -76,7 +84,8 @@ class EngineModelParams:
                 "kv_bytes_per_token": self.kv_bytes_per_token, "step_noise_s": list(self.step_noise_s),
                 "prefill_step_noise_s": list(self.prefill_step_noise_s),
                 "admission_delay_s": list(self.admission_delay_s), "arrivals": self.arrivals,
-                "step_cost_draws": [c.to_dict() for c in self.step_cost_draws]}
+                "step_cost_draws": [c.to_dict() for c in self.step_cost_draws],
+                "model_error_log_sd": self.model_error_log_sd}
 
     @classmethod
     def from_dict(cls, body: dict) -> EngineModelParams:
@@ -92,7 +101,8 @@ class EngineModelParams:
                        tuple(float(v) for v in body.get("prefill_step_noise_s", ())),
                        tuple(float(v) for v in body.get("admission_delay_s", ())),
                        str(body.get("arrivals", "open")),
-                       tuple(StepCost(**c) for c in body.get("step_cost_draws", ())))
+                       tuple(StepCost(**c) for c in body.get("step_cost_draws", ())),
+                       float(body.get("model_error_log_sd", 0.0)))
         except (KeyError, TypeError) as error:
             raise ValueError(f"engine_model section is malformed: {error}") from None
 

@@ -83,6 +83,12 @@ def fit_costs(requests: Sequence[RequestRecord], steps: Sequence[StepRecord], jo
         held = {"note": str(error)}
     if note:
         held["single_server_note"] = held.get("single_server_note") or note
+    if engine is not None and "by_tier_config" in held:  # the model's own error, for its intervals
+        from dataclasses import replace
+
+        from kvtier.policy.latency.check import model_error_log_sd
+
+        engine = replace(engine, model_error_log_sd=model_error_log_sd(held["by_tier_config"]))
     evidence = cost_evidence(requests, steps, jobs, single, engine)
     return CostFile(cost_params, bytes_per_token, engine, held, evidence, fits, written_by)
 

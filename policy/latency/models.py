@@ -94,10 +94,19 @@ class StepModel:
     def noisy(self) -> bool:
         p = self.params
         return bool(p.step_noise_s or p.prefill_step_noise_s or p.admission_delay_s
-                    or p.step_cost_draws)
+                    or p.step_cost_draws or p.model_error_log_sd)
 
     def ttft_s(self, requests: EngineRequests, rng: np.random.Generator) -> np.ndarray:
-        return self.replay(requests, rng).ttft_s
+        run, factor = self.draw(requests, rng)
+        return run.ttft_s * factor
+
+    def draw(self, requests: EngineRequests, rng: np.random.Generator):
+        """One draw: the replay (TTFT, ITL, end-to-end per request) and the factor its TTFTs
+        take for the model's own held-out error (``EngineModelParams.model_error_log_sd``),
+        drawn first so the replay's noise repeats."""
+        sd = self.params.model_error_log_sd
+        factor = float(np.exp(sd * rng.standard_normal())) if sd else 1.0
+        return self.replay(requests, rng), factor
 
     def replay(self, requests: EngineRequests, rng: np.random.Generator):
         """The whole replay (TTFT, ITL, end-to-end per request), for the held-out check."""

@@ -11,8 +11,10 @@ replacement: a promise is judged on a later set of requests of the same traffic,
 percentiles move with which requests they are, and on a host whose stalls move them again.
 
 A change (a candidate tier configuration against a baseline, the same requests under each)
-is paired: both sides take the same resampled requests and each its own draw, so the spread
-of the traffic cancels where the two configurations agree. ``rng`` is injected.
+is paired: both sides take the same resampled requests and the same draw (common random
+numbers: the same seed's noise and the same draw of the model's own error, which scales both
+alike), so what the two configurations share cancels and the change's interval holds what
+differs between them. ``rng`` is injected.
 """
 
 from __future__ import annotations
@@ -107,8 +109,11 @@ def paired(baseline: Samples, candidate: Samples, rng: np.random.Generator, *,
     if baseline.evaluated.shape[1] != candidate.evaluated.shape[1]:
         raise ValueError(f"a change compares the same requests: {baseline.evaluated.shape[1]} "
                          f"evaluated under the baseline, {candidate.evaluated.shape[1]} under the candidate")
+    if baseline.draws != candidate.draws:
+        raise ValueError(f"a change pairs draws: {baseline.draws} under the baseline, "
+                         f"{candidate.draws} under the candidate")
     picks, chosen = _resampling(baseline, rng, resamples)
-    other = rng.integers(0, candidate.draws, size=resamples)
+    other = chosen[:, 0]  # the same draw on both sides
     out = []
     for name, q in metrics:
         base_rows = _percentile_rows(baseline.evaluated[chosen[:, 0]], picks, q)

@@ -51,3 +51,39 @@ def test_noise_draws_widen_the_interval():
     noisy = predict.levels(samples([requests * rng.uniform(0.7, 1.3) for _ in range(20)]),
                            np.random.default_rng(0))[1]
     assert noisy.high - noisy.low > quiet.high - quiet.low
+
+
+def test_the_models_own_held_out_error_widens_levels_and_scales_a_paired_change_alike():
+    """A model that missed by a factor on held-out requests carries that miss into its
+    intervals; in a change both sides take the same draw of it, so the change widens in
+    proportion, not as two independent misses would."""
+    from kvtier.policy.engine_model.params import EngineModelParams
+    from kvtier.policy.engine_model.step_cost import StepCost
+    from kvtier.policy.engine_model.step_replay import EngineRequests
+    from kvtier.policy.latency.check import PRIOR_LOG_SD, model_error_log_sd
+    from kvtier.policy.latency.models import StepModel
+
+    n = 60
+    base = EngineRequests(np.arange(n) * 0.05, np.full(n, 400), np.full(n, 2), np.zeros(n, dtype=np.int64),
+                          np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), np.full(n, 400))
+    cand = EngineRequests(base.arrival_s, base.prompt_tokens, base.output_tokens,
+                          np.full(n, 300), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
+                          np.full(n, 100))
+    widths = {}
+    for sd in (0.0, 0.3):
+        model = StepModel(EngineModelParams(StepCost(0.001, 2e-5), model_error_log_sd=sd))
+        paired = predict.paired(predict.draw(model, base), predict.draw(model, cand),
+                                np.random.default_rng(0))[0]
+        widths[sd] = paired
+    exact, missed = widths[0.0], widths[0.3]
+    assert exact.baseline.low == exact.baseline.high  # no noise, identical requests: no spread
+    assert missed.baseline.high / missed.baseline.low > 1.5
+    # the change scales with the same factor: its relative width equals the level's
+    change_spread = (missed.change.high - missed.change.low) / abs(missed.change.predicted)
+    level_spread = (missed.baseline.high - missed.baseline.low) / missed.baseline.predicted
+    assert change_spread == pytest.approx(level_spread, rel=0.25)
+    # a check's ratios pooled with the prior: one exact split does not claim a perfect model
+    check = {"ratio": {"ttft_p50_s": 1.0, "ttft_p95_s": 1.0, "ttft_p99_s": 1.0}}
+    assert 0 < model_error_log_sd([check]) < PRIOR_LOG_SD
+    far = {"ratio": {"ttft_p50_s": 2.0, "ttft_p95_s": 2.0, "ttft_p99_s": 2.0}}
+    assert model_error_log_sd([far] * 4) > PRIOR_LOG_SD
