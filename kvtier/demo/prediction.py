@@ -67,25 +67,28 @@ def calibrate_phase(store: TraceStore, tier_config_id: str, gpu_blocks: int, out
     phase promotes nothing: ``loaded_byte_s`` (:func:`promotion_cost`, measured on
     ``canary_steps`` promoting steps) prices its loads, in the fit and in each resampled one.
     ``ValueError`` when the phase has too few requests or steps."""
-    from kvtier.policy.engine_model.fit import fit_engine
-    from kvtier.policy.latency.calibration import cost_evidence, limits_for
-    from kvtier.policy.latency.costfile import CostEvidence, CostFile, write_cost_file
+    from kvtier.policy.latency.calibration import fit_costs, limits_for
+    from kvtier.policy.latency.costfile import CostEvidence, write_cost_file
 
     # the phase's requests, and its steps from the first arrival to the last end
     inputs = calibration_inputs(store, engine=ENGINE, tier_config=tier_config_id)
     records, steps = list(inputs.requests), list(inputs.steps)
     limits = limits_for((ENGINE,), records, steps, kv_blocks=gpu_blocks)  # the engine's own rules
-    params = fit_engine(records, steps, [], limits=limits, bytes_per_token=bytes_per_token)
-    evidence = cost_evidence(records, steps, [], None, params)
+    # what kvtier calibrate fits: the engine model, its held-out check, each cost's evidence
+    costs = fit_costs(records, steps, [], bytes_per_token=bytes_per_token, limits=limits,
+                      written_by="kvtier demo")
+    if costs.engine is None:
+        raise ValueError(costs.held_out.get("single_server_note") or "too few records")
+    params = costs.engine
     if loaded_byte_s > params.step_cost.loaded_byte_s:
         priced = lambda cost: replace(cost, loaded_byte_s=loaded_byte_s)  # noqa: E731
         params = replace(params, step_cost=priced(params.step_cost),
                          step_cost_draws=tuple(map(priced, params.step_cost_draws)))
-        evidence = tuple(e for e in evidence if e.name != "step.loaded_byte_s") + (CostEvidence(
+        evidence = tuple(e for e in costs.costs if e.name != "step.loaded_byte_s") + (CostEvidence(
             "step.loaded_byte_s", loaded_byte_s, "measured", canary_steps,
             "a canary engine with a CPU tier: its promoting steps"),)
-    write_cost_file(out, CostFile(engine=params, costs=evidence, written_by="kvtier demo",
-                                  kv_bytes_per_token=bytes_per_token))
+        costs = replace(costs, engine=params, costs=evidence)
+    write_cost_file(out, costs)
     return params, len(records), len(steps)
 
 

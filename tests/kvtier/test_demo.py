@@ -79,6 +79,9 @@ def test_the_recommendations_own_promise_is_shown_beside_the_same_later_requests
 
     rec = from_json(json.loads((out / "recommendation" / "recommendation.json").read_text()))
     ev = rec.evidence
+    if ev.latency_model.model is None:  # its held-out check missed grossly on this host: said
+        assert ev.latency_model.flag and f"no TTFT change is promised: {ev.latency_model.why}" in stdout
+        return
     assert ev.latency_model.model == "engine" and ev.latency_model.arrivals == "closed"
     share = ev.train_requests / (ev.train_requests + ev.evaluated_requests)
     rows = {m.group(1): PROMISE.findall(m.group(2)) for m in re.finditer(
