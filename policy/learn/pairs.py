@@ -111,10 +111,6 @@ class PairChoice:
     def lru_hit_ratio(self) -> float:
         return self.validation[0].hit_ratio
 
-    @property
-    def chosen_hit_ratio(self) -> float:
-        return next(v.hit_ratio for v in self.validation if v.pair == self.pair)
-
 
 def candidates(threshold: float | None, readout: str | None) -> tuple[Pair, ...]:
     """Every pair, simplest first (plain LRU is the first)."""
