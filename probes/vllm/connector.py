@@ -62,7 +62,7 @@ def _connector_class():
         client_request_id,
         request_tags,
     )
-    from kvtier.probes.vllm.recorders import flush, receiver_for, recorder_for
+    from kvtier.probes.vllm.recorders import close_receivers, flush, receiver_for, recorder_for
     from kvtier.probes.vllm.hook_settings import HookSettings
     from kvtier.probes.vllm.next_use_policy import note_finished
     from kvtier.probes.vllm.step_accounting import StepAccounting
@@ -183,6 +183,7 @@ def _connector_class():
         def shutdown(self):
             if self._kvtier is not None:
                 self._kvtier_steps.close()
+                close_receivers()
             try:
                 super().shutdown()
             finally:

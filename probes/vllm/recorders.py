@@ -58,6 +58,15 @@ def receiver_for(engine_id: str, settings: HookSettings):
         return receiver
 
 
+def close_receivers() -> None:
+    """Stop this process's control receivers (engine shutdown)."""
+    with _RECORDERS_LOCK:
+        receivers = list(_RECEIVERS.values())
+        _RECEIVERS.clear()
+    for receiver in receivers:
+        receiver.close()
+
+
 def flush(timeout_s: float | None = None) -> None:
     """Ship what this process's recorders hold, bounded (engine shutdown)."""
     from kvtier.collector.shipper import flush_all

@@ -222,7 +222,9 @@ class CollectorProcess:
 
     def __init__(self, store: Path, *, hooks: str | None = None, kv_events: str | None = None,
                  instance: str = "tiny-vllm", segments: Path | None = None,
-                 scrape: str | None = None, scrape_instance: str | None = None):
+                 scrape: str | None = None, scrape_instance: str | None = None,
+                 extra: tuple[str, ...] = ()):
+        """``extra``: more ``kvtier collect`` flags (the guardrail's)."""
         self.argv = [sys.executable, "-m", "kvtier", "collect", "--store", str(store),
                      "--metrics-port", "0", "--instance", instance]
         if hooks:
@@ -235,6 +237,7 @@ class CollectorProcess:
             self.argv += ["--scrape", scrape, "--scrape-interval-s", "1"]
         if scrape_instance:  # the engine's kvtier_instance: its hooks and metrics cross-checked
             self.argv += ["--scrape-instance", scrape_instance]
+        self.argv += list(extra)
         self.process: subprocess.Popen | None = None
         self.metrics_url: str | None = None
         self.endpoints: dict[str, str] = {}  # tap kind -> the endpoint it bound
