@@ -200,6 +200,23 @@ def run_policy():
     return {"did": did}
 
 
+def kvtier_parts(connector, recorder, extra: dict, clock) -> None:
+    """What the connector's ``__init__`` gives its scheduler side, for a connector built
+    without vLLM's config (``object.__new__``): the accounting, the step records, the settings
+    as ``__init__`` reads them, and the guardrail's gate with no control channel (the
+    configured tiers)."""
+    from kvtier.probes.vllm.accounting import RequestTokenAccounting
+    from kvtier.probes.vllm.hook_settings import HookSettings
+    from kvtier.probes.vllm.step_accounting import StepAccounting
+    from kvtier.probes.vllm.tier_gate import TierGate
+
+    connector._kvtier = RequestTokenAccounting(recorder, 16, model="tiny", clock=clock)
+    connector._kvtier_steps = StepAccounting(recorder, clock=clock)
+    connector._kvtier_settings = HookSettings.from_extra_config(extra)
+    connector._kvtier_gate = TierGate(recorder, connector._kvtier_settings.tier_config, clock=clock)
+    connector._kvtier_next_use = False
+
+
 def run_connector():
     """vLLM's connector factory resolves kvtier's connector; its scheduler-side overrides
     record the token split, the finish, the latencies and the client's tags (the scheduler
@@ -217,9 +234,6 @@ def run_connector():
 
     from kvtier.collector.events import Origin
     from kvtier.collector.recorder import Recorder
-    from kvtier.probes.vllm.accounting import RequestTokenAccounting
-    from kvtier.probes.vllm.hook_settings import HookSettings
-    from kvtier.probes.vllm.step_accounting import StepAccounting
 
     cls = KVConnectorFactory.get_connector_class(KVTransferConfig(
         kv_connector="KvtierOffloadingConnector", kv_connector_module_path="kvtier.probes.vllm.connector",
@@ -234,9 +248,7 @@ def run_connector():
         take_events=lambda: (), request_finished=lambda request: (False, None))
     now = [1000.0]
     recorder = Recorder(Origin("vllm", "conn", "conn-1"), clock=lambda: now[0])
-    connector._kvtier = RequestTokenAccounting(recorder, 16, model="tiny", clock=lambda: now[0])
-    connector._kvtier_steps = StepAccounting(recorder, clock=lambda: now[0])
-    connector._kvtier_settings = HookSettings.from_extra_config(IN_PROCESS)
+    kvtier_parts(connector, recorder, IN_PROCESS, lambda: now[0])
     ids = SimpleNamespace(request_id="chatcmpl-c", external_req_id=None)
     InputProcessor.assign_request_id(ids)  # vLLM's frontend names the engine-core request
     request = SimpleNamespace(
@@ -272,9 +284,6 @@ def run_tier_config():
 
     from kvtier.collector.events import Origin
     from kvtier.collector.recorder import Recorder
-    from kvtier.probes.vllm.accounting import RequestTokenAccounting
-    from kvtier.probes.vllm.hook_settings import HookSettings
-    from kvtier.probes.vllm.step_accounting import StepAccounting
 
     results = {}
     for name, extra in (("derived", {"cpu_bytes_to_use": 2.0 * (1 << 30)}),
@@ -291,10 +300,7 @@ def run_tier_config():
             update_state_after_alloc=lambda request, blocks, n: None,
             take_events=lambda: (), request_finished=lambda request: (False, None))
         recorder = Recorder(Origin("vllm", "conn", f"conn-{name}"), clock=lambda: 5.0)
-        connector._kvtier = RequestTokenAccounting(recorder, 16, model="tiny", clock=lambda: 5.0)
-        connector._kvtier_steps = StepAccounting(recorder, clock=lambda: 5.0)
-        connector._kvtier_settings = HookSettings.from_extra_config(
-            transfer.kv_connector_extra_config)  # as the connector's __init__ reads it
+        kvtier_parts(connector, recorder, transfer.kv_connector_extra_config, lambda: 5.0)
         for request_id, params in (("plain", None),
                                    ("client", {"kvtier": {"tier_config_id": "gpu-only"}})):
             request = SimpleNamespace(
