@@ -107,9 +107,25 @@ def _records(store: str, config: str, instance: str | None) -> list:
     if not Path(store).exists():
         raise KvtierError(f"--store {store}: no such file or folder")
     reader = open_trace(store, "store", instance=instance, tier_config_id=config)
+    records = list(reader.requests())
     if getattr(reader, "note", None):  # a locked store read through its segments
-        print(f"kvtier recommend: note: {reader.note}", file=sys.stderr, flush=True)
-    return list(reader.requests())
+        print(f"kvtier recommend: note: {reader.note}; {_export_words(reader.root, len(records), config)}",
+              file=sys.stderr, flush=True)
+    return records
+
+
+def _export_words(segments: Path, read: int, config: str) -> str:
+    """How many requests the segments gave and how old their last export is: what the
+    running collector stored since is not read yet."""
+    import time
+
+    files = [f for f in Path(segments).rglob("*.parquet") if f.is_file()]
+    if not files:
+        return f"{read} requests under {config} read; no segment exported yet"
+    age = max(0.0, time.time() - max(f.stat().st_mtime for f in files))
+    return (f"{read} requests under {config} read from segments last exported {age:.0f} s ago; "
+            "what the collector stored since is not read yet: check again after its next "
+            "export (kvtier collect --export-every-s)")
 
 
 def _keep(result, path: Path, quiet: bool) -> None:

@@ -223,3 +223,28 @@ def test_a_promised_improvement_is_judged_against_the_requests_as_served():
     assert by_metric(kept)["ttft_p50_s change"].held and improvement_words(kept) is None
     # without the requests as served, only the levels are judged
     assert "ttft_p50_s change" not in by_metric(check_promises(rec, "vllm", after, "gpu+cpu:2097152"))
+
+
+def test_check_on_a_held_store_says_how_many_requests_its_segments_gave(recommended, tmp_path, capsys):
+    """A running collector holds the store: --check reads the segments it exported and says
+    how many requests they gave and how old the export is (what came since is not read)."""
+    from kvtier.collector.segments import export_segments
+    from tests.collector.calibration_store import hold
+
+    store, reco, doc = recommended
+    copy = tmp_path / "kvtier.duckdb"
+    copy.write_bytes(store.read_bytes())
+    config = phase_two(copy, doc, doc["evidence"]["token_hit_ratio"]["vllm"], 10)
+    with TraceStore(copy) as writer:
+        export_segments(writer, tmp_path / "segments")
+    holder = hold(copy)
+    try:
+        capsys.readouterr()
+        assert run(["--check", str(reco), "--store", str(copy)]) == 3
+    finally:
+        holder.kill()
+        holder.wait()
+    err = capsys.readouterr().err
+    assert f"is held by process {holder.pid}" in err
+    assert f"10 requests under {config} read from segments last exported" in err
+    assert "check again after its next export" in err
