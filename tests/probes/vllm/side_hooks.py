@@ -200,18 +200,19 @@ def run_policy():
     return {"did": did}
 
 
-def kvtier_parts(connector, recorder, extra: dict, clock) -> None:
+def kvtier_parts(connector, recorder, extra: dict, clock, timer=None) -> None:
     """What the connector's ``__init__`` gives its scheduler side, for a connector built
     without vLLM's config (``object.__new__``): the accounting, the step records, the settings
     as ``__init__`` reads them, and the guardrail's gate with no control channel (the
-    configured tiers)."""
+    configured tiers). ``timer`` stands for the step accounting's monotonic clock when given."""
     from kvtier.probes.vllm.accounting import RequestTokenAccounting
     from kvtier.probes.vllm.hook_settings import HookSettings
     from kvtier.probes.vllm.step_accounting import StepAccounting
     from kvtier.probes.vllm.tier_gate import TierGate
 
     connector._kvtier = RequestTokenAccounting(recorder, 16, model="tiny", clock=clock)
-    connector._kvtier_steps = StepAccounting(recorder, clock=clock)
+    connector._kvtier_steps = (StepAccounting(recorder, clock=clock) if timer is None
+                               else StepAccounting(recorder, clock=clock, timer=timer))
     connector._kvtier_settings = HookSettings.from_extra_config(extra)
     connector._kvtier_gate = TierGate(recorder, connector._kvtier_settings.tier_config, clock=clock)
     connector._kvtier_next_use = False

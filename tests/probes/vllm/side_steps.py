@@ -43,10 +43,9 @@ def main() -> None:
 
     from kvtier.collector.events import Origin
     from kvtier.collector.recorder import Recorder
-    from kvtier.probes.vllm.accounting import RequestTokenAccounting
     from kvtier.probes.vllm.recording import ManagerRecorder
     from kvtier.probes.vllm.spec import RecordingOffloadingManager
-    from kvtier.probes.vllm.step_accounting import StepAccounting
+    from tests.probes.vllm.side_hooks import kvtier_parts
 
     cls = KVConnectorFactory.get_connector_class(KVTransferConfig(
         kv_connector="KvtierOffloadingConnector",
@@ -72,8 +71,8 @@ def main() -> None:
         manager=manager, build_connector_meta=build_meta, take_events=lambda: (),
         update_state_after_alloc=lambda request, blocks, n: n and manager.prepare_load(
             [key(0)], ReqContext(request.request_id)))
-    connector._kvtier = RequestTokenAccounting(recorder, 16, clock=lambda: now[0])
-    connector._kvtier_steps = StepAccounting(recorder, clock=lambda: now[0], timer=lambda: timer[0])
+    kvtier_parts(connector, recorder, {"kvtier_collector": "in-process"}, lambda: now[0],
+                 timer=lambda: timer[0])
 
     def request(rid, prompt):
         return SimpleNamespace(request_id=rid, num_prompt_tokens=prompt, block_hashes=[])
