@@ -32,6 +32,10 @@ class EngineModelParams:
     loaded host's slow steps). Empty: every step costs exactly the step cost.
     ``prefill_step_noise_s``: the same for the steps that prefill, when measured apart (their
     spread is several times a decode step's); empty: they draw from ``step_noise_s`` too.
+    ``prefill_noise_by_work``: the prefill steps' noise apart by the work the step cost
+    predicts for them, as ``(work_up_to_s, noise_s)`` pairs in increasing work (``noise_s``
+    quantiles as above); a prefill step draws from the first range its work falls in (the
+    last beyond it). Empty: every prefill step draws from ``prefill_step_noise_s``.
     ``admission_delay_s``: quantiles of the seconds from a request's arrival until the engine
     can schedule it (a frontend's tokenising and hand-off, a scheduler's pickup); the replay
     draws one per request. Empty: a request can be scheduled on arrival.
@@ -60,6 +64,7 @@ class EngineModelParams:
     arrivals: str = "open"
     step_cost_draws: tuple[StepCost, ...] = ()
     model_error_log_sd: float = 0.0
+    prefill_noise_by_work: tuple[tuple[float, tuple[float, ...]], ...] = ()
 
     def __post_init__(self) -> None:
         if self.fitted_from not in FITTED_FROM:
@@ -76,6 +81,11 @@ class EngineModelParams:
             noise = getattr(self, name)
             if len(noise) == 1 or list(noise) != sorted(noise):
                 raise ValueError(f"{name} must be empty or >= 2 non-decreasing seconds, got {noise!r}")
+        edges = [work for work, _ in self.prefill_noise_by_work]
+        if edges != sorted(edges) or any(len(noise) < 2 or list(noise) != sorted(noise)
+                                         for _, noise in self.prefill_noise_by_work):
+            raise ValueError("prefill_noise_by_work must be (work_up_to_s, >= 2 non-decreasing "
+                             f"seconds) pairs in increasing work, got {self.prefill_noise_by_work!r}")
 
     def to_dict(self) -> dict:
         return {"version": VERSION, "fitted_from": self.fitted_from,
@@ -85,7 +95,9 @@ class EngineModelParams:
                 "prefill_step_noise_s": list(self.prefill_step_noise_s),
                 "admission_delay_s": list(self.admission_delay_s), "arrivals": self.arrivals,
                 "step_cost_draws": [c.to_dict() for c in self.step_cost_draws],
-                "model_error_log_sd": self.model_error_log_sd}
+                "model_error_log_sd": self.model_error_log_sd,
+                "prefill_noise_by_work": [{"work_up_to_s": work, "noise_s": list(noise)}
+                                          for work, noise in self.prefill_noise_by_work]}
 
     @classmethod
     def from_dict(cls, body: dict) -> EngineModelParams:
@@ -102,7 +114,9 @@ class EngineModelParams:
                        tuple(float(v) for v in body.get("admission_delay_s", ())),
                        str(body.get("arrivals", "open")),
                        tuple(StepCost(**c) for c in body.get("step_cost_draws", ())),
-                       float(body.get("model_error_log_sd", 0.0)))
+                       float(body.get("model_error_log_sd", 0.0)),
+                       tuple((float(r["work_up_to_s"]), tuple(float(v) for v in r["noise_s"]))
+                             for r in body.get("prefill_noise_by_work", ())))
         except (KeyError, TypeError) as error:
             raise ValueError(f"engine_model section is malformed: {error}") from None
 

@@ -12,8 +12,8 @@ in the link's fit), or, in an engine that promotes inside the admitting step
 (``SchedulerLimits.promotions``), cost that step (``transfers.py``). The scheduler
 (``batch_scheduler.py``) puts requests into steps, each step costing
 :class:`~kvtier.policy.engine_model.step_cost.StepCost` of its work plus a draw of the
-fitted step noise (the prefill steps' own, where fitted apart), which stretches the step's
-work evenly. A request's first token comes at the end of the step that computes its
+fitted step noise (the prefill steps' own, where fitted apart, drawn from the steps of
+like predicted work where fitted by it), which stretches the step's work evenly. A request's first token comes at the end of the step that computes its
 last prompt token (or right after its own prefill, ``first_token="own_prefill"``: after the
 step's overhead and the prefills before it, before the decode pass); each
 later one at the end of a step that decodes it. Queueing and batching follow from the
@@ -128,6 +128,8 @@ class _Run:
         self.noise_s, self.rng = np.asarray(params.step_noise_s, dtype=float), rng
         prefill_noise = params.prefill_step_noise_s or params.step_noise_s
         self.prefill_noise_s = np.asarray(prefill_noise, dtype=float)
+        self.noise_up_to_s = np.array([work for work, _ in params.prefill_noise_by_work], dtype=float)
+        self.noise_by_work = [np.asarray(noise, dtype=float) for _, noise in params.prefill_noise_by_work]
         compute = np.maximum(requests.recompute_tokens, 1)  # the last prompt token is always computed
         self.prompt = np.maximum(requests.prompt_tokens, compute)
         self.outputs = requests.output_tokens
@@ -206,7 +208,7 @@ class _Run:
         work_s = c[0] + prefill_s + decode_s + load_s
         # a host's stall lands anywhere in the step: its noise stretches the step's work
         # evenly, so a prefill run first sees only its share of it
-        noise = self.prefill_noise_s if plan.chunks else self.noise_s
+        noise = self._prefill_noise(work_s) if plan.chunks else self.noise_s
         taken_s = max(work_s + float(self._noise_s(1, noise)[0]), 0.0)
         stretch = taken_s / work_s if work_s > 0 else 1.0
         start, self.now = self.now, self.now + taken_s
@@ -246,6 +248,14 @@ class _Run:
         self.now = float(ends[k - 1])
         self.steps += k
         self._emit(running, k)
+
+    def _prefill_noise(self, work_s: float) -> np.ndarray:
+        """The noise quantiles a prefill step of ``work_s`` draws from: its work's range's
+        where the fit kept them apart, else the prefill steps' own."""
+        if not self.noise_by_work:
+            return self.prefill_noise_s
+        at = int(np.searchsorted(self.noise_up_to_s, work_s))
+        return self.noise_by_work[min(at, len(self.noise_by_work) - 1)]
 
     def _noise_s(self, steps: int, quantiles: np.ndarray) -> np.ndarray:
         """``steps`` draws from a distribution given by its evenly spaced ``quantiles``

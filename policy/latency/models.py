@@ -93,7 +93,7 @@ class StepModel:
     @property
     def noisy(self) -> bool:
         p = self.params
-        return bool(p.step_noise_s or p.prefill_step_noise_s or p.admission_delay_s
+        return bool(p.step_noise_s or p.prefill_step_noise_s or p.prefill_noise_by_work or p.admission_delay_s
                     or p.step_cost_draws or p.model_error_log_sd)
 
     def ttft_s(self, requests: EngineRequests, rng: np.random.Generator) -> np.ndarray:

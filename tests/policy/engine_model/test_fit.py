@@ -186,6 +186,44 @@ def test_prefill_steps_and_decode_steps_keep_their_own_noise():
     assert EngineModelParams.from_dict(json.loads(json.dumps(params.to_dict()))) == params
 
 
+def test_prefill_noise_is_kept_apart_by_the_work_a_step_does():
+    from kvtier.policy.engine_model.fit import fit_prefill_noise_by_work, fit_step_noise_s
+
+    steps = synthetic_steps(600, np.random.default_rng(9))
+    # every prefill step 20% late: a host's stall stretches a long step more than a short one
+    late = [_with_duration(s, s.duration_s * (1.2 if s.prefill_requests else 1.0)) for s in steps]
+    ranges = fit_prefill_noise_by_work(late, TRUE)
+    assert len(ranges) == 3
+    assert [work for work, _ in ranges] == sorted(work for work, _ in ranges)
+    medians = [float(np.median(noise)) for _, noise in ranges]
+    assert medians[0] < medians[1] < medians[2]
+    for (up_to, noise), (below, _) in zip(ranges[1:], ranges):  # each range's lateness is its work's
+        assert below * 0.2 <= noise[0] and noise[-1] <= up_to * 0.2 + 1e-12
+    one = fit_step_noise_s(late, TRUE, prefill=True)
+    assert ranges[0][1][-1] < one[-1]  # one distribution gave the short steps the long ones' tail
+    assert fit_prefill_noise_by_work(late[:40], TRUE) == ()  # too few steps to split
+    params = EngineModelParams(prefill_step_noise_s=one, prefill_noise_by_work=ranges)
+    assert EngineModelParams.from_dict(json.loads(json.dumps(params.to_dict()))) == params
+
+
+def test_a_prefill_step_draws_the_noise_of_its_work():
+    ranges = ((0.01, (0.001, 0.001)), (1.0, (0.5, 0.5)))
+    short = EngineRequests.from_records([RequestRecord("a", 0.0, 10, output_tokens=1, recomputed_tokens=10)])
+    long = EngineRequests.from_records([RequestRecord("b", 0.0, 1000, output_tokens=1, recomputed_tokens=1000)])
+    cost = StepCost(prefill_token_s=1e-4)  # 1 ms for the short prompt, 100 ms for the long
+    for requests, late in ((short, 0.001), (long, 0.5)):
+        quiet = replay(requests, EngineModelParams(cost))
+        noisy = replay(requests, EngineModelParams(cost, prefill_step_noise_s=(9.0, 9.0),
+                                                   prefill_noise_by_work=ranges))
+        assert noisy.ttft_s[0] == pytest.approx(quiet.ttft_s[0] + late)
+    beyond = replay(EngineRequests.from_records([RequestRecord("c", 0.0, 20000, output_tokens=1,
+                                                               recomputed_tokens=20000)]),
+                    EngineModelParams(cost, prefill_noise_by_work=ranges))
+    assert beyond.ttft_s[0] == pytest.approx(2.0 + 0.5)  # past the last range: the last range's
+    with pytest.raises(ValueError, match="increasing work"):
+        EngineModelParams(prefill_noise_by_work=tuple(reversed(ranges)))
+
+
 def test_the_held_out_prediction_is_the_median_over_noise_draws():
     from kvtier.policy.latency.check import DRAWS, FIELDS, Latencies, predicted_latencies
     from kvtier.policy.latency.models import StepModel
