@@ -171,16 +171,17 @@ def _check(args, requests, params, jobs, bytes_per_token) -> dict:
 
 
 def _read(args, store):
-    """The selected records (``CalibrationInputs``); one line on stderr when a running
-    collector holds the store and the segments it exports are read instead."""
+    """The selected records (``CalibrationInputs``: the engine's own where a load client
+    recorded the same requests); one line on stderr saying so, or that a running collector
+    holds the store and the segments it exports are read instead."""
     import sys
 
-    from kvtier.collector.calibration_inputs import calibration_inputs
+    from kvtier.collector.calibration_inputs import engine_view
     from kvtier.errors import KvtierError
 
     try:
-        inputs = calibration_inputs(store, instance=args.instance, engine=args.engine,
-                                    tier_config=args.tier_config)
+        inputs = engine_view(store, instance=args.instance, engine=args.engine,
+                             tier_config=args.tier_config)
     except ValueError as error:  # a segment file that cannot be read
         raise KvtierError(str(error)) from None
     if inputs.note:

@@ -97,6 +97,9 @@ def _choose(params: CostParams, engine, held_out: dict | None, servers: int) -> 
             return LatencyChoice(StepModel(engine), "the engine model, held out within "
                                  f"{TOLERANCE}x of the engine's TTFT p50/p95")
         flag = "the engine model missed its held-out check: " + "; ".join(missed)
+        if engine.limits.kv_blocks is None:
+            flag += (" (it was given no GPU KV capacity, so it never holds a request back for "
+                     "KV space: kvtier calibrate --gpu-blocks gives the engine's)")
     queue = QueueModel(params, servers)
     queue_missed = misses(held_out, "single_server_ratio")
     if checked(held_out, "single_server_ratio") and not queue_missed:
