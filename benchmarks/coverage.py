@@ -37,7 +37,6 @@ import numpy as np  # noqa: E402
 FIGURES = ("coverage", "by_store", "median_abs_log_ratio", "rms_log_ratio", "checks")
 VLLM_PYTHON = "KVTIER_VLLM_CPU_PYTHON"
 SHARES = (0.3, 0.4, 0.5, 0.6, 0.7)
-REFERENCE_GPU_BLOCKS = 160  # refengine_store.write_store's GPU tier
 SMOKE = {"requests": 40, "shares": (0.5,), "demo": False, "seeds": 1}
 
 
@@ -46,11 +45,11 @@ def checks_of(store: Path, shares, kv_blocks: int | None = None, **select) -> li
     configuration, each TTFT percentile's ratio and whether it fell inside its interval.
     ``kv_blocks``: the engine's GPU KV blocks where its deployer knows them (``kvtier
     recommend --gpu-tokens``, ``kvtier calibrate --gpu-blocks``, the demo's own calibration)."""
-    from kvtier.collector.calibration_inputs import engine_view
+    from kvtier.collector.calibration_inputs import calibration_inputs
     from kvtier.policy.latency.calibration import limits_for
     from kvtier.policy.latency.check import TTFT_FIELDS, held_out_check
 
-    found = engine_view(store, **select)
+    found = calibration_inputs(store, **select)
     limits = limits_for(found.engines, found.requests, found.steps, kv_blocks=kv_blocks)
     rows = []
     for share in shares:
@@ -147,8 +146,10 @@ def main() -> None:
     rows: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="kvtier-coverage-") as tmp:
         work = Path(tmp)
+        from tests.policy.engine_model.refengine_store import GPU_BLOCKS
+
         for name, store in reference_stores(work, args.requests, args.seeds).items():
-            rows[name] = checks_of(store, shares, kv_blocks=REFERENCE_GPU_BLOCKS)
+            rows[name] = checks_of(store, shares, kv_blocks=GPU_BLOCKS)
         if with_demo:
             from kvtier.demo.workloads import agentic
 

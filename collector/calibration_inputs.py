@@ -11,15 +11,14 @@ also belongs to a selected request). It reads through the store's readers
 (:mod:`kvtier.collector.reader`, :mod:`kvtier.collector.step_records`), so a store held by a
 running collector is read through the Parquet segments it exports, and says so.
 
-:func:`engine_view` is what a fit reads when no engine is named: where a load client
-(``CLIENT_ENGINES``) recorded the same requests as the engine serving them, the engine's
-records alone.
+With no engine named, where a load client (``CLIENT_ENGINES``) recorded the same requests
+as the engine serving them, it reads the engine's records alone.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from kvtier.collector.ddl import REQUESTS_TABLE
@@ -56,7 +55,12 @@ def calibration_inputs(where: TraceStore | str | Path, *, instance: str | None =
                        span: tuple[float, float] | None = None) -> CalibrationInputs:
     """The selection's records (see the module doc) from ``where``: a live ``TraceStore``, a
     store file (opened read-only; the file is not changed) or a folder of Parquet segments.
-    ``span`` keeps requests that arrived in ``[start_s, end_s)`` (Unix seconds).
+    ``span`` keeps requests that arrived in ``[start_s, end_s)`` (Unix seconds). With no
+    ``engine`` named, where one engine probe and a load client (``CLIENT_ENGINES``: its view
+    of the same requests, no step records) both recorded the selection, the engine's records
+    alone, said in ``note``: read together each request counts twice (the demo's CPU-tier
+    phase of 414 requests read as 828, and the engine model fitted and checked on them missed
+    its held-out TTFT p50 by 4.4x). Several engine probes are left as selected.
 
     ``StoreLockedError`` when the file is held by another process that exports no segments;
     ``FileNotFoundError`` when ``where`` does not exist; ``ValueError`` for a bad span or a
@@ -64,6 +68,16 @@ def calibration_inputs(where: TraceStore | str | Path, *, instance: str | None =
     if span is not None and not (all(map(math.isfinite, span)) and span[0] < span[1]):
         raise ValueError(f"span must be two finite times, start before end, got {span!r}")
     reader, opened = _reader(where, instance, engine, tier_config)
+    said = None
+    if engine is None:  # a load client's view of the engine's own requests is left out
+        engines = _engines(reader)
+        own = sorted(engines - CLIENT_ENGINES)
+        if len(own) == 1 and engines & CLIENT_ENGINES:
+            if opened is not None:
+                opened.close()
+            reader, opened = _reader(where, instance, own[0], tier_config)
+            said = (f"read {own[0]}'s own records; {', '.join(sorted(engines & CLIENT_ENGINES))}'s "
+                    "view of the same requests left out")
     try:
         parts = [_instance_part(one, span, tier_config is not None or span is not None)
                  for one in _per_instance(reader)]
@@ -77,29 +91,7 @@ def calibration_inputs(where: TraceStore | str | Path, *, instance: str | None =
         tuple(sorted((s for part in parts for s in part.steps), key=lambda s: (s.time_s, s.step))),
         tuple(sorted((j for part in parts for j in part.jobs), key=lambda j: j.time_s or 0.0)),
         kv[0] if kv else None, tuple(sorted({e for part in parts for e in part.engines})),
-        _source(reader), getattr(reader, "note", None))
-
-
-def engine_view(where: TraceStore | str | Path, *, instance: str | None = None,
-                engine: str | None = None, tier_config: str | None = None,
-                span: tuple[float, float] | None = None) -> CalibrationInputs:
-    """:func:`calibration_inputs`, except that with no ``engine`` named, where one engine
-    probe and a load client (``CLIENT_ENGINES``: the client's view of the same requests, no
-    step records) both recorded the selection, the engine's records alone, said in ``note``.
-    Read together, each request counts twice: the demo's CPU-tier phase of 414 requests read
-    as 828, and the engine model fitted and checked on them missed its held-out TTFT p50 by
-    4.4x. Several engine probes are left as selected (one model cannot fit them)."""
-    found = calibration_inputs(where, instance=instance, engine=engine, tier_config=tier_config,
-                               span=span)
-    engines = [e for e in found.engines if e not in CLIENT_ENGINES]
-    if engine is not None or len(engines) != 1 or len(engines) == len(found.engines):
-        return found
-    own = calibration_inputs(where, instance=instance, engine=engines[0], tier_config=tier_config,
-                             span=span)
-    clients = ", ".join(e for e in found.engines if e in CLIENT_ENGINES)
-    said = (f"read {engines[0]}'s own records; {clients}'s view of the same requests "
-            f"({len(found.requests) - len(own.requests)} records) left out")
-    return replace(own, note=f"{own.note}; {said}" if own.note else said)
+        _source(reader), "; ".join(n for n in (getattr(reader, "note", None), said) if n) or None)
 
 
 @dataclass(frozen=True)

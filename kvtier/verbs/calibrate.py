@@ -176,12 +176,12 @@ def _read(args, store):
     holds the store and the segments it exports are read instead."""
     import sys
 
-    from kvtier.collector.calibration_inputs import engine_view
+    from kvtier.collector.calibration_inputs import calibration_inputs
     from kvtier.errors import KvtierError
 
     try:
-        inputs = engine_view(store, instance=args.instance, engine=args.engine,
-                             tier_config=args.tier_config)
+        inputs = calibration_inputs(store, instance=args.instance, engine=args.engine,
+                                    tier_config=args.tier_config)
     except ValueError as error:  # a segment file that cannot be read
         raise KvtierError(str(error)) from None
     if inputs.note:

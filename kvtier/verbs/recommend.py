@@ -329,12 +329,12 @@ def _cost_file(args, reader, gpu_blocks: int):
         return replace(costs, engine=engine)
     if not hasattr(reader, "tier_config_id"):
         return None
-    from kvtier.collector.calibration_inputs import engine_view
+    from kvtier.collector.calibration_inputs import calibration_inputs
     from kvtier.collector.events import CLIENT_ENGINES
     from kvtier.policy.latency.calibration import fit_costs, limits_for
 
-    found = engine_view(args.trace, instance=getattr(args, "instance", None),
-                        tier_config=getattr(args, "tier_config", None))
+    found = calibration_inputs(args.trace, instance=getattr(args, "instance", None),
+                               tier_config=getattr(args, "tier_config", None))
     engines = [e for e in found.engines if e not in CLIENT_ENGINES]
     if len(engines) != 1:
         return None  # no engine recorded these requests, or several: nothing one model fits

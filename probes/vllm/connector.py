@@ -29,6 +29,7 @@ at each step boundary (``build_connector_meta``), a paused tier's hits are recom
 from __future__ import annotations
 
 import functools
+import time
 
 
 def __getattr__(name: str):
@@ -79,17 +80,27 @@ def _connector_class():
             if role != KVConnectorRole.SCHEDULER:
                 return
             transfer = vllm_config.kv_transfer_config
-            self._kvtier_settings = HookSettings.from_extra_config(
-                transfer.kv_connector_extra_config)
-            recorder = recorder_for(transfer.engine_id, self._kvtier_settings)
-            self._kvtier = RequestTokenAccounting(
-                recorder, vllm_config.cache_config.block_size,
-                model=served_model(vllm_config.model_config))
-            self._kvtier_steps = StepAccounting(recorder)
-            self._kvtier_gate = TierGate(recorder, self._kvtier_settings.tier_config,
-                                         receiver_for(transfer.engine_id, self._kvtier_settings))
-            self._kvtier_next_use = (transfer.kv_connector_extra_config.get("eviction_policy")
-                                     == "KvtierNextUsePolicy")
+            settings = HookSettings.from_extra_config(transfer.kv_connector_extra_config)
+            self._kvtier_attach(transfer.kv_connector_extra_config,
+                                recorder_for(transfer.engine_id, settings),
+                                vllm_config.cache_config.block_size,
+                                model=served_model(vllm_config.model_config),
+                                receiver=receiver_for(transfer.engine_id, settings), settings=settings)
+
+        def _kvtier_attach(self, extra: dict, recorder, block_size: int, *, model=None,
+                           receiver=None, settings=None, clock=time.time,
+                           timer=time.perf_counter) -> None:
+            """Every part kvtier's scheduler side keeps, from the connector's extra config:
+            the token accounting, the step records, the settings (``settings``: already read
+            from ``extra``), the guardrail's gate (the configured tiers without a control
+            ``receiver``) and the eviction policy's flag.
+            ``__init__`` calls it; so do tests that build the connector without vLLM's config."""
+            self._kvtier_settings = settings or HookSettings.from_extra_config(extra)
+            self._kvtier = RequestTokenAccounting(recorder, block_size, model=model, clock=clock)
+            self._kvtier_steps = StepAccounting(recorder, clock=clock, timer=timer)
+            self._kvtier_gate = TierGate(recorder, self._kvtier_settings.tier_config, receiver,
+                                         clock=clock)
+            self._kvtier_next_use = extra.get("eviction_policy") == "KvtierNextUsePolicy"
 
         def on_new_request(self, request):
             super().on_new_request(request)

@@ -120,26 +120,21 @@ def test_the_measured_costs_and_the_calibration_count_the_same_jobs(two):
 def test_a_load_clients_view_of_the_same_requests_is_left_out_of_the_engines_fit(tmp_path):
     from dataclasses import replace
 
-    from kvtier.collector.calibration_inputs import engine_view
     from kvtier.collector.batch import EventBatch
     from kvtier.collector.events import Origin
 
     path = tmp_path / "kvtier.duckdb"
     write(path, A)
+    alone = calibration_inputs(path)  # the engine alone: nothing to leave out
     requests, _, _ = records(A)
     seen = [replace(r, ttft_s=r.ttft_s + 0.004) for r in requests]  # the client's clock: later
     with TraceStore(path) as store:  # kvtier probe load recorded the same requests
         store.ingest(EventBatch.from_rows(Origin("load-probe", A.instance, "load"), 0, [], seen))
-    both = calibration_inputs(path)
-    assert both.engines == ("load-probe", "reference") and len(both.requests) == 2 * len(requests)
-    own = engine_view(path)
+    client = calibration_inputs(path, engine="load-probe")  # asked for by name: as selected
+    assert client.engines == ("load-probe",) and len(client.requests) == len(requests)
+    assert client.note is None
+    own = calibration_inputs(path)
     assert own.engines == ("reference",) and len(own.requests) == len(requests)
     assert [r.ttft_s for r in own.requests] == [r.ttft_s for r in requests]
-    assert len(own.steps) == len(both.steps) and len(own.jobs) == len(both.jobs)
-    assert own.note == (f"read reference's own records; load-probe's view of the same requests "
-                        f"({len(requests)} records) left out")
-    named = engine_view(path, engine="load-probe")  # asked for by name: as selected
-    assert named.engines == ("load-probe",) and named.note is None
-    write(tmp_path / "engine.duckdb", A)  # the engine alone: nothing to leave out
-    alone = engine_view(tmp_path / "engine.duckdb")
-    assert alone.note is None and len(alone.requests) == len(requests)
+    assert (own.steps, own.jobs) == (alone.steps, alone.jobs) and alone.note is None
+    assert own.note == "read reference's own records; load-probe's view of the same requests left out"

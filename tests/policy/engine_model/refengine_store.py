@@ -33,8 +33,11 @@ def session_prompts(requests: int, rng: random.Random) -> list[tuple[list[int], 
     return out[:requests]
 
 
+GPU_BLOCKS = 160  # the engine's GPU tier, in KV blocks
+
+
 def write_store(path: str | Path, *, concurrency: int, requests: int, seed: int = 0,
-                gpu_blocks: int = 160, cpu_blocks: int = 400) -> None:
+                gpu_blocks: int = GPU_BLOCKS, cpu_blocks: int = 400) -> None:
     """Serve ``requests`` through a reference engine at ``concurrency`` into a store at ``path``."""
     config = EngineConfig(layers=2, heads=2, head_dim=16, vocab_size=VOCAB, max_positions=1024,
                           block_size_tokens=16, max_batch_size=8, seed=seed,

@@ -201,21 +201,13 @@ def run_policy():
 
 
 def kvtier_parts(connector, recorder, extra: dict, clock, timer=None) -> None:
-    """What the connector's ``__init__`` gives its scheduler side, for a connector built
-    without vLLM's config (``object.__new__``): the accounting, the step records, the settings
-    as ``__init__`` reads them, and the guardrail's gate with no control channel (the
-    configured tiers). ``timer`` stands for the step accounting's monotonic clock when given."""
-    from kvtier.probes.vllm.accounting import RequestTokenAccounting
-    from kvtier.probes.vllm.hook_settings import HookSettings
-    from kvtier.probes.vllm.step_accounting import StepAccounting
-    from kvtier.probes.vllm.tier_gate import TierGate
+    """The connector's own scheduler-side set-up (``_kvtier_attach``, which ``__init__``
+    calls), for a connector built without vLLM's config (``object.__new__``): 16-token blocks,
+    the model "tiny", no control channel; ``timer`` for the step records' monotonic clock."""
+    import time
 
-    connector._kvtier = RequestTokenAccounting(recorder, 16, model="tiny", clock=clock)
-    connector._kvtier_steps = (StepAccounting(recorder, clock=clock) if timer is None
-                               else StepAccounting(recorder, clock=clock, timer=timer))
-    connector._kvtier_settings = HookSettings.from_extra_config(extra)
-    connector._kvtier_gate = TierGate(recorder, connector._kvtier_settings.tier_config, clock=clock)
-    connector._kvtier_next_use = False
+    connector._kvtier_attach(extra, recorder, 16, model="tiny", clock=clock,
+                             timer=timer or time.perf_counter)
 
 
 def run_connector():
