@@ -2,8 +2,8 @@
 
 Event taps (vLLM's ZMQ KV events, TensorRT-LLM's ``/kv_cache_events``; whoever runs the
 service builds them and hands them in as factories, see :mod:`kvtier.collector.taps`) give batches
-to ``CollectorService.ingest``, which stores them idempotently and folds them into the
-metrics that ``/metrics`` and OTLP export. A maintenance thread writes Parquet segments for
+to ``CollectorService.ingest`` (or several at once to ``ingest_many``, one commit for
+them all), which stores them idempotently and folds them into the metrics that ``/metrics`` and OTLP export. A maintenance thread writes Parquet segments for
 the dashboard and other readers, and applies retention. Nothing here runs inside an engine:
 taps read what engines publish, so a slow disk slows only the collector.
 Ingest observers (:mod:`kvtier.collector.observers`: the live what-if curves) see every
@@ -43,7 +43,15 @@ from kvtier.collector.periodic import Periodic
 from kvtier.collector.segments import clear_note, segments_note
 from kvtier.collector.store import IngestResult, TraceStore
 from kvtier.collector.tap_ledger import TapLedger
-from kvtier.collector.taps import Backoff, Tap, TapFactory, TapHealth, TapRunner, describe
+from kvtier.collector.taps import (
+    Backoff,
+    BatchSink,
+    Tap,
+    TapFactory,
+    TapHealth,
+    TapRunner,
+    describe,
+)
 from kvtier.collector.writer import DEFAULT_BACKLOG_BYTES, StoreWriter, WriteHealth
 
 log = logging.getLogger(__name__)
@@ -178,6 +186,11 @@ class CollectorService:
         writes again (see :mod:`kvtier.collector.writer`). Never raises into the tap."""
         return self._writer.write(batch)
 
+    def ingest_many(self, batches: Sequence[EventBatch]) -> list[IngestResult | None]:
+        """Store several batches in one commit (a tap hands over what it read at once), then
+        export each; one result per batch, as :meth:`ingest` gives."""
+        return self._writer.write_many(batches)
+
     def _observe(self, batch: EventBatch, result: IngestResult) -> None:
         if not result.duplicate:
             self.state.observe(batch)
@@ -221,7 +234,8 @@ class CollectorService:
                                              routes=self._routes)
             except OSError as error:
                 raise ServiceStartError("metrics", error) from error
-        self.taps = [make(self.ingest) for make in self._tap_factories]
+        sink = BatchSink(self.ingest, self.ingest_many)
+        self.taps = [make(sink) for make in self._tap_factories]
         for tap in self.taps:
             runner = TapRunner(tap, backoff=self._backoff)
             try:

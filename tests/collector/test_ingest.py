@@ -107,3 +107,18 @@ def test_views_join_each_row_to_its_origin(store, origin):
 def test_batch_sequence_must_be_a_non_negative_int(origin):
     with pytest.raises(ValueError, match="sequence"):
         EventBatch.from_rows(origin, -1, [])
+
+
+def test_a_group_commit_stores_every_batch_once_or_none_of_them(store, origin):
+    first, second = (EventBatch.from_rows(origin, s, lookups(3, request_id=f"r{s}")) for s in (0, 1))
+    broken = EventBatch(origin, 2, first.block_events.drop_columns(["latency_s"]), first.requests)
+    with pytest.raises(ValueError, match="differ from the schema"):
+        store.ingest_many([first, second, broken])
+    assert store.count("block_events") == 0 and store.count("ingested_batches") == 0
+    results = store.ingest_many([first, second, first])  # the replay sees the group's own row
+    assert [(r.sequence, r.block_events, r.duplicate) for r in results] == [
+        (0, 3, False), (1, 3, False), (0, 0, True)]
+    assert store.count("block_events") == 6
+    assert store.query("SELECT sequence, block_events FROM ingested_batches ORDER BY batch_id"
+                       ).to_pylist() == [{"sequence": 0, "block_events": 3},
+                                         {"sequence": 1, "block_events": 3}]

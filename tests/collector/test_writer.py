@@ -33,6 +33,11 @@ class RefusingStore:
             raise OSError(27, "File too large")
         return self.store.ingest(batch)
 
+    def ingest_many(self, batches):
+        if self.full:
+            raise OSError(27, "File too large")
+        return self.store.ingest_many(batches)
+
 
 def batch(origin, sequence: int) -> EventBatch:
     return EventBatch.from_rows(origin, sequence, requests=[RequestRecord(f"r{sequence}", 1.0, 64)])
@@ -68,6 +73,23 @@ def test_refused_batches_wait_and_are_stored_in_order_once_writes_work(rig, stor
     assert not health.failing and health.backlog_batches == 0 and health.dropped_batches_total == 0
     said = [r.getMessage() for r in caplog.records]
     assert sum("a write failed" in m for m in said) == 1 and sum("work again" in m for m in said) == 1
+
+
+def test_a_group_is_one_commit_and_a_batch_it_cannot_store_waits_alone(rig, store, origin):
+    refusing, writer, seen, clock, make = rig
+    results = writer.write_many([make(0), make(1)])
+    assert [r.requests for r in results] == [1, 1] and seen == [0, 1]
+    good = make(2)
+    broken = EventBatch(origin, 3, good.block_events, good.requests.drop_columns(["arrival_s"]))
+    results = writer.write_many([good, broken, make(4)])  # the group fails: one by one then
+    assert results[0].requests == 1 and results[1] is None and results[2] is None
+    health = writer.health()
+    assert health.failing and health.backlog_batches == 2
+    assert health.last_error.startswith("requests batch columns")
+    assert stored_sequences(store) == [0, 1, 2] and seen == [0, 1, 2]
+    refusing.full = True  # a failing store keeps the whole group, in order, behind the backlog
+    assert writer.write_many([make(5), make(6)]) == [None, None]
+    assert writer.health().backlog_batches == 4
 
 
 def test_each_failed_retry_doubles_the_wait_up_to_its_cap(rig):
