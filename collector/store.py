@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from kvtier.collector.batch import EventBatch
@@ -161,9 +162,10 @@ class TraceStore:
         ids = sorted(row[0] for row in con.execute(
             "SELECT nextval('batch_ids') FROM range(?)", [len(new)]).fetchall()) if new else []
         stored = dict(zip(fresh, ids))
-        for batch, batch_id in zip(new, ids):
-            for table, data in batch.tables().items():
-                self._insert(table, data, batch_id)
+        for table in TABLE_COLUMNS:  # each table's rows of the whole group in one insert
+            self._insert_parts(table, [(batch.tables()[table], batch_id)
+                                       for batch, batch_id in zip(new, ids)
+                                       if batch.tables()[table].num_rows])
         if new:
             now = self._clock()
             ledger = pa.table({
@@ -222,17 +224,24 @@ class TraceStore:
                 self.damage = self.damage or damage
                 raise damage from error
 
-    def _insert(self, table: str, data: pa.Table, batch_id: int) -> None:
-        if data.num_rows == 0:
+    def _insert_parts(self, table: str, parts: list[tuple[pa.Table, int]]) -> None:
+        """Insert each ``(rows, batch_id)`` of ``parts`` into ``table`` with one statement."""
+        if not parts:
             return
         names = [c.name for c in TABLE_COLUMNS[table]]
-        if data.column_names != names:
-            raise ValueError(f"{table} batch columns {data.column_names} differ from the schema's {names}")
+        for data, _ in parts:
+            if data.column_names != names:
+                raise ValueError(f"{table} batch columns {data.column_names} differ from the "
+                                 f"schema's {names}")
+        data = parts[0][0] if len(parts) == 1 else pa.concat_tables(
+            [data for data, _ in parts], promote_options="permissive")
+        ids = np.repeat(np.array([batch_id for _, batch_id in parts], dtype=np.int64),
+                        [part.num_rows for part, _ in parts])
         columns = ", ".join(names)
-        self._con.register("_incoming", data)
+        self._con.register("_incoming", data.append_column("batch_id", pa.array(ids)))
         try:
-            self._con.execute(
-                f"INSERT INTO {table} ({columns}, batch_id) SELECT {columns}, ? FROM _incoming", [batch_id])
+            self._con.execute(f"INSERT INTO {table} ({columns}, batch_id) "
+                              f"SELECT {columns}, batch_id FROM _incoming")
         finally:
             self._con.unregister("_incoming")
 
