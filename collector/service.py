@@ -3,8 +3,9 @@
 Event taps (vLLM's ZMQ KV events, TensorRT-LLM's ``/kv_cache_events``; whoever runs the
 service builds them and hands them in as factories, see :mod:`kvtier.collector.taps`) give batches
 to ``CollectorService.ingest`` (or several at once to ``ingest_many``, one commit for
-them all), which stores them idempotently and folds them into the metrics that ``/metrics`` and OTLP export. A maintenance thread writes Parquet segments for
-the dashboard and other readers, and applies retention. Nothing here runs inside an engine:
+them all), which stores them idempotently and folds them into the metrics that ``/metrics``
+and OTLP export. A maintenance thread writes Parquet segments for the dashboard and other
+readers, and applies retention. Nothing here runs inside an engine:
 taps read what engines publish, so a slow disk slows only the collector.
 Ingest observers (:mod:`kvtier.collector.observers`: the live what-if curves) see every
 stored batch after the metrics do, and are refreshed on the service's own thread.

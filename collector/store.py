@@ -167,16 +167,7 @@ class TraceStore:
                                        for batch, batch_id in zip(new, ids)
                                        if batch.tables()[table].num_rows])
         if new:
-            now = self._clock()
-            ledger = pa.table({
-                "source": [b.origin.source for b in new],
-                "sequence": pa.array([b.sequence for b in new], pa.uint64()),
-                "batch_id": pa.array(ids, pa.int64()),
-                "engine": [b.origin.engine for b in new], "instance": [b.origin.instance for b in new],
-                "block_events": pa.array([b.block_events.num_rows for b in new], pa.int64()),
-                "requests": pa.array([b.requests.num_rows for b in new], pa.int64()),
-                "rejected": pa.array([sum(b.rejected.values()) for b in new], pa.int64()),
-                "ingested_at_s": pa.array([now] * len(new), pa.float64())})
+            ledger = self._ledger_rows(new, ids)
             columns = ", ".join(ledger.column_names)
             con.register("_ledger", ledger)
             try:
@@ -188,6 +179,20 @@ class TraceStore:
                              b.metric_intervals.num_rows, b.step_records.num_rows)
                 if at in stored else IngestResult(b.origin.source, b.sequence, duplicate=True)
                 for at, b in enumerate(batches)]
+
+    def _ledger_rows(self, batches: Sequence[EventBatch], ids: list[int]) -> pa.Table:
+        """The ledger's rows for ``batches``, stored under ``ids``."""
+        column = pa.array
+        return pa.table({
+            "source": column([b.origin.source for b in batches], pa.string()),
+            "sequence": column([b.sequence for b in batches], pa.uint64()),
+            "batch_id": column(ids, pa.int64()),
+            "engine": column([b.origin.engine for b in batches], pa.string()),
+            "instance": column([b.origin.instance for b in batches], pa.string()),
+            "block_events": column([b.block_events.num_rows for b in batches], pa.int64()),
+            "requests": column([b.requests.num_rows for b in batches], pa.int64()),
+            "rejected": column([sum(b.rejected.values()) for b in batches], pa.int64()),
+            "ingested_at_s": column([self._clock()] * len(batches), pa.float64())})
 
     @staticmethod
     def _roll_back(con) -> None:
