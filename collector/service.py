@@ -192,8 +192,16 @@ class CollectorService:
         export each; one result per batch, as :meth:`ingest` gives."""
         return self._writer.write_many(batches)
 
-    def _observe(self, batch: EventBatch, result: IngestResult) -> None:
-        if not result.duplicate:
+    def _observe(self, stored: list[tuple[EventBatch, IngestResult]]) -> None:
+        """Fold what one commit stored into the metrics, the spans and the observers: each
+        origin's new batches joined into one (in order), so a group of small shipments costs
+        the observers one call per engine stream, not one per shipment."""
+        by_origin: dict = {}
+        for batch, result in stored:
+            if not result.duplicate:
+                by_origin.setdefault(batch.origin, []).append(batch)
+        for batches in by_origin.values():
+            batch = EventBatch.joined(batches)
             self.state.observe(batch)
             if self._spans is not None:
                 self._spans.observe(batch)

@@ -238,8 +238,9 @@ class TraceStore:
             if data.column_names != names:
                 raise ValueError(f"{table} batch columns {data.column_names} differ from the "
                                  f"schema's {names}")
+        # one contiguous table: DuckDB scans one large Arrow chunk faster than many small ones
         data = parts[0][0] if len(parts) == 1 else pa.concat_tables(
-            [data for data, _ in parts], promote_options="permissive")
+            [data for data, _ in parts], promote_options="permissive").combine_chunks()
         ids = np.repeat(np.array([batch_id for _, batch_id in parts], dtype=np.int64),
                         [part.num_rows for part, _ in parts])
         columns = ", ".join(names)

@@ -58,10 +58,12 @@ def batch_bytes(batch: EventBatch) -> int:
 
 class StoreWriter:
     """Writes batches into ``store`` as the module says; thread-safe (taps write from their
-    threads, the service retries from its own). ``on_stored(batch, result)`` sees every batch
-    the store took, duplicates included. ``clock`` is monotonic seconds (times the backoff)."""
+    threads, the service retries from its own). ``on_stored(stored)`` sees every batch the
+    store took, duplicates included, as ``(batch, result)`` pairs in order: those of one
+    commit in one call. ``clock`` is monotonic seconds (times the backoff)."""
 
-    def __init__(self, store: TraceStore, on_stored: Callable[[EventBatch, IngestResult], None], *,
+    def __init__(self, store: TraceStore,
+                 on_stored: Callable[[list[tuple[EventBatch, IngestResult]]], None], *,
                  backlog_bytes: int = DEFAULT_BACKLOG_BYTES,
                  backoff: Backoff = Backoff(initial_s=0.5, max_s=30.0),
                  clock: Callable[[], float] = time.monotonic):
@@ -101,9 +103,9 @@ class StoreWriter:
                     results = []
             if not results:
                 results = [self._write_one(batch) for batch in batches]
-        for batch, result in zip(batches, results):
-            if result is not None:
-                self._on_stored(batch, result)
+        stored = [(batch, result) for batch, result in zip(batches, results) if result is not None]
+        if stored:
+            self._on_stored(stored)
         return results
 
     def _write_one(self, batch: EventBatch) -> IngestResult | None:
@@ -136,8 +138,8 @@ class StoreWriter:
                 stored.append((batch, result))
             else:
                 self._recovered()
-        for batch, result in stored:
-            self._on_stored(batch, result)
+        if stored:
+            self._on_stored(stored)
         return len(stored)
 
     def close(self) -> int:

@@ -46,7 +46,7 @@ def batch(origin, sequence: int) -> EventBatch:
 @pytest.fixture
 def rig(store, origin):
     refusing, seen, clock = RefusingStore(store), [], FixedClock(0.0)
-    writer = StoreWriter(refusing, lambda b, r: seen.append(b.sequence),
+    writer = StoreWriter(refusing, lambda stored: seen.extend(b.sequence for b, _ in stored),
                          backoff=Backoff(initial_s=1.0, max_s=4.0), clock=clock)
     return refusing, writer, seen, clock, lambda seq: batch(origin, seq)
 
@@ -107,7 +107,7 @@ def test_each_failed_retry_doubles_the_wait_up_to_its_cap(rig):
 def test_a_full_backlog_drops_its_oldest_batch_and_counts_it(store, origin):
     refusing = RefusingStore(store)
     size = batch_bytes(batch(origin, 0))
-    writer = StoreWriter(refusing, lambda b, r: None, backlog_bytes=2 * size, clock=FixedClock(0.0))
+    writer = StoreWriter(refusing, lambda stored: None, backlog_bytes=2 * size, clock=FixedClock(0.0))
     refusing.full = True
     for sequence in range(4):
         writer.write(batch(origin, sequence))
