@@ -229,11 +229,6 @@ class HooksTap:
             with self._lock:
                 self.stats.disconnects += seen
 
-    def _on_frames(self, frames) -> int:
-        """Deliver one message; returns 1 if a batch was handed over."""
-        received = self._decoded(frames)
-        return self._deliver([received]) if received is not None else 0
-
     def _decoded(self, frames):
         """``(shipment, batch)``, or ``None`` for a bad message (counted and logged)."""
         size = sum(len(frame) for frame in frames)

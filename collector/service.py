@@ -44,15 +44,8 @@ from kvtier.collector.periodic import Periodic
 from kvtier.collector.segments import clear_note, segments_note
 from kvtier.collector.store import IngestResult, TraceStore
 from kvtier.collector.tap_ledger import TapLedger
-from kvtier.collector.taps import (
-    Backoff,
-    BatchSink,
-    Tap,
-    TapFactory,
-    TapHealth,
-    TapRunner,
-    describe,
-)
+from kvtier.collector.taps import (Backoff, BatchSink, Tap, TapFactory, TapHealth, TapRunner,
+                                   describe)
 from kvtier.collector.writer import DEFAULT_BACKLOG_BYTES, StoreWriter, WriteHealth
 
 log = logging.getLogger(__name__)
