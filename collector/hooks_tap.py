@@ -46,7 +46,10 @@ class HooksTapConfig:
 
     A message above ``max_message_bytes`` is skipped, counted as a bad frame and logged; one
     above twice that is cut off by ZMQ itself (the sender's connection is dropped, so memory
-    stays bounded): the tap counts and logs that disconnect (``kvtier_hooks_disconnects_total``)."""
+    stays bounded): the tap counts and logs that disconnect (``kvtier_hooks_disconnects_total``).
+    Keep the limit above what engines ship (a recorder's default capacity holds 64 MiB of block
+    records): a shipment cut off after its first frame can trip an assertion in libzmq that
+    aborts the collector (zeromq/libzmq#3442)."""
 
     endpoints: tuple[str, ...] = (DEFAULT_HOOKS_ENDPOINT,)
     queue_batches: int = 1000

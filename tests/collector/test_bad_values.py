@@ -173,7 +173,10 @@ def test_bad_values_an_engine_ships_are_left_out_and_counted_in_the_store(store)
 
 def test_a_frame_zmq_cuts_off_is_counted_as_a_disconnect_and_logged(caplog):
     """Above twice the limit ZMQ drops the sender's connection before the tap sees a byte
-    (memory stays bounded); the socket monitor counts that and the log names it."""
+    (memory stays bounded); the socket monitor counts that and the log names it. The message
+    is one frame: a multipart message cut off after its first frame can trip an assertion in
+    libzmq's session clean-up that aborts the process (zeromq/libzmq#3442; here about 1 in
+    600 tries, none in 800 with one frame), which no code above libzmq can catch."""
     import zmq
 
     tap = HooksTap(HooksTapConfig((ANY_PORT,), max_message_bytes=4096), lambda batch: None)
@@ -182,7 +185,7 @@ def test_a_frame_zmq_cuts_off_is_counted_as_a_disconnect_and_logged(caplog):
     push.connect(where)
     try:
         with caplog.at_level(logging.WARNING, logger="kvtier.collector.peer_monitor"):
-            push.send_multipart([b"{}", b"x" * (1 << 20), b"[]"])  # 256 times the limit
+            push.send(b"x" * (1 << 20))  # 256 times the limit
             deadline = time.monotonic() + 30  # bounds a broken tap, not a timing assertion
             while tap.stats.disconnects < 1 and time.monotonic() < deadline:
                 tap.poll(0.1)
