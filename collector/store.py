@@ -69,6 +69,21 @@ class PruneResult:
     tier_moves: int = 0
 
 
+@contextlib.contextmanager
+def _registered(con, name: str, table: pa.Table):
+    """``table`` readable as ``name`` inside the block. When the block fails, the failure is
+    what propagates: unregistering inside a transaction DuckDB has aborted raises an error of
+    its own ("transaction is aborted"), which would hide the cause (a damaged store)."""
+    con.register(name, table)
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(duckdb.Error):
+            con.unregister(name)
+        raise
+    con.unregister(name)
+
+
 class TraceStore:
     """A DuckDB trace store. Thread-safe: calls are serialised on one connection.
 
@@ -145,13 +160,10 @@ class TraceStore:
         at once: a few statements a group, not a few a batch."""
         keys = pa.table({"source": [b.origin.source for b in batches],
                          "sequence": pa.array([b.sequence for b in batches], pa.uint64())})
-        con.register("_group", keys)
-        try:
+        with _registered(con, "_group", keys):
             seen = {(source, sequence) for source, sequence in con.execute(
                 f"SELECT source, sequence FROM {LEDGER_TABLE} JOIN _group USING (source, sequence)"
             ).fetchall()}
-        finally:
-            con.unregister("_group")
         fresh = []  # the positions of the batches not stored before (nor earlier in the group)
         for at, batch in enumerate(batches):
             key = (batch.origin.source, batch.sequence)
@@ -169,11 +181,8 @@ class TraceStore:
         if new:
             ledger = self._ledger_rows(new, ids)
             columns = ", ".join(ledger.column_names)
-            con.register("_ledger", ledger)
-            try:
+            with _registered(con, "_ledger", ledger):
                 con.execute(f"INSERT INTO {LEDGER_TABLE} ({columns}) SELECT {columns} FROM _ledger")
-            finally:
-                con.unregister("_ledger")
         return [IngestResult(b.origin.source, b.sequence, b.block_events.num_rows,
                              b.requests.num_rows, b.rejected, False, stored[at],
                              b.metric_intervals.num_rows, b.step_records.num_rows)
@@ -244,12 +253,9 @@ class TraceStore:
         ids = np.repeat(np.array([batch_id for _, batch_id in parts], dtype=np.int64),
                         [part.num_rows for part, _ in parts])
         columns = ", ".join(names)
-        self._con.register("_incoming", data.append_column("batch_id", pa.array(ids)))
-        try:
+        with _registered(self._con, "_incoming", data.append_column("batch_id", pa.array(ids))):
             self._con.execute(f"INSERT INTO {table} ({columns}, batch_id) "
                               f"SELECT {columns}, batch_id FROM _incoming")
-        finally:
-            self._con.unregister("_incoming")
 
     def prune(self, max_age_s: float) -> PruneResult:
         """Retention: delete records older than ``max_age_s`` (by event time / arrival).
