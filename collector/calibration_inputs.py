@@ -69,16 +69,17 @@ def calibration_inputs(where: TraceStore | str | Path, *, instance: str | None =
         raise ValueError(f"span must be two finite times, start before end, got {span!r}")
     reader, opened = _reader(where, instance, engine, tier_config)
     said = None
-    if engine is None:  # a load client's view of the engine's own requests is left out
-        engines = _engines(reader)
-        own = sorted(engines - CLIENT_ENGINES)
-        if len(own) == 1 and engines & CLIENT_ENGINES:
-            if opened is not None:
-                opened.close()
-            reader, opened = _reader(where, instance, own[0], tier_config)
-            said = (f"read {own[0]}'s own records; {', '.join(sorted(engines & CLIENT_ENGINES))}'s "
-                    "view of the same requests left out")
     try:
+        if engine is None:  # a load client's view of the engine's own requests is left out
+            engines = _engines(reader)
+            own = sorted(engines - CLIENT_ENGINES)
+            if len(own) == 1 and engines & CLIENT_ENGINES:
+                if opened is not None:
+                    opened.close()
+                reader, opened = _reader(where, instance, own[0], tier_config)
+                said = (f"read {own[0]}'s own records; "
+                        f"{', '.join(sorted(engines & CLIENT_ENGINES))}'s view of the same "
+                        "requests left out")
         parts = [_instance_part(one, span, tier_config is not None or span is not None)
                  for one in _per_instance(reader)]
         requests = sorted((r for part in parts for r in part.requests), key=lambda r: r.arrival_s)

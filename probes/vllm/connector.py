@@ -81,21 +81,21 @@ def _connector_class():
                 return
             transfer = vllm_config.kv_transfer_config
             settings = HookSettings.from_extra_config(transfer.kv_connector_extra_config)
-            self._kvtier_attach(transfer.kv_connector_extra_config,
+            self._kvtier_attach(settings, transfer.kv_connector_extra_config,
                                 recorder_for(transfer.engine_id, settings),
                                 vllm_config.cache_config.block_size,
                                 model=served_model(vllm_config.model_config),
-                                receiver=receiver_for(transfer.engine_id, settings), settings=settings)
+                                receiver=receiver_for(transfer.engine_id, settings))
 
-        def _kvtier_attach(self, extra: dict, recorder, block_size: int, *, model=None,
-                           receiver=None, settings=None, clock=time.time,
+        def _kvtier_attach(self, settings, extra: dict, recorder, block_size: int, *,
+                           model=None, receiver=None, clock=time.time,
                            timer=time.perf_counter) -> None:
-            """Every part kvtier's scheduler side keeps, from the connector's extra config:
-            the token accounting, the step records, the settings (``settings``: already read
-            from ``extra``), the guardrail's gate (the configured tiers without a control
-            ``receiver``) and the eviction policy's flag.
+            """Every part kvtier's scheduler side keeps: the settings (read from the
+            connector's extra config ``extra``), the token accounting, the step records, the
+            guardrail's gate (the configured tiers without a control ``receiver``) and the
+            eviction policy's flag (from ``extra``).
             ``__init__`` calls it; so do tests that build the connector without vLLM's config."""
-            self._kvtier_settings = settings or HookSettings.from_extra_config(extra)
+            self._kvtier_settings = settings
             self._kvtier = RequestTokenAccounting(recorder, block_size, model=model, clock=clock)
             self._kvtier_steps = StepAccounting(recorder, clock=clock, timer=timer)
             self._kvtier_gate = TierGate(recorder, self._kvtier_settings.tier_config, receiver,

@@ -206,8 +206,10 @@ def kvtier_parts(connector, recorder, extra: dict, clock, timer=None) -> None:
     the model "tiny", no control channel; ``timer`` for the step records' monotonic clock."""
     import time
 
-    connector._kvtier_attach(extra, recorder, 16, model="tiny", clock=clock,
-                             timer=timer or time.perf_counter)
+    from kvtier.probes.vllm.hook_settings import HookSettings
+
+    connector._kvtier_attach(HookSettings.from_extra_config(extra), extra, recorder, 16,
+                             model="tiny", clock=clock, timer=timer or time.perf_counter)
 
 
 def run_connector():
