@@ -7,7 +7,7 @@ pairs it has committed and skips a batch it has seen, so a tap may replay freely
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import pyarrow as pa
 
@@ -86,6 +86,24 @@ class EventBatch:
         counted.update(more)
         return cls(origin, sequence, empty_table(BlockEvent), empty_table(RequestRecord), counted,
                    table)
+
+    @classmethod
+    def joined(cls, batches: "Sequence[EventBatch]") -> "EventBatch":
+        """Several stored batches of one origin read as one, for whoever folds stored batches
+        in (the metrics, the live curves): each table's rows in the batches' order, the
+        rejections summed, the first batch's sequence. Never stored: the ledger knows the
+        batches, not this."""
+        first = batches[0]
+        if len(batches) == 1:
+            return first
+        if any(b.origin != first.origin for b in batches):
+            raise ValueError("only batches of one origin are joined")
+        rejected = Rejections()
+        for batch in batches:
+            rejected.update(batch.rejected)
+        tables = {name: pa.concat_tables([b.tables()[name] for b in batches],
+                                         promote_options="permissive") for name in TABLE_NAMES}
+        return cls(first.origin, first.sequence, rejected=rejected, **tables)
 
     @classmethod
     def empty(cls, origin: Origin, sequence: int) -> "EventBatch":

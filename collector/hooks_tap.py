@@ -4,7 +4,10 @@
 Engines' shippers connect to it; it binds (loopback by default; one socket may bind several
 endpoints). Each message is validated and converted with the same rules as every other
 source, then handed to ``on_batch`` (the collector service's ingest: the store's ledger
-keeps each ``(source, sequence)`` once, so nothing is stored twice).
+keeps each ``(source, sequence)`` once, so nothing is stored twice). What one poll finds
+queued is handed over together, in groups of up to ``GROUP_COMMIT_EVENTS`` block events that
+the store commits at once: a busy collector commits a few large transactions, not one per
+engine shipment.
 
 Per source it keeps what the engine reported and what it saw: the engine's cumulative drops
 (``dropped_events_total``: recorder buffer full or a batch the engine could not send; the
@@ -30,7 +33,7 @@ from typing import Callable
 
 from kvtier.collector.peer_monitor import PeerMonitor
 from kvtier.collector.shipment import ShipmentError, decode
-from kvtier.collector.taps import count_queued, drain_until_quiet
+from kvtier.collector.taps import commit_groups, count_queued, drain_until_quiet
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +189,7 @@ class HooksTap:
         import zmq
 
         self.open()
-        delivered = 0
+        received = []  # what is queued now, handed over together (group commits)
         try:
             poller = zmq.Poller()  # a disconnect wakes it too, so it is counted at once
             poller.register(self._socket, zmq.POLLIN)
@@ -200,10 +203,13 @@ class HooksTap:
                     frames = self._socket.recv_multipart(zmq.NOBLOCK, copy=True)
                 except zmq.Again:
                     break
-                delivered += self._on_frames(frames)
+                decoded = self._decoded(frames)
+                if decoded is not None:
+                    received.append(decoded)
         except zmq.ZMQError as error:  # a broken socket: the runner reopens it
+            self._deliver(received)  # what was read before it broke is not lost
             raise OSError(f"hooks endpoint {self.name}: {error}") from None
-        return delivered
+        return self._deliver(received)
 
     def drain(self, timeout_s: float) -> int:
         """Deliver what already reached the socket, until nothing more arrives for a moment
@@ -226,25 +232,47 @@ class HooksTap:
             with self._lock:
                 self.stats.disconnects += seen
 
-    def _on_frames(self, frames) -> int:
+    def _decoded(self, frames):
+        """``(shipment, batch)``, or ``None`` for a bad message (counted and logged)."""
         size = sum(len(frame) for frame in frames)
         if size > self.config.max_message_bytes:
-            return self._bad_frame(f"a message of {size} bytes is above the limit of "
-                                   f"{self.config.max_message_bytes} bytes")
+            self._bad_frame(f"a message of {size} bytes is above the limit of "
+                            f"{self.config.max_message_bytes} bytes")
+            return None
         try:
             shipment = decode(frames)
-            batch = shipment.packed.to_event_batch(shipment.sequence)
+            return shipment, shipment.packed.to_event_batch(shipment.sequence)
         except ShipmentError as error:
-            return self._bad_frame(str(error))
-        try:
-            result = self._on_batch(batch)
-        except Exception:
-            with self._lock:
-                self.stats.callback_errors += 1
-            log.exception("hooks tap: ingest of %s/%d failed", batch.origin.source, batch.sequence)
-            return 0
-        self._count(shipment, batch, duplicate=getattr(result, "duplicate", False))
-        return 1
+            self._bad_frame(str(error))
+            return None
+
+    def _deliver(self, received: list) -> int:
+        """Hand the batches over in order, each group of them in one commit where the sink
+        takes several (``on_batch.many``); returns the batches handed over."""
+        many = getattr(self._on_batch, "many", None)
+        shipments = {id(batch): shipment for shipment, batch in received}
+        groups = (commit_groups([batch for _, batch in received]) if many is not None
+                  else [[batch] for _, batch in received])
+        delivered, failure = 0, None
+        for group in groups:
+            try:
+                results = many(group) if many is not None else [self._on_batch(group[0])]
+            except Exception:
+                with self._lock:
+                    self.stats.callback_errors += len(group)
+                log.exception("hooks tap: ingest of %d batch(es) from %s/%d failed", len(group),
+                              group[0].origin.source, group[0].sequence)
+                continue
+            for batch, result in zip(group, results):
+                try:
+                    self._count(shipments[id(batch)], batch,
+                                duplicate=getattr(result, "duplicate", False))
+                except Exception as error:  # the store could not say where a stream resumes:
+                    failure = failure or error  # the rest, read off the socket, still go in
+            delivered += len(group)
+        if failure is not None:
+            raise failure
+        return delivered
 
     def _bad_frame(self, reason: str) -> int:
         with self._lock:

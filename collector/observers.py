@@ -19,7 +19,8 @@ log = logging.getLogger(__name__)
 
 class IngestObserver(Protocol):
     """``observe(batch)`` runs on the ingest path, in the thread that stored the batch (a
-    duplicate is not shown): it must be quick and wait on nothing slow. ``refresh()`` turns
+    duplicate is not shown; the batches of one engine stream stored by one commit come as one,
+    :meth:`EventBatch.joined`): it must be quick and wait on nothing slow. ``refresh()`` turns
     the state into values on the service's own thread; ``flush()`` takes in whatever it still
     holds back (at stop); ``samples()`` gives the last values at scrape time and
     ``export(folder)`` writes them beside the segments (each export, and at stop)."""

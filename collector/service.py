@@ -2,9 +2,10 @@
 
 Event taps (vLLM's ZMQ KV events, TensorRT-LLM's ``/kv_cache_events``; whoever runs the
 service builds them and hands them in as factories, see :mod:`kvtier.collector.taps`) give batches
-to ``CollectorService.ingest``, which stores them idempotently and folds them into the
-metrics that ``/metrics`` and OTLP export. A maintenance thread writes Parquet segments for
-the dashboard and other readers, and applies retention. Nothing here runs inside an engine:
+to ``CollectorService.ingest`` (or several at once to ``ingest_many``, one commit for
+them all), which stores them idempotently and folds them into the metrics that ``/metrics``
+and OTLP export. A maintenance thread writes Parquet segments for the dashboard and other
+readers, and applies retention. Nothing here runs inside an engine:
 taps read what engines publish, so a slow disk slows only the collector.
 Ingest observers (:mod:`kvtier.collector.observers`: the live what-if curves) see every
 stored batch after the metrics do, and are refreshed on the service's own thread.
@@ -43,7 +44,8 @@ from kvtier.collector.periodic import Periodic
 from kvtier.collector.segments import clear_note, segments_note
 from kvtier.collector.store import IngestResult, TraceStore
 from kvtier.collector.tap_ledger import TapLedger
-from kvtier.collector.taps import Backoff, Tap, TapFactory, TapHealth, TapRunner, describe
+from kvtier.collector.taps import (Backoff, BatchSink, Tap, TapFactory, TapHealth, TapRunner,
+                                   describe)
 from kvtier.collector.writer import DEFAULT_BACKLOG_BYTES, StoreWriter, WriteHealth
 
 log = logging.getLogger(__name__)
@@ -178,8 +180,21 @@ class CollectorService:
         writes again (see :mod:`kvtier.collector.writer`). Never raises into the tap."""
         return self._writer.write(batch)
 
-    def _observe(self, batch: EventBatch, result: IngestResult) -> None:
-        if not result.duplicate:
+    def ingest_many(self, batches: Sequence[EventBatch]) -> list[IngestResult | None]:
+        """Store several batches in one commit (a tap hands over what it read at once), then
+        export each; one result per batch, as :meth:`ingest` gives."""
+        return self._writer.write_many(batches)
+
+    def _observe(self, stored: list[tuple[EventBatch, IngestResult]]) -> None:
+        """Fold what one commit stored into the metrics, the spans and the observers: each
+        origin's new batches joined into one (in order), so a group of small shipments costs
+        the observers one call per engine stream, not one per shipment."""
+        by_origin: dict = {}
+        for batch, result in stored:
+            if not result.duplicate:
+                by_origin.setdefault(batch.origin, []).append(batch)
+        for batches in by_origin.values():
+            batch = EventBatch.joined(batches)
             self.state.observe(batch)
             if self._spans is not None:
                 self._spans.observe(batch)
@@ -221,7 +236,8 @@ class CollectorService:
                                              routes=self._routes)
             except OSError as error:
                 raise ServiceStartError("metrics", error) from error
-        self.taps = [make(self.ingest) for make in self._tap_factories]
+        sink = BatchSink(self.ingest, self.ingest_many)
+        self.taps = [make(sink) for make in self._tap_factories]
         for tap in self.taps:
             runner = TapRunner(tap, backoff=self._backoff)
             try:

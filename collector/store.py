@@ -20,9 +20,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from kvtier.collector.batch import EventBatch
@@ -66,6 +67,21 @@ class PruneResult:
     metric_intervals: int = 0
     step_records: int = 0
     tier_moves: int = 0
+
+
+@contextlib.contextmanager
+def _registered(con, name: str, table: pa.Table):
+    """``table`` readable as ``name`` inside the block. When the block fails, the failure is
+    what propagates: unregistering inside a transaction DuckDB has aborted raises an error of
+    its own ("transaction is aborted"), which would hide the cause (a damaged store)."""
+    con.register(name, table)
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(duckdb.Error):
+            con.unregister(name)
+        raise
+    con.unregister(name)
 
 
 class TraceStore:
@@ -117,35 +133,75 @@ class TraceStore:
 
     def ingest(self, batch: EventBatch) -> IngestResult:
         """Store a batch atomically, once. Returns after the commit (the acknowledgement)."""
-        origin = batch.origin
+        return self.ingest_many([batch])[0]
+
+    def ingest_many(self, batches: Sequence[EventBatch]) -> list[IngestResult]:
+        """Store several batches in one transaction (a group commit), each once: all of them
+        or none. Returns after the commit, one result per batch in order. One commit for many
+        small batches is what keeps a busy collector fast: a commit writes the transaction to
+        DuckDB's log, while a transaction of a whole row group or more is written straight
+        into the file."""
         self._writable()
         with self._connection() as con:
             con.execute("BEGIN TRANSACTION")
             try:
-                seen = con.execute(
-                    f"SELECT 1 FROM {LEDGER_TABLE} WHERE source = ? AND sequence = ?",
-                    [origin.source, batch.sequence],
-                ).fetchall()
-                if seen:
-                    con.execute("ROLLBACK")
-                    return IngestResult(origin.source, batch.sequence, duplicate=True)
-                batch_id = con.execute("SELECT nextval('batch_ids')").fetchall()[0][0]
-                for table, data in batch.tables().items():
-                    self._insert(table, data, batch_id)
-                con.execute(
-                    f"INSERT INTO {LEDGER_TABLE} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [origin.source, batch.sequence, batch_id, origin.engine, origin.instance,
-                     batch.block_events.num_rows, batch.requests.num_rows,
-                     sum(batch.rejected.values()), self._clock()],
-                )
+                results = self._ingest_in_transaction(con, batches)
                 con.execute("COMMIT")
             except BaseException:
                 self._roll_back(con)
                 raise
-        self.rejected_total.update(batch.rejected)
-        return IngestResult(origin.source, batch.sequence, batch.block_events.num_rows,
-                            batch.requests.num_rows, batch.rejected, False, batch_id,
-                            batch.metric_intervals.num_rows, batch.step_records.num_rows)
+        for batch, result in zip(batches, results):
+            if not result.duplicate:
+                self.rejected_total.update(batch.rejected)
+        return results
+
+    def _ingest_in_transaction(self, con, batches: Sequence[EventBatch]) -> list[IngestResult]:
+        """The group's ledger read once, its batch ids drawn at once, its ledger rows written
+        at once: a few statements a group, not a few a batch."""
+        keys = pa.table({"source": [b.origin.source for b in batches],
+                         "sequence": pa.array([b.sequence for b in batches], pa.uint64())})
+        with _registered(con, "_group", keys):
+            seen = {(source, sequence) for source, sequence in con.execute(
+                f"SELECT source, sequence FROM {LEDGER_TABLE} JOIN _group USING (source, sequence)"
+            ).fetchall()}
+        fresh = []  # the positions of the batches not stored before (nor earlier in the group)
+        for at, batch in enumerate(batches):
+            key = (batch.origin.source, batch.sequence)
+            if key not in seen:
+                seen.add(key)
+                fresh.append(at)
+        new = [batches[at] for at in fresh]
+        ids = sorted(row[0] for row in con.execute(
+            "SELECT nextval('batch_ids') FROM range(?)", [len(new)]).fetchall()) if new else []
+        stored = dict(zip(fresh, ids))
+        for table in TABLE_COLUMNS:  # each table's rows of the whole group in one insert
+            self._insert_parts(table, [(batch.tables()[table], batch_id)
+                                       for batch, batch_id in zip(new, ids)
+                                       if batch.tables()[table].num_rows])
+        if new:
+            ledger = self._ledger_rows(new, ids)
+            columns = ", ".join(ledger.column_names)
+            with _registered(con, "_ledger", ledger):
+                con.execute(f"INSERT INTO {LEDGER_TABLE} ({columns}) SELECT {columns} FROM _ledger")
+        return [IngestResult(b.origin.source, b.sequence, b.block_events.num_rows,
+                             b.requests.num_rows, b.rejected, False, stored[at],
+                             b.metric_intervals.num_rows, b.step_records.num_rows)
+                if at in stored else IngestResult(b.origin.source, b.sequence, duplicate=True)
+                for at, b in enumerate(batches)]
+
+    def _ledger_rows(self, batches: Sequence[EventBatch], ids: list[int]) -> pa.Table:
+        """The ledger's rows for ``batches``, stored under ``ids``."""
+        column = pa.array
+        return pa.table({
+            "source": column([b.origin.source for b in batches], pa.string()),
+            "sequence": column([b.sequence for b in batches], pa.uint64()),
+            "batch_id": column(ids, pa.int64()),
+            "engine": column([b.origin.engine for b in batches], pa.string()),
+            "instance": column([b.origin.instance for b in batches], pa.string()),
+            "block_events": column([b.block_events.num_rows for b in batches], pa.int64()),
+            "requests": column([b.requests.num_rows for b in batches], pa.int64()),
+            "rejected": column([sum(b.rejected.values()) for b in batches], pa.int64()),
+            "ingested_at_s": column([self._clock()] * len(batches), pa.float64())})
 
     @staticmethod
     def _roll_back(con) -> None:
@@ -182,19 +238,24 @@ class TraceStore:
                 self.damage = self.damage or damage
                 raise damage from error
 
-    def _insert(self, table: str, data: pa.Table, batch_id: int) -> None:
-        if data.num_rows == 0:
+    def _insert_parts(self, table: str, parts: list[tuple[pa.Table, int]]) -> None:
+        """Insert each ``(rows, batch_id)`` of ``parts`` into ``table`` with one statement."""
+        if not parts:
             return
         names = [c.name for c in TABLE_COLUMNS[table]]
-        if data.column_names != names:
-            raise ValueError(f"{table} batch columns {data.column_names} differ from the schema's {names}")
+        for data, _ in parts:
+            if data.column_names != names:
+                raise ValueError(f"{table} batch columns {data.column_names} differ from the "
+                                 f"schema's {names}")
+        # one contiguous table: DuckDB scans one large Arrow chunk faster than many small ones
+        data = parts[0][0] if len(parts) == 1 else pa.concat_tables(
+            [data for data, _ in parts], promote_options="permissive").combine_chunks()
+        ids = np.repeat(np.array([batch_id for _, batch_id in parts], dtype=np.int64),
+                        [part.num_rows for part, _ in parts])
         columns = ", ".join(names)
-        self._con.register("_incoming", data)
-        try:
-            self._con.execute(
-                f"INSERT INTO {table} ({columns}, batch_id) SELECT {columns}, ? FROM _incoming", [batch_id])
-        finally:
-            self._con.unregister("_incoming")
+        with _registered(self._con, "_incoming", data.append_column("batch_id", pa.array(ids))):
+            self._con.execute(f"INSERT INTO {table} ({columns}, batch_id) "
+                              f"SELECT {columns}, batch_id FROM _incoming")
 
     def prune(self, max_age_s: float) -> PruneResult:
         """Retention: delete records older than ``max_age_s`` (by event time / arrival).

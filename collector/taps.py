@@ -28,7 +28,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 from kvtier.collector.batch import EventBatch
 
@@ -70,8 +70,46 @@ class Tap(Protocol):
     def close(self) -> None: ...
 
 
-# A tap is built with the service's ingest callback: ``factory(on_batch) -> Tap``.
+class BatchSink:
+    """Where a tap hands its batches: the collector service's ingest. Called with one batch;
+    a tap that reads several at once (a queue of shipped batches) hands them to
+    :meth:`many`, which stores them in one commit. Each returns after the store took the
+    batches (``None`` for one the store keeps for a retry)."""
+
+    def __init__(self, one: Callable[[EventBatch], object],
+                 many: Callable[[Sequence[EventBatch]], list]):
+        self._one, self._many = one, many
+
+    def __call__(self, batch: EventBatch) -> object:
+        return self._one(batch)
+
+    def many(self, batches: Sequence[EventBatch]) -> list:
+        return self._many(batches)
+
+
+# A tap is built with the service's sink: ``factory(on_batch) -> Tap``; ``on_batch`` is a
+# :class:`BatchSink` (or, in a test, any callable taking one batch).
 TapFactory = Callable[[Callable[[EventBatch], object]], Tap]
+
+# How many block events a tap groups into one commit at most: two of DuckDB's row groups
+# (122,880 rows each), enough for the transaction to be written straight into the file.
+GROUP_COMMIT_EVENTS = 1 << 18
+
+
+def commit_groups(batches: Sequence[EventBatch], max_events: int = GROUP_COMMIT_EVENTS
+                  ) -> list[list[EventBatch]]:
+    """``batches`` in order, cut into runs of at most ``max_events`` block events (a batch
+    larger than that is a run of its own): the groups a tap commits together."""
+    groups: list[list[EventBatch]] = []
+    size = 0
+    for batch in batches:
+        rows = batch.block_events.num_rows
+        if not groups or size + rows > max_events:
+            groups.append([])
+            size = 0
+        groups[-1].append(batch)
+        size += rows
+    return groups
 
 # How long a stop waits, past its grace, for a poll in flight when it was asked.
 _POLL_IN_FLIGHT_S = 5.0

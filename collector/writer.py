@@ -20,7 +20,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 from kvtier.collector.batch import EventBatch
 from kvtier.collector.store import IngestResult, TraceStore
@@ -58,10 +58,12 @@ def batch_bytes(batch: EventBatch) -> int:
 
 class StoreWriter:
     """Writes batches into ``store`` as the module says; thread-safe (taps write from their
-    threads, the service retries from its own). ``on_stored(batch, result)`` sees every batch
-    the store took, duplicates included. ``clock`` is monotonic seconds (times the backoff)."""
+    threads, the service retries from its own). ``on_stored(stored)`` sees every batch the
+    store took, duplicates included, as ``(batch, result)`` pairs in order: those of one
+    commit in one call. ``clock`` is monotonic seconds (times the backoff)."""
 
-    def __init__(self, store: TraceStore, on_stored: Callable[[EventBatch, IngestResult], None], *,
+    def __init__(self, store: TraceStore,
+                 on_stored: Callable[[list[tuple[EventBatch, IngestResult]]], None], *,
                  backlog_bytes: int = DEFAULT_BACKLOG_BYTES,
                  backoff: Backoff = Backoff(initial_s=0.5, max_s=30.0),
                  clock: Callable[[], float] = time.monotonic):
@@ -81,21 +83,41 @@ class StoreWriter:
 
     def write(self, batch: EventBatch) -> IngestResult | None:
         """Store ``batch`` now, or keep it for a retry (``None`` then). Never raises."""
+        return self.write_many([batch])[0]
+
+    def write_many(self, batches: Sequence[EventBatch]) -> list[IngestResult | None]:
+        """Store ``batches`` now in one commit (the store's group commit), or keep them for
+        a retry; one result per batch, ``None`` for a batch kept. Never raises. When the
+        group's commit fails, each batch is written on its own, so one that cannot be stored
+        is kept (or dropped) exactly as :meth:`write` would keep it, and the rest go on."""
+        batches = list(batches)
         with self._writing:
             if self._closed:
-                self._drop(1, "the collector had stopped writing")
-                return None
-            if self._backlog:  # behind what already waits
-                self._keep(batch)
-                return None
-            try:
-                result = self.store.ingest(batch)
-            except Exception as error:
-                self._failed(error)
-                self._keep(batch)
-                return None
-        self._on_stored(batch, result)
-        return result
+                self._drop(len(batches), "the collector had stopped writing")
+                return [None] * len(batches)
+            results: list[IngestResult | None] = []
+            if not self._backlog and len(batches) > 1:
+                try:
+                    results = list(self.store.ingest_many(batches))
+                except Exception:  # the batches one by one below say which failed, and why
+                    results = []
+            if not results:
+                results = [self._write_one(batch) for batch in batches]
+        stored = [(batch, result) for batch, result in zip(batches, results) if result is not None]
+        if stored:
+            self._on_stored(stored)
+        return results
+
+    def _write_one(self, batch: EventBatch) -> IngestResult | None:
+        if self._backlog:  # behind what already waits
+            self._keep(batch)
+            return None
+        try:
+            return self.store.ingest(batch)
+        except Exception as error:
+            self._failed(error)
+            self._keep(batch)
+            return None
 
     def retry(self, *, now: bool = False) -> int:
         """Write the backlog, oldest first, if its retry is due (or ``now``); returns batches
@@ -116,8 +138,8 @@ class StoreWriter:
                 stored.append((batch, result))
             else:
                 self._recovered()
-        for batch, result in stored:
-            self._on_stored(batch, result)
+        if stored:
+            self._on_stored(stored)
         return len(stored)
 
     def close(self) -> int:

@@ -131,3 +131,20 @@ def test_a_store_that_cannot_be_read_never_costs_a_tap_what_waits_in_its_socket(
     health = runner.health()
     assert health.failures_total >= 1 and "is damaged" in health.last_error
     assert "(its connection is kept)" in health.last_error
+
+
+def test_a_write_into_a_store_cut_under_it_names_the_damage_single_or_grouped(tmp_path):
+    """The ledger read that starts a write meets the cut first; what the writer reports (and
+    /healthz shows) is that damage, never DuckDB's "transaction is aborted" from the clean-up
+    after it, for one batch or a group."""
+    path = written_store(tmp_path / "kvtier.duckdb")
+    cut = cut_point(path)
+    other = Origin("vllm", "engine-b", "vllm-hooks:engine-b:1")
+    batches = [EventBatch.from_rows(other, s, [BlockEvent(1.0, Outcome.GPU_HIT, 7 + s)])
+               for s in range(3)]
+    with TraceStore(path) as store:
+        os.truncate(path, cut)
+        for write in (lambda: store.ingest(batches[0]), lambda: store.ingest_many(batches)):
+            with pytest.raises(StoreDamagedError, match=r"is damaged \(cut short at byte"):
+                write()
+        assert store.damage is not None

@@ -107,3 +107,24 @@ def test_views_join_each_row_to_its_origin(store, origin):
 def test_batch_sequence_must_be_a_non_negative_int(origin):
     with pytest.raises(ValueError, match="sequence"):
         EventBatch.from_rows(origin, -1, [])
+
+
+def test_a_group_commit_stores_every_batch_once_or_none_of_them(store, origin):
+    first, second = (EventBatch.from_rows(origin, s, lookups(3 + s, request_id=f"r{s}"),
+                                          [RequestRecord(f"r{s}", 1.0, 64)]) for s in (0, 1))
+    broken = EventBatch(origin, 2, first.block_events.drop_columns(["latency_s"]), first.requests)
+    with pytest.raises(ValueError, match="differ from the schema"):
+        store.ingest_many([first, second, broken])
+    assert store.count("block_events") == 0 and store.count("ingested_batches") == 0
+    results = store.ingest_many([first, second, first])  # the replay sees the group's own row
+    assert [(r.sequence, r.block_events, r.duplicate) for r in results] == [
+        (0, 3, False), (1, 4, False), (0, 0, True)]
+    assert store.count("block_events") == 7
+    # each row carries its own batch's id, though the group's rows went in with one insert
+    assert store.query("SELECT b.sequence, count(*) AS n, any_value(e.request_id) AS rid "
+                       "FROM block_events e JOIN ingested_batches b USING (batch_id) "
+                       "GROUP BY b.sequence ORDER BY b.sequence").to_pylist() == [
+        {"sequence": 0, "n": 3, "rid": "r0"}, {"sequence": 1, "n": 4, "rid": "r1"}]
+    assert store.query("SELECT r.request_id, b.sequence FROM requests r JOIN ingested_batches b "
+                       "USING (batch_id) ORDER BY b.sequence").to_pylist() == [
+        {"request_id": "r0", "sequence": 0}, {"request_id": "r1", "sequence": 1}]

@@ -12,6 +12,7 @@ from kvtier.collector.events import Origin, Outcome, RequestRecord, Tier
 from kvtier.collector.hooks_tap import HooksTap, HooksTapConfig
 from kvtier.collector.recorder import Recorder
 from kvtier.collector.shipper import Shipper, ShipperConfig, endpoint_from
+from kvtier.collector import taps
 from kvtier.collector.taps import TapRunner
 from tests.conftest import free_port
 
@@ -244,3 +245,34 @@ def test_healthz_lists_each_engine_stream_the_hooks_tap_received_from(store):
         {"source": f"vllm-hooks:{name}:1", "engine": "vllm", "instance": name,
          "batches": batches[f"vllm-hooks:{name}:1"], "last_batch_s": 1234.5}
         for name in ("engine-a", "engine-b")]
+
+
+def test_what_one_poll_reads_is_stored_in_commit_groups_of_bounded_size(store, monkeypatch):
+    """Shipped batches read together go to the sink's ``many`` in order, in groups of at
+    most the tap's commit size (here 8 block events: two batches of 4), each counted once; a
+    bad message among them is skipped; a plain callable sink gets them one by one."""
+    from kvtier.collector import hooks_tap
+    from kvtier.collector.shipment import Shipment, encode
+    from kvtier.collector.taps import BatchSink
+
+    monkeypatch.setattr(hooks_tap, "commit_groups",
+                        lambda batches: taps.commit_groups(batches, max_events=8))
+    groups = []
+    sink = BatchSink(store.ingest, lambda batches: groups.append(
+        [b.sequence for b in batches]) or store.ingest_many(batches))
+    tap = HooksTap(HooksTapConfig((ANY_PORT,)), sink)
+    rec, frames, first_event = recorder(), [], 0
+    for sequence in range(5):
+        record_requests(rec, 2, start=2 * sequence)  # 4 block events a batch
+        packed = rec.take_packed()
+        frames.append(encode(Shipment(packed, sequence, first_event)))
+        first_event += packed.num_events
+    frames.insert(2, [b"not json", b"", b"[]"])
+    received = [r for r in map(tap._decoded, frames) if r is not None]
+    assert tap.stats.bad_frames == 1
+    assert tap._deliver(received) == 5
+    assert groups == [[0, 1], [2, 3], [4]]
+    assert tap.stats.batches == 5 and tap.stats.gaps == 0 and store.count("requests") == 10
+    one = []
+    assert HooksTap(HooksTapConfig((ANY_PORT,)), one.append)._deliver(received) == 5
+    assert [b.sequence for b in one] == [0, 1, 2, 3, 4]

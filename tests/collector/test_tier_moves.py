@@ -106,7 +106,7 @@ def test_the_hooks_tap_exports_the_engines_largest_count_of_dropped_messages(ori
     for sequence, count in enumerate((3, 7, 5)):  # a late, smaller count never lowers it
         recorder.guardrail_rejected["unauthorised"] = count
         recorder._rejections_shipped = {}
-        tap._on_frames(encode(Shipment(recorder.take_packed(), sequence, 0)))
+        tap._deliver([tap._decoded(encode(Shipment(recorder.take_packed(), sequence, 0)))])
     samples = [s for s in tap.samples() if s.name == "kvtier_guardrail_rejected_messages_total"]
     assert [(s.labels["reason"], s.labels["engine_instance"], s.value) for s in samples] == [
         ("unauthorised", "node-1", 7)]

@@ -33,6 +33,11 @@ class RefusingStore:
             raise OSError(27, "File too large")
         return self.store.ingest(batch)
 
+    def ingest_many(self, batches):
+        if self.full:
+            raise OSError(27, "File too large")
+        return self.store.ingest_many(batches)
+
 
 def batch(origin, sequence: int) -> EventBatch:
     return EventBatch.from_rows(origin, sequence, requests=[RequestRecord(f"r{sequence}", 1.0, 64)])
@@ -41,7 +46,7 @@ def batch(origin, sequence: int) -> EventBatch:
 @pytest.fixture
 def rig(store, origin):
     refusing, seen, clock = RefusingStore(store), [], FixedClock(0.0)
-    writer = StoreWriter(refusing, lambda b, r: seen.append(b.sequence),
+    writer = StoreWriter(refusing, lambda stored: seen.extend(b.sequence for b, _ in stored),
                          backoff=Backoff(initial_s=1.0, max_s=4.0), clock=clock)
     return refusing, writer, seen, clock, lambda seq: batch(origin, seq)
 
@@ -70,6 +75,23 @@ def test_refused_batches_wait_and_are_stored_in_order_once_writes_work(rig, stor
     assert sum("a write failed" in m for m in said) == 1 and sum("work again" in m for m in said) == 1
 
 
+def test_a_group_is_one_commit_and_a_batch_it_cannot_store_waits_alone(rig, store, origin):
+    refusing, writer, seen, clock, make = rig
+    results = writer.write_many([make(0), make(1)])
+    assert [r.requests for r in results] == [1, 1] and seen == [0, 1]
+    good = make(2)
+    broken = EventBatch(origin, 3, good.block_events, good.requests.drop_columns(["arrival_s"]))
+    results = writer.write_many([good, broken, make(4)])  # the group fails: one by one then
+    assert results[0].requests == 1 and results[1] is None and results[2] is None
+    health = writer.health()
+    assert health.failing and health.backlog_batches == 2
+    assert health.last_error.startswith("requests batch columns")
+    assert stored_sequences(store) == [0, 1, 2] and seen == [0, 1, 2]
+    refusing.full = True  # a failing store keeps the whole group, in order, behind the backlog
+    assert writer.write_many([make(5), make(6)]) == [None, None]
+    assert writer.health().backlog_batches == 4
+
+
 def test_each_failed_retry_doubles_the_wait_up_to_its_cap(rig):
     refusing, writer, _, clock, make = rig
     refusing.full = True
@@ -85,7 +107,7 @@ def test_each_failed_retry_doubles_the_wait_up_to_its_cap(rig):
 def test_a_full_backlog_drops_its_oldest_batch_and_counts_it(store, origin):
     refusing = RefusingStore(store)
     size = batch_bytes(batch(origin, 0))
-    writer = StoreWriter(refusing, lambda b, r: None, backlog_bytes=2 * size, clock=FixedClock(0.0))
+    writer = StoreWriter(refusing, lambda stored: None, backlog_bytes=2 * size, clock=FixedClock(0.0))
     refusing.full = True
     for sequence in range(4):
         writer.write(batch(origin, sequence))
