@@ -5,9 +5,10 @@ Engines' shippers connect to it; it binds (loopback by default; one socket may b
 endpoints). Each message is validated and converted with the same rules as every other
 source, then handed to ``on_batch`` (the collector service's ingest: the store's ledger
 keeps each ``(source, sequence)`` once, so nothing is stored twice). What one poll finds
-queued is handed over together, in groups of up to ``GROUP_COMMIT_EVENTS`` block events that
-the store commits at once: a busy collector commits a few large transactions, not one per
-engine shipment.
+queued is handed over together, in groups of up to ``HooksTapConfig.commit_events`` block
+events that the store commits at once: a busy collector commits a few large transactions, not
+one per engine shipment. A group goes in as soon as it is full, so the tap holds at most one
+group (and the message that did not fit) ahead of the store.
 
 Per source it keeps what the engine reported and what it saw: the engine's cumulative drops
 (``dropped_events_total``: recorder buffer full or a batch the engine could not send; the
@@ -33,7 +34,8 @@ from typing import Callable
 
 from kvtier.collector.peer_monitor import PeerMonitor
 from kvtier.collector.shipment import ShipmentError, decode
-from kvtier.collector.taps import commit_groups, count_queued, drain_until_quiet
+from kvtier.collector.taps import (GROUP_COMMIT_EVENTS, commit_groups, count_queued,
+                                   drain_until_quiet)
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +51,14 @@ class HooksTapConfig:
     stays bounded): the tap counts and logs that disconnect (``kvtier_hooks_disconnects_total``).
     Keep the limit above what engines ship (a recorder's default capacity holds 64 MiB of block
     records): a shipment cut off after its first frame can trip an assertion in libzmq that
-    aborts the collector (zeromq/libzmq#3442)."""
+    aborts the collector (zeromq/libzmq#3442). ``commit_events``: block events the store
+    commits at once at most (a group of shipments read together; one larger shipment is a
+    group of its own), which is also what the tap reads ahead of the store."""
 
     endpoints: tuple[str, ...] = (DEFAULT_HOOKS_ENDPOINT,)
     queue_batches: int = 1000
     max_message_bytes: int = 256 << 20
+    commit_events: int = GROUP_COMMIT_EVENTS
 
     def __post_init__(self) -> None:
         if not self.endpoints:
@@ -61,9 +66,10 @@ class HooksTapConfig:
         for endpoint in self.endpoints:
             if not isinstance(endpoint, str) or not endpoint.startswith(("tcp://", "ipc://")):
                 raise ValueError(f"hooks endpoint must be tcp://HOST:PORT or ipc://PATH, got {endpoint!r}")
-        if self.queue_batches < 1 or self.max_message_bytes < 1:
-            raise ValueError(f"queue_batches and max_message_bytes must be >= 1, got "
-                             f"{self.queue_batches}, {self.max_message_bytes}")
+        if self.queue_batches < 1 or self.max_message_bytes < 1 or self.commit_events < 1:
+            raise ValueError(f"queue_batches, max_message_bytes and commit_events must be >= 1, "
+                             f"got {self.queue_batches}, {self.max_message_bytes}, "
+                             f"{self.commit_events}")
 
 
 @dataclass
@@ -189,7 +195,8 @@ class HooksTap:
         import zmq
 
         self.open()
-        received = []  # what is queued now, handed over together (group commits)
+        received, events = [], 0  # what is queued now, handed over together (group commits)
+        delivered = 0
         try:
             poller = zmq.Poller()  # a disconnect wakes it too, so it is counted at once
             poller.register(self._socket, zmq.POLLIN)
@@ -204,12 +211,17 @@ class HooksTap:
                 except zmq.Again:
                     break
                 decoded = self._decoded(frames)
-                if decoded is not None:
-                    received.append(decoded)
+                if decoded is None:
+                    continue
+                received.append(decoded)
+                events += decoded[1].block_events.num_rows
+                if events >= self.config.commit_events:  # a full group goes in now
+                    delivered += self._deliver(received)
+                    received, events = [], 0
         except zmq.ZMQError as error:  # a broken socket: the runner reopens it
             self._deliver(received)  # what was read before it broke is not lost
             raise OSError(f"hooks endpoint {self.name}: {error}") from None
-        return self._deliver(received)
+        return delivered + self._deliver(received)
 
     def drain(self, timeout_s: float) -> int:
         """Deliver what already reached the socket, until nothing more arrives for a moment
@@ -251,7 +263,8 @@ class HooksTap:
         takes several (``on_batch.many``); returns the batches handed over."""
         many = getattr(self._on_batch, "many", None)
         shipments = {id(batch): shipment for shipment, batch in received}
-        groups = (commit_groups([batch for _, batch in received]) if many is not None
+        groups = (commit_groups([batch for _, batch in received], self.config.commit_events)
+                  if many is not None
                   else [[batch] for _, batch in received])
         delivered, failure = 0, None
         for group in groups:

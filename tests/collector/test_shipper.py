@@ -12,7 +12,6 @@ from kvtier.collector.events import Origin, Outcome, RequestRecord, Tier
 from kvtier.collector.hooks_tap import HooksTap, HooksTapConfig
 from kvtier.collector.recorder import Recorder
 from kvtier.collector.shipper import Shipper, ShipperConfig, endpoint_from
-from kvtier.collector import taps
 from kvtier.collector.taps import TapRunner
 from tests.conftest import free_port
 
@@ -206,6 +205,8 @@ def test_the_endpoint_comes_from_the_config_then_the_environment_then_loopback(m
         ShipperConfig("localhost:5570")
     with pytest.raises(ValueError, match="interval_s must be > 0"):
         ShipperConfig(interval_s=0)
+    with pytest.raises(ValueError, match="commit_events must be >= 1, got 1000, 268435456, 0"):
+        HooksTapConfig(commit_events=0)
 
 
 def test_a_busy_hooks_endpoint_is_an_os_error(store):
@@ -247,32 +248,56 @@ def test_healthz_lists_each_engine_stream_the_hooks_tap_received_from(store):
         for name in ("engine-a", "engine-b")]
 
 
-def test_what_one_poll_reads_is_stored_in_commit_groups_of_bounded_size(store, monkeypatch):
-    """Shipped batches read together go to the sink's ``many`` in order, in groups of at
-    most the tap's commit size (here 8 block events: two batches of 4), each counted once; a
-    bad message among them is skipped; a plain callable sink gets them one by one."""
-    from kvtier.collector import hooks_tap
+def send_and_poll(tap: HooksTap, messages: list[list[bytes]]) -> None:
+    """Send ``messages`` to ``tap`` over its socket and poll it until it took every one (it
+    reads what is queued in one poll: all of them, mostly)."""
+    import zmq
+
+    (where,) = tap.open()
+    context = zmq.Context()
+    push = context.socket(zmq.PUSH)
+    push.connect(where)
+    try:
+        for frames in messages:
+            push.send_multipart(frames)
+        time.sleep(0.2)  # let them queue at the tap, so one poll finds them together
+        deadline = time.monotonic() + 30
+        while tap.stats.batches + tap.stats.bad_frames < len(messages):
+            assert time.monotonic() < deadline, tap.stats
+            tap.poll(0.5)
+    finally:
+        push.close(linger=0)
+        context.term()
+        tap.close()
+
+
+def test_what_one_poll_reads_is_stored_in_commit_groups_of_bounded_size(store):
+    """Shipped batches read together go to the sink's ``many`` in order, in groups of at most
+    the tap's ``commit_events`` (here 8 block events: two batches of 4), each group handed over
+    as soon as it is full, before the tap reads on (so it holds one group ahead of the store);
+    each batch counted once; a bad message among them skipped; a plain callable sink gets
+    them one by one."""
     from kvtier.collector.shipment import Shipment, encode
     from kvtier.collector.taps import BatchSink
 
-    monkeypatch.setattr(hooks_tap, "commit_groups",
-                        lambda batches: taps.commit_groups(batches, max_events=8))
-    groups = []
-    sink = BatchSink(store.ingest, lambda batches: groups.append(
-        [b.sequence for b in batches]) or store.ingest_many(batches))
-    tap = HooksTap(HooksTapConfig((ANY_PORT,)), sink)
-    rec, frames, first_event = recorder(), [], 0
+    rec, messages, first_event = recorder(), [], 0
     for sequence in range(5):
         record_requests(rec, 2, start=2 * sequence)  # 4 block events a batch
         packed = rec.take_packed()
-        frames.append(encode(Shipment(packed, sequence, first_event)))
+        messages.append(encode(Shipment(packed, sequence, first_event)))
         first_event += packed.num_events
-    frames.insert(2, [b"not json", b"", b"[]"])
-    received = [r for r in map(tap._decoded, frames) if r is not None]
-    assert tap.stats.bad_frames == 1
-    assert tap._deliver(received) == 5
-    assert groups == [[0, 1], [2, 3], [4]]
-    assert tap.stats.batches == 5 and tap.stats.gaps == 0 and store.count("requests") == 10
+    messages.insert(2, [b"not json", b"", b"[]"])  # read after batch 1, before batch 2
+    groups = []  # (sequences, bad messages the tap had read when it handed the group over)
+    config = HooksTapConfig((ANY_PORT,), commit_events=8)
+    tap = HooksTap(config, BatchSink(store.ingest, lambda batches: groups.append(
+        ([b.sequence for b in batches], tap.stats.bad_frames)) or store.ingest_many(batches)))
+    send_and_poll(tap, messages)
+    assert [sequence for sequences, _ in groups for sequence in sequences] == [0, 1, 2, 3, 4]
+    assert all(len(sequences) <= 2 for sequences, _ in groups)
+    # the bad message comes after batch 1: a group ending at batch 1 went in before it was read
+    assert all(bad == (sequences[-1] >= 2) for sequences, bad in groups), groups
+    assert tap.stats.bad_frames == 1 and tap.stats.batches == 5 and tap.stats.gaps == 0
+    assert store.count("requests") == 10
     one = []
-    assert HooksTap(HooksTapConfig((ANY_PORT,)), one.append)._deliver(received) == 5
+    send_and_poll(HooksTap(config, one.append), messages)
     assert [b.sequence for b in one] == [0, 1, 2, 3, 4]
