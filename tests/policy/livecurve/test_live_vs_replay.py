@@ -98,3 +98,34 @@ def test_the_mooncake_trace_matches_the_replay(engine):
         assert point.hit_ratio == pytest.approx(expected, abs=TOLERANCE)
     ratios = [p.hit_ratio for p in curve.window("all").points]
     assert ratios[-1] > ratios[0] + 0.05  # the trace has reuse beyond the GPU
+
+
+def test_group_commits_show_the_curves_what_one_batch_at_a_time_shows(fleet, tmp_path):
+    """A collector that commits several shipments at once hands the curves each engine
+    stream's share of a commit as one batch: the curves come out as they do fed one batch at
+    a time (the fixture's), point for point."""
+    from dataclasses import replace
+
+    from kvtier.collector.service import CollectorConfig, CollectorService
+
+    traffic, engines, one_at_a_time = fleet
+    config = CurveConfig(cpu_ladder_tokens=LADDER, cold_ladder_tokens=COLD_LADDER,
+                         cold_above_cpu_tokens=COLD_ABOVE, gpu_tokens=GPU_TOKENS)
+    clock = FixedClock()
+    curves = LiveCurves(config, collector="test", clock=clock)
+    service = CollectorService(CollectorConfig(store_path=tmp_path / "kvtier.duckdb",
+                                               metrics_port=None, export_every_s=3600),
+                               observers=[curves], clock=clock).start()
+    batches = list(fleet_batches(traffic, engines, per_batch=8))
+    try:
+        for at in range(0, len(batches), 96):  # 96 shipments a commit: 64 streams, some twice
+            assert all(service.ingest_many(batches[at:at + 96]))
+            clock.advance(1.0)
+    finally:
+        service.stop()
+    curves.flush()
+    grouped = {(c.engine, c.instance): c for c in curves.refresh().instances}
+    assert grouped.keys() == one_at_a_time.keys()
+    for key, curve in grouped.items():  # all but the clock's span, which moved a commit a tick
+        assert replace(curve.window("all"), span_s=0) == replace(
+            one_at_a_time[key].window("all"), span_s=0), key
