@@ -205,6 +205,9 @@ def test_the_endpoint_comes_from_the_config_then_the_environment_then_loopback(m
         ShipperConfig("localhost:5570")
     with pytest.raises(ValueError, match="interval_s must be > 0"):
         ShipperConfig(interval_s=0)
+
+
+def test_a_hooks_tap_config_refuses_an_empty_commit_group():
     with pytest.raises(ValueError, match="commit_events must be >= 1, got 1000, 268435456, 0"):
         HooksTapConfig(commit_events=0)
 
