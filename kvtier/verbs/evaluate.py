@@ -46,7 +46,10 @@ def add_arguments(parser) -> None:
                              "learned-retention (the model's score, decayed by time since use, "
                              "orders CPU eviction), "
                              "oracle-reused (a diagnostic: admits blocks the trace references "
-                             "again, knowing whether but not when)")
+                             "again, knowing whether but not when), sightings-gpu (a "
+                             "diagnostic: the GPU prefix cache too keeps a new block only from "
+                             "its second request, as libCacheSim's Bloom-filter row does for "
+                             "one cache; no engine offers it today)")
     parser.add_argument("--libcachesim", default="",
                         help="also run libCacheSim's policies as one cache of GPU+CPU size on "
                              f"the same block stream, comma-separated: {', '.join(EXTERNAL)}, "

@@ -16,6 +16,7 @@ from kvtier.policy.cost import CostParams, queue_ttft, queue_ttft_samples
 from kvtier.policy.learn.admission_model import ModelConfig
 from kvtier.policy.learn.baselines.nextuse_rows import NAMES as NEXT_USE_NAMES
 from kvtier.policy.learn.baselines.nextuse_rows import ChoiceCache, policy_for, shadow_summary
+from kvtier.policy.learn.baselines.gpu_sightings import GPU_SIGHTINGS, SIGHTINGS_GPU
 from kvtier.policy.learn.baselines.oracle_reused import ORACLE_REUSED, ReusedLaterAdmitter
 from kvtier.policy.learn.baselines.retention_tier import RETENTION, retention_policy
 from kvtier.policy.learn.pairs import PairChoice, choose_pair, deployed
@@ -37,7 +38,8 @@ def base_policies() -> tuple[str, ...]:
 
 def evaluated_names() -> tuple[str, ...]:
     """Every row name :func:`compare` accepts."""
-    return (*base_policies(), *LEARNED, RETENTION, *NEXT_USE_NAMES, RECOMMENDED, ORACLE_REUSED)
+    return (*base_policies(), *LEARNED, RETENTION, *NEXT_USE_NAMES, RECOMMENDED, ORACLE_REUSED,
+            SIGHTINGS_GPU)
 
 UNSAFE_BELOW_LRU = 1e-4  # a row this far below LRU's hit ratio lost to it on later time
 
@@ -91,7 +93,8 @@ def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 
             cpu_policy, summaries[name] = retention_policy(split, tiers,
                                                            fitted_by_name.get("learned"), seed)
         replayed = replay(split.records, tiers, cpu_policy, admitter=admitter,
-                          count_from=split.count_from, trace=split.trace)
+                          count_from=split.count_from, trace=split.trace,
+                          gpu_sightings=GPU_SIGHTINGS if name == SIGHTINGS_GPU else 0)
         rows.append(row(name, replayed, params, servers, keep_ttft_samples=keep_ttft_samples))
     add_gap_closed(rows)
     mark_unsafe(rows)

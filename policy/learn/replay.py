@@ -124,15 +124,17 @@ def replay(records: Sequence[RequestRecord], tiers: Tiers,
            admitter: Admitter | None = None, count_from: int = 0,
            count_to: int | None = None,
            on_request: Callable[[int], None] | None = None,
-           trace: BlockTrace | None = None) -> Replayed:
+           trace: BlockTrace | None = None, gpu_sightings: int = 0) -> Replayed:
     """Replay all ``records``; totals count requests ``count_from`` to ``count_to``.
     ``cpu_policy``: a registry name, or a builder called with the CPU capacity; a policy
     with an ``observe(index, record)`` method sees each request before it is served.
-    ``trace``: the records' arrays, when the caller has them (built once per trace)."""
+    ``trace``: the records' arrays, when the caller has them (built once per trace).
+    ``gpu_sightings``: the GPU tier keeps a fresh block only from its N-th request on
+    (:class:`~kvtier.policy.sim.config.SimConfig`)."""
     block_tokens = _block_tokens(records)
     config = SimConfig(gpu_blocks=tiers.gpu_blocks, cpu_blocks=tiers.cpu_blocks,
                        cold_blocks=tiers.cold_blocks, policy="lru",
-                       default_block_tokens=block_tokens)
+                       gpu_sightings=gpu_sightings, default_block_tokens=block_tokens)
     cpu, observe = None, None
     if tiers.cpu_blocks:
         cpu = (make_policy(cpu_policy, tiers.cpu_blocks) if isinstance(cpu_policy, str)

@@ -1,7 +1,11 @@
 # The exclusive flow: one copy per block; promotions move up to the GPU, a GPU victim moves
 # down to CPU (if admitted), a CPU victim to the cold tier, a cold victim leaves the stack.
 # With ``tail_first`` (TensorRT-LLM, which evicts only leaves of its radix tree) a request's
-# GPU blocks are touched tail to head after it is served.
+# GPU blocks are touched tail to head after it is served. With ``gpu_filter`` (a
+# :class:`SightingFilter`) a block the request computed afresh stays in the GPU tier only if it
+# passes the filter: as an engine that caches a new block in its prefix cache only on the
+# N-th request that references it, the block's slot held while the request ran, then freed
+# first. Its victims were evicted all the same; a refused block leaves the stack.
 
 
 cdef class PriorityRule:
@@ -17,17 +21,19 @@ cdef class PriorityRule:
 cdef class ExclusiveFlow(Flow):
     cdef readonly Tier gpu, cpu, cold
     cdef readonly Admitter admitter
+    cdef readonly SightingFilter gpu_filter
     cdef readonly OfferObserver offers
     cdef bint keep_info, needs_info, tail_first
     cdef PriorityRule rule
     cdef int64_t* i_prio
     cdef int64_t* i_next
     cdef int64_t* i_pos
-    cdef Buf gpu_victims, cpu_victims, cold_victims
+    cdef Buf gpu_victims, cpu_victims, cold_victims, fresh
 
     def __cinit__(self, Tier gpu, Tier cpu=None, Tier cold=None, Admitter admitter=None, *,
                   PriorityRule rule=None, bint tail_first=False, bint track_parents=False,
-                  OfferObserver offers=None, Interner interner=None):
+                  OfferObserver offers=None, Interner interner=None,
+                  SightingFilter gpu_filter=None):
         if interner is not None:
             self.interner = interner
         self.gpu = gpu
@@ -47,10 +53,14 @@ cdef class ExclusiveFlow(Flow):
             self.observers.append(offers)
         if admitter is not None and admitter.observer is not None:
             self.observers.append(admitter.observer)
+        self.gpu_filter = gpu_filter
+        if gpu_filter is not None:
+            self.observers.append(gpu_filter.observer)
         self.i_prio = self.i_next = self.i_pos = NULL
         memset(&self.gpu_victims, 0, sizeof(Buf))
         memset(&self.cpu_victims, 0, sizeof(Buf))
         memset(&self.cold_victims, 0, sizeof(Buf))
+        memset(&self.fresh, 0, sizeof(Buf))
 
     def __dealloc__(self):
         free(self.i_prio)
@@ -59,6 +69,7 @@ cdef class ExclusiveFlow(Flow):
         buf_free(&self.gpu_victims)
         buf_free(&self.cpu_victims)
         buf_free(&self.cold_victims)
+        buf_free(&self.fresh)
 
     cdef int _reserve(self, Py_ssize_t old, Py_ssize_t new) except -1:
         self.gpu.reserve(new)
@@ -68,6 +79,8 @@ cdef class ExclusiveFlow(Flow):
             self.cold.reserve(new)
         if self.admitter is not None:
             self.admitter.reserve(new)
+        if self.gpu_filter is not None:
+            self.gpu_filter.reserve(new)
         if self.keep_info:
             self.i_prio = grow_i64(self.i_prio, old, new, 35)
             self.i_next = grow_i64(self.i_next, old, new, NEVER)
@@ -187,6 +200,7 @@ cdef class ExclusiveFlow(Flow):
         cdef id_t h
         cdef Tier gpu = self.gpu
         cdef Info info
+        self.fresh.n = 0
         for i in range(nf):  # pin the GPU hits, as an engine does before it allocates
             if self.found[i] == GPU:
                 self.info_at(i, next_uses, &info)
@@ -208,10 +222,17 @@ cdef class ExclusiveFlow(Flow):
                     self.offers.promoted(h, i < nf and self.found[i] == CPU)
             elif self.cold is not None and self.cold.inside[h]:
                 self.cold.remove(h)
+            elif self.gpu_filter is not None:
+                buf_push(&self.fresh, h)
             self.into_gpu(h, &info)
         if self.tail_first:
             for i in range(nb - 1, -1, -1):
                 if gpu.inside[hs[i]]:
                     self.info_at(i, next_uses, &info)
                     gpu.touch(hs[i], &info)
+        for i in range(self.fresh.n):  # computed afresh: cached only if it passes the filter
+            h = self.fresh.data[i]
+            if gpu.inside[h] and not self.gpu_filter.tracker.passes(h):
+                gpu.remove(h)
+                self.drop(h)
         return 0

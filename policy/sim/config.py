@@ -8,7 +8,12 @@ and ``policy/sim/_vllm.pxi``, built by ``policy/sim/flows.py``):
 
 * ``"exclusive"`` — a block lives in one tier: a promotion moves it up to the GPU, a GPU
   victim moves down to CPU (if admitted), a CPU victim to the cold tier, a cold victim is
-  dropped. Every tier uses ``policy``. This is the classic victim-cache hierarchy.
+  dropped. Every tier uses ``policy``. This is the classic victim-cache hierarchy. With
+  ``gpu_sightings`` >= 2 a block a request computes afresh stays in the GPU tier only from the
+  ``gpu_sightings``-th request that references it (counted as the sighting filter counts), as
+  an engine that caches a new block in its prefix cache only then: the request holds its slot
+  while it runs, then the block leaves the stack (no engine's configuration offers this today;
+  ``kvtier evaluate``'s ``sightings-gpu`` row prices it).
 * ``"vllm"`` — vLLM 0.33's OffloadingConnector: the GPU prefix cache is vLLM's block pool
   (``GpuPool`` in ``policy/sim/_vllm.pxi``: LRU free queue, requests released tail first, the last token
   always computed, partial blocks never cached) and its victims are dropped; every newly computed block is offered to the CPU tier as it fills (write-through,
@@ -68,6 +73,7 @@ class SimConfig:
     semantics: str = "exclusive"
     policy: str = "lru"
     store_threshold: int = 0
+    gpu_sightings: int = 0
     offload_min_priority: int = 30
     offload_comparison: str = "ge"
     priorities: PriorityRule = field(default_factory=PriorityRule)
@@ -86,6 +92,11 @@ class SimConfig:
         _choice(f"policy (with semantics {self.semantics!r})", self.policy, allowed)
         if self.store_threshold < 0:
             raise ValueError(f"store_threshold must be >= 0, got {self.store_threshold}")
+        if self.gpu_sightings < 0 or self.gpu_sightings == 1:
+            raise ValueError(f"gpu_sightings must be 0 (cache every block) or >= 2, got "
+                             f"{self.gpu_sightings}")
+        if self.gpu_sightings and self.semantics != "exclusive":
+            raise ValueError(f"gpu_sightings needs semantics 'exclusive', got {self.semantics!r}")
         if self.semantics == "vllm" and self.store_threshold >= 2 and self.cold_blocks != 0:
             raise ValueError("store_threshold >= 2 cannot be combined with a cold (file) tier: "
                              "vLLM's TieringOffloadingSpec rejects it")

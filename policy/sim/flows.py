@@ -115,7 +115,8 @@ def _chained(admitter) -> bool:
 def exclusive_flow(config: SimConfig, cpu_tier=None, cpu_admitter=None, offers=None
                    ) -> FlowView:
     """Every tier runs ``config.policy``; GPU victims pass ``cpu_admitter`` (default: the
-    store threshold, when >= 2) into the CPU tier. ``cpu_tier`` replaces the CPU tier whole;
+    store threshold, when >= 2) into the CPU tier; ``config.gpu_sightings`` filters what the
+    GPU tier keeps of a request's fresh blocks. ``cpu_tier`` replaces the CPU tier whole;
     ``offers`` (an ``OfferObserver``: the learned kernels' ``OfferLog``) records what the CPU
     tier is offered."""
     c = core()
@@ -136,7 +137,9 @@ def exclusive_flow(config: SimConfig, cpu_tier=None, cpu_admitter=None, offers=N
                            compiled_admitter(admitter, interner) if cpu is not None else None,
                            rule=_rule(config),
                            track_parents=_chained(admitter) or _chained(cpu_tier),
-                           offers=offers, interner=interner)
+                           offers=offers, interner=interner,
+                           gpu_filter=(c.SightingFilter(config.gpu_sightings)
+                                       if config.gpu_sightings else None))
     _bind(flow, cpu)
     return FlowView(flow, (True, cpu is not None, cold is not None))
 

@@ -22,6 +22,28 @@ def served(sim, *blocks):
                    for o in outcome.outcomes)
 
 
+def test_the_gpu_tier_keeps_a_fresh_block_only_from_its_second_sighting():
+    sim = Simulator(SimConfig(gpu_blocks=2, cpu_blocks=0, gpu_sightings=2))
+    assert served(sim, 1, 2) == "--"
+    assert 1 not in sim.flow.gpu and 2 not in sim.flow.gpu  # computed once: not cached
+    assert served(sim, 1, 2) == "--"    # recomputed: the second sighting keeps them
+    assert served(sim, 1, 2) == "gg"
+    # a fresh request still takes GPU slots while it runs: what it evicted stays evicted,
+    # and the slots it leaves are empty
+    assert served(sim, 3, 4) == "--"
+    assert len(sim.flow.gpu) == 0
+    assert served(sim, 1, 2) == "--"
+    plain = Simulator(SimConfig(gpu_blocks=2, cpu_blocks=0))
+    assert [served(plain, 1, 2) for _ in range(2)] == ["--", "gg"]
+
+
+@pytest.mark.parametrize("bad", [dict(gpu_sightings=1), dict(gpu_sightings=-1),
+                                 dict(gpu_sightings=2, semantics="vllm")])
+def test_gpu_sightings_is_checked(bad):
+    with pytest.raises(ValueError, match="gpu_sightings"):
+        SimConfig(gpu_blocks=2, cpu_blocks=2, **bad)
+
+
 def test_a_block_seen_once_is_dropped_and_one_seen_twice_is_kept():
     sim = Simulator(SimConfig(gpu_blocks=1, cpu_blocks=2),
                     cpu_admitter=SightingAdmitter(2))

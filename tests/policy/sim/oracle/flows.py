@@ -23,7 +23,7 @@ from tests.policy.sim.oracle import (
     PriorityLRU,
     make_policy,
 )
-from tests.policy.sim.oracle.admission import Admitter
+from tests.policy.sim.oracle.admission import Admitter, SightingAdmitter
 from kvtier.policy.sim.policies.base import DEFAULT_INFO
 from kvtier.policy.sim.result import SimResult
 from tests.policy.sim.oracle.vllm_cpu import VllmCpuTier
@@ -115,13 +115,16 @@ class ExclusiveFlow(Flow):
     The CPU tier, if any, gates GPU victims with its admitter (TensorRT-LLM's priority gate,
     a store threshold, a learned score: see :class:`Admitted`); a refused victim is dropped.
     ``tail_first``: release a request's GPU blocks tail first (engine flows).
+    ``gpu_filter`` (a :class:`SightingAdmitter`): of the blocks a request computed afresh, the
+    GPU keeps only those that pass it once the request is served (their victims stay evicted).
     """
 
     def __init__(self, result: SimResult, emit: Emit, gpu, cpu=None, cold=None, *,
-                 tail_first: bool = False) -> None:
+                 tail_first: bool = False, gpu_filter: SightingAdmitter | None = None) -> None:
         super().__init__(result, emit)
         self.gpu, self.cpu, self.cold = gpu, cpu, cold
         self.tail_first = tail_first
+        self.gpu_filter = gpu_filter
         # the last reference of each resident block, for tiers that read it when the block
         # moves down (priority, next use); plain recency policies do not need it
         self.reads_info = any(getattr(t, "reads_info", True) for t in (gpu, cpu, cold)
@@ -129,9 +132,15 @@ class ExclusiveFlow(Flow):
         self._keep_info = self.reads_info
         self._info: dict[int, BlockInfo] = {}
 
+    def sight(self, hashes) -> None:
+        super().sight(hashes)
+        if self.gpu_filter is not None:
+            self.gpu_filter.sight(hashes)
+
     def serve(self, hashes, infos, found, cacheable) -> None:
         self.pin_gpu_hits(hashes, infos, found)
         keep_info = self._keep_info
+        fresh = []
         for i, (h, info) in enumerate(zip(hashes, infos)):
             if keep_info:
                 self._info[h] = info
@@ -143,9 +152,16 @@ class ExclusiveFlow(Flow):
                 self.cpu.remove(h)
             elif self.cold is not None and h in self.cold:
                 self.cold.remove(h)
+            else:
+                fresh.append(h)
             self._into_gpu(h, info)
         if self.tail_first:
             self.release_tail_first(hashes, infos)
+        if self.gpu_filter is not None:
+            for h in fresh:
+                if h in self.gpu and not self.gpu_filter.passes(h):
+                    self.gpu.remove(h)
+                    self._drop(h)
 
     def _into_gpu(self, h: int, info: BlockInfo) -> None:
         victims = self.gpu.insert(h, info)
@@ -327,7 +343,9 @@ def exclusive_flow(config: SimConfig, result: SimResult, emit: Emit = _no_emit,
     cpu = cpu_tier if cpu_tier is not None else _optional(config.policy, config.cpu_blocks,
                                                           admitter)
     return ExclusiveFlow(result, emit, make_policy(config.policy, config.gpu_blocks), cpu,
-                         _optional(config.policy, config.cold_blocks, None))
+                         _optional(config.policy, config.cold_blocks, None),
+                         gpu_filter=(SightingAdmitter(config.gpu_sightings)
+                                     if config.gpu_sightings else None))
 
 
 def trtllm_flow(config: SimConfig, result: SimResult, emit: Emit = _no_emit,
