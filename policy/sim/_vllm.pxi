@@ -8,6 +8,10 @@
 # loads nothing from a lower tier (vLLM's scheduler offers its prompt from the first block:
 # a reuse where the CPU tier holds one, else a store candidate); each CPU store cascades to the cold (file) tier,
 # which skips blocks it holds; a cold hit is staged through CPU before loading to the GPU.
+# With a GPU sighting filter (``GpuPool.filter``, kvtier's vLLM plug-in's prefix-cache filter)
+# a block written for the request gets its hash only if it passes the filter; one that does
+# not holds its slot while the request runs and is then freed to the head of the queue, as
+# vLLM frees every block without a hash (reused first, caching nothing).
 
 
 cdef class GpuPool:
@@ -24,6 +28,8 @@ cdef class GpuPool:
     cdef Py_ssize_t n_ids, blocks, block_cap
     cdef readonly Py_ssize_t cached     # distinct hashes cached
     cdef Buf held
+    cdef Buf unhashed
+    cdef StoreThreshold filter          # None: every written block gets its hash
 
     def __cinit__(self, capacity):
         if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int)
@@ -36,6 +42,8 @@ cdef class GpuPool:
         self.q_head = self.q_tail = NONE
         self.n_ids = self.blocks = self.block_cap = self.cached = 0
         memset(&self.held, 0, sizeof(Buf))
+        memset(&self.unhashed, 0, sizeof(Buf))
+        self.filter = None
 
     def __dealloc__(self):
         free(self.copy_head)
@@ -46,6 +54,7 @@ cdef class GpuPool:
         free(self.q_prev)
         free(self.q_next)
         buf_free(&self.held)
+        buf_free(&self.unhashed)
 
     cdef int reserve(self, Py_ssize_t n) except -1:
         cdef Py_ssize_t new
@@ -81,6 +90,15 @@ cdef class GpuPool:
             self.q_next[self.q_tail] = b
         self.q_tail = b
 
+    cdef inline void _q_prepend(self, id_t b):
+        self.q_next[b] = self.q_head
+        self.q_prev[b] = NONE
+        if self.q_head == NONE:
+            self.q_tail = b
+        else:
+            self.q_prev[self.q_head] = b
+        self.q_head = b
+
     cdef id_t _allocate(self, Buf* victims) except -2:
         cdef id_t block, old, p, q
         cdef Py_ssize_t new
@@ -100,6 +118,8 @@ cdef class GpuPool:
         block = self.q_head
         self._q_unlink(block)
         old = self.block_hash[block]
+        if old == NONE:  # a block freed without a hash: nothing cached is lost
+            return block
         p = self.copy_prev[block]
         q = self.copy_next[block]
         if p == NONE:
@@ -122,6 +142,7 @@ cdef class GpuPool:
         cdef Py_ssize_t i
         cdef id_t block, h
         self.held.n = 0
+        self.unhashed.n = 0
         for i in range(hits):
             block = self.copy_head[hs[i]]
             if self.q_prev[block] == NONE and self.q_head != block:
@@ -136,6 +157,10 @@ cdef class GpuPool:
             if block == NONE:  # every block is held by this request: nothing more is cached
                 break
             h = hs[i]
+            if self.filter is not None and not self.filter.passes(h):
+                self.block_hash[block] = NONE
+                buf_push(&self.unhashed, block)
+                continue
             self.block_hash[block] = h
             self.copy_next[block] = NONE
             self.copy_prev[block] = self.copy_tail[h]
@@ -148,6 +173,8 @@ cdef class GpuPool:
             buf_push(&self.held, block)
         for i in range(self.held.n - 1, -1, -1):
             self._q_append(self.held.data[i])
+        for i in range(self.unhashed.n):  # freed tail first: the request's last at the head
+            self._q_prepend(self.unhashed.data[i])
         return 0
 
 
@@ -157,6 +184,7 @@ cdef class VllmFlow(Flow):
     cdef readonly Lru cold
     cdef readonly StoreThreshold threshold
     cdef readonly Admitter admitter
+    cdef readonly SightingFilter gpu_filter
     cdef PriorityRule rule
     cdef int8_t* protected
     cdef int64_t* missed_at       # request index of the last store miss noted per block
@@ -164,7 +192,8 @@ cdef class VllmFlow(Flow):
 
     def __cinit__(self, GpuPool gpu, Tier cpu=None, Lru cold=None,
                   StoreThreshold threshold=None, Admitter admitter=None, *,
-                  PriorityRule rule=None, bint track_parents=False, Interner interner=None):
+                  PriorityRule rule=None, bint track_parents=False, Interner interner=None,
+                  SightingFilter gpu_filter=None):
         if interner is not None:
             self.interner = interner
         if cpu is not None and not cpu.request_scoped:
@@ -176,6 +205,10 @@ cdef class VllmFlow(Flow):
         self.admitter = admitter
         if admitter is not None and admitter.observer is not None:
             self.observers.append(admitter.observer)
+        self.gpu_filter = gpu_filter
+        if gpu_filter is not None:
+            gpu.filter = gpu_filter.tracker
+            self.observers.append(gpu_filter.observer)
         self.rule = rule if rule is not None else PriorityRule()
         self.track_parents = track_parents
         self.protected = NULL
@@ -212,6 +245,8 @@ cdef class VllmFlow(Flow):
         self.threshold.reserve(new)
         if self.admitter is not None:
             self.admitter.reserve(new)
+        if self.gpu_filter is not None:
+            self.gpu_filter.reserve(new)
         self.protected = grow_i8(self.protected, old, new, 0)
         self.missed_at = grow_i64(self.missed_at, old, new, -1)
         return 0

@@ -12,8 +12,8 @@ and ``policy/sim/_vllm.pxi``, built by ``policy/sim/flows.py``):
   ``gpu_sightings`` >= 2 a block a request computes afresh stays in the GPU tier only from the
   ``gpu_sightings``-th request that references it (counted as the sighting filter counts), as
   an engine that caches a new block in its prefix cache only then: the request holds its slot
-  while it runs, then the block leaves the stack (no engine's configuration offers this today;
-  ``kvtier evaluate``'s ``sightings-gpu`` row prices it).
+  while it runs, then the block leaves the stack (``kvtier evaluate``'s ``sightings-gpu`` row
+  prices it; with ``"vllm"`` semantics it is kvtier's vLLM plug-in's prefix-cache filter).
 * ``"vllm"`` — vLLM 0.33's OffloadingConnector: the GPU prefix cache is vLLM's block pool
   (``GpuPool`` in ``policy/sim/_vllm.pxi``: LRU free queue, requests released tail first, the last token
   always computed, partial blocks never cached) and its victims are dropped; every newly computed block is offered to the CPU tier as it fills (write-through,
@@ -22,7 +22,10 @@ and ``policy/sim/_vllm.pxi``, built by ``policy/sim/flows.py``):
   those offers too), and each CPU store cascades to the file (cold) tier, which
   skips existing files; a cold hit is staged through CPU (it takes a CPU slot) before loading
   to the GPU; CPU recency is applied once per request. ``policy`` is the CPU policy
-  (vLLM ships ``lru`` and ``arc``).
+  (vLLM ships ``lru`` and ``arc``). With ``gpu_sightings`` >= 2 a block written into the pool
+  (computed or loaded) gets its hash only if it passes the filter; one that does not holds
+  its block while the request runs and is then freed to the head of the free queue, as vLLM
+  frees every block without a hash.
 * ``"trtllm"`` — TensorRT-LLM: priority LRU on GPU and host; a GPU victim is offloaded to
   host memory only if its priority passes ``offload_min_priority`` (``offload_comparison``
   ``"ge"`` as coded, ``"gt"`` as documented), else dropped; host hits move back to the GPU.
@@ -95,8 +98,9 @@ class SimConfig:
         if self.gpu_sightings < 0 or self.gpu_sightings == 1:
             raise ValueError(f"gpu_sightings must be 0 (cache every block) or >= 2, got "
                              f"{self.gpu_sightings}")
-        if self.gpu_sightings and self.semantics != "exclusive":
-            raise ValueError(f"gpu_sightings needs semantics 'exclusive', got {self.semantics!r}")
+        if self.gpu_sightings and self.semantics == "trtllm":
+            raise ValueError("gpu_sightings cannot be combined with semantics 'trtllm' (its "
+                             "GPU tier is its own priority LRU)")
         if self.semantics == "vllm" and self.store_threshold >= 2 and self.cold_blocks != 0:
             raise ValueError("store_threshold >= 2 cannot be combined with a cold (file) tier: "
                              "vLLM's TieringOffloadingSpec rejects it")

@@ -108,6 +108,11 @@ def runs_compiled(tier) -> bool:
     return isinstance(tier, KeyedTier) or hasattr(tier, "compiled_tier")
 
 
+def _gpu_filter(config: SimConfig):
+    """The GPU prefix cache's sighting filter (``config.gpu_sightings``), or ``None``."""
+    return core().SightingFilter(config.gpu_sightings) if config.gpu_sightings else None
+
+
 def _chained(admitter) -> bool:
     return bool(getattr(admitter, "chained", False))
 
@@ -138,8 +143,7 @@ def exclusive_flow(config: SimConfig, cpu_tier=None, cpu_admitter=None, offers=N
                            rule=_rule(config),
                            track_parents=_chained(admitter) or _chained(cpu_tier),
                            offers=offers, interner=interner,
-                           gpu_filter=(c.SightingFilter(config.gpu_sightings)
-                                       if config.gpu_sightings else None))
+                           gpu_filter=_gpu_filter(config))
     _bind(flow, cpu)
     return FlowView(flow, (True, cpu is not None, cold is not None))
 
@@ -181,7 +185,8 @@ def vllm_flow(config: SimConfig, cpu_tier=None, cpu_admitter=None, offers=None
     flow = c.VllmFlow(c.GpuPool(config.gpu_blocks), cpu, cold,
                       c.StoreThreshold(config.store_threshold),
                       compiled_admitter(cpu_admitter, interner), rule=_rule(config),
-                      track_parents=_chained(cpu_admitter), interner=interner)
+                      track_parents=_chained(cpu_admitter), interner=interner,
+                      gpu_filter=_gpu_filter(config))
     return FlowView(flow, (True, cpu is not None, cold is not None))
 
 

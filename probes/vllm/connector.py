@@ -23,7 +23,10 @@ finished request's record tells the policy how it ended. With a control token
 (``kvtier_control_token``), kvtier's guardrail can pause the CPU tier's loads or stores and
 recompute a prefix instead of loading it (``probes/vllm/tier_gate.py``): the state is taken
 at each step boundary (``build_connector_meta``), a paused tier's hits are recomputed
-(``get_num_new_matched_tokens`` answers no external tokens) and its stores declined.
+(``get_num_new_matched_tokens`` answers no external tokens) and its stores declined. With
+``kvtier_gpu_sightings`` the scheduler's GPU prefix cache keeps a block only from its N-th
+request (``probes/vllm/gpu_filter.py``): the connector counts each request's blocks when the
+scheduler first asks about it.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ def _connector_class():
         request_tags,
     )
     from kvtier.probes.vllm.recorders import close_receivers, flush, receiver_for, recorder_for
+    from kvtier.probes.vllm import gpu_filter
     from kvtier.probes.vllm.hook_settings import HookSettings
     from kvtier.probes.vllm.next_use_policy import note_finished
     from kvtier.probes.vllm.step_accounting import StepAccounting
@@ -92,8 +96,8 @@ def _connector_class():
                            timer=time.perf_counter) -> None:
             """Every part kvtier's scheduler side keeps: the settings (read from the
             connector's extra config ``extra``), the token accounting, the step records, the
-            guardrail's gate (the configured tiers without a control ``receiver``) and the
-            eviction policy's flag (from ``extra``).
+            guardrail's gate (the configured tiers without a control ``receiver``), the
+            eviction policy's flag (from ``extra``) and the GPU prefix cache's sighting filter.
             ``__init__`` calls it; so do tests that build the connector without vLLM's config."""
             self._kvtier_settings = settings
             self._kvtier = RequestTokenAccounting(recorder, block_size, model=model, clock=clock)
@@ -101,6 +105,8 @@ def _connector_class():
             self._kvtier_gate = TierGate(recorder, self._kvtier_settings.tier_config, receiver,
                                          clock=clock)
             self._kvtier_next_use = extra.get("eviction_policy") == "KvtierNextUsePolicy"
+            if settings.gpu_sightings:
+                gpu_filter.install(settings.gpu_sightings)
 
         def on_new_request(self, request):
             super().on_new_request(request)
@@ -109,6 +115,8 @@ def _connector_class():
                                       prompt_tokens=request.num_prompt_tokens)
 
         def get_num_new_matched_tokens(self, request, num_computed_tokens):
+            if self._kvtier is not None:
+                gpu_filter.sight(request)  # before allocation caches its blocks
             external, is_async = super().get_num_new_matched_tokens(request, num_computed_tokens)
             if self._kvtier is not None and external is not None:
                 sources = self.get_external_cache_hit_sources(request, external) if external else {}

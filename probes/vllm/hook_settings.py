@@ -23,6 +23,9 @@ not know, so this is the one channel for configuring kvtier inside the engine:
 ``kvtier_control``         the collector's control endpoint (default ``tcp://127.0.0.1:5571``)
 ``kvtier_control_lease_s`` how long a state holds without word from the collector before the
                            engine returns to its configured tiers (default 30)
+``kvtier_gpu_sightings``   cache a block in the GPU prefix cache only from the N-th request
+                           that references it (N >= 2; default 0: every block, as vLLM does;
+                           ``probes/vllm/gpu_filter.py``)
 =========================  =================================================================
 """
 
@@ -59,6 +62,7 @@ class HookSettings:
     shipper: ShipperConfig | None = ShipperConfig()
     tier_config: str | None = None
     control: ControlKeys | None = None
+    gpu_sightings: int = 0
 
     @classmethod
     def from_extra_config(cls, extra: Mapping | None) -> "HookSettings":
@@ -73,9 +77,14 @@ class HookSettings:
         elif not isinstance(tier_config, str) or not tier_config:
             raise ValueError(f"kvtier_tier_config must be a non-empty string, got {tier_config!r}")
         control = _control(extra)
+        gpu_sightings = extra.get("kvtier_gpu_sightings", 0)
+        if (isinstance(gpu_sightings, bool) or not isinstance(gpu_sightings, int)
+                or gpu_sightings < 0 or gpu_sightings == 1):
+            raise ValueError(f"kvtier_gpu_sightings must be 0 (cache every block) or an int "
+                             f">= 2, got {gpu_sightings!r}")
         collector = extra.get("kvtier_collector")
         if collector == IN_PROCESS:
-            return cls(instance, None, tier_config, control)
+            return cls(instance, None, tier_config, control, gpu_sightings)
         try:
             shipper = ShipperConfig(
                 endpoint=endpoint_from(collector),
@@ -83,7 +92,7 @@ class HookSettings:
                 flush_timeout_s=_seconds(extra, "kvtier_flush_timeout_s", 2.0))
         except ValueError as error:
             raise ValueError(f"kv_connector_extra_config: {error}") from None
-        return cls(instance, shipper, tier_config, control)
+        return cls(instance, shipper, tier_config, control, gpu_sightings)
 
     def tags(self, client_tags: Mapping, tier_config: str | None = None) -> dict:
         """A request record's tags: the engine's tier configuration (``tier_config``, the one

@@ -40,7 +40,7 @@ def random_config(rng):
         policy = "lru"  # ARC's ghost bounds need a finite capacity in every tier
     return SimConfig(gpu_blocks=gpu, cpu_blocks=cpu, cold_blocks=cold, semantics=semantics,
                      policy=policy, store_threshold=threshold,
-                     gpu_sightings=(rng.choice((0, 0, 2, 3)) if semantics == "exclusive" else 0),
+                     gpu_sightings=(rng.choice((0, 0, 2, 3)) if semantics != "trtllm" else 0),
                      offload_min_priority=rng.choice((20, 30, 35)),
                      offload_comparison=rng.choice(("ge", "gt")),
                      priorities=PriorityRule(default_priority=rng.choice((10, 35, 60)),

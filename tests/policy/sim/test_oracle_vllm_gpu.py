@@ -32,6 +32,7 @@ from kvtier.policy.sim.simulator import Simulator
 
 SIDE_PYTHON = os.environ.get("KVTIER_VLLM_PYTHON", "/tmp/kvt-vllm-side/bin/python")
 ORACLE = Path(__file__).with_name("vllm_gpu_oracle.py")
+ROOT = Path(__file__).resolve().parents[3]  # kvtier's checkout: the oracle imports its filter
 pytestmark = pytest.mark.skipif(not Path(SIDE_PYTHON).exists(), reason="no vLLM side environment")
 
 BLOCK_TOKENS = 4
@@ -65,24 +66,37 @@ def traces():
     return found
 
 
-def our_hits(trace, num_gpu_blocks, semantics="vllm"):
+def our_hits(trace, num_gpu_blocks, semantics="vllm", gpu_sightings=0):
     """GPU hit blocks per request."""
-    config = SimConfig(gpu_blocks=num_gpu_blocks - 1, cpu_blocks=0, semantics=semantics)
+    config = SimConfig(gpu_blocks=num_gpu_blocks - 1, cpu_blocks=0, semantics=semantics,
+                       gpu_sightings=gpu_sightings)
     simulator = Simulator(config)
     records = (request(ids, block_tokens=BLOCK_TOKENS, rid=f"r{i}", t=float(i))
                for i, ids in enumerate(trace))
     return [simulator.serve(r).outcomes.count(Outcome.GPU_HIT) for r in records]
 
 
+def vllm_run(cases: dict, *options: str) -> dict:
+    specs = [{"num_gpu_blocks": case[2], "block_size": BLOCK_TOKENS, "requests": trace}
+             for case, trace in cases.items()]
+    done = subprocess.run([SIDE_PYTHON, str(ORACLE), *options], input=json.dumps(specs),
+                          text=True, capture_output=True, timeout=300, check=False,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    return dict(zip(cases, json.loads(done.stdout)))
+
+
 @pytest.fixture(scope="module")
 def vllm_hits():
     cases = traces()
-    specs = [{"num_gpu_blocks": case[2], "block_size": BLOCK_TOKENS, "requests": trace}
-             for case, trace in cases.items()]
-    done = subprocess.run([SIDE_PYTHON, str(ORACLE)], input=json.dumps(specs), text=True,
-                          capture_output=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return cases, dict(zip(cases, json.loads(done.stdout)))
+    return cases, vllm_run(cases)
+
+
+@pytest.fixture(scope="module")
+def vllm_filtered_hits():
+    """vLLM's hits with kvtier's GPU sighting filter installed in its block pool."""
+    cases = traces()
+    return cases, vllm_run(cases, "--gpu-sightings", "2")
 
 
 def _case_id(case):
@@ -116,3 +130,18 @@ def test_head_first_release_disagrees_with_vllm(vllm_hits):
     differing = [case for case in TAIL_CASES
                  if our_hits(cases[case], case[2], "exclusive") != expected[case]]
     assert differing
+
+
+@pytest.mark.parametrize("case", RAW_CASES + TAIL_CASES, ids=_case_id)
+def test_gpu_hits_equal_vllm_with_kvtiers_gpu_sighting_filter(vllm_filtered_hits, case):
+    """kvtier's prefix-cache filter, as its connector installs it in vLLM's block pool, serves
+    what the simulator's vLLM flow with ``gpu_sightings=2`` serves, request by request."""
+    cases, expected = vllm_filtered_hits
+    assert our_hits(cases[case], case[2], gpu_sightings=2) == expected[case]
+
+
+def test_the_gpu_sighting_filter_changes_what_vllm_serves(vllm_hits, vllm_filtered_hits):
+    cases, plain = vllm_hits
+    _, filtered = vllm_filtered_hits
+    changed = [case for case in RAW_CASES + TAIL_CASES if plain[case] != filtered[case]]
+    assert len(changed) > len(RAW_CASES) // 2

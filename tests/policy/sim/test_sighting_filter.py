@@ -38,7 +38,7 @@ def test_the_gpu_tier_keeps_a_fresh_block_only_from_its_second_sighting():
 
 
 @pytest.mark.parametrize("bad", [dict(gpu_sightings=1), dict(gpu_sightings=-1),
-                                 dict(gpu_sightings=2, semantics="vllm")])
+                                 dict(gpu_sightings=2, semantics="trtllm")])
 def test_gpu_sightings_is_checked(bad):
     with pytest.raises(ValueError, match="gpu_sightings"):
         SimConfig(gpu_blocks=2, cpu_blocks=2, **bad)

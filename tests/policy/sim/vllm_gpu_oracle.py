@@ -24,6 +24,11 @@ rejects a trace that breaks this rather than report hits the trace does not mean
 
 Capacity: vLLM takes block 0 of the pool as its null block, so ``num_gpu_blocks`` N leaves
 N - 1 blocks for the cache. A prompt longer than that cannot be allocated and is an error.
+
+With ``--gpu-sightings N``, kvtier's prefix-cache sighting filter (``probes/vllm/gpu_filter.py``,
+what kvtier's connector installs in the engine) wraps vLLM's ``BlockPool`` first, and each
+request is counted before its lookup, as the connector counts it; each case starts with an
+empty tracker.
 """
 
 import json
@@ -47,14 +52,21 @@ MAX_MODEL_LEN = 1 << 16
 def main() -> None:
     hash_fn = get_hash_fn_by_name("sha256")
     init_none_hash(hash_fn)
-    json.dump([replay(case, hash_fn) for case in json.load(sys.stdin)], sys.stdout)
+    sightings = None
+    if "--gpu-sightings" in sys.argv:
+        from kvtier.probes.vllm import gpu_filter
+
+        sightings = gpu_filter.install(int(sys.argv[sys.argv.index("--gpu-sightings") + 1]))
+    json.dump([replay(case, hash_fn, sightings) for case in json.load(sys.stdin)], sys.stdout)
 
 
-def replay(spec: dict, hash_fn) -> list[int]:
+def replay(spec: dict, hash_fn, sightings=None) -> list[int]:
     block_size, num_gpu_blocks = spec["block_size"], spec["num_gpu_blocks"]
     check_chained(spec["requests"])
     manager = make_manager(num_gpu_blocks, block_size)
     hasher = get_request_block_hasher(block_size, hash_fn)
+    if sightings is not None:
+        sightings.counts.clear()
     return [serve(manager, make_request(f"r{i}", ids, block_size, hasher), block_size)
             for i, ids in enumerate(spec["requests"])]
 
@@ -87,6 +99,9 @@ def make_request(request_id: str, ids: list[int], block_size: int, hasher) -> Re
 
 def serve(manager: KVCacheManager, request: Request, block_size: int) -> int:
     """One request alone: look up, allocate its prompt, free it. Returns its cached blocks."""
+    from kvtier.probes.vllm import gpu_filter
+
+    gpu_filter.sight(request)  # a no-op unless the filter is installed
     computed, num_computed_tokens, _ = manager.get_computed_blocks(request)
     new_blocks = manager.allocate_slots(request, request.num_tokens - num_computed_tokens,
                                         num_new_computed_tokens=num_computed_tokens,

