@@ -19,7 +19,7 @@ from kvtier.policy.learn.baselines.nextuse_rows import ChoiceCache, policy_for, 
 from kvtier.policy.learn.baselines.gpu_sightings import GPU_SIGHTINGS, SIGHTINGS_GPU
 from kvtier.policy.learn.baselines.oracle_reused import ORACLE_REUSED, ReusedLaterAdmitter
 from kvtier.policy.learn.baselines.retention_tier import RETENTION, retention_policy
-from kvtier.policy.learn.pairs import PairChoice, choose_pair, deployed
+from kvtier.policy.learn.pairs import PairChoice, choose_pair, replay_deployed
 from kvtier.policy.learn.pipeline import fit
 from kvtier.policy.learn.replay import Replayed, Tiers, replay
 from kvtier.policy.learn.split import Split
@@ -72,9 +72,8 @@ def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 
         if name == RECOMMENDED:
             choice = choose_pair(split.train, tiers, trace=split.train_trace, seed=seed)
             summaries[name] = pair_summary(choice)
-            replayed = replay(split.records, tiers,
-                              deployed(choice, split.records, tiers, split.trace),
-                              count_from=split.count_from, trace=split.trace)
+            replayed = replay_deployed(choice, split.records, tiers,
+                                       count_from=split.count_from, trace=split.trace)
             rows.append(row(name, replayed, params, servers, keep_ttft_samples=keep_ttft_samples))
             continue
         admitter = None

@@ -4,7 +4,11 @@ on the training period alone.
 Admission (which GPU victims get a CPU slot): every block; the sighting filter (a block on its
 N-th request, N in :data:`SIGHTINGS`; :class:`~kvtier.policy.sim.policies.SightingAdmitter`);
 or the learned admission model's score over a threshold. Eviction: LRU, or the learned next-use
-order behind its LRU shadow. :func:`choose_pair` fits the learned parts on the earlier
+order behind its LRU shadow. Each pair also comes with the GPU prefix cache filtered
+(``gpu_sightings`` :data:`GPU_SIGHTINGS`: a new block cached only from its second request,
+``SimConfig.gpu_sightings``; kvtier's vLLM connector applies it in the engine), last among
+the candidates: one-time prompts then take no cached slot in either tier, which no CPU-tier
+admission can give where the GPU tier is a large share of the stack. :func:`choose_pair` fits the learned parts on the earlier
 ``1 - VALIDATION_FRACTION`` of the training requests, replays every pair over the training
 period and counts its latest :data:`VALIDATION_FRACTION` (never seen by a fit): plain LRU
 admitting every block is a candidate like the others, and stays unless another pair serves at
@@ -19,6 +23,7 @@ and evicts by LRU until the pair's ghost leads again.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,6 +44,7 @@ from kvtier.policy.sim.trace import BlockTrace
 
 VALIDATION_FRACTION = 0.2
 SIGHTINGS = (2, 3)
+GPU_SIGHTINGS = 2
 MIN_GAIN = 0.002  # of the validation slice's prompt tokens: 0.2 points of hit ratio
 TIE = 0.0005
 # the deployed pair's shadow follows plain LRU over a short window: after a shift at the end of
@@ -59,6 +65,7 @@ class Pair:
     min_sightings: int = 0
     threshold: float | None = None
     readout: str | None = None
+    gpu_sightings: int = 0
 
     def __post_init__(self) -> None:
         if self.admission not in ADMISSIONS or self.eviction not in EVICTIONS:
@@ -68,6 +75,8 @@ class Pair:
         if (self.admission == "sightings") != (self.min_sightings >= 2):
             raise ValueError(f"the sighting filter needs min_sightings >= 2 (and only it), "
                              f"got {self.min_sightings} with {self.admission!r}")
+        if self.gpu_sightings < 0 or self.gpu_sightings == 1:
+            raise ValueError(f"gpu_sightings must be 0 or >= 2, got {self.gpu_sightings}")
 
     @property
     def label(self) -> str:
@@ -76,11 +85,12 @@ class Pair:
                      "learned": f"learned admission >= {self.threshold:g}"
                      if self.threshold is not None else "learned admission"}[self.admission]
         eviction = "LRU" if self.eviction == "lru" else "next-use order behind LRU shadow"
-        return f"{admission} + {eviction}"
+        gpu = (f"GPU cache on sighting {self.gpu_sightings}, " if self.gpu_sightings else "")
+        return f"{gpu}{admission} + {eviction}"
 
     @property
     def plain_lru(self) -> bool:
-        return self.admission == "all" and self.eviction == "lru"
+        return self.admission == "all" and self.eviction == "lru" and not self.gpu_sightings
 
 
 @dataclass(frozen=True)
@@ -113,7 +123,8 @@ class PairChoice:
 
 
 def candidates(threshold: float | None, readout: str | None) -> tuple[Pair, ...]:
-    """Every pair, simplest first (plain LRU is the first)."""
+    """Every pair, simplest first (plain LRU is the first; those that filter the GPU prefix
+    cache too come last)."""
     admissions = [Pair(), *(Pair("sightings", min_sightings=n) for n in SIGHTINGS)]
     if threshold is not None:
         admissions.append(Pair("learned", threshold=threshold))
@@ -121,6 +132,10 @@ def candidates(threshold: float | None, readout: str | None) -> tuple[Pair, ...]
     if readout is not None:
         pairs += [Pair(a.admission, "next-use", a.min_sightings, a.threshold, readout)
                   for a in admissions]
+    # with the GPU filtered, the CPU tier's own sighting filter at the same N changes nothing
+    # (every GPU victim has passed it): it is left out
+    pairs += [dataclasses.replace(p, gpu_sightings=GPU_SIGHTINGS) for p in list(pairs)
+              if not (p.admission == "sightings" and p.min_sightings <= GPU_SIGHTINGS)]
     return tuple(pairs)
 
 
@@ -133,8 +148,9 @@ def choose_pair(train: Sequence[RequestRecord], tiers: Tiers, *,
     if cut < 2 or len(train) - cut < 1:
         raise ValueError(f"need at least 3 training requests to choose a pair, got {len(train)}")
     fit_trace = trace.requests(0, cut)
-    hit = lambda cpu, admitter=None: replay(train, tiers, cpu, admitter=admitter,
-                                            count_from=cut, trace=trace).result.token_hit_ratio
+    hit = lambda cpu, admitter=None, gpu_sightings=0: replay(
+        train, tiers, cpu, admitter=admitter, count_from=cut, trace=trace,
+        gpu_sightings=gpu_sightings).result.token_hit_ratio
     model, readout, readout_label = _next_use(train[:cut], fit_trace, train, trace, tiers, hit,
                                               seed)
     admission_model, scores, threshold = _learned(train[:cut], fit_trace, train, trace, tiers,
@@ -144,19 +160,29 @@ def choose_pair(train: Sequence[RequestRecord], tiers: Tiers, *,
     for pair in candidates(threshold, readout_label):  # each pair as it is, no shadow
         cpu = ("lru" if pair.eviction == "lru" else
                learned_factory(model, readout, signals, shadowed=False))
-        scored.append(Validated(pair, hit(cpu, _admitter(pair, scores))))
+        scored.append(Validated(pair, hit(cpu, _admitter(pair, scores), pair.gpu_sightings)))
     chosen = _best(scored)
     return PairChoice(chosen.pair, tuple(scored), cut, len(train) - cut,
                       _why(chosen, scored, len(train) - cut), model, readout, admission_model)
 
 
+def replay_deployed(choice: PairChoice, records: Sequence[RequestRecord], tiers: Tiers, *,
+                    count_from: int = 0, trace: BlockTrace | None = None):
+    """``records`` replayed with the chosen pair deployed (:func:`deployed`, and the GPU
+    prefix cache filtered where the pair says so), counted from ``count_from``."""
+    return replay(records, tiers, deployed(choice, records, tiers, trace),
+                  count_from=count_from, trace=trace, gpu_sightings=choice.pair.gpu_sightings)
+
+
 def deployed(choice: PairChoice, records: Sequence[RequestRecord], tiers: Tiers,
              trace: BlockTrace | None = None):
     """The CPU policy for :func:`kvtier.policy.learn.replay.replay` of ``records``
-    (``trace``: their arrays): ``"lru"`` for plain LRU, else ``capacity -> tier``, the chosen
-    pair (its learned parts as fitted) behind plain LRU's shadow."""
+    (``trace``: their arrays): ``"lru"`` for an LRU tier admitting every block, else
+    ``capacity -> tier``, the chosen pair (its learned parts as fitted) behind plain LRU's
+    shadow. The GPU prefix cache's filter is the replay's (``choice.pair.gpu_sightings``:
+    :func:`replay_deployed`)."""
     pair = choice.pair
-    if pair.plain_lru:
+    if pair.admission == "all" and pair.eviction == "lru":
         return "lru"
     order, shared, block_tokens = core().Lru, None, None
     if pair.eviction == "next-use":

@@ -161,10 +161,12 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
                 "lru", count_from=split.count_from).result.token_hit_ratio,
             token_hit_ratio_lru_at_cap=measured.baseline.result.token_hit_ratio)
     vllm_blocks = vllm_cpu_blocks(cpu, inputs.gpu_blocks)
-    vllm_cpu, by_setting = best_cpu_setting(split.train, inputs.gpu_blocks, vllm_blocks,
-                                            validate_from, thresholds=cpu_pair.thresholds(pair))
+    vllm_setting, by_setting = best_cpu_setting(
+        split.train, inputs.gpu_blocks, vllm_blocks, validate_from,
+        thresholds=cpu_pair.thresholds(pair), gpu_sightings=cpu_pair.gpu_sightings(pair))
+    vllm_cpu, vllm_gpu_sightings = vllm_setting[:2], vllm_setting[2]
     vllm_later = vllm_replay(split.records, inputs.gpu_blocks, vllm_blocks, split.count_from,
-                             vllm_cpu)
+                             vllm_setting)
     vllm_vs_gpu = expected_changes(gpu_later, vllm_later, model, np.random.default_rng(inputs.seed))
     quality = hit_quality(verdict, model, card, vs_gpu, measured.candidate)
     if quality.outcome == "do_not_offload":
@@ -175,16 +177,19 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
         served, vllm_later, model, np.random.default_rng(inputs.seed))
     cold_size = _cold_size(curve, split, inputs, params, block_tokens, cpu.chosen_blocks)
     cold = _cold_tier(split.train, inputs, cold_size, vllm_blocks, validate_from,
-                      by_setting[vllm_cpu], params, block_tokens, vllm_cpu[0])
+                      by_setting[vllm_setting], params, block_tokens, vllm_cpu[0],
+                      vllm_gpu_sightings)
     cold_bytes = 0 if cold_size is None else cold_size.chosen_bytes
     per_engine, notes = engines.settings(Choices(
         cpu.chosen_bytes, measured.chosen.min_priority, tuple(learned.classes),
         measured.candidate.result.token_hit_ratio > measured.baseline.result.token_hit_ratio,
         ranges=tuple(learned.ranges), range_min_priority=learned.range_gate.min_priority,
         vllm_cpu=vllm_cpu, vllm_cpu_bytes=vllm_blocks * cpu.block_bytes,
+        vllm_gpu_sightings=vllm_gpu_sightings,
         file_tier=None if cold is None else FileTierChoice(cold.add, cold.reason, cold_bytes,
                                                            inputs.cold_path),
-        admission=pair.pair.admission, min_sightings=pair.pair.min_sightings))
+        admission=pair.pair.admission, min_sightings=pair.pair.min_sightings,
+        gpu_sightings=pair.pair.gpu_sightings))
     evidence = dataclasses.replace(
         _evidence(split, inputs, reuse, host, gpu_only, learned, measured, servers, cpu,
                   cold_size, cold, by_setting, vs_gpu, block_tokens), inputs=sources,
@@ -222,8 +227,9 @@ def _evidence(split: Split, inputs: Inputs, reuse: Verdict, host: HostCheck,
         sweep=learned.points, token_range_priorities=learned.bands,
         token_range_sweep=learned.range_points,
         vllm_cpu_setting_recomputed_tokens=tuple(
-            (f"{policy}/store_threshold={threshold}", tokens)
-            for (policy, threshold), tokens in by_setting.items()),
+            (f"{policy}/store_threshold={threshold}"
+             + (f"/gpu_sightings={gpu}" if gpu else ""), tokens)
+            for (policy, threshold, gpu), tokens in by_setting.items()),
         admitter_misses=measured.admitter_misses,
         sizes=(cpu,) if cold_size is None else (cpu, cold_size), expected_vs_gpu_only=vs_gpu,
         rollback=inputs.rollback())
@@ -273,7 +279,8 @@ def _cold_size(curve: HitRatioCurve, split: Split, inputs: Inputs, params: CostP
 
 def _cold_tier(train: Sequence[RequestRecord], inputs: Inputs, size: TierSize | None,
                cpu_blocks: int, validate_from: int, recomputed_without: int,
-               params: CostParams, block_tokens: int, policy: str) -> ColdTierDecision | None:
+               params: CostParams, block_tokens: int, policy: str,
+               gpu_sightings: int = 0) -> ColdTierDecision | None:
     """vLLM's file tier, when one is a candidate: its size from the curve at its cost, then
     the gain replayed under vLLM's semantics at that size."""
     if size is None:
@@ -283,7 +290,7 @@ def _cold_tier(train: Sequence[RequestRecord], inputs: Inputs, size: TierSize | 
         return ColdTierDecision(False, f"do not add a file tier: {size.reason}; {cost.text}",
                                 0.0, MIN_COLD_GAIN, cost, 0)
     gain = cold_tier_gain(train, inputs.gpu_blocks, cpu_blocks, size.chosen_blocks,
-                          validate_from, recomputed_without, policy)
+                          validate_from, recomputed_without, policy, gpu_sightings)
     return decide_cold_tier(gain, MIN_COLD_GAIN, cost, size.chosen_blocks)
 
 

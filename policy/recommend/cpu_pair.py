@@ -24,7 +24,7 @@ def evidence(choice: PairChoice) -> CpuPolicy:
     return CpuPolicy(pair.label, pair.admission, pair.eviction, choice.why,
                      tuple(PairScore(v.pair.label, v.hit_ratio) for v in choice.validation),
                      pair.min_sightings, pair.threshold, choice.fit_requests,
-                     choice.validation_requests)
+                     choice.validation_requests, pair.gpu_sightings)
 
 
 def thresholds(choice: PairChoice) -> tuple[int, ...]:
@@ -34,3 +34,9 @@ def thresholds(choice: PairChoice) -> tuple[int, ...]:
     0 alone (vLLM cannot gate by a score)."""
     pair = choice.pair
     return (0, pair.min_sightings) if pair.admission == "sightings" else (0,)
+
+
+def gpu_sightings(choice: PairChoice) -> tuple[int, ...]:
+    """The GPU prefix-cache filter's candidates for vLLM (kvtier's connector applies it): the
+    pair's, replayed beside none; none alone when the pair does not filter the GPU."""
+    return (0, choice.pair.gpu_sightings) if choice.pair.gpu_sightings else (0,)

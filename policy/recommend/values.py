@@ -317,7 +317,8 @@ class CpuPolicy:
     its ``min_sightings``-th request) or ``learned`` (score >= ``threshold``); ``eviction``
     ``lru`` or ``next-use``; every candidate's figure on the training period's latest
     ``validation_requests`` (plain LRU first; the learned parts fitted on the
-    ``fit_requests`` before them), and ``why``, the sentence that explains the choice."""
+    ``fit_requests`` before them), and ``why``, the sentence that explains the choice;
+    ``gpu_sightings`` >= 2: the GPU prefix cache keeps a new block only from that request."""
 
     pair: str
     admission: str
@@ -328,6 +329,7 @@ class CpuPolicy:
     threshold: float | None = None
     fit_requests: int = 0
     validation_requests: int = 0
+    gpu_sightings: int = 0
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,11 @@
 """vLLM's CPU-tier knobs and its file tier, each replayed under vLLM's own tier semantics.
 
 vLLM cannot gate by a learned priority; its nearest knob stores a block in the CPU tier only
-on its N-th offer (``store_threshold``), and its CPU tier evicts by ``lru`` or ``arc``. Each
-pair is replayed with the simulator's ``"vllm"`` semantics on the training records and
-counted on their latest slice; the fewest recomputed tokens wins (ties: vLLM's defaults
-first, ``lru`` and the smaller threshold). The file tier is replayed the same
+on its N-th offer (``store_threshold``), and its CPU tier evicts by ``lru`` or ``arc``; kvtier's
+connector can also keep a block out of vLLM's GPU prefix cache until its N-th request
+(``kvtier_gpu_sightings``). Each setting is replayed with the simulator's ``"vllm"`` semantics
+on the training records and counted on their latest slice; the fewest recomputed tokens wins
+(ties: vLLM's defaults first, ``lru``, the smaller threshold, the GPU unfiltered). The file tier is replayed the same
 way (with ``store_threshold`` 0: vLLM's ``TieringOffloadingSpec`` refuses any other), and
 its gain is the share of the slice's prompt tokens it saves from recompute against the
 chosen CPU-only setting.
@@ -26,35 +27,39 @@ CPU_POLICIES = ("lru", "arc")  # what vLLM 0.33 ships
 
 def best_cpu_setting(records: Sequence[RequestRecord], gpu_blocks: int, cpu_blocks: int,
                      count_from: int, policies: Sequence[str] = CPU_POLICIES,
-                     thresholds: Sequence[int] = STORE_THRESHOLDS
-                     ) -> tuple[tuple[str, int], dict]:
-    """The chosen ``(eviction_policy, store_threshold)`` and ``{(policy, threshold):
-    recomputed tokens on the slice}``."""
-    recomputed = {(policy, threshold): recomputed_tokens(
-                      records, _config(records, gpu_blocks, cpu_blocks, 0, threshold, policy),
-                      count_from)
-                  for policy in policies for threshold in thresholds}
-    chosen = min(recomputed, key=lambda k: (recomputed[k], k[0] != "lru", k[1]))
+                     thresholds: Sequence[int] = STORE_THRESHOLDS,
+                     gpu_sightings: Sequence[int] = (0,)
+                     ) -> tuple[tuple[str, int, int], dict]:
+    """The chosen ``(eviction_policy, store_threshold, gpu_sightings)`` and ``{(policy,
+    threshold, gpu_sightings): recomputed tokens on the slice}``."""
+    recomputed = {(policy, threshold, gpu): recomputed_tokens(
+                      records, _config(records, gpu_blocks, cpu_blocks, 0, threshold, policy,
+                                       gpu), count_from)
+                  for gpu in gpu_sightings for policy in policies for threshold in thresholds}
+    chosen = min(recomputed, key=lambda k: (recomputed[k], k[0] != "lru", k[1], k[2]))
     return chosen, recomputed
 
 
 def cold_tier_gain(records: Sequence[RequestRecord], gpu_blocks: int, cpu_blocks: int,
                    cold_blocks: int, count_from: int, recomputed_without: int,
-                   policy: str = "lru") -> float:
+                   policy: str = "lru", gpu_sightings: int = 0) -> float:
     """Share of the slice's prompt tokens a ``cold_blocks`` file tier saves from recompute,
     against ``recomputed_without`` (the CPU-only setting's recomputed tokens)."""
     with_file = recomputed_tokens(records, _config(records, gpu_blocks, cpu_blocks,
-                                                   cold_blocks, 0, policy), count_from)
+                                                   cold_blocks, 0, policy, gpu_sightings),
+                                  count_from)
     prompt = sum(r.prompt_tokens for r in records[count_from:])
     return (recomputed_without - with_file) / prompt if prompt else 0.0
 
 
 def vllm_replay(records: Sequence[RequestRecord], gpu_blocks: int, cpu_blocks: int,
-                count_from: int, setting: tuple[str, int] = ("lru", 0)) -> Replayed:
+                count_from: int, setting: tuple = ("lru", 0, 0)) -> Replayed:
     """``records`` replayed under vLLM's semantics at these sizes and ``(eviction_policy,
-    store_threshold)``: what vLLM itself would serve. Totals and each request's tokens count
-    from ``count_from`` on; the earlier requests only warm the tiers."""
-    simulator = Simulator(_config(records, gpu_blocks, cpu_blocks, 0, setting[1], setting[0]))
+    store_threshold[, gpu_sightings])``: what vLLM itself would serve. Totals and each
+    request's tokens count from ``count_from`` on; the earlier requests only warm the tiers."""
+    gpu = setting[2] if len(setting) > 2 else 0
+    simulator = Simulator(_config(records, gpu_blocks, cpu_blocks, 0, setting[1], setting[0],
+                                  gpu))
     outcomes = []
     for index, record in enumerate(records):
         outcome = simulator.serve(record)
@@ -81,8 +86,8 @@ def recomputed_tokens(records: Sequence[RequestRecord], config: SimConfig,
 
 
 def _config(records, gpu_blocks: int, cpu_blocks: int, cold_blocks: int,
-            store_threshold: int, policy: str = "lru") -> SimConfig:
+            store_threshold: int, policy: str = "lru", gpu_sightings: int = 0) -> SimConfig:
     block_tokens = next((r.block_size_tokens for r in records if r.block_size_tokens), 16)
     return SimConfig(gpu_blocks=gpu_blocks, cpu_blocks=cpu_blocks, cold_blocks=cold_blocks,
                      semantics="vllm", policy=policy, store_threshold=store_threshold,
-                     default_block_tokens=block_tokens)
+                     gpu_sightings=gpu_sightings, default_block_tokens=block_tokens)

@@ -37,7 +37,11 @@ class Choices:
     * ``file_tier``: vLLM's file tier decision (``None``: none was considered);
     * ``admission``: the CPU tier's admission rule, chosen with its eviction order on the
       training period (``all``, ``sightings``: a block on its ``min_sightings``-th request, or
-      ``learned``: the learned score over its threshold): what each engine takes of it.
+      ``learned``: the learned score over its threshold): what each engine takes of it;
+    * ``gpu_sightings``: >= 2 when the chosen pair also keeps a new block out of the GPU
+      prefix cache until that request (no engine's own setting; the others say so);
+      ``vllm_gpu_sightings`` what vLLM gets of it through kvtier's connector, replayed under
+      vLLM's semantics beside leaving the GPU unfiltered (0).
     """
 
     cpu_tier_bytes: int
@@ -51,3 +55,14 @@ class Choices:
     file_tier: FileTierChoice | None = None
     admission: str = "all"
     min_sightings: int = 0
+    gpu_sightings: int = 0
+    vllm_gpu_sightings: int = 0
+
+    def gpu_filter_note(self, engine: str) -> tuple[str, ...]:
+        """What an engine without kvtier's GPU prefix-cache filter says of it."""
+        if not self.gpu_sightings:
+            return ()
+        return (f"the chosen pair also keeps a new block out of the GPU prefix cache until "
+                f"{self.gpu_sightings} requests have referenced it, which {engine} cannot "
+                "express (kvtier's vLLM connector applies it to vLLM only): the pair's "
+                "validation figures include that part",)

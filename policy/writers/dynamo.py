@@ -32,13 +32,17 @@ def recommended(choices: Choices) -> tuple[EngineSettings, tuple[str, ...]]:
         f'[offload.g1_to_g2] policies = ["presence", "presence_lfu"] and '
         f"[offload.g1_to_g2.presence_lfu] min_lfu_count = {choices.min_sightings}",)
     return EngineSettings(cpu_tier_bytes=choices.cpu_tier_bytes,
-                          offload_min_priority=choices.min_priority, kv_events=True), notes
+                          offload_min_priority=choices.min_priority,
+                          kv_events=True), notes + choices.gpu_filter_note("Dynamo KVBM")
 
 
 def validate(settings: EngineSettings, existing: str = "") -> None:
     if settings.eviction_policy is not None:
         raise ValueError("Dynamo KVBM's eviction is set by its v2 policy files, not by kvtier; "
                          "leave eviction_policy unset")
+    if settings.gpu_sightings:
+        raise ValueError("Dynamo KVBM has no GPU prefix-cache sighting filter (gpu_sightings): "
+                         "kvtier's vLLM connector applies it to vLLM only")
     if settings.store_threshold:
         raise ValueError("Dynamo KVBM has no store_threshold (its disk filter is "
                          "presence_lfu in the v2 TOML)")

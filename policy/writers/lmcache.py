@@ -25,13 +25,17 @@ OFF = EngineSettings(cpu_tier_bytes=0)  # what turns offloading off
 def recommended(choices: Choices) -> tuple[EngineSettings, tuple[str, ...]]:
     """The CPU size under LRU; the gate is per block, LMCache's ``priority_limit`` per request."""
     return (EngineSettings(cpu_tier_bytes=choices.cpu_tier_bytes, eviction_policy="lru"),
-            (f"LMCache's priority_limit is per request, not per block: {GATE} is not applied",))
+            (f"LMCache's priority_limit is per request, not per block: {GATE} is not applied",
+             *choices.gpu_filter_note("LMCache")))
 
 
 def validate(settings: EngineSettings) -> None:
     if settings.eviction_policy not in (None, *CACHE_POLICIES):
         raise ValueError(f"LMCache cache_policy {settings.eviction_policy!r} is not one of "
                          f"{', '.join(CACHE_POLICIES)}")
+    if settings.gpu_sightings:
+        raise ValueError("LMCache has no GPU prefix-cache sighting filter (gpu_sightings): "
+                         "kvtier's vLLM connector applies it to vLLM only")
     if settings.store_threshold:
         raise ValueError("LMCache has no store_threshold; use save_priority_limit")
 

@@ -34,6 +34,9 @@ class EngineSettings:
     * ``eviction_policy``: one of ``EVICTION_POLICIES`` (each engine supports a subset).
     * ``store_threshold``: store a block in the CPU tier only after it was offered this
       many times (vLLM semantics: 0 = always, else >= 2).
+    * ``gpu_sightings``: keep a new block in the GPU prefix cache only from the request that
+      references it this many times (0 = every block, else >= 2): vLLM with kvtier's
+      connector (``kvtier_gpu_sightings``).
     * ``offload_min_priority``: offload to host only blocks whose retention priority is
       >= this (0..100; TensorRT-LLM, Dynamo KVBM).
     * ``retention_priorities``: the retention priorities the gateway assigns to request
@@ -57,6 +60,7 @@ class EngineSettings:
     cold_tier_path: str | None = None
     eviction_policy: str | None = None
     store_threshold: int | None = None
+    gpu_sightings: int | None = None
     offload_min_priority: int | None = None
     retention_priorities: tuple[int, ...] = ()
     retention_classes: tuple[tuple[str, int], ...] = ()
@@ -75,6 +79,9 @@ class EngineSettings:
         _check_int("store_threshold", self.store_threshold, minimum=0)
         if self.store_threshold == 1:
             raise ValueError("store_threshold must be 0 (store always) or >= 2, got 1")
+        _check_int("gpu_sightings", self.gpu_sightings, minimum=0)
+        if self.gpu_sightings == 1:
+            raise ValueError("gpu_sightings must be 0 (cache every block) or >= 2, got 1")
         for name in ("offload_min_priority", "save_priority_limit"):
             _check_priority(name, getattr(self, name))
         object.__setattr__(self, "retention_priorities", tuple(self.retention_priorities))

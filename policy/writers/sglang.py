@@ -28,13 +28,16 @@ def recommended(choices: Choices) -> tuple[EngineSettings, tuple[str, ...]]:
     write-through, taken when the gate helps."""
     return EngineSettings(cpu_tier_bytes=choices.cpu_tier_bytes, eviction_policy="lru",
                           write_policy="write_through_selective" if choices.admission_helps
-                          else "write_through"), ()
+                          else "write_through"), choices.gpu_filter_note("SGLang")
 
 
 def validate(settings: EngineSettings) -> None:
     if settings.eviction_policy not in (None, *EVICTION_POLICIES):
         raise ValueError(f"SGLang --radix-eviction-policy {settings.eviction_policy!r} is not "
                          f"one of {', '.join(EVICTION_POLICIES)}")
+    if settings.gpu_sightings:
+        raise ValueError("SGLang has no GPU prefix-cache sighting filter (gpu_sightings): "
+                         "kvtier's vLLM connector applies it to vLLM only")
     if settings.store_threshold:
         raise ValueError("SGLang has no store_threshold; use write_policy "
                          "write_through_selective")

@@ -49,7 +49,7 @@ def recommended(choices: Choices) -> tuple[EngineSettings, tuple[str, ...]]:
         f"the CPU tier's admission is a sighting filter (admit on sighting "
         f"{choices.min_sightings}): TensorRT-LLM gates offload by retention priority only, so "
         "it cannot take it; its threshold below is the learned gate's",)
-    return settings, sightings + (
+    return settings, sightings + choices.gpu_filter_note("TensorRT-LLM") + (
         "the gateway should send each request class's KvCacheRetentionConfig "
         f"(trtllm.retention.json): {_ranges_text(ranges)}; "
         f"offload_min_priority={choices.range_min_priority} is the best threshold over the "
@@ -91,6 +91,9 @@ def validate(settings: EngineSettings) -> None:
     if settings.eviction_policy not in (None, "lru", "priority"):
         raise ValueError(f"TensorRT-LLM evicts by priority then LRU; eviction_policy "
                          f"{settings.eviction_policy!r} is not one of lru, priority")
+    if settings.gpu_sightings:
+        raise ValueError("TensorRT-LLM has no GPU prefix-cache sighting filter (gpu_sightings): "
+                         "kvtier's vLLM connector applies it to vLLM only")
     if settings.store_threshold:
         raise ValueError("TensorRT-LLM has no store_threshold; use offload_min_priority")
     if settings.offload_min_priority is not None:

@@ -16,7 +16,11 @@ Mapping (vLLM 0.33.0, ``vllm/config/cache.py``, ``vllm/engine/arg_utils.py`` and
 secondary tier at ``cold_tier_path`` (``cold_tier_bytes: 0`` removes it: the rollback of the
 newest tier); ``eviction_policy`` lru|arc; ``store_threshold`` (0, or >= 2 and only without
 a secondary tier: the tiering spec rejects it); ``block_size_tokens`` -> the offload chunk
-``block_size`` (a multiple of the GPU block size); ``kv_events`` -> ``enable_kv_cache_events``.
+``block_size`` (a multiple of the GPU block size); ``kv_events`` -> ``enable_kv_cache_events``;
+``gpu_sightings`` -> ``kvtier_gpu_sightings``, which only kvtier's connector reads (it keeps a
+new block out of vLLM's GPU prefix cache until its N-th request): a new file then loads
+kvtier's connector, a file that loads vLLM's own is refused with the change to make, and 0
+removes the key.
 
 What a push keeps: the connector the file loads, when it is vLLM's ``OffloadingConnector``
 or kvtier's recording ``KvtierOffloadingConnector`` (with its module path), the spec family
@@ -53,8 +57,11 @@ DEFAULT_FILE = "vllm.json"  # the file kvtier recommend writes
 FILE_HELP = ".json (the --kv-transfer-config object) or .yaml (vllm serve --config)"
 EVICTION_POLICIES = ("lru", "arc")
 APPLIES = ("cpu_tier_bytes", "cold_tier_bytes", "cold_tier_path", "eviction_policy",
-           "store_threshold", "block_size_tokens", "kv_events")
+           "store_threshold", "gpu_sightings", "block_size_tokens", "kv_events")
 NATIVE_CONNECTOR = "OffloadingConnector"
+KVTIER_CONNECTOR_MODULE = "kvtier.probes.vllm.connector"
+KVTIER_CONNECTOR = KVTIER_CONNECTORS[KVTIER_CONNECTOR_MODULE][0]
+GPU_SIGHTINGS_KEY = "kvtier_gpu_sightings"  # what kvtier's connector reads
 ZERO_CPU_BYTES = 1  # vLLM refuses 0 ("must be specified"); 1 byte holds zero chunks
 # Offloading off: the minimal CPU tier (ZERO_CPU_BYTES holds no chunk), so kvtier's connector
 # stays loaded and the engine keeps recording, and a do-not-offload recommendation pushes
@@ -80,6 +87,13 @@ def recommended(choices: Choices) -> tuple[EngineSettings, tuple[str, ...]]:
              f"and cannot express {GATE}; eviction_policy={policy}, "
              f"store_threshold={store_threshold} is the best of lru/arc x that admission's "
              "store_threshold and 0, replayed under vLLM's semantics"]
+    gpu = choices.vllm_gpu_sightings
+    if gpu:
+        notes.append(f"the GPU prefix cache keeps a new block only once {gpu} requests have "
+                     f"referenced it (kvtier_gpu_sightings={gpu}, replayed under vLLM's semantics beside "
+                     "caching every block): kvtier's connector applies it (kv_connector "
+                     f"{KVTIER_CONNECTOR} from {KVTIER_CONNECTOR_MODULE}, kvtier installed in "
+                     "the engine's environment); vLLM's own connector has no such setting")
     if cpu_bytes != choices.cpu_tier_bytes:
         notes.append(f"cpu_tier_bytes is {cpu_bytes} for vLLM ({choices.cpu_tier_bytes} beyond "
                      "the GPU tier): vLLM's CPU tier also holds a copy of the blocks it stores "
@@ -95,10 +109,12 @@ def recommended(choices: Choices) -> tuple[EngineSettings, tuple[str, ...]]:
                          "TieringOffloadingSpec refuses any other")
             # TieringOffloadingSpec refuses store_threshold >= 2; the gain was replayed at 0
             return EngineSettings(cpu_tier_bytes=cpu_bytes, eviction_policy=policy,
-                                  store_threshold=0, cold_tier_bytes=file_tier.size_bytes,
+                                  store_threshold=0, gpu_sightings=gpu,
+                                  cold_tier_bytes=file_tier.size_bytes,
                                   cold_tier_path=file_tier.path, kv_events=True), tuple(notes)
     return EngineSettings(cpu_tier_bytes=cpu_bytes, eviction_policy=policy,
-                          store_threshold=store_threshold, kv_events=True), tuple(notes)
+                          store_threshold=store_threshold, gpu_sightings=gpu,
+                          kv_events=True), tuple(notes)
 
 
 def validate(settings: EngineSettings) -> None:
@@ -121,9 +137,10 @@ def transfer_config(settings: EngineSettings, existing: dict | None = None, *,
     the module for what is kept); ``force`` replaces a connector that is not an offloading one."""
     validate(settings)
     config = dict(existing or {})
-    _keep_or_replace_connector(config, force)
+    _keep_or_replace_connector(config, force, kvtier=bool(settings.gpu_sightings))
     config["kv_role"] = "kv_both"
     extra = _extra_config(config)
+    _apply_gpu_sightings(settings, config, extra)
     cpu_bytes = ZERO_CPU_BYTES if settings.cpu_tier_bytes == 0 else settings.cpu_tier_bytes
     for key, value in (("cpu_bytes_to_use", cpu_bytes),
                        ("eviction_policy", settings.eviction_policy),
@@ -142,10 +159,13 @@ def transfer_config(settings: EngineSettings, existing: dict | None = None, *,
     return config
 
 
-def _keep_or_replace_connector(config: dict, force: bool) -> None:
+def _keep_or_replace_connector(config: dict, force: bool, kvtier: bool = False) -> None:
+    """``kvtier``: the settings need kvtier's connector (a new file loads it)."""
     name, path = config.get("kv_connector"), config.get("kv_connector_module_path")
     if name is None and path is None:
-        config["kv_connector"] = NATIVE_CONNECTOR
+        config["kv_connector"] = KVTIER_CONNECTOR if kvtier else NATIVE_CONNECTOR
+        if kvtier:
+            config["kv_connector_module_path"] = KVTIER_CONNECTOR_MODULE
         return
     if (name == NATIVE_CONNECTOR and path is None) or name in KVTIER_CONNECTORS.get(path, ()):
         return
@@ -157,6 +177,21 @@ def _keep_or_replace_connector(config: dict, force: bool) -> None:
             f"replace it with {NATIVE_CONNECTOR}")
     config["kv_connector"] = NATIVE_CONNECTOR
     config.pop("kv_connector_module_path", None)
+
+
+def _apply_gpu_sightings(settings: EngineSettings, config: dict, extra: dict) -> None:
+    if settings.gpu_sightings is None:
+        return
+    if not settings.gpu_sightings:
+        extra.pop(GPU_SIGHTINGS_KEY, None)
+        return
+    if config.get("kv_connector_module_path") != KVTIER_CONNECTOR_MODULE:
+        raise ConfigFileError(
+            f"gpu_sightings={settings.gpu_sightings} needs kvtier's connector, and the file "
+            f"loads {config.get('kv_connector')!r}: set kv_connector {KVTIER_CONNECTOR!r} and "
+            f"kv_connector_module_path {KVTIER_CONNECTOR_MODULE!r} (kvtier installed in the "
+            "engine's environment), or push gpu_sightings 0")
+    extra[GPU_SIGHTINGS_KEY] = settings.gpu_sightings
 
 
 def _extra_config(config: dict) -> dict:

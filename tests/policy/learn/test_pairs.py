@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from kvtier.collector.events import RequestRecord
-from kvtier.policy.learn.pairs import MIN_GAIN, Pair, candidates, choose_pair, deployed
+from kvtier.policy.learn.pairs import (MIN_GAIN, Pair, candidates, choose_pair, deployed,
+                                       replay_deployed)
 from kvtier.policy.learn.replay import Tiers, replay
 from kvtier.policy.learn.split import Split
 
@@ -48,8 +49,8 @@ def each_prompt_asked_twice(seed=0, n=1600):
 
 
 def later_hit_ratio(split, tiers, choice):
-    return replay(split.records, tiers, deployed(choice, split.records, tiers, split.trace),
-                  count_from=split.count_from).result.token_hit_ratio
+    return replay_deployed(choice, split.records, tiers, count_from=split.count_from,
+                           trace=split.trace).result.token_hit_ratio
 
 
 def test_a_filter_is_chosen_where_one_time_prompts_flush_the_reused_ones():
@@ -67,6 +68,25 @@ def test_a_filter_is_chosen_where_one_time_prompts_flush_the_reused_ones():
         candidates(choice.validation[-1].pair.threshold, choice.readout and choice.readout.label()))
     assert f"{chosen_ratio(choice):.4f}" in choice.why and "plain LRU's" in choice.why
     assert choice.validation_requests == len(split.train) - choice.fit_requests
+
+
+def test_the_gpu_cache_is_filtered_too_where_one_time_prompts_flush_it():
+    """The eight documents (48 blocks) fit the GPU tier alone if the flood takes no cached
+    slot there; a 6-block CPU tier cannot make up for it whatever it admits."""
+    split = Split.by_count(hot_documents_in_a_flood(), 0.5)
+    tiers = Tiers(48, 6)
+    choice = choose_pair(split.train, tiers)
+    assert choice.pair.gpu_sightings == 2
+    best_cpu_only = max(v.hit_ratio for v in choice.validation if not v.pair.gpu_sightings)
+    assert chosen_ratio(choice) > best_cpu_only + 0.1
+    assert choice.pair.label.startswith("GPU cache on sighting 2, ")
+    # on the later half the deployed pair serves what its replay with the GPU filter serves,
+    # far above every block cached
+    lru = replay(split.records, tiers, "lru", count_from=split.count_from).result
+    assert later_hit_ratio(split, tiers, choice) == replay(
+        split.records, tiers, deployed(choice, split.records, tiers, split.trace),
+        count_from=split.count_from, trace=split.trace, gpu_sightings=2).result.token_hit_ratio
+    assert later_hit_ratio(split, tiers, choice) > lru.token_hit_ratio + 0.15
 
 
 def test_the_sighting_filter_loses_where_every_block_is_reused_on_its_second_sighting():

@@ -163,13 +163,19 @@ def test_vllm_eviction_policy_and_store_threshold_are_chosen_by_replay():
                                                      10_002 + 3 * i]))
     chosen, recomputed = best_cpu_setting(records, 1, 4, 150)
     assert recomputed[chosen] == min(recomputed.values())
-    assert chosen[1] == 2 and recomputed[chosen] < recomputed["lru", 0]
+    assert chosen[1] == 2 and recomputed[chosen] < recomputed["lru", 0, 0]
     # each entry is the replay it names
     config = SimConfig(gpu_blocks=1, cpu_blocks=4, semantics="vllm", policy="arc",
                        store_threshold=3, default_block_tokens=16)
-    assert recomputed["arc", 3] == recomputed_tokens(records, config, 150)
+    assert recomputed["arc", 3, 0] == recomputed_tokens(records, config, 150)
     # ties go to vLLM's defaults, lru and 0
-    assert best_cpu_setting(records, 1, 2, 150)[0] == ("lru", 0)
+    assert best_cpu_setting(records, 1, 2, 150)[0] == ("lru", 0, 0)
+    # the same one-shots flush a 6-block GPU pool that keeps both hot prefixes (and the
+    # copies vLLM writes of a prompt's recomputed last block) when nothing else is cached:
+    # kvtier's GPU filter keeps the one-shots out, with no CPU tier at all
+    chosen, recomputed = best_cpu_setting(records, 6, 0, 150, thresholds=(0,),
+                                          gpu_sightings=(0, 2))
+    assert chosen == ("lru", 0, 2) and recomputed[chosen] < recomputed["lru", 0, 0]
 
 
 def test_trtllm_gets_token_range_retention_per_request_class(reco_dir):

@@ -171,3 +171,28 @@ def test_extra_config_that_is_not_a_mapping_is_named():
 def test_an_empty_json_file_is_refused():
     with pytest.raises(ConfigFileError, match="the file is empty"):
         vllm.render(EngineSettings(cpu_tier_bytes=GiB), "  \n", ".json")
+
+
+def test_the_gpu_filter_is_written_for_kvtiers_connector_and_zero_removes_it():
+    extra = "kv_connector_extra_config"
+    filtered = EngineSettings(cpu_tier_bytes=GiB, gpu_sightings=2)
+    fresh = vllm.transfer_config(filtered)  # a new file: the connector that reads the key
+    assert (fresh["kv_connector"], fresh["kv_connector_module_path"]) == (
+        "KvtierOffloadingConnector", "kvtier.probes.vllm.connector")
+    assert fresh[extra]["kvtier_gpu_sightings"] == 2
+    check(fresh)
+    pushed = vllm.transfer_config(filtered, KVTIER_JSON)
+    assert pushed[extra]["kvtier_gpu_sightings"] == 2
+    assert pushed[extra]["kvtier_collector"] == "tcp://10.0.0.5:6000"
+    # a recommendation without it leaves the file's; one that turns it off removes it
+    assert vllm.transfer_config(EngineSettings(cpu_tier_bytes=GiB), pushed)[extra][
+        "kvtier_gpu_sightings"] == 2
+    assert "kvtier_gpu_sightings" not in vllm.transfer_config(
+        EngineSettings(cpu_tier_bytes=GiB, gpu_sightings=0), pushed)[extra]
+    # vLLM's own connector would ignore the key: refused, with the change to make
+    native = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+              extra: {"cpu_bytes_to_use": GiB}}
+    with pytest.raises(ConfigFileError, match="needs kvtier's connector.*kv_connector_module_path"):
+        vllm.transfer_config(filtered, native)
+    assert "kvtier_gpu_sightings" not in vllm.transfer_config(
+        EngineSettings(cpu_tier_bytes=GiB, gpu_sightings=0), native)[extra]

@@ -255,3 +255,23 @@ def test_retention_ranges_refuse_what_trtllm_refuses(ranges, message):
 def test_a_class_cannot_be_both_whole_prompt_and_ranged():
     with pytest.raises(ValueError, match="both retention_classes and retention_ranges"):
         EngineSettings.from_mapping({"retention_classes": {"chat": 80}, "retention_ranges": RANGES})
+
+
+@pytest.mark.parametrize("engine", ["trtllm", "lmcache", "sglang", "dynamo"])
+def test_the_gpu_prefix_cache_filter_is_vllms_alone(engine):
+    with pytest.raises(ValueError, match="gpu_sightings"):
+        writer(engine).validate(EngineSettings(cpu_tier_bytes=1 << 30, gpu_sightings=2))
+    writer(engine).validate(EngineSettings(cpu_tier_bytes=1 << 30, gpu_sightings=0))
+
+
+def test_every_engine_but_vllm_says_it_cannot_filter_the_gpu_prefix_cache():
+    from kvtier.policy.writers.choices import Choices
+
+    choices = Choices(cpu_tier_bytes=1 << 30, min_priority=30, gpu_sightings=2)
+    for engine, name in (("trtllm", "TensorRT-LLM"), ("lmcache", "LMCache"),
+                         ("sglang", "SGLang"), ("dynamo", "Dynamo KVBM")):
+        settings, notes = writer(engine).recommended(choices)
+        assert settings.gpu_sightings is None
+        assert any(f"which {name} cannot express" in note for note in notes), notes
+        _, plain = writer(engine).recommended(Choices(cpu_tier_bytes=1 << 30, min_priority=30))
+        assert not any("GPU prefix cache" in note for note in plain)

@@ -22,6 +22,8 @@ import pytest
 from kvtier.policy.engine_check import check_tier_split, replay
 from kvtier.policy.readers import open_trace
 from kvtier.policy.sim.config import SimConfig
+from kvtier.policy.writers import vllm as vllm_writer
+from kvtier.policy.writers.choices import Choices
 from tests.conftest import free_port
 from tests.probes.vllm.environments import ROOT, VLLM_PYTHONS
 from tests.probes.vllm.serving import (CollectorProcess, EngineSetup, VllmServer, build_model,
@@ -32,7 +34,16 @@ pytestmark = [pytest.mark.real_engine, pytest.mark.slow, pytest.mark.timeout(900
 
 
 def deployed_settings() -> dict:
-    return {"eviction_policy": "lru", "kvtier_gpu_sightings": 2}
+    """The keys kvtier's vLLM writer renders for a recommendation that filters the GPU
+    prefix cache (a new file: it loads kvtier's connector, which reads the filter's key)."""
+    settings, notes = vllm_writer.recommended(Choices(cpu_tier_bytes=CPU_BYTES, min_priority=None,
+                                                      vllm_gpu_sightings=2))
+    assert any("kvtier_gpu_sightings=2" in note for note in notes)
+    config = vllm_writer.transfer_config(settings)
+    assert config["kv_connector"] == "KvtierOffloadingConnector"
+    extra = config["kv_connector_extra_config"]
+    return {key: extra[key] for key in ("eviction_policy", "store_threshold",
+                                        "kvtier_gpu_sightings")}
 
 
 def test_the_engine_serves_each_request_as_the_replay_of_the_gpu_filter(tmp_path):
@@ -42,6 +53,7 @@ def test_the_engine_serves_each_request_as_the_replay_of_the_gpu_filter(tmp_path
     if not Path(python).exists():
         pytest.fail(f"no vLLM CPU environment at {python}: run `make test-engine` (it builds it)")
     extra = deployed_settings()
+    assert extra == {"eviction_policy": "lru", "store_threshold": 0, "kvtier_gpu_sightings": 2}
     hooks, store = f"tcp://127.0.0.1:{free_port()}", tmp_path / "kvtier.duckdb"
     setup = EngineSetup(port=free_port(), hooks=hooks, instance="gpu-sightings", extra=extra,
                         cpu_bytes=CPU_BYTES)
