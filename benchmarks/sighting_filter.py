@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from contextlib import nullcontext
@@ -29,6 +28,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.vllm_side import (add_traffic_arguments, prompts, report,  # noqa: E402
+                                  run_inside, traffic_options, vllm_python)
 
 ENGINE_ENV = "KVTIER_VLLM_PYTHON"  # the vLLM environment the manager runs in
 # the keys of the --json object (every run prints them; tests/test_benchmarks.py checks)
@@ -40,21 +42,6 @@ SMOKE = {"tracker": 500, "requests": 300, "chunks": 256}  # --smoke's sizes
 DEFAULT_TRACKER = 64_000  # vLLM's max_tracker_size
 
 
-def _prompts(requests: int, blocks: int, repeat: float):
-    """Each request's chunk ids: new ones, or (a ``repeat`` share) an earlier prompt again."""
-    import random
-
-    rng, sent, fresh = random.Random(0), [], 0
-    for _ in range(requests):
-        if sent and rng.random() < repeat:
-            yield sent[rng.randrange(len(sent))]
-            continue
-        prompt = list(range(fresh, fresh + blocks))
-        fresh += blocks
-        sent.append(prompt)
-        yield prompt
-
-
 def _drive(threshold: int, tracker: int, chunks: int, requests: int, blocks: int,
            repeat: float) -> dict:
     """In a vLLM process: the offers through one manager timed (and the tracker's own update,
@@ -63,11 +50,11 @@ def _drive(threshold: int, tracker: int, chunks: int, requests: int, blocks: int
     import gc
     import tracemalloc
 
-    prompts = list(_prompts(requests, blocks, repeat))
-    timed = _offers(_manager(threshold, tracker, chunks), prompts, timed=True)
+    sent = list(prompts(requests, blocks, repeat))
+    timed = _offers(_manager(threshold, tracker, chunks), sent, timed=True)
     manager = _manager(threshold, tracker, chunks)
     tracemalloc.start()
-    _offers(manager, prompts, timed=False)
+    _offers(manager, sent, timed=False)
     gc.collect()
     held, tracked = tracemalloc.get_traced_memory()[0], 0
     if manager.counts is not None:
@@ -122,15 +109,9 @@ def _offers(manager, prompts, timed: bool) -> dict:
 
 
 def _inside(python: str, threshold: int, args) -> dict:
-    done = subprocess.run(
-        [python, __file__, "--inside", str(threshold), "--tracker", str(args.tracker),
-         "--chunks", str(args.chunks), "--requests", str(args.requests), "--blocks",
-         str(args.blocks), "--repeat", str(args.repeat)],
-        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=600)
-    line = next((l for l in done.stdout.splitlines() if l.startswith("RESULT ")), None)
-    if line is None:
-        raise SystemExit(f"the vLLM side failed:\n{done.stderr[-2000:]}")
-    return json.loads(line[len("RESULT "):])
+    return run_inside(python, __file__, [
+        "--inside", str(threshold), "--tracker", str(args.tracker), "--chunks", str(args.chunks),
+        *traffic_options(args)])
 
 
 def main() -> int:
@@ -138,26 +119,16 @@ def main() -> int:
     parser.add_argument("--tracker", type=int, default=DEFAULT_TRACKER,
                         help="max_tracker_size: chunks the filter's tracker holds")
     parser.add_argument("--chunks", type=int, default=8192, help="CPU tier size in chunks")
-    parser.add_argument("--requests", type=int, default=12_000, help="requests")
-    parser.add_argument("--blocks", type=int, default=8, help="chunks per request")
-    parser.add_argument("--repeat", type=float, default=0.3,
-                        help="share of requests that re-offer an earlier prompt")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--smoke", action="store_true", help="tiny inputs, seconds: checks the "
-                        "benchmark runs (its figures mean nothing)")
-    parser.add_argument("--inside", help=argparse.SUPPRESS)  # the vLLM side: its threshold
+    add_traffic_arguments(parser, "chunks")  # --inside: the threshold
     args = parser.parse_args()
     if args.smoke:
         vars(args).update(SMOKE)
     if args.inside:
-        print("RESULT " + json.dumps(_drive(int(args.inside), args.tracker, args.chunks,
-                                            args.requests, args.blocks, args.repeat)))
+        report(_drive(int(args.inside), args.tracker, args.chunks, args.requests, args.blocks,
+                      args.repeat))
         return 0
-    from tests.probes.vllm.environments import VLLM_PYTHONS
-
-    python = VLLM_PYTHONS["0.33"]
-    if not Path(python).exists():
-        print(f"no vLLM environment at {python} (make builds it)", file=sys.stderr)
+    python = vllm_python()
+    if python is None:
         return 2
     base, filt = (_inside(python, t, args) for t in (0, 2))
     per_chunk = filt["tracker_bytes"] / max(1, filt["tracked"])

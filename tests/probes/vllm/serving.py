@@ -278,3 +278,36 @@ class CollectorProcess:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait(10)
+
+
+def served_one_at_a_time(python: str, tmp_path: Path, instance: str, extra: dict,
+                         prompts: list, *, cpu_bytes: int, max_tokens: int = 2
+                         ) -> tuple[list, dict]:
+    """One engine in ``python``'s environment with kvtier's connector (``extra`` added to its
+    extra config) and a collector storing what it records; ``prompts`` (token ids) sent one
+    at a time, greedy. Returns the store's request records that carry the engine's tier split
+    and the engine's metric samples at the end."""
+    import openai
+
+    from kvtier.policy.readers import open_trace
+    from tests.conftest import free_port
+    from tests.probes.vllm.environments import ROOT
+
+    hooks, store = f"tcp://127.0.0.1:{free_port()}", tmp_path / "kvtier.duckdb"
+    setup = EngineSetup(port=free_port(), hooks=hooks, instance=instance, extra=extra,
+                        cpu_bytes=cpu_bytes)
+    collector = CollectorProcess(store, hooks=hooks, instance=instance).start()
+    engine = VllmServer(python, build_model(python, tmp_path / "model"), setup, tmp_path,
+                        extra_path=(str(ROOT),))
+    try:
+        engine.start()
+        engine.wait_ready()
+        client = openai.OpenAI(base_url=engine.url + "/v1", api_key="none", max_retries=0)
+        for prompt in prompts:
+            client.completions.create(model=str(engine.model), prompt=prompt,
+                                      max_tokens=max_tokens, temperature=0)
+        samples = engine.samples()
+    finally:
+        engine.stop()
+        collector.stop()
+    return [r for r in open_trace(store).requests() if r.gpu_hit_tokens is not None], samples

@@ -19,16 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from kvtier.policy.engine_check import check_tier_split, replay
-from kvtier.policy.readers import open_trace
-from kvtier.policy.sim.config import SimConfig
 from kvtier.policy.writers import vllm as vllm_writer
 from kvtier.policy.writers.choices import Choices
-from tests.conftest import free_port
-from tests.probes.vllm.environments import ROOT, VLLM_PYTHONS
-from tests.probes.vllm.serving import (CollectorProcess, EngineSetup, VllmServer, build_model,
-                                       num_gpu_blocks)
-from tests.probes.vllm.test_sighting_filter_engine import BLOCK, CHUNK_BYTES, CPU_BYTES, traffic
+from tests.probes.vllm.environments import VLLM_PYTHONS
+from tests.probes.vllm.serving import num_gpu_blocks, served_one_at_a_time
+from tests.probes.vllm.test_sighting_filter_engine import CPU_BYTES, replayed_split, traffic
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -47,44 +42,22 @@ def deployed_settings() -> dict:
 
 
 def test_the_engine_serves_each_request_as_the_replay_of_the_gpu_filter(tmp_path):
-    import openai
-
     python = VLLM_PYTHONS["0.32"]
     if not Path(python).exists():
         pytest.fail(f"no vLLM CPU environment at {python}: run `make test-engine` (it builds it)")
     extra = deployed_settings()
     assert extra == {"eviction_policy": "lru", "store_threshold": 0, "kvtier_gpu_sightings": 2}
-    hooks, store = f"tcp://127.0.0.1:{free_port()}", tmp_path / "kvtier.duckdb"
-    setup = EngineSetup(port=free_port(), hooks=hooks, instance="gpu-sightings", extra=extra,
-                        cpu_bytes=CPU_BYTES)
-    collector = CollectorProcess(store, hooks=hooks, instance="gpu-sightings").start()
-    engine = VllmServer(python, build_model(python, tmp_path / "model"), setup, tmp_path,
-                        extra_path=(str(ROOT),))
     sent = traffic()
-    try:
-        engine.start()
-        engine.wait_ready()
-        client = openai.OpenAI(base_url=engine.url + "/v1", api_key="none", max_retries=0)
-        for prompt in sent:
-            client.completions.create(model=str(engine.model), prompt=prompt, max_tokens=2,
-                                      temperature=0)
-        gpu_blocks = num_gpu_blocks(engine.samples())
-    finally:
-        engine.stop()
-        collector.stop()
-    records = [r for r in open_trace(store).requests() if r.gpu_hit_tokens is not None]
+    records, samples = served_one_at_a_time(python, tmp_path, "gpu-sightings", extra, sent,
+                                            cpu_bytes=CPU_BYTES)
     assert len(records) == len(sent)
+    gpu_blocks = num_gpu_blocks(samples)
 
-    def split(gpu_sightings: int):
-        config = SimConfig(gpu_blocks - 2, CPU_BYTES // CHUNK_BYTES, semantics="vllm",
-                           gpu_sightings=gpu_sightings, default_block_tokens=BLOCK)
-        return check_tier_split(replay(records, config))
-
-    filtered = split(2)
+    filtered = replayed_split(records, gpu_blocks, gpu_sightings=2)
     assert filtered.exact_requests == filtered.requests, filtered.to_dict()["first_differing"]
+    assert filtered.measured_share == filtered.predicted_share
     measured_hit = 1 - filtered.measured_share[3]
-    assert measured_hit == 1 - filtered.predicted_share[3]
-    unfiltered = split(0)
+    unfiltered = replayed_split(records, gpu_blocks)
     assert unfiltered.exact_requests < unfiltered.requests
     # one-shot prompts take no cached slot: more of the conversations stay in the GPU
     assert filtered.measured_share[0] > unfiltered.predicted_share[0]

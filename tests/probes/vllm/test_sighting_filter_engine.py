@@ -19,14 +19,11 @@ from pathlib import Path
 import pytest
 
 from kvtier.policy.engine_check import check_tier_split, replay
-from kvtier.policy.readers import open_trace
 from kvtier.policy.sim.config import SimConfig
 from kvtier.policy.writers import vllm as vllm_writer
 from kvtier.policy.writers.choices import Choices
-from tests.conftest import free_port
-from tests.probes.vllm.environments import ROOT, VLLM_PYTHONS
-from tests.probes.vllm.serving import (CollectorProcess, EngineSetup, VllmServer, build_model,
-                                       num_gpu_blocks)
+from tests.probes.vllm.environments import VLLM_PYTHONS
+from tests.probes.vllm.serving import num_gpu_blocks, served_one_at_a_time
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -49,6 +46,14 @@ def traffic() -> list[list[int]]:
     return prompts
 
 
+def replayed_split(records, gpu_blocks: int, **knobs):
+    """The engine's tier split of ``records`` beside their replay under vLLM's semantics at
+    the engine's sizes (``num_gpu_blocks - 2``, the CPU tier in chunks) with ``knobs``."""
+    config = SimConfig(gpu_blocks - 2, CPU_BYTES // CHUNK_BYTES, semantics="vllm",
+                       default_block_tokens=BLOCK, **knobs)
+    return check_tier_split(replay(records, config))
+
+
 def deployed_settings():
     """What kvtier's vLLM writer renders for a CPU tier that admits on the second sighting."""
     settings, _ = vllm_writer.recommended(Choices(cpu_tier_bytes=CPU_BYTES, min_priority=None,
@@ -58,48 +63,25 @@ def deployed_settings():
 
 
 def test_the_engine_serves_each_request_as_the_replay_of_the_deployed_filter(tmp_path):
-    import openai
-
     python = VLLM_PYTHONS["0.32"]
     if not Path(python).exists():
         pytest.fail(f"no vLLM CPU environment at {python}: run `make test-engine` (it builds it)")
     extra = deployed_settings()
     assert extra == {"eviction_policy": "lru", "store_threshold": 2}
-    hooks, store = f"tcp://127.0.0.1:{free_port()}", tmp_path / "kvtier.duckdb"
-    setup = EngineSetup(port=free_port(), hooks=hooks, instance="sightings", extra=extra,
-                        cpu_bytes=CPU_BYTES)
-    collector = CollectorProcess(store, hooks=hooks, instance="sightings").start()
-    engine = VllmServer(python, build_model(python, tmp_path / "model"), setup, tmp_path,
-                        extra_path=(str(ROOT),))
     sent = traffic()
-    try:
-        engine.start()
-        engine.wait_ready()
-        client = openai.OpenAI(base_url=engine.url + "/v1", api_key="none", max_retries=0)
-        for prompt in sent:
-            client.completions.create(model=str(engine.model), prompt=prompt, max_tokens=2,
-                                      temperature=0)
-        samples = engine.samples()
-        gpu_blocks = num_gpu_blocks(samples)
-        skipped = sum(v for (name, _), v in samples.items()
-                      if name == "vllm:kv_offload_stores_skipped_total")
-    finally:
-        engine.stop()
-        collector.stop()
-    records = [r for r in open_trace(store).requests() if r.gpu_hit_tokens is not None]
+    records, samples = served_one_at_a_time(python, tmp_path, "sightings", extra, sent,
+                                            cpu_bytes=CPU_BYTES)
+    gpu_blocks = num_gpu_blocks(samples)
+    skipped = sum(v for (name, _), v in samples.items()
+                  if name == "vllm:kv_offload_stores_skipped_total")
     assert len(records) == len(sent)
     assert skipped > 0  # the engine applied the filter: it skipped stores
 
-    def split(threshold: int):
-        config = SimConfig(gpu_blocks - 2, CPU_BYTES // CHUNK_BYTES, semantics="vllm",
-                           store_threshold=threshold, default_block_tokens=BLOCK)
-        return check_tier_split(replay(records, config))
-
-    filtered = split(2)
+    filtered = replayed_split(records, gpu_blocks, store_threshold=2)
     assert filtered.exact_requests == filtered.requests, filtered.to_dict()["first_differing"]
     measured_hit = 1 - filtered.measured_share[3]
     assert measured_hit == 1 - filtered.predicted_share[3]
-    unfiltered = split(0)
+    unfiltered = replayed_split(records, gpu_blocks)
     assert unfiltered.exact_requests < unfiltered.requests
     assert 1 - unfiltered.predicted_share[3] != measured_hit
     print("sighting filter engine check:", len(records), "requests, token hit ratio",
