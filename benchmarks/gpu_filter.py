@@ -8,7 +8,8 @@ or ``.venv-vllm``; about a minute; ``--smoke``: tiny inputs, to check it runs). 
 ``KVCacheManager`` (its block hasher, ``get_computed_blocks``, ``allocate_slots``, ``free``),
 once as vLLM ships it and once with kvtier's filter installed in its ``BlockPool`` and each
 request counted as kvtier's connector counts it (``kvtier.probes.vllm.gpu_filter``), each in
-its own process (the filter is installed once per process). More distinct blocks are sent than
+its own process (the filter is installed once per process), ``--rounds`` times alternating,
+medians printed. More distinct blocks are sent than
 the tracker holds, so it is full. Printed: microseconds per prompt block for the scheduler's
 path in each (the difference is the filter's cost: counting, the mask ``cache_full_blocks`` is
 given, and what caching fewer blocks saves), and of it the connector's count alone; the bytes
@@ -26,6 +27,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from statistics import median
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -38,8 +40,9 @@ ENGINE_ENV = "KVTIER_VLLM_PYTHON"  # the vLLM environment the scheduler's cache 
 FIGURES = ("blocks_per_request", "max_tracked", "prompt_blocks", "baseline_us_per_block",
            "filter_us_per_block", "counting_us_per_block", "tracker_bytes",
            "bytes_per_tracked_block", "bytes_at_default_tracker", "tracked_blocks",
-           "baseline_hit_share", "filter_hit_share", "load_average")
-SMOKE = {"tracker": 500, "requests": 300, "gpu_blocks": 256}  # --smoke's sizes
+           "baseline_hit_share", "filter_hit_share", "rounds", "filter_to_baseline",
+           "load_average")
+SMOKE = {"tracker": 500, "requests": 300, "gpu_blocks": 256, "rounds": 1}  # --smoke's sizes
 BLOCK_TOKENS = 16
 
 
@@ -127,6 +130,8 @@ def main() -> int:
     parser.add_argument("--tracker", type=int, default=MAX_TRACKED,
                         help="blocks the filter's tracker holds")
     parser.add_argument("--gpu-blocks", type=int, default=4096, help="vLLM's GPU pool in blocks")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="runs of each, alternating (the medians are printed)")
     add_traffic_arguments(parser)  # --inside: plain or filter
     args = parser.parse_args()
     if args.smoke:
@@ -138,7 +143,13 @@ def main() -> int:
     python = vllm_python()
     if python is None:
         return 2
-    base, filt = (_inside(python, filtered, args) for filtered in (False, True))
+    runs = [(_inside(python, False, args), _inside(python, True, args))
+            for _ in range(max(1, args.rounds))]
+    base, filt = runs[-1]
+    base, filt = ({**base, "us_per_block": median(b["us_per_block"] for b, _ in runs)},
+                  {**filt, "us_per_block": median(f["us_per_block"] for _, f in runs),
+                   "counting_us_per_block": median(f["counting_us_per_block"] for _, f in runs)})
+    ratios = [f["us_per_block"] / b["us_per_block"] for b, f in runs]
     per_block = filt["tracker_bytes"] / max(1, filt["tracked"])
     figures = {"blocks_per_request": args.blocks, "max_tracked": args.tracker,
                "prompt_blocks": filt["prompt_blocks"],
@@ -148,7 +159,8 @@ def main() -> int:
                "tracker_bytes": filt["tracker_bytes"], "bytes_per_tracked_block": per_block,
                "bytes_at_default_tracker": per_block * MAX_TRACKED,
                "tracked_blocks": filt["tracked"], "baseline_hit_share": base["hit_share"],
-               "filter_hit_share": filt["hit_share"],
+               "filter_hit_share": filt["hit_share"], "rounds": len(runs),
+               "filter_to_baseline": median(ratios),
                "load_average": os.getloadavg()[0]}
     if args.json:
         print(json.dumps(figures, indent=1))
@@ -160,6 +172,8 @@ def main() -> int:
     print(f"cached from the second request:       {filt['us_per_block']:.2f} us per prompt "
           f"block, of which counting the request {filt['counting_us_per_block']:.2f}; "
           f"{filt['hit_share']:.1%} of blocks GPU hits")
+    print(f"filter / as shipped, per round: {', '.join(f'{r:.2f}' for r in ratios)} "
+          f"(medians of {len(runs)} alternating rounds above)")
     print(f"the tracker: {filt['tracker_bytes'] / 2**20:.2f} MiB, {per_block:.0f} bytes per "
           f"tracked block (its hash included), {per_block * MAX_TRACKED / 2**20:.1f} MiB at the "
           f"default {MAX_TRACKED:,}; load average {figures['load_average']:.1f}")

@@ -49,7 +49,7 @@ def add_arguments(parser) -> None:
                              "again, knowing whether but not when), sightings-gpu (a "
                              "diagnostic: the GPU prefix cache too keeps a new block only from "
                              "its second request, as libCacheSim's Bloom-filter row does for "
-                             "one cache; no engine offers it today)")
+                             "one cache; kvtier's vLLM connector can apply it)")
     parser.add_argument("--libcachesim", default="",
                         help="also run libCacheSim's policies as one cache of GPU+CPU size on "
                              f"the same block stream, comma-separated: {', '.join(EXTERNAL)}, "

@@ -5,8 +5,8 @@ only from its :data:`GPU_SIGHTINGS`-th request on (the request holds its slot wh
 victims, having passed the filter, go to the CPU tier's LRU. This is the two-tier form of
 libCacheSim's LRU behind its Bloom filter (one cache of both tiers' size, admitting a block on
 its second request), which a CPU-tier admission alone cannot reach where the GPU tier is a
-large share of the stack. No engine's configuration offers it today: in vLLM it would be a
-prefix cache that registers a new block's hash only on its second sighting."""
+large share of the stack. No engine has a setting for it; kvtier's vLLM connector applies it
+(``kvtier_gpu_sightings``), and ``recommended`` considers it with every pair."""
 
 from __future__ import annotations
 
