@@ -15,6 +15,8 @@ wrapped to pass vLLM's own ``block_mask`` (its parameter for blocks that must st
 prefix cache) with the blocks that have not been seen often enough masked out. Counting is
 vLLM's ``store_threshold`` tracker's: at most ``MAX_TRACKED`` blocks, the least recently seen
 forgotten first (never one of the request being counted), a forgotten block starting again.
+If the filter ever fails (a vLLM that changed what it wraps), it logs once and lets vLLM cache
+every block from then on: the engine keeps serving.
 
 Runs inside the engine: imports only the standard library and vLLM.
 """
@@ -22,7 +24,10 @@ Runs inside the engine: imports only the standard library and vLLM.
 from __future__ import annotations
 
 import functools
+import logging
 from collections import OrderedDict
+
+logger = logging.getLogger(__name__)
 
 MAX_TRACKED = 64000  # vLLM's store_threshold tracker size (max_tracker_size)
 _SIGHTED = "_kvtier_sighted"
@@ -38,6 +43,7 @@ class Sightings:
         self.threshold = threshold
         self.max_tracked = max_tracked
         self.counts: OrderedDict = OrderedDict()
+        self.working = True  # False once it failed: the engine then caches every block
 
     def count(self, hashes) -> None:
         """One request referencing ``hashes`` (each once)."""
@@ -76,7 +82,6 @@ def install(threshold: int, max_tracked: int = MAX_TRACKED) -> Sightings:
         return _installed
     sightings = Sightings(threshold, max_tracked)
     from vllm.v1.core.block_pool import BlockPool
-    from vllm.v1.core.kv_cache_utils import resolve_block_hashes
 
     original = BlockPool.cache_full_blocks
 
@@ -84,12 +89,18 @@ def install(threshold: int, max_tracked: int = MAX_TRACKED) -> Sightings:
     def cache_full_blocks(self, request, blocks, num_cached_blocks, num_full_blocks,
                           block_size, kv_cache_group_id, block_mask=None):
         # counted as the request carries them: filter where the pool caches at that size
-        if num_cached_blocks < num_full_blocks and self.hash_block_size == block_size:
-            hashes = resolve_block_hashes(request.block_hashes, self.hash_block_size,
-                                          block_size)
-            mask = [sightings.passes(h) for h in hashes[num_cached_blocks:num_full_blocks]]
-            block_mask = mask if block_mask is None else [a and b for a, b
-                                                          in zip(block_mask, mask)]
+        if (sightings.working and num_cached_blocks < num_full_blocks
+                and self.hash_block_size == block_size):
+            try:
+                hashes = request.block_hashes[num_cached_blocks:num_full_blocks]
+                mask = [sightings.passes(h) for h in hashes]
+                if block_mask is not None:
+                    mask = [a and b for a, b in zip(block_mask, mask)]
+                block_mask = mask
+            except Exception:  # fail open: cache as vLLM does, never stop the engine
+                sightings.working = False
+                logger.exception("kvtier's GPU sighting filter failed; vLLM caches every block "
+                                 "from now on")
         return original(self, request, blocks, num_cached_blocks, num_full_blocks,
                         block_size, kv_cache_group_id, block_mask=block_mask)
 
@@ -101,7 +112,11 @@ def install(threshold: int, max_tracked: int = MAX_TRACKED) -> Sightings:
 def sight(request) -> None:
     """Count ``request``'s blocks, once per request (a request asked about again, or
     rescheduled after preemption, is not counted again); nothing without :func:`install`."""
-    if _installed is None or getattr(request, _SIGHTED, False):
+    if _installed is None or not _installed.working or getattr(request, _SIGHTED, False):
         return
-    setattr(request, _SIGHTED, True)
-    _installed.count(request.block_hashes)
+    try:
+        setattr(request, _SIGHTED, True)
+        _installed.count(request.block_hashes)
+    except Exception:  # fail open, as the mask does
+        _installed.working = False
+        logger.exception("kvtier's GPU sighting filter failed; vLLM caches every block from now on")

@@ -64,3 +64,71 @@ def test_nothing_is_counted_without_the_filter(monkeypatch):
 def test_a_bad_threshold_is_refused():
     with pytest.raises(ValueError, match="kvtier_gpu_sightings"):
         Sightings(1)
+
+
+def test_a_failing_count_turns_the_filter_off_and_never_reaches_the_engine(monkeypatch, caplog):
+    sightings = Sightings(2)
+    monkeypatch.setattr(gpu_filter, "_installed", sightings)
+    gpu_filter.sight(SimpleNamespace())  # no block_hashes: what a changed vLLM might hand over
+    assert sightings.working is False
+    assert "caches every block from now on" in caplog.text
+    request = SimpleNamespace(block_hashes=[b"a"])
+    gpu_filter.sight(request)  # off: nothing counted
+    assert not sightings.counts
+
+
+class RecordingPool:
+    """What the wrapper needs of vLLM's ``BlockPool``: the call it wraps, recorded."""
+
+    hash_block_size = 16
+
+    def __init__(self):
+        self.masks = []
+
+    def cache_full_blocks(self, request, blocks, num_cached_blocks, num_full_blocks, block_size,
+                          kv_cache_group_id, block_mask=None):
+        self.masks.append(block_mask)
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    """``vllm.v1.core.block_pool`` holding :class:`RecordingPool` (the main environment has no
+    vLLM; the wrapper in vLLM's own pool is checked against vLLM's ``KVCacheManager`` in
+    ``tests/policy/sim/test_oracle_vllm_gpu.py``), and no filter installed yet."""
+    import sys
+    import types
+
+    module = types.ModuleType("vllm.v1.core.block_pool")
+    pool_class = type("BlockPool", (RecordingPool,), {})
+    module.BlockPool = pool_class
+    for name in ("vllm", "vllm.v1", "vllm.v1.core"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "vllm.v1.core.block_pool", module)
+    monkeypatch.setattr(gpu_filter, "_installed", None)
+    return pool_class
+
+
+def test_the_wrapped_pool_gets_the_mask_and_keeps_its_own(fake_vllm):
+    sightings = gpu_filter.install(2)
+    assert gpu_filter.install(2) is sightings  # the same rule again: nothing more
+    with pytest.raises(ValueError, match="cannot install 3"):
+        gpu_filter.install(3)
+    pool = fake_vllm()
+    seen = SimpleNamespace(block_hashes=[b"a", b"b", b"c"])
+    gpu_filter.sight(seen)
+    gpu_filter.sight(SimpleNamespace(block_hashes=[b"a", b"b"]))
+    pool.cache_full_blocks(seen, [], 0, 3, 16, 0)
+    pool.cache_full_blocks(seen, [], 1, 3, 16, 0, block_mask=[False, True])
+    assert pool.masks == [[True, True, False], [False, False]]
+    pool.cache_full_blocks(seen, [], 0, 3, 32, 0, block_mask=[True])  # hashed at another size
+    assert pool.masks[-1] == [True]
+
+
+def test_a_failing_mask_lets_the_engine_cache_every_block(fake_vllm, caplog):
+    sightings = gpu_filter.install(2)
+    pool = fake_vllm()
+    pool.cache_full_blocks(SimpleNamespace(), [], 0, 2, 16, 0)  # a request without hashes
+    assert pool.masks == [None] and sightings.working is False
+    assert "caches every block from now on" in caplog.text
+    pool.cache_full_blocks(SimpleNamespace(block_hashes=[b"a", b"b"]), [], 0, 2, 16, 0)
+    assert pool.masks[-1] is None
