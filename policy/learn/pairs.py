@@ -133,9 +133,11 @@ def candidates(threshold: float | None, readout: str | None) -> tuple[Pair, ...]
         pairs += [Pair(a.admission, "next-use", a.min_sightings, a.threshold, readout)
                   for a in admissions]
     # with the GPU filtered, the CPU tier's own sighting filter at the same N changes nothing
-    # (every GPU victim has passed it): it is left out
+    # (every GPU victim has passed it), and the learned admission's scores are for the offers
+    # of an unfiltered GPU (a filtered one offers other blocks at other times): both left out
     pairs += [dataclasses.replace(p, gpu_sightings=GPU_SIGHTINGS) for p in list(pairs)
-              if not (p.admission == "sightings" and p.min_sightings <= GPU_SIGHTINGS)]
+              if not (p.admission == "sightings" and p.min_sightings <= GPU_SIGHTINGS)
+              and p.admission != "learned"]
     return tuple(pairs)
 
 

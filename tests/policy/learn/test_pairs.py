@@ -64,8 +64,10 @@ def test_a_filter_is_chosen_where_one_time_prompts_flush_the_reused_ones():
     assert later_hit_ratio(split, tiers, choice) > lru.token_hit_ratio + 0.05
     # the evidence: every candidate, plain LRU first, and a sentence with the figures
     assert choice.validation[0].pair.plain_lru
+    threshold = next((v.pair.threshold for v in choice.validation
+                      if v.pair.admission == "learned"), None)
     assert [v.pair for v in choice.validation] == list(
-        candidates(choice.validation[-1].pair.threshold, choice.readout and choice.readout.label()))
+        candidates(threshold, choice.readout and choice.readout.label()))
     assert f"{chosen_ratio(choice):.4f}" in choice.why and "plain LRU's" in choice.why
     assert choice.validation_requests == len(split.train) - choice.fit_requests
 
@@ -148,3 +150,13 @@ def test_a_pair_that_cannot_be_deployed_is_refused(kwargs):
 def chosen_ratio(choice) -> float:
     """The chosen pair's validation figure."""
     return next(v.hit_ratio for v in choice.validation if v.pair == choice.pair)
+
+
+def test_the_gpu_filtered_pairs_are_the_ones_whose_admission_means_the_same_there():
+    gpu = [p for p in candidates(0.3, "q50") if p.gpu_sightings]
+    assert {(p.admission, p.min_sightings, p.eviction) for p in gpu} == {
+        ("all", 0, "lru"), ("sightings", 3, "lru"), ("all", 0, "next-use"),
+        ("sightings", 3, "next-use")}
+    assert all(p.gpu_sightings == 2 for p in gpu)
+    plain = [p for p in candidates(0.3, "q50") if not p.gpu_sightings]
+    assert candidates(0.3, "q50")[:len(plain)] == tuple(plain)  # the GPU-filtered ones last
