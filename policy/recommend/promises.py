@@ -176,9 +176,11 @@ def _prediction(rec: Recommendation, engine: str | None
             return "vLLM's GPU tier alone (the minimal CPU tier)", ratios.vllm, alone
         return "the GPU tier alone", ratios.gpu_only, alone
     if engine == "vllm" and ratios.vllm is not None:
+        gpu = (f", kvtier_gpu_sightings {settings.gpu_sightings}" if settings.gpu_sightings
+               else "")
         return (f"vLLM's CPU tier of {settings.cpu_tier_bytes} bytes "
                 f"({settings.eviction_policy or 'lru'}, store_threshold "
-                f"{settings.store_threshold or 0}) under vLLM's semantics", ratios.vllm,
+                f"{settings.store_threshold or 0}{gpu}) under vLLM's semantics", ratios.vllm,
                 evidence.expected_vllm_vs_gpu_only)
     if settings.offload_min_priority is not None and ratios.cpu_learned_priority is not None:
         return ("the CPU tier behind the learned priority gate", ratios.cpu_learned_priority,
