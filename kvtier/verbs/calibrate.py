@@ -26,6 +26,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--semantics", default="vllm", choices=("vllm", "exclusive", "trtllm"),
                         help="how the engine moves blocks between tiers (default vllm)")
     parser.add_argument("--cpu-policy", default="lru", help="the CPU tier's eviction policy")
+    parser.add_argument("--store-threshold", type=int, default=0,
+                        help="the engine's store_threshold (vLLM: a block stored in the CPU tier "
+                             "on its N-th offer; default 0: every block)")
+    parser.add_argument("--gpu-sightings", type=int, default=0,
+                        help="the engine ran kvtier's GPU prefix-cache filter "
+                             "(kvtier_gpu_sightings N: a block cached from its N-th request; "
+                             "default 0: every block)")
     parser.add_argument("--prefill-servers", type=int, default=1,
                         help="prefill servers of the TTFT queue model (default 1)")
     parser.add_argument("--max-running", type=int,
@@ -151,7 +158,8 @@ def _check(args, requests, params, jobs, bytes_per_token) -> dict:
     try:
         config = SimConfig(gpu_blocks=args.gpu_blocks, cpu_blocks=args.cpu_blocks,
                            cold_blocks=args.cold_blocks, semantics=args.semantics,
-                           policy=args.cpu_policy, default_block_tokens=block_tokens)
+                           policy=args.cpu_policy, store_threshold=args.store_threshold,
+                           gpu_sightings=args.gpu_sightings, default_block_tokens=block_tokens)
     except ValueError as error:
         raise KvtierError(str(error)) from None
     pairs = replay(requests, config)

@@ -62,6 +62,8 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys):
     write_store(store, random.Random(6))
     assert main(["calibrate", str(store), "--instance", "elsewhere"]) == 2
     assert "no engine request records" in capsys.readouterr().err
+    assert main(["calibrate", str(store), "--gpu-blocks", "1000", "--gpu-sightings", "1"]) == 2
+    assert "gpu_sightings must be 0 (cache every block) or >= 2" in capsys.readouterr().err
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]")
     assert main(["simulate", "--trace", str(store), "--gpu-tokens", "1e6", "--cost-params", str(bad)]) == 2

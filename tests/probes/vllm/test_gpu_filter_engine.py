@@ -9,21 +9,25 @@ prompts nobody sends twice. The store's request records (vLLM's block hashes, th
 the connector measured) are replayed by the simulator's vLLM flow with ``gpu_sightings=2``:
 every request's split must be the replay's; replayed without the filter the same requests are
 served otherwise (the one-shot prompts, never cached, no longer push the conversations out of
-the GPU cache), so the check tells the two apart. The GPU capacity is
+the GPU cache), so the check tells the two apart; ``kvtier calibrate`` told the engine ran the
+filter finds the same. The GPU capacity is
 ``num_gpu_blocks - 2`` as in the calibrate check (vLLM's null block and the decoding block).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from kvtier.cli import main
 from kvtier.policy.writers import vllm as vllm_writer
 from kvtier.policy.writers.choices import Choices
 from tests.probes.vllm.environments import VLLM_PYTHONS
 from tests.probes.vllm.serving import num_gpu_blocks, served_one_at_a_time
-from tests.probes.vllm.test_sighting_filter_engine import CPU_BYTES, replayed_split, traffic
+from tests.probes.vllm.test_sighting_filter_engine import (CHUNK_BYTES, CPU_BYTES, replayed_split,
+                                                           traffic)
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -41,7 +45,7 @@ def deployed_settings() -> dict:
                                         "kvtier_gpu_sightings")}
 
 
-def test_the_engine_serves_each_request_as_the_replay_of_the_gpu_filter(tmp_path):
+def test_the_engine_serves_each_request_as_the_replay_of_the_gpu_filter(tmp_path, capsys):
     python = VLLM_PYTHONS["0.32"]
     if not Path(python).exists():
         pytest.fail(f"no vLLM CPU environment at {python}: run `make test-engine` (it builds it)")
@@ -61,6 +65,12 @@ def test_the_engine_serves_each_request_as_the_replay_of_the_gpu_filter(tmp_path
     assert unfiltered.exact_requests < unfiltered.requests
     # one-shot prompts take no cached slot: more of the conversations stay in the GPU
     assert filtered.measured_share[0] > unfiltered.predicted_share[0]
+    # a user's check of the same store: kvtier calibrate told what the engine ran
+    assert main(["calibrate", str(tmp_path / "kvtier.duckdb"), "--gpu-blocks", str(gpu_blocks - 2),
+                 "--cpu-blocks", str(CPU_BYTES // CHUNK_BYTES), "--gpu-sightings", "2",
+                 "--json"]) == 0
+    split = json.loads(capsys.readouterr().out)["tier_split"]
+    assert split["exact_requests"] == split["requests"] == len(records)
     print("GPU sighting filter engine check:", len(records), "requests, token hit ratio",
           f"{measured_hit:.4f} measured = replayed ({1 - unfiltered.predicted_share[3]:.4f} "
           f"replayed without the filter); GPU share {filtered.measured_share[0]:.4f} measured, "
