@@ -49,8 +49,9 @@ def benchmarks() -> list:
 
 
 def test_the_benchmarks_are_found():
-    assert {p.values[0].stem for p in benchmarks()} >= {"ingest", "dashboard", "simulate",
-                                                         "live_curves", "sighting_filter", "gpu_filter", "fleet_ray"}
+    assert {p.values[0].stem for p in benchmarks()} >= {
+        "ingest", "dashboard", "simulate", "live_curves", "sighting_filter", "gpu_filter",
+        "fleet_ray"}
 
 
 @pytest.mark.parametrize("path", benchmarks())

@@ -66,9 +66,9 @@ def test_the_engine_serves_each_request_as_the_replay_of_the_gpu_filter(tmp_path
     # one-shot prompts take no cached slot: more of the conversations stay in the GPU
     assert filtered.measured_share[0] > unfiltered.predicted_share[0]
     # a user's check of the same store: kvtier calibrate told what the engine ran
-    assert main(["calibrate", str(tmp_path / "kvtier.duckdb"), "--gpu-blocks", str(gpu_blocks - 2),
-                 "--cpu-blocks", str(CPU_BYTES // CHUNK_BYTES), "--gpu-sightings", "2",
-                 "--json"]) == 0
+    assert main(["calibrate", str(tmp_path / "kvtier.duckdb"), "--gpu-blocks",
+                 str(gpu_blocks - 2), "--cpu-blocks", str(CPU_BYTES // CHUNK_BYTES),
+                 "--gpu-sightings", "2", "--json"]) == 0
     split = json.loads(capsys.readouterr().out)["tier_split"]
     assert split["exact_requests"] == split["requests"] == len(records)
     print("GPU sighting filter engine check:", len(records), "requests, token hit ratio",
