@@ -4,11 +4,15 @@ on the training period alone.
 Admission (which GPU victims get a CPU slot): every block; the sighting filter (a block on its
 N-th request, N in :data:`SIGHTINGS`; :class:`~kvtier.policy.sim.policies.SightingAdmitter`);
 or the learned admission model's score over a threshold. Eviction: LRU, or the learned next-use
-order behind its LRU shadow. Each pair also comes with the GPU prefix cache filtered
+order behind its LRU shadow. The pairs also come with the GPU prefix cache filtered
 (``gpu_sightings`` :data:`GPU_SIGHTINGS`: a new block cached only from its second request,
 ``SimConfig.gpu_sightings``; kvtier's vLLM connector applies it in the engine), last among
 the candidates: one-time prompts then take no cached slot in either tier, which no CPU-tier
-admission can give where the GPU tier is a large share of the stack. :func:`choose_pair` fits the learned parts on the earlier
+admission can give where the GPU tier is a large share of the stack (not with the learned
+admission, whose scores are for an unfiltered GPU's offers, nor with the CPU tier's sighting
+filter at N <= 2, which a filtered GPU leaves nothing to do).
+
+:func:`choose_pair` fits the learned parts on the earlier
 ``1 - VALIDATION_FRACTION`` of the training requests, replays every pair over the training
 period and counts its latest :data:`VALIDATION_FRACTION` (never seen by a fit): plain LRU
 admitting every block is a candidate like the others, and stays unless another pair serves at
