@@ -16,10 +16,10 @@ from kvtier.policy.cost import CostParams, queue_ttft, queue_ttft_samples
 from kvtier.policy.learn.admission_model import ModelConfig
 from kvtier.policy.learn.baselines.nextuse_rows import NAMES as NEXT_USE_NAMES
 from kvtier.policy.learn.baselines.nextuse_rows import ChoiceCache, policy_for, shadow_summary
-from kvtier.policy.learn.baselines.gpu_sightings import GPU_SIGHTINGS, SIGHTINGS_GPU
+from kvtier.policy.learn.baselines.gpu_sightings import SIGHTINGS_GPU
 from kvtier.policy.learn.baselines.oracle_reused import ORACLE_REUSED, ReusedLaterAdmitter
 from kvtier.policy.learn.baselines.retention_tier import RETENTION, retention_policy
-from kvtier.policy.learn.pairs import PairChoice, choose_pair, replay_deployed
+from kvtier.policy.learn.pairs import GPU_SIGHTINGS, PairChoice, choose_pair, replay_deployed
 from kvtier.policy.learn.pipeline import fit
 from kvtier.policy.learn.replay import Replayed, Tiers, replay
 from kvtier.policy.learn.split import Split

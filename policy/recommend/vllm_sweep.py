@@ -53,13 +53,13 @@ def cold_tier_gain(records: Sequence[RequestRecord], gpu_blocks: int, cpu_blocks
 
 
 def vllm_replay(records: Sequence[RequestRecord], gpu_blocks: int, cpu_blocks: int,
-                count_from: int, setting: tuple = ("lru", 0, 0)) -> Replayed:
+                count_from: int, setting: tuple[str, int, int] = ("lru", 0, 0)) -> Replayed:
     """``records`` replayed under vLLM's semantics at these sizes and ``(eviction_policy,
-    store_threshold[, gpu_sightings])``: what vLLM itself would serve. Totals and each
-    request's tokens count from ``count_from`` on; the earlier requests only warm the tiers."""
-    gpu = setting[2] if len(setting) > 2 else 0
-    simulator = Simulator(_config(records, gpu_blocks, cpu_blocks, 0, setting[1], setting[0],
-                                  gpu))
+    store_threshold, gpu_sightings)`` (as :func:`best_cpu_setting` chooses it): what vLLM
+    itself would serve. Totals and each request's tokens count from ``count_from`` on; the
+    earlier requests only warm the tiers."""
+    policy, threshold, gpu = setting
+    simulator = Simulator(_config(records, gpu_blocks, cpu_blocks, 0, threshold, policy, gpu))
     outcomes = []
     for index, record in enumerate(records):
         outcome = simulator.serve(record)

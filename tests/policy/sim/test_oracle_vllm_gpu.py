@@ -144,4 +144,4 @@ def test_the_gpu_sighting_filter_changes_what_vllm_serves(vllm_hits, vllm_filter
     cases, plain = vllm_hits
     _, filtered = vllm_filtered_hits
     changed = [case for case in RAW_CASES + TAIL_CASES if plain[case] != filtered[case]]
-    assert len(changed) > len(RAW_CASES) // 2
+    assert changed == RAW_CASES + TAIL_CASES  # the traces reuse blocks on their second request

@@ -46,6 +46,8 @@ from vllm.v1.kv_cache_interface import (
 )
 from vllm.v1.request import Request
 
+from kvtier.probes.vllm import gpu_filter  # kvtier's checkout is on the path (the test puts it)
+
 MAX_MODEL_LEN = 1 << 16
 
 
@@ -54,8 +56,6 @@ def main() -> None:
     init_none_hash(hash_fn)
     sightings = None
     if "--gpu-sightings" in sys.argv:
-        from kvtier.probes.vllm import gpu_filter
-
         sightings = gpu_filter.install(int(sys.argv[sys.argv.index("--gpu-sightings") + 1]))
     json.dump([replay(case, hash_fn, sightings) for case in json.load(sys.stdin)], sys.stdout)
 
@@ -99,8 +99,6 @@ def make_request(request_id: str, ids: list[int], block_size: int, hasher) -> Re
 
 def serve(manager: KVCacheManager, request: Request, block_size: int) -> int:
     """One request alone: look up, allocate its prompt, free it. Returns its cached blocks."""
-    from kvtier.probes.vllm import gpu_filter
-
     gpu_filter.sight(request)  # a no-op unless the filter is installed
     computed, num_computed_tokens, _ = manager.get_computed_blocks(request)
     new_blocks = manager.allocate_slots(request, request.num_tokens - num_computed_tokens,
