@@ -160,3 +160,35 @@ def test_the_gpu_filtered_pairs_are_the_ones_whose_admission_means_the_same_ther
     assert all(p.gpu_sightings == 2 for p in gpu)
     plain = [p for p in candidates(0.3, "q50") if not p.gpu_sightings]
     assert candidates(0.3, "q50")[:len(plain)] == tuple(plain)  # the GPU-filtered ones last
+
+
+def _validated(*figures):
+    """Validation figures for plain LRU, the CPU sighting filter, the GPU filter and the
+    next-use order (the last learned), in the order :func:`candidates` gives them."""
+    from kvtier.policy.learn.pairs import Validated
+
+    pairs = (Pair(), Pair("sightings", min_sightings=2), Pair(gpu_sightings=2),
+             Pair("all", "next-use", readout="next_use q=0.5"))
+    return [Validated(p, h) for p, h in zip(pairs, figures)]
+
+
+@pytest.mark.parametrize("figures, chosen", [
+    # the learned order leads the GPU filter by 0.5 points: less than a learned lead shrinks by
+    ((0.20, 0.21, 0.23, 0.235), 2),
+    ((0.20, 0.21, 0.23, 0.237), 3),            # by 0.7: the learned order
+    ((0.20, 0.201, 0.2015, 0.205), 0),         # no fixed rule clears plain LRU; nor the order
+    ((0.20, 0.201, 0.2015, 0.207), 3),         # the order clears plain LRU by 0.7
+    ((0.20, 0.23, 0.2302, 0.2301), 1),         # the simpler fixed rule within the tie
+])
+def test_a_learned_pair_must_lead_the_pair_chosen_without_one_by_the_shrink(figures, chosen):
+    from kvtier.policy.learn.pairs import LEARNED_LEAD_SHRINK, _best, _why
+
+    assert LEARNED_LEAD_SHRINK == 0.006  # the cases above straddle it
+    scored = _validated(*figures)
+    best = _best(scored)
+    assert best is scored[chosen]
+    why = _why(best, scored, 100)
+    if chosen != 3 and figures[3] > figures[chosen]:  # a learned pair led, not by enough
+        assert f"the best learned pair, {scored[3].pair.label}, served {figures[3]:.4f}" in why
+    if chosen == 3:
+        assert "above the best with nothing learned" in why
