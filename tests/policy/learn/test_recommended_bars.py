@@ -8,7 +8,7 @@ lru,recommended --libcachesim lcs:lru+bloom`` at the same sizes prints the same 
 
 Both bars are measured, not fitted: libCacheSim is an independent simulator, and nothing of
 the later half reaches the choice. Where the margin is small (Mooncake at 2,000 GPU blocks,
-about 0.1 point) a change to the simulator or the choice that moves it shows here first."""
+0.04 to 0.09 points) a change to the simulator or the choice that moves it shows here first."""
 
 from __future__ import annotations
 
