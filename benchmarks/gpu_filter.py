@@ -132,9 +132,6 @@ def main() -> int:
     parser.add_argument("--gpu-blocks", type=int, default=4096, help="vLLM's GPU pool in blocks")
     parser.add_argument("--rounds", type=int, default=3,
                         help="runs of each, alternating (the medians are printed)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--smoke", action="store_true", help="tiny inputs, seconds: checks the "
-                        "benchmark runs (its figures mean nothing)")
     add_traffic_arguments(parser)  # --inside: plain or filter
     args = parser.parse_args()
     if args.smoke:

@@ -119,9 +119,6 @@ def main() -> int:
     parser.add_argument("--tracker", type=int, default=DEFAULT_TRACKER,
                         help="max_tracker_size: chunks the filter's tracker holds")
     parser.add_argument("--chunks", type=int, default=8192, help="CPU tier size in chunks")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--smoke", action="store_true", help="tiny inputs, seconds: checks the "
-                        "benchmark runs (its figures mean nothing)")
     add_traffic_arguments(parser, "chunks")  # --inside: the threshold
     args = parser.parse_args()
     if args.smoke:

@@ -62,12 +62,15 @@ def prompts(requests: int, blocks: int, repeat: float, seed: int = 0) -> Iterato
 
 
 def add_traffic_arguments(parser: argparse.ArgumentParser, unit: str = "blocks") -> None:
-    """The prompts' options every such benchmark takes, and the hidden ``--inside`` its vLLM
-    side runs with (each benchmark declares its own output options)."""
+    """The options every such benchmark takes: its prompts, ``--json``, ``--smoke`` and the
+    hidden ``--inside`` its vLLM side runs with."""
     parser.add_argument("--requests", type=int, default=12_000, help="requests")
     parser.add_argument("--blocks", type=int, default=8, help=f"{unit} per request")
     parser.add_argument("--repeat", type=float, default=0.3,
                         help="share of requests that send an earlier prompt again")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--smoke", action="store_true", help="tiny inputs, seconds: checks the "
+                        "benchmark runs (its figures mean nothing)")
     parser.add_argument("--inside", help=argparse.SUPPRESS)
 
 

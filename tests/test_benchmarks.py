@@ -1,6 +1,7 @@
-"""Every benchmark still runs: each ``benchmarks/*.py`` that prints ``--json`` is run with
-``--json --smoke`` (tiny inputs, seconds) and must print one JSON object holding the figures
-it declares (its ``FIGURES``). No timing is asserted: speed is what the benchmarks measure.
+"""Every benchmark still runs: each ``benchmarks/*.py`` that runs as a script (a
+``__main__`` block; a module of shared helpers has none) is run with ``--json --smoke`` (tiny
+inputs, seconds) and must print one JSON object holding the figures it declares (its
+``FIGURES``). No timing is asserted: speed is what the benchmarks measure.
 
 A benchmark that runs in an engine's environment names the variable that points at it
 (``ENGINE_ENV``: ``KVTIER_VLLM_PYTHON`` or ``KVTIER_VLLM_CPU_PYTHON``, set by ``make test``)
@@ -36,10 +37,17 @@ def declared(path: Path) -> dict:
     return found
 
 
+def runs_as_script(path: Path) -> bool:
+    """Whether the module has an ``if __name__ == "__main__":`` block."""
+    return any(isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+               and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__"
+               for node in ast.parse(path.read_text(), str(path)).body)
+
+
 def benchmarks() -> list:
     found = []
     for path in sorted((ROOT / "benchmarks").glob("*.py")):
-        if '"--json"' not in path.read_text():
+        if not runs_as_script(path):
             continue
         constants = declared(path)
         slow = SERVING_ENGINE_ENV in (constants.get("ENGINE_ENV"), constants.get("VLLM_PYTHON"))
@@ -49,9 +57,10 @@ def benchmarks() -> list:
 
 
 def test_the_benchmarks_are_found():
-    assert {p.values[0].stem for p in benchmarks()} >= {
-        "ingest", "dashboard", "simulate", "live_curves", "sighting_filter", "gpu_filter",
-        "fleet_ray"}
+    found = {p.values[0].stem for p in benchmarks()}
+    assert found >= {"ingest", "dashboard", "simulate", "live_curves", "sighting_filter",
+                     "gpu_filter", "fleet_ray"}
+    assert "vllm_side" not in found  # the vLLM-side benchmarks' shared helpers
 
 
 @pytest.mark.parametrize("path", benchmarks())

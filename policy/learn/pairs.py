@@ -108,6 +108,12 @@ class Pair:
     def plain_lru(self) -> bool:
         return self.admission == "all" and self.eviction == "lru" and not self.gpu_sightings
 
+    @property
+    def learned_part(self) -> bool:
+        """Whether a part of it is fitted to the training period (the next-use order, the
+        learned admission)."""
+        return self.eviction == "next-use" or self.admission == "learned"
+
 
 @dataclass(frozen=True)
 class Validated:
@@ -179,9 +185,10 @@ def choose_pair(train: Sequence[RequestRecord], tiers: Tiers, *,
         cpu = ("lru" if pair.eviction == "lru" else
                learned_factory(model, readout, signals, shadowed=False))
         scored.append(Validated(pair, hit(cpu, _admitter(pair, scores), pair.gpu_sightings)))
-    chosen = _best(scored)
+    chosen, simple = _best(scored)
     return PairChoice(chosen.pair, tuple(scored), cut, len(train) - cut,
-                      _why(chosen, scored, len(train) - cut), model, readout, admission_model)
+                      _why(chosen, simple, scored, len(train) - cut), model, readout,
+                      admission_model)
 
 
 def replay_deployed(choice: PairChoice, records: Sequence[RequestRecord], tiers: Tiers, *,
@@ -265,15 +272,16 @@ def _learned(fit_records, fit_trace, train, trace, tiers, hit, seed):
     return learned.model, learned.scores, smoothed_best(sweep)
 
 
-def _best(scored: Sequence[Validated]) -> Validated:
-    """Plain LRU (the first) unless a pair without a learned part serves :data:`MIN_GAIN`
-    more; then a learned pair only if it serves :data:`LEARNED_LEAD_SHRINK` more than that
-    choice. Within :data:`TIE` of the best of a kind, the first of it."""
-    simple = _first_best([v for v in scored if not learned_part(v.pair)], MIN_GAIN)
-    learned = [v for v in scored if learned_part(v.pair)]
+def _best(scored: Sequence[Validated]) -> tuple[Validated, Validated]:
+    """The chosen pair, and the pair without a learned part it was measured against: plain LRU
+    (the first) unless such a pair serves :data:`MIN_GAIN` more; a learned pair only if it
+    serves :data:`LEARNED_LEAD_SHRINK` more than that one. Within :data:`TIE` of the best of a
+    kind, the first of it."""
+    simple = _first_best([v for v in scored if not v.pair.learned_part], MIN_GAIN)
+    learned = [v for v in scored if v.pair.learned_part]
     if learned and max(v.hit_ratio for v in learned) >= simple.hit_ratio + LEARNED_LEAD_SHRINK:
-        return _first_best(learned, 0.0)
-    return simple
+        return _first_best(learned, 0.0), simple
+    return simple, simple
 
 
 def _first_best(scored: Sequence[Validated], min_gain: float) -> Validated:
@@ -283,39 +291,36 @@ def _first_best(scored: Sequence[Validated], min_gain: float) -> Validated:
     return next(v for v in scored if v.hit_ratio >= top - TIE)
 
 
-def learned_part(pair: Pair) -> bool:
-    """Whether the pair has a part fitted to the training period."""
-    return pair.eviction == "next-use" or pair.admission == "learned"
-
-
-def _why(chosen: Validated, scored: Sequence[Validated], requests: int) -> str:
+def _why(chosen: Validated, simple: Validated, scored: Sequence[Validated],
+         requests: int) -> str:
+    """The sentence for ``chosen``; ``simple``: the pair without a learned part that a learned
+    pair had to lead (:func:`_best`)."""
     lru = scored[0].hit_ratio
     slice_words = (f"the training period's latest {VALIDATION_FRACTION:.0%} "
                    f"({requests:,} requests), which no fit saw")
-    shrink = (f"a learned pair must lead it by {LEARNED_LEAD_SHRINK * 100:.1f} points, about "
+    margin = (f"a learned pair must lead it by {LEARNED_LEAD_SHRINK * 100:.1f} points, about "
               f"what a learned pair's lead on the slice has shrunk by on later traffic in "
               f"kvtier's checks")
-    learned = [v for v in scored if learned_part(v.pair)]
-    best_learned = max(learned, key=lambda v: v.hit_ratio, default=None)
-    if learned_part(chosen.pair):
-        simple = max((v for v in scored if not learned_part(v.pair)), key=lambda v: v.hit_ratio)
+    if chosen.pair.learned_part:
         return (f"{chosen.pair.label}: token hit ratio {chosen.hit_ratio:.4f} against plain "
                 f"LRU's {lru:.4f} ({(chosen.hit_ratio - lru) * 100:+.1f} points) on "
                 f"{slice_words}, the best of {len(scored)} pairs (a simpler pair wins within "
                 f"{TIE * 100:.2f} points) and {(chosen.hit_ratio - simple.hit_ratio) * 100:.1f} "
-                f"points above the best with nothing learned, {simple.pair.label} ({shrink})")
-    passed = ""
-    if best_learned is not None and best_learned.hit_ratio > chosen.hit_ratio:
-        passed = (f"; the best learned pair, {best_learned.pair.label}, served "
-                  f"{best_learned.hit_ratio:.4f} ({shrink})")
+                f"points above {simple.pair.label}, chosen among the pairs with nothing "
+                f"learned ({margin})")
+    learned = max((v for v in scored if v.pair.learned_part), key=lambda v: v.hit_ratio,
+                  default=None)
+    passed = (f"; the best learned pair, {learned.pair.label}, served {learned.hit_ratio:.4f} "
+              f"({margin})" if learned is not None and learned.hit_ratio > chosen.hit_ratio
+              else "")
     if chosen.pair.plain_lru:
-        best = max((v for v in scored[1:] if not learned_part(v.pair)),
-                   key=lambda v: v.hit_ratio, default=None)
-        rival = (f"; the best other pair with nothing learned, {best.pair.label}, served "
-                 f"{best.hit_ratio:.4f}" if best is not None else "")
-        return (f"plain LRU admitting every block: no other of the {len(scored)} pairs served "
-                f"{MIN_GAIN * 100:.1f} points more than its {lru:.4f} token hit ratio on "
-                f"{slice_words}{rival}{passed}")
+        fixed = [v for v in scored[1:] if not v.pair.learned_part]
+        best = max(fixed, key=lambda v: v.hit_ratio, default=None)
+        rival = (f"; the best of them, {best.pair.label}, served {best.hit_ratio:.4f}"
+                 if best is not None else "")
+        return (f"plain LRU admitting every block: none of the {len(fixed)} other pairs with "
+                f"nothing learned served {MIN_GAIN * 100:.1f} points more than its {lru:.4f} "
+                f"token hit ratio on {slice_words}{rival}{passed}")
     return (f"{chosen.pair.label}: token hit ratio {chosen.hit_ratio:.4f} against plain LRU's "
             f"{lru:.4f} ({(chosen.hit_ratio - lru) * 100:+.1f} points) on {slice_words}, "
             f"the best of the pairs with nothing learned (a simpler pair wins within "

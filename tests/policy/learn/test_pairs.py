@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from kvtier.collector.events import RequestRecord
-from kvtier.policy.learn.pairs import (MIN_GAIN, Pair, candidates, choose_pair, deployed,
-                                       replay_deployed)
+from kvtier.policy.learn.pairs import (LEARNED_LEAD_SHRINK, MIN_GAIN, TIE, Pair, candidates,
+                                       choose_pair, deployed, replay_deployed)
 from kvtier.policy.learn.replay import Tiers, replay
 from kvtier.policy.learn.split import Split
 
@@ -104,7 +104,7 @@ def test_plain_lru_stays_where_no_pair_serves_more():
     choice = choose_pair(split.train, Tiers(8, 5000))  # the CPU tier holds every block
     assert choice.pair.plain_lru
     assert max(v.hit_ratio for v in choice.validation) < choice.lru_hit_ratio + MIN_GAIN
-    assert choice.why.startswith("plain LRU admitting every block: no other of the")
+    assert choice.why.startswith("plain LRU admitting every block: none of the")
 
 
 def test_the_choice_reads_nothing_after_the_training_period():
@@ -172,23 +172,31 @@ def _validated(*figures):
     return [Validated(p, h) for p, h in zip(pairs, figures)]
 
 
-@pytest.mark.parametrize("figures, chosen", [
-    # the learned order leads the GPU filter by 0.5 points: less than a learned lead shrinks by
-    ((0.20, 0.21, 0.23, 0.235), 2),
-    ((0.20, 0.21, 0.23, 0.237), 3),            # by 0.7: the learned order
-    ((0.20, 0.201, 0.2015, 0.205), 0),         # no fixed rule clears plain LRU; nor the order
-    ((0.20, 0.201, 0.2015, 0.207), 3),         # the order clears plain LRU by 0.7
-    ((0.20, 0.23, 0.2302, 0.2301), 1),         # the simpler fixed rule within the tie
-])
-def test_a_learned_pair_must_lead_the_pair_chosen_without_one_by_the_shrink(figures, chosen):
-    from kvtier.policy.learn.pairs import LEARNED_LEAD_SHRINK, _best, _why
+LRU = 0.2
+BELOW, ABOVE = LEARNED_LEAD_SHRINK - 0.001, LEARNED_LEAD_SHRINK + 0.001
+FIXED_TIE = LRU + MIN_GAIN / 2  # serves more than plain LRU, not enough to be chosen
 
-    assert LEARNED_LEAD_SHRINK == 0.006  # the cases above straddle it
+
+@pytest.mark.parametrize("figures, chosen, measured_against", [
+    ((LRU, 0.21, 0.23, 0.23 + BELOW), 2, 2),     # the order leads the GPU filter, not enough
+    ((LRU, 0.21, 0.23, 0.23 + ABOVE), 3, 2),     # by more: the order
+    ((LRU, LRU, FIXED_TIE, LRU + BELOW), 0, 0),  # no fixed rule clears plain LRU, nor the order
+    # the order clears plain LRU by the margin, the GPU filter (not chosen) by less: the
+    # margin is measured against the pair the choice would otherwise make, plain LRU
+    ((LRU, LRU, FIXED_TIE, LRU + ABOVE), 3, 0),
+    ((LRU, 0.23, 0.23 + TIE / 2, 0.23), 1, 1),    # the simpler fixed rule within the tie
+])
+def test_a_learned_pair_must_lead_the_pair_chosen_without_one_by_the_shrink(
+        figures, chosen, measured_against):
+    from kvtier.policy.learn.pairs import _best, _why
+
     scored = _validated(*figures)
-    best = _best(scored)
-    assert best is scored[chosen]
-    why = _why(best, scored, 100)
-    if chosen != 3 and figures[3] > figures[chosen]:  # a learned pair led, not by enough
-        assert f"the best learned pair, {scored[3].pair.label}, served {figures[3]:.4f}" in why
+    best, simple = _best(scored)
+    assert best is scored[chosen] and simple is scored[measured_against]
+    why = _why(best, simple, scored, 100)
+    learned = scored[3]
     if chosen == 3:
-        assert "above the best with nothing learned" in why
+        assert f"points above {simple.pair.label}, chosen among the pairs with nothing" in why
+    elif learned.hit_ratio > best.hit_ratio:  # a learned pair led, not by enough: named
+        named = f"the best learned pair, {learned.pair.label}, served {learned.hit_ratio:.4f}"
+        assert named in why

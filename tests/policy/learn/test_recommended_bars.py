@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 
+from kvtier.policy.learn.baselines.external import external_rows
 from kvtier.policy.learn.compare import compare
 from kvtier.policy.learn.replay import Tiers
 from kvtier.policy.learn.split import Split
@@ -21,9 +22,6 @@ from kvtier.policy.learn.subset import limited
 from kvtier.policy.readers import open_trace
 from kvtier.policy.sim.trace import strip_blocks
 from kvtier.traces import bundled_agentic_trace, bundled_trace
-
-pytest.importorskip("libcachesim")
-from kvtier.policy.learn.baselines.external import external_rows  # noqa: E402
 
 BELOW_LRU_POINTS = 0.5
 BLOOM = "lcs:lru+bloom"
