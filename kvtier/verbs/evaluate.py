@@ -64,6 +64,10 @@ def add_arguments(parser) -> None:
                         help="prefill servers sharing the queue in the TTFT estimate: a number, "
                              "or auto (default): the fewest that keep 80%% utilisation with "
                              "every prompt recomputed")
+    parser.add_argument("--candidates", action="store_true",
+                        help="with recommended: also deploy every pair it chose among on the "
+                             "evaluated requests, beside its validation figure (whether a "
+                             "shortfall is the choice's or the candidates'; one replay per pair)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_trace_arguments(parser)
     add_policy_module_argument(parser)
@@ -98,7 +102,8 @@ def evaluation(args, *, keep_ttft_samples: bool = False) -> dict:
     from kvtier.verbs.checks import check_cold_needs_cpu
     from kvtier.verbs.common import check_subset, kv_geometry
     from kvtier.policy.cost import CostParams
-    from kvtier.policy.learn.compare import add_gap_closed, compare, evaluated_names, mark_unsafe
+    from kvtier.policy.learn.compare import (RECOMMENDED, add_gap_closed, compare,
+                                             evaluated_names, mark_unsafe)
     from kvtier.policy.learn.split import Split
     from kvtier.policy.learn.baselines.external import external_rows
     from kvtier.verbs.trace_args import load_policy_modules
@@ -110,6 +115,9 @@ def evaluation(args, *, keep_ttft_samples: bool = False) -> dict:
     if bad or not policies:
         raise KvtierError(f"--policies: unknown {', '.join(bad) or '(none)'}; allowed: "
                           f"{', '.join(allowed)}")
+    if getattr(args, "candidates", False) and RECOMMENDED not in policies:
+        raise KvtierError(f"--candidates lists the pairs {RECOMMENDED} chose among: add "
+                          f"{RECOMMENDED} to --policies")
     check_subset(args)
     check_cold_needs_cpu(args.cold_tokens, args.cpu_tokens)
     if args.train_trace:
@@ -129,7 +137,8 @@ def evaluation(args, *, keep_ttft_samples: bool = False) -> dict:
     with task("evaluating policies", total=len(policies) + len(external)) as advance:
         output = compare(split, tiers, policies, seed=args.seed, params=params,
                          servers=servers, progress=lambda name: advance(),
-                         keep_ttft_samples=keep_ttft_samples, importance=True)
+                         keep_ttft_samples=keep_ttft_samples, importance=True,
+                         candidates=getattr(args, "candidates", False))
         output["prefill_servers"] = servers
         if external:
             try:
@@ -246,6 +255,7 @@ def text(output: dict) -> str:
     for name, info in output["learned"].items():
         if "why" in info:
             lines.append(f"{name}: {info['why']}")
+            lines += _candidate_lines(info.get("candidates"))
             continue
         if "readout" in info:
             importance = info.get("importance_later") or importance
@@ -269,6 +279,27 @@ def text(output: dict) -> str:
     if importance:
         lines.append(_importance_line(importance))
     return "\n".join(lines)
+
+
+def _candidate_lines(candidates: list[dict] | None) -> list[str]:
+    """Every candidate pair's validation and evaluated figures (``--candidates``), and how
+    far the chosen one is from the best on the evaluated requests."""
+    if not candidates:
+        return []
+    width = max(len(c["pair"]) for c in candidates)
+    lines = [f"  {'candidate pair':<{width}}  {'validation':>10}  {'evaluated':>9}"]
+    for c in candidates:
+        mark = "*" if c["chosen"] else " "
+        lines.append(f"{mark} {c['pair']:<{width}}  {c['validation_hit_ratio']:>10.4f}  "
+                     f"{c['evaluated_hit_ratio']:>9.4f}")
+    chosen = next(c for c in candidates if c["chosen"])
+    best = max(candidates, key=lambda c: c["evaluated_hit_ratio"])
+    behind = (best["evaluated_hit_ratio"] - chosen["evaluated_hit_ratio"]) * 100
+    lines.append("  * chosen; on the evaluated requests " + (
+        "no candidate served more" if best is chosen or behind <= 0 else
+        f"{best['pair']} served {behind:.2f} points more (the choice's shortfall; the "
+        f"validation slice ranked it {best['validation_hit_ratio']:.4f})"))
+    return lines
 
 
 def _importance_line(importance: dict, top: int = 5) -> str:

@@ -10,6 +10,7 @@ capacity and their threshold is swept on the training period's latest slice. The
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 from kvtier.policy.cost import CostParams, queue_ttft, queue_ttft_samples
@@ -47,10 +48,13 @@ UNSAFE_BELOW_LRU = 1e-4  # a row this far below LRU's hit ratio lost to it on la
 def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 0,
             params: CostParams = DEFAULT_COSTS, servers: int = 1,
             progress: Callable[[str], None] | None = None,
-            keep_ttft_samples: bool = False, importance: bool = False) -> dict:
+            keep_ttft_samples: bool = False, importance: bool = False,
+            candidates: bool = False) -> dict:
     """One row per policy (see :func:`row`), plus the LRU->Belady gap each closes.
     ``importance``: the next-use rows' summaries carry the model's permutation importance
-    on the evaluated requests (:mod:`kvtier.policy.learn.importance`)."""
+    on the evaluated requests (:mod:`kvtier.policy.learn.importance`). ``candidates``:
+    ``recommended``'s summary also carries every candidate pair deployed on the evaluated
+    requests (:func:`candidates_evaluated`)."""
     allowed, base = evaluated_names(), base_policies()
     unknown = [p for p in policies if p not in allowed]
     if unknown or not policies:
@@ -74,6 +78,9 @@ def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 
             summaries[name] = pair_summary(choice)
             replayed = replay_deployed(choice, split.records, tiers,
                                        count_from=split.count_from, trace=split.trace)
+            if candidates:
+                summaries[name]["candidates"] = candidates_evaluated(
+                    choice, split, tiers, replayed.result.token_hit_ratio)
             rows.append(row(name, replayed, params, servers, keep_ttft_samples=keep_ttft_samples))
             continue
         admitter = None
@@ -168,6 +175,27 @@ def pair_summary(choice: PairChoice) -> dict:
             "chosen_on": (f"training period's latest {choice.validation_requests} requests, "
                           f"fitted on the {choice.fit_requests} before them"),
             "validation": [[v.pair.label, v.hit_ratio] for v in choice.validation]}
+
+
+def candidates_evaluated(choice: PairChoice, split: Split, tiers: Tiers,
+                         chosen_hit_ratio: float) -> list[dict]:
+    """Every candidate pair of ``choice`` deployed as ``recommended`` deploys the chosen one
+    (its learned parts as fitted, behind plain LRU's shadow), counted on the evaluated
+    requests beside its validation figure: whether a shortfall on later time is the choice's
+    (another candidate served more) or the candidates' (none did). The chosen pair's row is
+    the ``recommended`` row's replay (``chosen_hit_ratio``), not replayed again."""
+    out = []
+    for validated in choice.validation:
+        chosen = validated.pair == choice.pair
+        if chosen:
+            later = chosen_hit_ratio
+        else:
+            later = replay_deployed(dataclasses.replace(choice, pair=validated.pair),
+                                    split.records, tiers, count_from=split.count_from,
+                                    trace=split.trace).result.token_hit_ratio
+        out.append({"pair": validated.pair.label, "chosen": chosen,
+                    "validation_hit_ratio": validated.hit_ratio, "evaluated_hit_ratio": later})
+    return out
 
 
 def _learned_summary(fitted) -> dict:

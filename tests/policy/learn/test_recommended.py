@@ -4,9 +4,14 @@ ratios."""
 
 from __future__ import annotations
 
+import argparse
 import json
 
+import pytest
+
+from kvtier.errors import KvtierError
 from kvtier.policy.learn.request_signals import FEATURES
+from kvtier.verbs import evaluate
 from tests.policy.learn import traffic
 from tests.policy.learn.test_evaluate import run_verb, write_mooncake
 
@@ -42,3 +47,48 @@ def test_text_output_flags_unsafe_rows(tmp_path, capsys):
     assert line.endswith("UNSAFE")
     assert "UNSAFE: lost to LRU on the evaluated (later) requests" in out
     assert "next-use signals on later time (permutation importance over " in out
+
+
+def test_candidates_deploys_every_pair_on_the_evaluated_requests(tmp_path, capsys):
+    """``--candidates``: every pair ``recommended`` chose among, deployed as it deploys the
+    chosen one, on the evaluated requests. On traffic that shifts after training the slice's
+    favourite falls behind pairs it ranked lower, and the text says by how much."""
+    path = write_mooncake(tmp_path / "shift.jsonl", traffic.mixed(hours=0.5, seed=0, shift=True))
+    argv = ["--trace", str(path), "--gpu-tokens", "256000", "--cpu-tokens", "1024000",
+            "--policies", "lru,recommended"]
+    out = json.loads(run_verb([*argv, "--candidates", "--json"], capsys))
+    rows = {r["policy"]: r["token_hit_ratio"] for r in out["policies"]}
+    recommended = out["learned"]["recommended"]
+    candidates = recommended["candidates"]
+    assert [c["pair"] for c in candidates] == [v[0] for v in recommended["validation"]]
+    assert [c["validation_hit_ratio"] for c in candidates] == [
+        v[1] for v in recommended["validation"]]
+    (chosen,) = [c for c in candidates if c["chosen"]]
+    assert chosen["pair"] == recommended["deploys"]
+    assert chosen["evaluated_hit_ratio"] == rows["recommended"]
+    # plain LRU admitting every block is deployed as the lru row is: the same replay
+    assert candidates[0]["pair"] == "admit all + LRU"
+    assert candidates[0]["evaluated_hit_ratio"] == pytest.approx(rows["lru"], abs=1e-12)
+    best = max(candidates, key=lambda c: c["evaluated_hit_ratio"])
+    assert best["evaluated_hit_ratio"] > chosen["evaluated_hit_ratio"] + 0.01
+
+    text = run_verb([*argv, "--candidates"], capsys)
+    table = text[text.index("  candidate pair"):].splitlines()
+    assert len(table) == 1 + len(candidates) + 1
+    marked = [line for line in table[1:-1] if line.startswith("* ")]
+    assert len(marked) == 1 and chosen["pair"] in marked[0]
+    assert f"{best['pair']} served " in table[-1]
+    assert (f"{(best['evaluated_hit_ratio'] - chosen['evaluated_hit_ratio']) * 100:.2f} points "
+            "more") in table[-1]
+    # without --candidates, no table and no replays beyond the chosen pair's
+    assert "candidate pair" not in run_verb(argv, capsys)
+
+
+def test_candidates_needs_recommended(tmp_path):
+    path = write_mooncake(tmp_path / "t.jsonl", traffic.mixed(hours=0.05, seed=1))
+    parser = argparse.ArgumentParser()
+    evaluate.add_arguments(parser)
+    args = parser.parse_args(["--trace", str(path), "--gpu-tokens", "256000", "--cpu-tokens",
+                              "1024000", "--policies", "lru,belady", "--candidates"])
+    with pytest.raises(KvtierError, match="add recommended to --policies"):
+        evaluate.run(args)
