@@ -104,6 +104,7 @@ def evaluation(args, *, keep_ttft_samples: bool = False) -> dict:
     from kvtier.policy.cost import CostParams
     from kvtier.policy.learn.compare import (RECOMMENDED, add_gap_closed, compare,
                                              evaluated_names, mark_unsafe)
+    from kvtier.policy.learn.pairs import candidates
     from kvtier.policy.learn.split import Split
     from kvtier.policy.learn.baselines.external import external_rows
     from kvtier.verbs.trace_args import load_policy_modules
@@ -115,7 +116,7 @@ def evaluation(args, *, keep_ttft_samples: bool = False) -> dict:
     if bad or not policies:
         raise KvtierError(f"--policies: unknown {', '.join(bad) or '(none)'}; allowed: "
                           f"{', '.join(allowed)}")
-    if getattr(args, "candidates", False) and RECOMMENDED not in policies:
+    if args.candidates and RECOMMENDED not in policies:
         raise KvtierError(f"--candidates lists the pairs {RECOMMENDED} chose among: add "
                           f"{RECOMMENDED} to --policies")
     check_subset(args)
@@ -134,11 +135,13 @@ def evaluation(args, *, keep_ttft_samples: bool = False) -> dict:
     servers = _servers(args.prefill_servers, split, params)
     tiers = _tiers(args, records[0].block_size_tokens or 16, model)
     external = _external_names(args.libcachesim)
-    with task("evaluating policies", total=len(policies) + len(external)) as advance:
+    # --candidates: one more replay per pair recommended chose among, at most all of them
+    more = len(candidates(0.5, "readout")) - 1 if args.candidates else 0
+    with task("evaluating policies", total=len(policies) + len(external) + more) as advance:
         output = compare(split, tiers, policies, seed=args.seed, params=params,
                          servers=servers, progress=lambda name: advance(),
                          keep_ttft_samples=keep_ttft_samples, importance=True,
-                         candidates=getattr(args, "candidates", False))
+                         candidates=args.candidates)
         output["prefill_servers"] = servers
         if external:
             try:

@@ -54,7 +54,7 @@ def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 
     ``importance``: the next-use rows' summaries carry the model's permutation importance
     on the evaluated requests (:mod:`kvtier.policy.learn.importance`). ``candidates``:
     ``recommended``'s summary also carries every candidate pair deployed on the evaluated
-    requests (:func:`candidates_evaluated`)."""
+    requests (:func:`candidates_evaluated`; ``progress`` is called once per pair replayed)."""
     allowed, base = evaluated_names(), base_policies()
     unknown = [p for p in policies if p not in allowed]
     if unknown or not policies:
@@ -80,7 +80,7 @@ def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 
                                        count_from=split.count_from, trace=split.trace)
             if candidates:
                 summaries[name]["candidates"] = candidates_evaluated(
-                    choice, split, tiers, replayed.result.token_hit_ratio)
+                    choice, split, tiers, replayed.result.token_hit_ratio, progress)
             rows.append(row(name, replayed, params, servers, keep_ttft_samples=keep_ttft_samples))
             continue
         admitter = None
@@ -178,7 +178,8 @@ def pair_summary(choice: PairChoice) -> dict:
 
 
 def candidates_evaluated(choice: PairChoice, split: Split, tiers: Tiers,
-                         chosen_hit_ratio: float) -> list[dict]:
+                         chosen_hit_ratio: float,
+                         progress: Callable[[str], None] | None = None) -> list[dict]:
     """Every candidate pair of ``choice`` deployed as ``recommended`` deploys the chosen one
     (its learned parts as fitted, behind plain LRU's shadow), counted on the evaluated
     requests beside its validation figure: whether a shortfall on later time is the choice's
@@ -190,6 +191,8 @@ def candidates_evaluated(choice: PairChoice, split: Split, tiers: Tiers,
         if chosen:
             later = chosen_hit_ratio
         else:
+            if progress is not None:
+                progress(f"{RECOMMENDED} candidate: {validated.pair.label}")
             later = replay_deployed(dataclasses.replace(choice, pair=validated.pair),
                                     split.records, tiers, count_from=split.count_from,
                                     trace=split.trace).result.token_hit_ratio
