@@ -104,7 +104,7 @@ def evaluation(args, *, keep_ttft_samples: bool = False) -> dict:
     from kvtier.policy.cost import CostParams
     from kvtier.policy.learn.compare import (RECOMMENDED, add_gap_closed, compare,
                                              evaluated_names, mark_unsafe)
-    from kvtier.policy.learn.pairs import candidates
+    from kvtier.policy.learn.pairs import most_candidates
     from kvtier.policy.learn.split import Split
     from kvtier.policy.learn.baselines.external import external_rows
     from kvtier.verbs.trace_args import load_policy_modules
@@ -135,8 +135,8 @@ def evaluation(args, *, keep_ttft_samples: bool = False) -> dict:
     servers = _servers(args.prefill_servers, split, params)
     tiers = _tiers(args, records[0].block_size_tokens or 16, model)
     external = _external_names(args.libcachesim)
-    # --candidates: one more replay per pair recommended chose among, at most all of them
-    more = len(candidates(0.5, "readout")) - 1 if args.candidates else 0
+    # --candidates: one more replay per pair recommended chose among, the chosen one aside
+    more = most_candidates() - 1 if args.candidates else 0
     with task("evaluating policies", total=len(policies) + len(external) + more) as advance:
         output = compare(split, tiers, policies, seed=args.seed, params=params,
                          servers=servers, progress=lambda name: advance(),

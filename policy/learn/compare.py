@@ -20,7 +20,8 @@ from kvtier.policy.learn.baselines.nextuse_rows import ChoiceCache, policy_for, 
 from kvtier.policy.learn.baselines.gpu_sightings import SIGHTINGS_GPU
 from kvtier.policy.learn.baselines.oracle_reused import ORACLE_REUSED, ReusedLaterAdmitter
 from kvtier.policy.learn.baselines.retention_tier import RETENTION, retention_policy
-from kvtier.policy.learn.pairs import GPU_SIGHTINGS, PairChoice, choose_pair, replay_deployed
+from kvtier.policy.learn.pairs import (GPU_SIGHTINGS, FittedInputs, PairChoice, choose_pair,
+                                       replay_deployed)
 from kvtier.policy.learn.pipeline import fit
 from kvtier.policy.learn.replay import Replayed, Tiers, replay
 from kvtier.policy.learn.split import Split
@@ -76,11 +77,13 @@ def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 
         if name == RECOMMENDED:
             choice = choose_pair(split.train, tiers, trace=split.train_trace, seed=seed)
             summaries[name] = pair_summary(choice)
+            inputs = FittedInputs(choice, split.records, tiers, split.trace)
             replayed = replay_deployed(choice, split.records, tiers,
-                                       count_from=split.count_from, trace=split.trace)
+                                       count_from=split.count_from, trace=split.trace,
+                                       inputs=inputs)
             if candidates:
                 summaries[name]["candidates"] = candidates_evaluated(
-                    choice, split, tiers, replayed.result.token_hit_ratio, progress)
+                    choice, split, tiers, replayed.result.token_hit_ratio, progress, inputs)
             rows.append(row(name, replayed, params, servers, keep_ttft_samples=keep_ttft_samples))
             continue
         admitter = None
@@ -179,12 +182,17 @@ def pair_summary(choice: PairChoice) -> dict:
 
 def candidates_evaluated(choice: PairChoice, split: Split, tiers: Tiers,
                          chosen_hit_ratio: float,
-                         progress: Callable[[str], None] | None = None) -> list[dict]:
+                         progress: Callable[[str], None] | None = None,
+                         inputs: FittedInputs | None = None) -> list[dict]:
     """Every candidate pair of ``choice`` deployed as ``recommended`` deploys the chosen one
     (its learned parts as fitted, behind plain LRU's shadow), counted on the evaluated
     requests beside its validation figure: whether a shortfall on later time is the choice's
     (another candidate served more) or the candidates' (none did). The chosen pair's row is
-    the ``recommended`` row's replay (``chosen_hit_ratio``), not replayed again."""
+    the ``recommended`` row's replay (``chosen_hit_ratio``), not replayed again; the fitted
+    parts' inputs are worked out once for all of them (``inputs``: the row's, if it made
+    them)."""
+    if inputs is None:
+        inputs = FittedInputs(choice, split.records, tiers, split.trace)
     out = []
     for validated in choice.validation:
         chosen = validated.pair == choice.pair
@@ -195,7 +203,7 @@ def candidates_evaluated(choice: PairChoice, split: Split, tiers: Tiers,
                 progress(f"{RECOMMENDED} candidate: {validated.pair.label}")
             later = replay_deployed(dataclasses.replace(choice, pair=validated.pair),
                                     split.records, tiers, count_from=split.count_from,
-                                    trace=split.trace).result.token_hit_ratio
+                                    trace=split.trace, inputs=inputs).result.token_hit_ratio
         out.append({"pair": validated.pair.label, "chosen": chosen,
                     "validation_hit_ratio": validated.hit_ratio, "evaluated_hit_ratio": later})
     return out

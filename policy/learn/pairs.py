@@ -31,6 +31,7 @@ and evicts by LRU until the pair's ghost leads again.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -144,6 +145,11 @@ class PairChoice:
         return self.validation[0].hit_ratio
 
 
+def most_candidates() -> int:
+    """How many pairs :func:`choose_pair` validates when every learned part can be fitted."""
+    return len(candidates(THRESHOLDS[-1], READOUT_CANDIDATES[0].label()))
+
+
 def candidates(threshold: float | None, readout: str | None) -> tuple[Pair, ...]:
     """Every pair, simplest first (plain LRU is the first; those that filter the GPU prefix
     cache too come last)."""
@@ -191,35 +197,60 @@ def choose_pair(train: Sequence[RequestRecord], tiers: Tiers, *,
                       admission_model)
 
 
+class FittedInputs:
+    """What a choice's fitted parts read of the records they are deployed on: the next-use
+    order's signal table and the learned admission's offer scores, each worked out on first
+    use and then shared by every pair of the choice deployed on the same records
+    (:func:`deployed` of one pair needs one of them at most; ``evaluate --candidates`` deploys
+    them all)."""
+
+    def __init__(self, choice: PairChoice, records: Sequence[RequestRecord], tiers: Tiers,
+                 trace: BlockTrace | None = None) -> None:
+        self.choice, self.records, self.tiers, self.trace = choice, records, tiers, trace
+
+    @functools.cached_property
+    def signals(self):
+        return signal_table(self.records, self.trace, self.choice.next_use.models)
+
+    @functools.cached_property
+    def scores(self):
+        return score_offers(self.choice.admission_model, self.records, self.tiers,
+                            trace=self.trace)
+
+
 def replay_deployed(choice: PairChoice, records: Sequence[RequestRecord], tiers: Tiers, *,
-                    count_from: int = 0, trace: BlockTrace | None = None):
+                    count_from: int = 0, trace: BlockTrace | None = None,
+                    inputs: FittedInputs | None = None):
     """``records`` replayed with the chosen pair deployed (:func:`deployed`, and the GPU
     prefix cache filtered where the pair says so), counted from ``count_from``."""
-    return replay(records, tiers, deployed(choice, records, tiers, trace),
+    return replay(records, tiers, deployed(choice, records, tiers, trace, inputs=inputs),
                   count_from=count_from, trace=trace, gpu_sightings=choice.pair.gpu_sightings)
 
 
 def deployed(choice: PairChoice, records: Sequence[RequestRecord], tiers: Tiers,
-             trace: BlockTrace | None = None):
+             trace: BlockTrace | None = None, *, inputs: FittedInputs | None = None):
     """The CPU policy for :func:`kvtier.policy.learn.replay.replay` of ``records``
     (``trace``: their arrays): ``"lru"`` for an LRU tier admitting every block, else
     ``capacity -> tier``, the chosen pair (its learned parts as fitted) behind plain LRU's
     shadow. The GPU prefix cache's filter is the replay's (``choice.pair.gpu_sightings``:
-    :func:`replay_deployed`)."""
+    :func:`replay_deployed`). ``inputs``: the fitted parts' inputs for these records, shared
+    with other pairs of the same choice (:class:`FittedInputs`)."""
     pair = choice.pair
     if pair.admission == "all" and pair.eviction == "lru":
         return "lru"
+    if inputs is None:
+        inputs = FittedInputs(choice, records, tiers, trace)
+    elif inputs.records is not records or inputs.tiers != tiers:
+        raise ValueError("inputs were worked out for other records or tier sizes")
     order, shared, block_tokens = core().Lru, None, None
     if pair.eviction == "next-use":
-        signals = signal_table(records, trace, choice.next_use.models)
+        signals = inputs.signals
         block_tokens = signals.block_tokens
         model, readout = choice.next_use, choice.readout
 
         def order(capacity):
             return compiled_order(capacity, model, readout, shared)
-    scores = None
-    if pair.admission == "learned":
-        scores = score_offers(choice.admission_model, records, tiers, trace=trace)
+    scores = inputs.scores if pair.admission == "learned" else None
 
     def build(capacity):
         nonlocal shared

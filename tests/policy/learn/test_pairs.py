@@ -200,3 +200,42 @@ def test_a_learned_pair_must_lead_the_pair_chosen_without_one_by_the_shrink(
     elif learned.hit_ratio > best.hit_ratio:  # a learned pair led, not by enough: named
         named = f"the best learned pair, {learned.pair.label}, served {learned.hit_ratio:.4f}"
         assert named in why
+
+
+def test_the_pairs_of_one_choice_share_what_their_fitted_parts_read(monkeypatch):
+    """Deploying every pair of a choice on the same records works out the next-use order's
+    signal table and the learned admission's offer scores once, and the replays are those
+    of each pair deployed on its own."""
+    import dataclasses
+
+    from kvtier.policy.learn import pairs
+    from tests.policy.learn import traffic
+
+    records = traffic.mixed(hours=0.2, seed=4)
+    split = Split.by_count(records, 0.5)
+    tiers = Tiers(300, 800)
+    choice = choose_pair(split.train, tiers)
+    assert choice.next_use is not None and choice.admission_model is not None
+    each = [dataclasses.replace(choice, pair=v.pair) for v in choice.validation]
+    alone = [replay_deployed(c, split.records, tiers, count_from=split.count_from).result
+             for c in each]
+    calls = {"signal_table": 0, "score_offers": 0}
+
+    def counted(name):
+        real = getattr(pairs, name)
+
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+        return wrapper
+
+    for name in calls:
+        monkeypatch.setattr(pairs, name, counted(name))
+    inputs = pairs.FittedInputs(choice, split.records, tiers)
+    shared = [replay_deployed(c, split.records, tiers, count_from=split.count_from,
+                              inputs=inputs).result for c in each]
+    assert shared == alone
+    assert calls == {"signal_table": 1, "score_offers": 1}
+    learned = next(c for c in each if c.pair.learned_part)
+    with pytest.raises(ValueError, match="other records or tier sizes"):
+        deployed(learned, split.records[:10], tiers, inputs=inputs)
