@@ -195,7 +195,7 @@ def recommend(records: Sequence[RequestRecord], inputs: Inputs,
                   cold_size, cold, by_setting, vs_gpu, block_tokens), inputs=sources,
         expected_admit_all_vs_gpu_only=admit_all_vs_gpu, expected_vllm_vs_gpu_only=vllm_vs_gpu,
         latency_model=card, expected_vs_served=vs_served, cpu_policy=cpu_pair.evidence(pair),
-        served_tier_config=inputs.baseline_tier_config if served is not None else None)
+        served_tier_config=served_config)
     evidence = dataclasses.replace(evidence, token_hit_ratio=dataclasses.replace(
         evidence.token_hit_ratio, vllm=vllm_later.result.token_hit_ratio))
     return Recommendation(

@@ -5,6 +5,7 @@ recommendation holds only its own knobs; a model near chance sets no threshold."
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 import pytest
@@ -33,10 +34,17 @@ def run(verb, argv):
     return verb.run(parser.parse_args(argv))
 
 
-def vllm_like_store(path, requests: int = 300):
-    """Request records with a tier split, and CPU promotion events that carry bytes and
-    latency but no tokens (as vLLM's hooks write them)."""
+def vllm_like_store(path, requests: int = 300, served_under: str | None = None):
+    """Request records, and CPU promotion events that carry bytes and latency but no tokens
+    (as vLLM's hooks write them). ``served_under``: a tier configuration every request was
+    served under, each with the split and TTFT the engine measured (all recomputed, as a
+    GPU-only phase serves a cold prefix)."""
     records = conversations(requests, seed=11, block_tokens=BLOCK_TOKENS)
+    if served_under is not None:
+        records = [dataclasses.replace(
+            r, gpu_hit_tokens=0, cpu_promotion_tokens=0, cold_promotion_tokens=0,
+            recomputed_tokens=r.prompt_tokens, ttft_s=0.02 + r.prompt_tokens / 8_000,
+            tier_config_id=served_under) for r in records]
     events = [BlockEvent(r.arrival_s, Outcome.CPU_PROMOTION, h, request_id=r.request_id,
                          position=i, size_bytes=BLOCK_BYTES, tier_from=Tier.CPU,
                          tier_to=Tier.GPU, latency_s=PROMOTION_S)

@@ -248,3 +248,21 @@ def test_check_on_a_held_store_says_how_many_requests_its_segments_gave(recommen
     assert f"is held by process {holder.pid}" in err
     assert f"10 requests under {config} read from segments last exported" in err
     assert "check again after its next export" in err
+
+
+def test_an_offload_recommendation_names_the_configuration_its_requests_were_served_under(tmp_path, capsys):
+    """The store's requests were all served under one tier configuration, with no
+    --tier-config given: an offload recommendation names it (the phase its promised changes
+    are against), and --check reads that phase's requests to judge them."""
+    store = vllm_like_store(tmp_path / "kvtier.duckdb", served_under="gpu+cpu:1048576")
+    add_metrics(store, 31)
+    assert run(["--store", str(store), "--engine", "vllm", "--host-headroom-bytes", str(1 << 40),
+                "--out", str(tmp_path / "reco")]) == 0
+    reco = tmp_path / "reco" / "recommendation.json"
+    doc = json.loads(reco.read_text())
+    assert doc["evidence"]["verdict"] == "offload"
+    assert doc["evidence"]["served_tier_config"] == "gpu+cpu:1048576"
+    phase_two(store, doc, doc["evidence"]["token_hit_ratio"]["vllm"], 300)
+    capsys.readouterr()
+    run(["--check", str(reco), "--store", str(store), "--json"])
+    assert json.loads(capsys.readouterr().out)["served_tier_config"] == "gpu+cpu:1048576"
