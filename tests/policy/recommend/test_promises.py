@@ -252,17 +252,27 @@ def test_check_on_a_held_store_says_how_many_requests_its_segments_gave(recommen
 
 def test_an_offload_recommendation_names_the_configuration_its_requests_were_served_under(tmp_path, capsys):
     """The store's requests were all served under one tier configuration, with no
-    --tier-config given: an offload recommendation names it (the phase its promised changes
-    are against), and --check reads that phase's requests to judge them."""
+    --tier-config given: an offload recommendation names it, promises each TTFT percentile's
+    change against those requests (a calibrated prefill rate: the queue model), and --check
+    judges each promised change against the change measured between the two phases."""
     store = vllm_like_store(tmp_path / "kvtier.duckdb", served_under="gpu+cpu:1048576")
     add_metrics(store, 31)
+    costs = tmp_path / "cost.json"
+    costs.write_text(json.dumps({"probe": "calibrate", "cost_params": {"prefill_tokens_per_s": 800.0}}))
     assert run(["--store", str(store), "--engine", "vllm", "--host-headroom-bytes", str(1 << 40),
-                "--out", str(tmp_path / "reco")]) == 0
+                "--cost-params", str(costs), "--out", str(tmp_path / "reco")]) == 0
     reco = tmp_path / "reco" / "recommendation.json"
-    doc = json.loads(reco.read_text())
-    assert doc["evidence"]["verdict"] == "offload"
-    assert doc["evidence"]["served_tier_config"] == "gpu+cpu:1048576"
-    phase_two(store, doc, doc["evidence"]["token_hit_ratio"]["vllm"], 300)
+    evidence = json.loads(reco.read_text())["evidence"]
+    assert (evidence["verdict"], evidence["latency_model"]["model"]) == ("offload", "queue")
+    assert evidence["served_tier_config"] == "gpu+cpu:1048576"
+    metrics = ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s")
+    assert {c["metric"] for c in evidence["expected_vs_served"]} >= set(metrics)
+    phase_two(store, {"evidence": evidence}, evidence["token_hit_ratio"]["vllm"], 300)
     capsys.readouterr()
     run(["--check", str(reco), "--store", str(store), "--json"])
-    assert json.loads(capsys.readouterr().out)["served_tier_config"] == "gpu+cpu:1048576"
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["served_tier_config"] == "gpu+cpu:1048576"
+    changes = {p["metric"]: p for p in answer["promises"] if p["metric"].endswith(" change")}
+    assert set(changes) == {f"{m} change" for m in metrics}
+    assert all(p["measured"] is not None and p["low"] <= p["predicted"] <= p["high"]
+               for p in changes.values())
