@@ -1,5 +1,6 @@
-"""Per-call cost of kvtier's learned next-use cache policy inside vLLM's CPU offloading
-manager, beside vLLM's own LRU policy on the same call sequence, in the same run.
+"""Per-call cost of kvtier's learned next-use cache policy (behind its online LRU shadow)
+inside vLLM's CPU offloading manager, beside vLLM's own LRU policy on the same call sequence,
+in the same run.
 
 Run: ``python benchmarks/next_use_policy.py --json`` (needs a vLLM environment,
 ``$KVTIER_VLLM_PYTHON`` or ``.venv-vllm``; about a minute; ``--smoke``: tiny inputs, to
@@ -66,6 +67,7 @@ def _drive(policy: str, chunks: int, sessions: int, blocks: int, requests: int) 
     history = {s: 0 for s in range(sessions)}
     elapsed, timed, owners = 0.0, 0, []
     state = getattr(manager._policy, "state", None)
+    state = getattr(state, "state", state)  # the learned order behind the plug-in's shadow
     for i in range(requests):
         s = (i * 7919) % sessions
         first = history[s]

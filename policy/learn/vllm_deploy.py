@@ -5,8 +5,8 @@ loads, written only when the order is safe under vLLM's own semantics.
 request-scoped tier loading the document it would load (the caller passes it in: the
 plug-in lives with the engine probes), is then replayed in the simulator's vLLM flow
 (write-through CPU tier, request-scoped) beside vLLM's LRU at the same sizes, and counted
-on later time. The plug-in has no online LRU shadow of its own, so a readout that
-lost to LRU there is marked unsafe and no document is produced for it.
+on later time, behind the plug-in's own online LRU shadow. A readout that still lost to LRU
+there is marked unsafe and no document is produced for it.
 """
 
 from __future__ import annotations

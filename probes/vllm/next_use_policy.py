@@ -18,9 +18,13 @@ finished request's record) or the same parameters. The simulator replays this sa
 dead blocks first (the chain
 moved on without them), then the groups of blocks each request last used, by the model's
 readout now (the chain that comes back last first), each deepest block first; the running
-request's blocks last. State: one entry per resident block, one per request owning
+request's blocks last. That order runs behind an online LRU shadow
+(:class:`ShadowedNextUse`): the tier evicts as LRU does while a ghost in the learned order
+holds fewer of the recent requests' blocks than an LRU ghost, and in the learned order while
+it holds more. State: one entry per resident block, one per request owning
 any, one per recent chain (:data:`MAX_CHAINS`), one per block a store announced until it
-lands. Per finished request: one pass over its blocks and one prediction of each tree. Per
+lands; the shadow's two ghosts as many again. Per finished request: one pass over its blocks
+and one prediction of each tree, each twice (the tier's order and the learned ghost's). Per
 eviction call of ``n`` blocks over ``R`` owning requests: ``R`` readouts (two bisections of a
 64-entry table each), a sort of ``R``, and a sort of each group taken from until ``n`` are
 found. Imports only the standard library (and vLLM, when vLLM asks).
@@ -39,6 +43,7 @@ from kvtier.collector import json_text
 from kvtier.collector.events import FINISH_CLASSES, finish_class
 from kvtier.probes.vllm.block_records import key_hash
 from kvtier.probes.vllm.next_use_model import NextUseReader
+from kvtier.probes.vllm.next_use_shadow import ShadowedNextUse
 
 MODEL_ENV = "KVTIER_NEXT_USE_MODEL"
 LOG_ENV = "KVTIER_NEXT_USE_LOG"  # append each eviction as a JSON line (an audit trail)
@@ -116,6 +121,10 @@ class NextUseState:
             self.now_s = request.arrival_s
         return request
 
+    def running(self, req_id: str) -> _Req | None:
+        """``req_id``'s request while it runs (``None`` once it finished or if never seen)."""
+        return self._requests.get(req_id)
+
     def used(self, request: _Req, key: int, position: int, stored: bool) -> None:
         request.used.setdefault(key, position)
         if stored:
@@ -131,12 +140,14 @@ class NextUseState:
         self._owner[key] = owner
         self._members.setdefault(owner, {})[key] = position
 
-    def finished(self, req_id: str) -> None:
+    def finished(self, req_id: str, signals: dict | None = None) -> None:
+        """The request ended; ``signals``: how (default: what :func:`note_finished` kept)."""
         request = self._requests.pop(req_id, None)
         if request is None:
             return
-        request.signals.update({k: v for k, v in _STATE["finished"].pop(req_id, {}).items()
-                                if v is not None})
+        if signals is None:
+            signals = _STATE["finished"].pop(req_id, {})
+        request.signals.update({k: v for k, v in signals.items() if v is not None})
         self._fold(request)
         for key, position in request.used.items():
             if key in self._owner:
@@ -237,11 +248,14 @@ def _policy_class():
     from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
 
     class KvtierNextUsePolicy(CachePolicy):
-        """vLLM's CachePolicy over :class:`NextUseState`; ``decisions`` holds the latest evictions."""
+        """vLLM's CachePolicy over :class:`ShadowedNextUse`; ``decisions`` holds the latest
+        evictions."""
 
         def __init__(self, cache_capacity: int):
             super().__init__(cache_capacity)
-            self.state = NextUseState(_model())
+            self.capacity = cache_capacity
+            self.state = ShadowedNextUse(functools.partial(NextUseState, _model()),
+                                         cache_capacity)
             self.chunks: dict = {}
             self.storing: dict = {}  # vLLM key -> (request, position) announced, not inserted
             self.keys: dict = {}  # schema hash -> vLLM key
@@ -318,13 +332,16 @@ def _policy_class():
             self.decisions.append(tuple(victims))
             if self._log:
                 with open(self._log, "a", encoding="utf-8") as f:
-                    f.write(json_text.dumps({"now_s": self.state.now_s, "victims": victims}) + "\n")
+                    f.write(json_text.dumps({"now_s": self.state.now_s, "victims": victims,
+                                             "order": self.state.following,
+                                             "scores": self.state.scores}) + "\n")
             return out
 
         def clear(self) -> None:
             self.chunks.clear()
             self.keys.clear()
             self.storing.clear()
-            self.state = NextUseState(self.state.model)
+            self.state = ShadowedNextUse(functools.partial(NextUseState, self.state.model),
+                                         self.capacity)
 
     return KvtierNextUsePolicy

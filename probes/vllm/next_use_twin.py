@@ -1,7 +1,8 @@
 """The in-engine next-use policy as a tier of the simulator's vLLM flow: its replay twin.
 
-The twin is the plug-in's own order (:class:`~kvtier.probes.vllm.next_use_policy.NextUseState`,
-reading the same ``{"model", "readout"}`` file) behind the request-scoped tier protocol the
+The twin is the plug-in's own order behind its LRU shadow
+(:class:`~kvtier.probes.vllm.next_use_shadow.ShadowedNextUse`, reading the same
+``{"model", "readout"}`` file) behind the request-scoped tier protocol the
 vLLM flow drives: ``observe_request`` before each request, ``touch`` for the blocks the
 request reuses from the CPU tier (its loads, and the GPU hits the tier holds of a request that
 loaded nothing: vLLM's scheduler offers such a prompt from its first block, and the flow
@@ -12,11 +13,13 @@ Standard library only, like the plug-in; ``kvtier recommend --next-use-policy`` 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection
 
 from kvtier.collector.events import RequestRecord
 from kvtier.probes.vllm.next_use_model import NextUseReader
 from kvtier.probes.vllm.next_use_policy import NextUseState
+from kvtier.probes.vllm.next_use_shadow import ShadowedNextUse
 
 SIGNALS = ("session_id", "request_type", "parent_request_id", "model", "finish_status",
            "stop_reason", "e2e_latency_s", "output_tokens")
@@ -35,16 +38,21 @@ def signals_of(record: RequestRecord) -> dict:
 
 class NextUseTwin:
     """A request-scoped CPU tier of ``capacity_blocks`` over the plug-in's state for
-    ``document`` (what the plug-in loads); ``decisions``: every eviction's victims."""
+    ``document`` (what the plug-in loads); ``decisions``: every eviction's victims.
+    ``shadowed=False``: the learned order alone, without the plug-in's LRU shadow (a
+    diagnostic: what the shadow saves)."""
 
     name = "learned-next-use-vllm"
     reads_info = True       # positions come in the flow's block info
     request_scoped = True
 
-    def __init__(self, capacity_blocks: int, document: dict) -> None:
+    def __init__(self, capacity_blocks: int, document: dict, *, shadowed: bool = True) -> None:
         self.capacity_blocks = capacity_blocks
-        self.state = NextUseState(NextUseReader(document))
+        model = NextUseReader(document)
+        self.state = (ShadowedNextUse(functools.partial(NextUseState, model), capacity_blocks)
+                      if shadowed else _Unshadowed(model))
         self.decisions: list = []
+        self.orders: list = []  # the order each eviction followed (``ShadowedNextUse``)
         self._request = None
         self._req_id = ""
 
@@ -89,4 +97,11 @@ class NextUseTwin:
         for key in victims:
             self.state.forget(key)
         self.decisions.append(tuple(victims))
+        self.orders.append(self.state.following)
         return victims
+
+
+class _Unshadowed(NextUseState):
+    """The learned order alone: it always follows itself."""
+
+    following = "learned"

@@ -7,7 +7,8 @@ growing prompts arrive one at a time, each with its session and its time on a ga
 in ``kv_transfer_params``. The store's records (vLLM's block hashes) are then replayed by the
 simulator under vLLM semantics with the plug-in's own order as the CPU tier
 (``probes/vllm/next_use_twin.py``, loading the same file): the two must evict the same blocks
-in the same order. The GPU capacity is
+in the same order, each eviction following the same order (LRU or the learned one: the
+plug-in's online shadow switches between them). The GPU capacity is
 ``num_gpu_blocks - 2`` as in the calibrate check (vLLM's null block and the decoding block).
 """
 
@@ -103,7 +104,8 @@ def test_the_engine_evicts_the_blocks_the_replay_evicts(tmp_path):
     finally:
         con.close()
     assert len(rows) == len(sent)
-    engine_decisions = [tuple(json.loads(line)["victims"]) for line in log.read_text().splitlines()]
+    engine_decisions = [(tuple(entry["victims"]), entry["order"])
+                        for entry in map(json.loads, log.read_text().splitlines())]
     assert len(engine_decisions) > 10  # the CPU tier was full most of the run
 
     # what the engine's connector told the policy of each request is in its record
@@ -120,16 +122,22 @@ def test_the_engine_evicts_the_blocks_the_replay_evicts(tmp_path):
     # the check tells orders apart: another readout of the same model evicts otherwise
     other = replay(replayed, gpu_blocks - 2, model, Readout("next_use", last_block_dead=True))
     assert other != engine_decisions
+    # its shadow started in LRU order and handed the tier to the learned order as the
+    # replay's did, at the same eviction
+    orders = [order for _, order in engine_decisions]
+    assert orders[0] == "lru" and "learned" in orders
     print("next-use engine check:", len(engine_decisions), "evictions,",
-          sum(len(d) for d in engine_decisions), "blocks, equal to the replay")
+          sum(len(d) for d, _ in engine_decisions), "blocks, equal to the replay;",
+          {o: orders.count(o) for o in set(orders)}, "by the order followed")
 
 
 def replay(records, gpu_blocks: int, model, readout: Readout) -> list:
-    """The twin's evictions when the simulator's vLLM flow serves ``records``."""
+    """The twin's evictions, each with the order it followed, when the simulator's vLLM
+    flow serves ``records``."""
     twin = NextUseTwin(CPU_CHUNKS, json.loads(json.dumps(deployment(model, readout))))
     simulator = Simulator(SimConfig(gpu_blocks, CPU_CHUNKS, semantics="vllm",
                                     default_block_tokens=BLOCK), cpu_tier=twin)
     for i, replayed in enumerate(records):
         twin.observe_request(i, replayed, replayed.block_hashes)
         simulator.serve(replayed)
-    return [tuple(d) for d in twin.decisions]
+    return [(tuple(d), order) for d, order in zip(twin.decisions, twin.orders)]

@@ -10,6 +10,7 @@ import pytest
 
 from kvtier.policy.learn.nextuse import Readout
 from kvtier.probes.vllm import next_use_policy
+from kvtier.probes.vllm.next_use_shadow import ShadowedNextUse
 from kvtier.probes.vllm.next_use_twin import signals_of
 from tests.policy.learn import traffic
 
@@ -63,3 +64,56 @@ def test_the_engines_reader_ranks_as_the_trained_model(readout):
         assert reader.rank(view, waited) == expected
         finite += math.isfinite(expected)
     assert finite > 20 and model.continuation is not None and model.gap_scale is not None
+
+
+def test_the_shadow_follows_lru_by_request_until_the_learned_ghost_leads():
+    """In LRU order a request's blocks are renewed when it ends, its first block last of
+    all; a block stored with no request goes first; a pinned block is passed over."""
+    state = ShadowedNextUse(lambda: next_use_policy.NextUseState(None), capacity=8)
+    assert state.following == "lru"
+    a = state.request("a", {"kvtier": {"arrival_s": 1.0}})
+    state.used(a, 1, 0, True)
+    state.used(a, 2, 1, True)
+    state.finished("a")
+    b = state.request("b", {"kvtier": {"arrival_s": 2.0}})
+    state.used(b, 1, 0, False)  # loaded from the tier
+    state.used(b, 3, 1, True)
+    state.finished("b")
+    state.orphan(4)
+    assert state.order(3, lambda h: False) == [4, 2, 3]
+    assert state.order(3, lambda h: h == 2) == [4, 3, 1]
+    state.forget(4)
+    assert state.order(1, lambda h: False) == [2] and state.resident() == 3
+    # both ghosts were offered each request's blocks: b's block 1 was held by both
+    assert state.scores["lru"] == state.scores["learned"] > 0 and state.switches == 0
+
+
+def test_the_in_engine_shadow_keeps_a_losing_order_near_vllms_lru():
+    """Agentic sessions whose next-use order, replayed in vLLM's flow, loses 5 points to
+    vLLM's LRU on later time: behind its online shadow the plug-in's twin loses at most about
+    one, following LRU while the learned ghost trails and the learned order while it leads."""
+    from kvtier.policy.learn.replay import Tiers
+    from kvtier.policy.learn.vllm_deploy import next_use_for_vllm
+    from kvtier.probes.vllm.next_use_twin import NextUseTwin
+
+    records, tiers = traffic.agentic(sessions=120, seed=0), Tiers(100, 300)
+    twins = []
+
+    def twin(shadowed):
+        def make(capacity, document):
+            twins.append(NextUseTwin(capacity, document, shadowed=shadowed))
+            return twins[-1]
+        return make
+
+    alone = next_use_for_vllm(records, tiers, twin(False))
+    shadowed = next_use_for_vllm(records, tiers, twin(True))
+    assert alone.lru_hit_ratio == shadowed.lru_hit_ratio and alone.readout == shadowed.readout
+    assert alone.learned_hit_ratio < alone.lru_hit_ratio - 0.03
+    assert shadowed.learned_hit_ratio > alone.learned_hit_ratio + 0.02
+    assert shadowed.learned_hit_ratio > shadowed.lru_hit_ratio - 0.015
+    assert set(twins[1].orders) == {"lru", "learned"} and twins[1].state.switches >= 2
+    assert set(twins[0].orders) == {"learned"}
+    print("vLLM flow, later time:", {"lru": round(alone.lru_hit_ratio, 4),
+                                     "learned alone": round(alone.learned_hit_ratio, 4),
+                                     "behind the shadow": round(shadowed.learned_hit_ratio, 4),
+                                     "switches": twins[1].state.switches})
