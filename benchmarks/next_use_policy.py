@@ -9,8 +9,10 @@ of ``--blocks`` new blocks in ``--sessions`` conversations (a gateway's session 
 times 1 s apart) fill vLLM's real ``CPUOffloadingManager`` and keep it full, so every store
 evicts. The model is fitted on the same synthetic conversations (``kvtier.policy.learn``), written
 as the JSON the plug-in loads. Printed: microseconds per store call (prepare + complete +
-the request's finish) for ``lru`` and ``KvtierNextUsePolicy``, and the owning requests the
-learned order ranked per eviction (its cost grows with them).
+the request's finish) for ``lru``, ``KvtierNextUsePolicy`` as it runs (its online shadow
+choosing the order: the share of stores it made in the learned order) and the same pinned to
+the learned order (the costliest case), and the owning requests the learned order ranked per
+eviction (its cost grows with them).
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ ENGINE_ENV = "KVTIER_VLLM_PYTHON"  # the vLLM environment the policies run in
 # the keys of the --json object (every run prints them; tests/test_benchmarks.py checks)
 FIGURES = ("blocks_per_request", "sessions", "rows", "load_average")
 SMOKE = {"chunks": "64", "sessions": 20, "requests": 200}  # --smoke's sizes
+# vLLM's LRU; kvtier's policy as it runs (its shadow choosing the order); the same pinned to
+# the learned order (the costliest: the tier's order and the learned ghost's both rank)
+POLICIES = ("lru", "KvtierNextUsePolicy", "KvtierNextUsePolicy@learned")
 
 
 def _model_file(path: Path, sessions: int, blocks: int) -> None:
@@ -59,15 +64,18 @@ def _drive(policy: str, chunks: int, sessions: int, blocks: int, requests: int) 
     from vllm.v1.kv_offload.base import ReqContext, make_offload_key
     from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
+    policy, _, pinned = policy.partition("@")
     kwargs = {"cache_policy": policy}
     if policy != "lru":
         kwargs["cache_policy_module_path"] = "kvtier.probes.vllm.next_use_policy"
     manager = CPUOffloadingManager(num_chunks=chunks, **kwargs)
     lock = getattr(manager, "lock", None) or nullcontext()
     history = {s: 0 for s in range(sessions)}
-    elapsed, timed, owners = 0.0, 0, []
-    state = getattr(manager._policy, "state", None)
-    state = getattr(state, "state", state)  # the learned order behind the plug-in's shadow
+    elapsed, timed, owners, learned = 0.0, 0, [], 0
+    shadow = getattr(manager._policy, "state", None)
+    if pinned:  # the tier kept in one order whatever its ghosts score
+        shadow.following, shadow.margin = pinned, float("inf")
+    state = getattr(shadow, "state", shadow)  # the learned order behind the plug-in's shadow
     for i in range(requests):
         s = (i * 7919) % sessions
         first = history[s]
@@ -90,7 +98,9 @@ def _drive(policy: str, chunks: int, sessions: int, blocks: int, requests: int) 
         if full:
             elapsed += time.perf_counter() - began
             timed += 1
+            learned += getattr(shadow, "following", None) == "learned"
     return {"us_per_store": elapsed / max(1, timed) * 1e6, "timed_stores": timed,
+            "learned_share": learned / max(1, timed) if shadow is not None else None,
             "owners_mean": sum(owners) / len(owners) if owners else None}
 
 
@@ -126,7 +136,7 @@ def main() -> int:
         env = dict(os.environ, PYTHONPATH=str(ROOT), KVTIER_NEXT_USE_MODEL=str(model))
         for chunks in (int(c) for c in args.chunks.split(",")):
             row = {"chunks": chunks}
-            for policy in ("lru", "KvtierNextUsePolicy"):
+            for policy in POLICIES:
                 done = subprocess.run(
                     [python, __file__, "--inside", f"{policy}:{chunks}", "--blocks",
                      str(args.blocks), "--sessions", str(args.sessions), "--requests",
@@ -139,9 +149,12 @@ def main() -> int:
                 row[policy] = json.loads(line[len("RESULT "):])
             rows.append(row)
             if not args.json:
-                lru, learned = row["lru"], row["KvtierNextUsePolicy"]
+                lru, shadowed, learned = (row[p] for p in POLICIES)
                 print(f"CPU {chunks:>6} chunks: lru {lru['us_per_store']:8.1f} us/store, "
-                      f"next-use {learned['us_per_store']:8.1f} us/store "
+                      f"next-use as its shadow chose {shadowed['us_per_store']:8.1f} "
+                      f"({shadowed['us_per_store'] / lru['us_per_store']:.1f}x, "
+                      f"{shadowed['learned_share']:.0%} of stores in the learned order), "
+                      f"pinned to the learned order {learned['us_per_store']:8.1f} "
                       f"({learned['us_per_store'] / lru['us_per_store']:.1f}x), "
                       f"{learned['owners_mean']:.0f} owning requests ranked per eviction",
                       flush=True)

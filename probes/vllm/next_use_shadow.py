@@ -18,6 +18,11 @@ from collections.abc import Callable
 # that had turned bad long enough to lose points to LRU after a shift; 100 did not
 SHADOW_WINDOW_REQUESTS = 100  # the shadow's scores decay over this many requests
 SHADOW_MARGIN = 0.002  # of the window's blocks: what another order must exceed to take over
+# a ghost grows past its capacity by 1/64 before it evicts back down to it: the learned order
+# ranks every owning request per eviction, so the ghost ranks them once per 1/64 of its
+# capacity rather than once per request (both ghosts alike, so neither holds more; an eighth
+# cost the agentic traffic's small tiers up to 1.4 points, 1/64 about 0.2)
+GHOST_SLACK_DIVISOR = 64
 
 
 class ShadowedNextUse:
@@ -27,15 +32,18 @@ class ShadowedNextUse:
 
     Two ghosts, directories of block ids at the tier's capacity that hold no data, are offered
     each finished request's blocks (those it loaded from the tier or stored into it that the
-    tier still holds, in prompt order): one kept in LRU order, one in the learned order. A ghost scores the blocks
-    it already held. The scores decay with a window of ``window_requests`` requests, and the
-    tier evicts in the order of the ghost that leads, switching only when the other leads it
-    by more than ``margin`` of the window's blocks. It starts in LRU order: the learned order
-    takes the tier once its ghost has served more. LRU here is by request: when a request
-    ends its blocks become the most recent, its first block last of all (vLLM's LRU policy
-    renews a finished request's blocks so); a block stored with no request goes first.
-    State besides the learned order's: one entry per resident block and one per block of
-    each ghost; per finished request one pass over its blocks for each ghost."""
+    tier still holds, in prompt order): one kept in LRU order, one in the learned order. A
+    ghost scores the blocks it already held. The scores decay with a window of
+    ``window_requests`` requests, and the tier evicts in the order of the ghost that leads,
+    switching only when the other leads it by more than ``margin`` of the window's blocks.
+    It starts in LRU order: the learned order takes the tier once its ghost has served more.
+    LRU here is by request: when a request ends, its blocks become the most recent, its first
+    block last of all (vLLM's LRU policy renews a finished request's blocks so); a block
+    stored with no request goes first. A ghost evicts back to its capacity once it holds 1/64
+    more (:data:`GHOST_SLACK_DIVISOR`). State besides the learned order's: one entry per
+    resident block and one per block of each ghost; per finished request one pass over its
+    blocks for each ghost, and once per 1/64 of the capacity offered one ranking of the
+    learned ghost's owning requests."""
 
     def __init__(self, new_order: Callable[[], object], capacity: int, *,
                  window_requests: int = SHADOW_WINDOW_REQUESTS,
@@ -44,6 +52,7 @@ class ShadowedNextUse:
             raise ValueError(f"a shadow needs capacity >= 1, window_requests >= 1 and "
                              f"margin >= 0, got {capacity!r}, {window_requests!r}, {margin!r}")
         self.capacity, self.window_requests, self.margin = capacity, window_requests, margin
+        self.slack = max(1, capacity // GHOST_SLACK_DIVISOR)
         self.state = new_order()   # the learned order over the resident blocks
         self._recency: OrderedDict = OrderedDict()  # the resident blocks, least recent first
         self._lru_ghost: OrderedDict = OrderedDict()
@@ -96,8 +105,9 @@ class ShadowedNextUse:
         for key, _ in reversed(blocks):
             lru[key] = None
             lru.move_to_end(key)
-        while len(lru) > self.capacity:
-            lru.popitem(last=False)
+        if len(lru) > self.capacity + self.slack:
+            while len(lru) > self.capacity:
+                lru.popitem(last=False)
         learned_hits = 0
         shadow = ghost.request(req_id, {"kvtier": dict(request.signals)})
         for key, position in blocks:
@@ -105,7 +115,7 @@ class ShadowedNextUse:
             learned_hits += held
             ghost.used(shadow, key, position, not held)
         over = ghost.resident() - self.capacity
-        if over > 0:  # the request's own blocks stay (as the tier's running request's do)
+        if over > self.slack:  # the request's own blocks stay (as the tier's running request's do)
             for key in ghost.order(over, shadow.used.__contains__):
                 ghost.forget(key)
         ghost.finished(req_id, {})
