@@ -11,8 +11,10 @@ evicts. The model is fitted on the same synthetic conversations (``kvtier.policy
 as the JSON the plug-in loads. Printed: microseconds per store call (prepare + complete +
 the request's finish) for ``lru``, ``KvtierNextUsePolicy`` as it runs (its online shadow
 choosing the order: the share of stores it made in the learned order) and the same pinned to
-the learned order (the costliest case), and the owning requests the learned order ranked per
-eviction (its cost grows with them).
+the learned order (the costliest case), each with the part of it the interpreter's garbage
+collector took (the heap frozen after set-up, as vLLM's engine freezes it: vLLM's
+``freeze_gc_heap``), and the owning requests the learned order ranked per eviction (its cost
+grows with them).
 """
 
 from __future__ import annotations
@@ -59,6 +61,30 @@ def _model_file(path: Path, sessions: int, blocks: int) -> None:
     path.write_text(json.dumps(deployment(model, Readout("next_use"))))
 
 
+class _GcClock:
+    """Seconds the interpreter's cyclic garbage collector has run since it was made: which
+    store call a collection lands in depends on every allocation before it, so it is counted
+    apart (the heap is frozen first, as vLLM's engine freezes it after start-up; unfrozen, a
+    full collection of a process holding vLLM and torch took most of the per-call figures)."""
+
+    def __init__(self) -> None:
+        import gc
+
+        self.seconds, self._began = 0.0, None
+        self._gc = gc
+        gc.callbacks.append(self._tick)
+
+    def _tick(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        elif self._began is not None:
+            self.seconds += time.perf_counter() - self._began
+            self._began = None
+
+    def stop(self) -> None:
+        self._gc.callbacks.remove(self._tick)
+
+
 def _drive(policy: str, chunks: int, sessions: int, blocks: int, requests: int) -> dict:
     """In a vLLM process: time ``requests`` stores through vLLM's manager with ``policy``."""
     from vllm.v1.kv_offload.base import ReqContext, make_offload_key
@@ -74,8 +100,16 @@ def _drive(policy: str, chunks: int, sessions: int, blocks: int, requests: int) 
     elapsed, timed, owners, learned = 0.0, 0, [], 0
     shadow = getattr(manager._policy, "state", None)
     if pinned:  # the tier kept in one order whatever its ghosts score
-        shadow.following, shadow.margin = pinned, float("inf")
+        shadow.pin(pinned)
     state = getattr(shadow, "state", shadow)  # the learned order behind the plug-in's shadow
+    try:  # what a serving engine does after start-up: its static objects out of the collector's way
+        from vllm.utils.gc_utils import freeze_gc_heap
+    except ImportError:
+        freeze_gc_heap = None
+    if freeze_gc_heap is not None:
+        freeze_gc_heap()
+    collecting = _GcClock()
+    gc_s = 0.0
     for i in range(requests):
         s = (i * 7919) % sessions
         first = history[s]
@@ -89,7 +123,7 @@ def _drive(policy: str, chunks: int, sessions: int, blocks: int, requests: int) 
         full = i >= chunks // blocks + 1
         if full and state is not None:
             owners.append(len(state._members))
-        began = time.perf_counter()
+        began, gc_began = time.perf_counter(), collecting.seconds
         with lock:
             out = manager.prepare_store(keys, ctx)
             if out is not None:
@@ -97,11 +131,19 @@ def _drive(policy: str, chunks: int, sessions: int, blocks: int, requests: int) 
             manager.on_request_finished(ctx)
         if full:
             elapsed += time.perf_counter() - began
+            gc_s += collecting.seconds - gc_began
             timed += 1
             learned += getattr(shadow, "following", None) == "learned"
+    collecting.stop()
     return {"us_per_store": elapsed / max(1, timed) * 1e6, "timed_stores": timed,
+            "gc_us_per_store": gc_s / max(1, timed) * 1e6,
             "learned_share": learned / max(1, timed) if shadow is not None else None,
             "owners_mean": sum(owners) / len(owners) if owners else None}
+
+
+def _us(result: dict) -> str:
+    return (f"{result['us_per_store']:7.1f} us/store "
+            f"(of which garbage collection {result['gc_us_per_store']:.1f})")
 
 
 def main() -> int:
@@ -150,11 +192,11 @@ def main() -> int:
             rows.append(row)
             if not args.json:
                 lru, shadowed, learned = (row[p] for p in POLICIES)
-                print(f"CPU {chunks:>6} chunks: lru {lru['us_per_store']:8.1f} us/store, "
-                      f"next-use as its shadow chose {shadowed['us_per_store']:8.1f} "
+                print(f"CPU {chunks:>6} chunks: lru {_us(lru)}, "
+                      f"next-use as its shadow chose {_us(shadowed)} "
                       f"({shadowed['us_per_store'] / lru['us_per_store']:.1f}x, "
                       f"{shadowed['learned_share']:.0%} of stores in the learned order), "
-                      f"pinned to the learned order {learned['us_per_store']:8.1f} "
+                      f"pinned to the learned order {_us(learned)} "
                       f"({learned['us_per_store'] / lru['us_per_store']:.1f}x), "
                       f"{learned['owners_mean']:.0f} owning requests ranked per eviction",
                       flush=True)

@@ -140,15 +140,22 @@ class NextUseState:
         self._owner[key] = owner
         self._members.setdefault(owner, {})[key] = position
 
-    def finished(self, req_id: str, signals: dict | None = None) -> None:
-        """The request ended; ``signals``: how (default: what :func:`note_finished` kept)."""
+    def finished(self, req_id: str, folded: _Req | None = None) -> None:
+        """The request ended (how: what :func:`note_finished` kept). ``folded``: the same
+        request as another order over the same requests already folded it (the shadow's
+        learned ghost takes the tier's row and readout view rather than working them out
+        again from the fewer blocks it was offered)."""
         request = self._requests.pop(req_id, None)
         if request is None:
             return
-        if signals is None:
-            signals = _STATE["finished"].pop(req_id, {})
-        request.signals.update({k: v for k, v in signals.items() if v is not None})
-        self._fold(request)
+        if folded is None:
+            request.signals.update({k: v for k, v in _STATE["finished"].pop(req_id, {}).items()
+                                    if v is not None})
+            self._fold(request)
+        else:
+            self._chain(request, folded.chain)
+            request.blocks, request.finish_s = folded.blocks, folded.finish_s
+            request.row, request.view = folded.row, folded.view
         for key, position in request.used.items():
             if key in self._owner:
                 self._own(key, request, position)
@@ -165,13 +172,7 @@ class NextUseState:
         key = ((s["session_id"], s.get("parent_request_id")
                 if s.get("request_type") == "subagent" else None)
                if s.get("session_id") is not None else ("request", request.seq))
-        prev, start_s = self._chains.pop(key, (None, request.arrival_s))
-        self._chains[key] = (request, start_s)
-        if len(self._chains) > MAX_CHAINS:
-            self._chains.popitem(last=False)
-        if prev is not None:
-            prev.chain = "superseded"
-        request.chain = key
+        prev, start_s = self._chain(request, key)
         bt = int(s.get("block_tokens", 16))
         # the prompt's tokens when told (the connector, the gateway), else its full blocks'
         prompt = int(s.get("prompt_tokens") or request.blocks * bt)
@@ -193,6 +194,18 @@ class NextUseState:
             _log1p(float(s.get("output_tokens") or 0))]
         if self.model is not None:
             request.view = self.model.view(request.row)
+
+    def _chain(self, request: _Req, key) -> tuple:
+        """``request`` the latest of its chain ``key``; the one it supersedes (or ``None``)
+        and when the chain began."""
+        prev, start_s = self._chains.pop(key, (None, request.arrival_s))
+        self._chains[key] = (request, start_s)
+        if len(self._chains) > MAX_CHAINS:
+            self._chains.popitem(last=False)
+        if prev is not None:
+            prev.chain = "superseded"
+        request.chain = key
+        return prev, start_s
 
     def holds(self, key: int) -> bool:
         """Whether ``key`` is a resident block the order knows (owned or orphaned)."""
@@ -253,7 +266,6 @@ def _policy_class():
 
         def __init__(self, cache_capacity: int):
             super().__init__(cache_capacity)
-            self.capacity = cache_capacity
             self.state = ShadowedNextUse(functools.partial(NextUseState, _model()),
                                          cache_capacity)
             self.chunks: dict = {}
@@ -342,6 +354,6 @@ def _policy_class():
             self.keys.clear()
             self.storing.clear()
             self.state = ShadowedNextUse(functools.partial(NextUseState, self.state.model),
-                                         self.capacity)
+                                         self.cache_capacity)
 
     return KvtierNextUsePolicy

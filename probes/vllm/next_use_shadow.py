@@ -69,10 +69,6 @@ class ShadowedNextUse:
     def now_s(self) -> float:
         return self.state.now_s
 
-    def running(self, req_id: str):
-        """``req_id``'s request while it runs (``None`` once it finished)."""
-        return self.state.running(req_id)
-
     def request(self, req_id: str, params: dict | None):
         return self.state.request(req_id, params)
 
@@ -109,7 +105,7 @@ class ShadowedNextUse:
             while len(lru) > self.capacity:
                 lru.popitem(last=False)
         learned_hits = 0
-        shadow = ghost.request(req_id, {"kvtier": dict(request.signals)})
+        shadow = ghost.request(req_id, {"kvtier": {"arrival_s": request.arrival_s}})
         for key, position in blocks:
             held = ghost.holds(key)
             learned_hits += held
@@ -118,7 +114,7 @@ class ShadowedNextUse:
         if over > self.slack:  # the request's own blocks stay (as the tier's running request's do)
             for key in ghost.order(over, shadow.used.__contains__):
                 ghost.forget(key)
-        ghost.finished(req_id, {})
+        ghost.finished(req_id, folded=request)  # ranked as the tier's order ranks it
         keep = 1.0 - 1.0 / self.window_requests
         scores = self.scores
         for name, value in (("lru", lru_hits), ("learned", learned_hits), ("blocks", len(blocks))):
@@ -127,6 +123,13 @@ class ShadowedNextUse:
         if scores[other] - scores[self.following] > self.margin * scores["blocks"]:
             self.following = other
             self.switches += 1
+
+    def pin(self, order: str) -> None:
+        """Keep the tier in ``order`` (``"lru"`` or ``"learned"``) whatever the ghosts score
+        (a diagnostic: the learned order pinned is the order alone, at the shadow's cost)."""
+        if order not in ("lru", "learned"):
+            raise ValueError(f"order must be lru or learned, got {order!r}")
+        self.following, self.margin = order, float("inf")
 
     def holds(self, key: int) -> bool:
         return self.state.holds(key)

@@ -38,19 +38,16 @@ def signals_of(record: RequestRecord) -> dict:
 
 class NextUseTwin:
     """A request-scoped CPU tier of ``capacity_blocks`` over the plug-in's state for
-    ``document`` (what the plug-in loads); ``decisions``: every eviction's victims.
-    ``shadowed=False``: the learned order alone, without the plug-in's LRU shadow (a
-    diagnostic: what the shadow saves)."""
+    ``document`` (what the plug-in loads); ``decisions``: every eviction's victims."""
 
     name = "learned-next-use-vllm"
     reads_info = True       # positions come in the flow's block info
     request_scoped = True
 
-    def __init__(self, capacity_blocks: int, document: dict, *, shadowed: bool = True) -> None:
+    def __init__(self, capacity_blocks: int, document: dict) -> None:
         self.capacity_blocks = capacity_blocks
-        model = NextUseReader(document)
-        self.state = (ShadowedNextUse(functools.partial(NextUseState, model), capacity_blocks)
-                      if shadowed else _Unshadowed(model))
+        self.state = ShadowedNextUse(
+            functools.partial(NextUseState, NextUseReader(document)), capacity_blocks)
         self.decisions: list = []
         self.orders: list = []  # the order each eviction followed (``ShadowedNextUse``)
         self._request = None
@@ -99,9 +96,3 @@ class NextUseTwin:
         self.decisions.append(tuple(victims))
         self.orders.append(self.state.following)
         return victims
-
-
-class _Unshadowed(NextUseState):
-    """The learned order alone: it always follows itself."""
-
-    following = "learned"

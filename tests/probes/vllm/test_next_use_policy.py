@@ -99,14 +99,16 @@ def test_the_in_engine_shadow_keeps_a_losing_order_near_vllms_lru():
     records, tiers = traffic.agentic(sessions=120, seed=0), Tiers(100, 300)
     twins = []
 
-    def twin(shadowed):
+    def twin(pinned):
         def make(capacity, document):
-            twins.append(NextUseTwin(capacity, document, shadowed=shadowed))
+            twins.append(NextUseTwin(capacity, document))
+            if pinned:  # the learned order alone: its ghosts score, the tier never follows
+                twins[-1].state.pin("learned")
             return twins[-1]
         return make
 
-    alone = next_use_for_vllm(records, tiers, twin(False))
-    shadowed = next_use_for_vllm(records, tiers, twin(True))
+    alone = next_use_for_vllm(records, tiers, twin(True))
+    shadowed = next_use_for_vllm(records, tiers, twin(False))
     assert alone.lru_hit_ratio == shadowed.lru_hit_ratio and alone.readout == shadowed.readout
     assert alone.learned_hit_ratio < alone.lru_hit_ratio - 0.03
     assert shadowed.learned_hit_ratio > alone.learned_hit_ratio + 0.02
