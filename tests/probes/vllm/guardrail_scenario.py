@@ -6,7 +6,8 @@ one store:
    (three times it, at least 1 s: this host's TTFT spikes past half a second under others'
    load) and the slow tier's delay per load job (twice the budget);
 2. ``observe``: a collector in observe mode (with the token, so only the mode holds it back);
-   the delay is on until its rule has decided a pause, and 5 s more (``observed``);
+   the delay is on until its rule has decided a pause (its ``/metrics`` sampled as soon as the
+   decision shows, well within the pause's hold), and 5 s more (``observed``);
 3. ``act``: a collector in act mode; the delay is on until the engine applied the pause and 5
    s more (``paused``), then off until the engine resumed and 3 s more (``recovered``);
 4. ``queued``: a collector in act mode with link costs that price every load above its
@@ -139,8 +140,13 @@ def _observe(run, engine, traffic, collector) -> None:
     _reconnected(engine, traffic)
     engine.set_delay(run.delay_s)
     run.marks["observe_delay_on"] = time.time()
-    run.phases["observe"] = engine.phase(traffic, "observe", _when(
-        run, "observe_decided", lambda: _moves(collector, "rule", "pause"), 0.0))
+    def decided() -> bool:  # what the collector exports while its decision holds
+        if not _moves(collector, "rule", "pause"):
+            return False
+        run.samples.setdefault("observe_decided", collector.samples())
+        return True
+
+    run.phases["observe"] = engine.phase(traffic, "observe", _when(run, "observe_decided", decided, 0.0))
     run.phases["observed"] = engine.phase(traffic, "observed", g.for_seconds(5.0))
     engine.set_delay(0.0)
     run.states["observe"] = g.guardrail_state(collector)
