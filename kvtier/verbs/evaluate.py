@@ -258,6 +258,7 @@ def text(output: dict) -> str:
     for name, info in output["learned"].items():
         if "why" in info:
             lines.append(f"{name}: {info['why']}")
+            lines += _followed_lines(info.get("shadow"))
             lines += _candidate_lines(info.get("candidates"))
             continue
         if "readout" in info:
@@ -282,6 +283,17 @@ def text(output: dict) -> str:
     if importance:
         lines.append(_importance_line(importance))
     return "\n".join(lines)
+
+
+def _followed_lines(shadow: dict | None) -> list[str]:
+    """Which ghost the deployed pair's tier followed, for how many of the replayed requests."""
+    if not shadow:
+        return []
+    total = max(1, sum(shadow["requests_by_mode"]))
+    shares = ", ".join(f"{name} {n / total:.0%}"
+                       for name, n in zip(shadow["names"], shadow["requests_by_mode"]))
+    return [f"  behind its shadow the tier followed: {shares} of the replayed requests "
+            f"({shadow['switches']} switches)"]
 
 
 def _candidate_lines(candidates: list[dict] | None) -> list[str]:

@@ -77,10 +77,11 @@ def compare(split: Split, tiers: Tiers, policies: Sequence[str], *, seed: int = 
         if name == RECOMMENDED:
             choice = choose_pair(split.train, tiers, trace=split.train_trace, seed=seed)
             summaries[name] = pair_summary(choice)
-            inputs = FittedInputs(choice, split.records, tiers, split.trace)
+            inputs, built = FittedInputs(choice, split.records, tiers, split.trace), []
             replayed = replay_deployed(choice, split.records, tiers,
                                        count_from=split.count_from, trace=split.trace,
-                                       inputs=inputs)
+                                       inputs=inputs, built=built)
+            summaries[name]["shadow"] = shadow_summary(built)
             if candidates:
                 summaries[name]["candidates"] = candidates_evaluated(
                     choice, split, tiers, replayed.result.token_hit_ratio, progress, inputs)

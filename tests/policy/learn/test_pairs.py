@@ -239,3 +239,55 @@ def test_the_pairs_of_one_choice_share_what_their_fitted_parts_read(monkeypatch)
     learned = next(c for c in each if c.pair.learned_part)
     with pytest.raises(ValueError, match="other records or tier sizes"):
         deployed(learned, split.records[:10], tiers, inputs=inputs)
+
+
+def test_a_pair_that_turns_worse_than_the_simple_rule_yields_to_it(monkeypatch):
+    """Chat and documents whose mix shifts at the end of the training period (GPU 500 / CPU
+    2,000 blocks): the pair chosen before the shift (the next-use order admitting every block)
+    falls below the simple rule (LRU admitting a block on its second request) on later
+    traffic behind plain LRU's shadow alone; with the simple rule's ghost beside LRU's, the
+    tier follows it where it leads and ends not below it."""
+    from kvtier.policy.learn import pairs
+    from kvtier.policy.sim.policies import SightingAdmitter
+    from kvtier.policy.sim.trace import strip_blocks
+    from tests.policy.learn import traffic
+
+    records, trace = strip_blocks(traffic.mixed(hours=0.5, seed=0, shift=True))
+    split = Split.by_count(records, 0.5).with_traces(trace)
+    tiers = Tiers(500, 2000)
+    choice = choose_pair(split.train, tiers, trace=split.train_trace)
+    assert not choice.pair.plain_lru and choice.pair != pairs.SIMPLE_RULE
+    assert pairs.shadows_simple_rule(choice.pair)
+
+    def later(**kwargs):
+        return replay(split.records, tiers, "lru", count_from=split.count_from,
+                      trace=split.trace, **kwargs).result.token_hit_ratio
+
+    lru, simple = later(), later(admitter=SightingAdmitter(2))
+    assert simple > lru + 0.01  # after the shift the simple rule leads plain LRU
+    built = []
+    shadowed = replay_deployed(choice, split.records, tiers, count_from=split.count_from,
+                               trace=split.trace, built=built).result.token_hit_ratio
+    stats = built[-1].stats()
+    assert stats.names[1] == pairs.SIMPLE_RULE.label and stats.requests_by_mode[1] > 0
+    assert shadowed >= simple - 0.001 and shadowed > lru
+    monkeypatch.setattr(pairs, "shadows_simple_rule", lambda pair: False)
+    alone = later_hit_ratio(split, tiers, choice)  # behind plain LRU's shadow only
+    assert alone < simple - 0.005
+
+
+@pytest.mark.parametrize("pair, ghosts", [
+    (Pair("all", "next-use", readout="q50"), ("lru", "admit on sighting 2 + LRU")),
+    (Pair("sightings", min_sightings=3), ("lru",)),  # a filter already: LRU's ghost is its other
+    (Pair("sightings", min_sightings=2), ("lru",)),  # the simple rule itself
+    (Pair("all", "next-use", readout="q50", gpu_sightings=2), ("lru",)),  # GPU filtered: moot
+])
+def test_the_ghosts_a_deployed_pair_runs_behind(pair, ghosts):
+    from kvtier.policy.learn import pairs
+
+    assert pairs.shadows_simple_rule(pair) == (len(ghosts) == 2)
+    if pair.eviction == "lru":  # built without a fitted order
+        records = hot_documents_in_a_flood(n=40)
+        tier = deployed(pairs.PairChoice(pair, (), 1, 1, ""), records, Tiers(6, 40))(40)
+        assert tier.names == (*ghosts, pair.label)
+    assert deployed(pairs.PairChoice(Pair(), (), 1, 1, ""), [], Tiers(6, 40)) == "lru"

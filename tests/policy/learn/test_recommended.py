@@ -78,6 +78,13 @@ def test_candidates_deploys_every_pair_on_the_evaluated_requests(tmp_path, capsy
     marked = [line for line in table[1:-1] if line.startswith("* ")]
     assert len(marked) == 1 and chosen["pair"] in marked[0]
     assert f"{best['pair']} served " in table[-1]
+    # which ghost the deployed tier followed: plain LRU, the simple rule, the chosen pair
+    shadow = recommended["shadow"]
+    assert shadow["names"] == ["lru", "admit on sighting 2 + LRU", recommended["deploys"]]
+    followed = next(line for line in text.splitlines() if "the tier followed: " in line)
+    total = sum(shadow["requests_by_mode"])
+    assert (f"admit on sighting 2 + LRU {shadow['requests_by_mode'][1] / total:.0%}" in followed
+            and f"({shadow['switches']} switches)" in followed)
     assert (f"{(best['evaluated_hit_ratio'] - chosen['evaluated_hit_ratio']) * 100:.2f} points "
             "more") in table[-1]
     # without --candidates, no table and no replays beyond the chosen pair's
