@@ -70,7 +70,8 @@ def add_arguments(parser) -> None:
                         help="vLLM: also fit kvtier's learned cache policy (evicts the blocks "
                              "whose conversation comes back last) at the recommended sizes and "
                              "write next-use-policy.json for it when, replayed under vLLM's "
-                             "semantics, it is not below vLLM's LRU on later time")
+                             "semantics, it is not below vLLM's LRU on later time (reported "
+                             "beside vLLM's store_threshold 2, and flagged when below it)")
     parser.add_argument("--max-requests", type=int, help="use only the first N requests")
     parser.add_argument("--coarsen", type=int, default=1,
                         help="merge K consecutive prefix blocks into one (exact prefix identity)")
@@ -244,12 +245,15 @@ def _next_use_policy(records, rec, args) -> list:
     print(f"next-use policy: fitting at GPU {blocks.gpu} / CPU {blocks.cpu} blocks ...")
     result = next_use_for_vllm(records, Tiers(blocks.gpu, blocks.cpu), NextUseTwin,
                                args.train_fraction)
+    simple = (f"vLLM's store_threshold 2 (its LRU storing a block on its second request) "
+              f"{result.simple_rule_hit_ratio:.4f}")
     if result.readout is None:
         print(f"next-use policy: not written (no readout beat LRU on the training period; "
-              f"vLLM LRU {result.lru_hit_ratio:.4f} on later time)")
+              f"vLLM LRU {result.lru_hit_ratio:.4f}, {simple} on later time)")
         return []
     words = (f"{result.readout.label()}: token hit ratio {result.learned_hit_ratio:.4f} vs "
-             f"vLLM LRU {result.lru_hit_ratio:.4f} on later time under vLLM semantics")
+             f"vLLM LRU {result.lru_hit_ratio:.4f} and {simple} on later time under vLLM "
+             f"semantics")
     path = write(result, Path(args.out))
     if path is None:
         print(f"next-use policy: not written, UNSAFE ({words})")
@@ -257,6 +261,11 @@ def _next_use_policy(records, rec, args) -> list:
     settings = ", ".join(f'"{k}": "{v}"' for k, v in POLICY_SETTINGS.items())
     print(f"next-use policy: wrote {FILE_NAME} ({words}); load it with {settings} in "
           f"kv_connector_extra_config and KVTIER_NEXT_USE_MODEL={path.resolve()}")
+    if result.behind_simple_rule is not None:
+        print(f"next-use policy: BELOW vLLM's store_threshold 2 by "
+              f"{result.behind_simple_rule * 100:.2f} points on later time (the plug-in shadows "
+              f"LRU's order, not that rule's admission): vLLM's own \"store_threshold\": 2 "
+              f"with its LRU served more on these requests")
     return [path]
 
 

@@ -6,7 +6,9 @@ request-scoped tier loading the document it would load (the caller passes it in:
 plug-in lives with the engine probes), is then replayed in the simulator's vLLM flow
 (write-through CPU tier, request-scoped) beside vLLM's LRU at the same sizes, and counted
 on later time, behind the plug-in's own online LRU shadow. A readout that still lost to LRU
-there is marked unsafe and no document is produced for it.
+there is marked unsafe and no document is produced for it. The simple rule vLLM runs itself
+(``store_threshold`` 2) is replayed beside them: the plug-in shadows LRU's order, not that
+rule's admission, so where it serves less than the rule the report says by how much.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from kvtier.collector.events import RequestRecord
 from kvtier.policy.learn.deploy import choose, deployment
 from kvtier.policy.learn.nextuse import NextUseModel
 from kvtier.policy.learn.nextuse import Readout
+from kvtier.policy.learn.pairs import SIMPLE_RULE_SIGHTINGS
 from kvtier.policy.learn.replay import Tiers
 from kvtier.policy.learn.split import Split
 
@@ -31,13 +34,24 @@ POLICY_SETTINGS = {"eviction_policy": "KvtierNextUsePolicy",
 @dataclass(frozen=True)
 class VllmNextUse:
     """The plug-in's deployment at ``tiers``: hit ratios on later time under vLLM semantics
-    (``learned_hit_ratio`` None when no readout beat LRU on the training period)."""
+    (``learned_hit_ratio`` None when no readout beat LRU on the training period), beside
+    vLLM's LRU and the simple rule vLLM runs itself (its LRU storing a block on its second
+    request, ``store_threshold`` 2: :data:`~kvtier.policy.learn.pairs.SIMPLE_RULE`)."""
 
     model: NextUseModel
     readout: Readout | None
     lru_hit_ratio: float
     learned_hit_ratio: float | None
     evictions: int
+    simple_rule_hit_ratio: float | None = None
+
+    @property
+    def behind_simple_rule(self) -> float | None:
+        """How far (hit ratio) the plug-in served below the simple rule; None when not."""
+        if self.learned_hit_ratio is None or self.simple_rule_hit_ratio is None:
+            return None
+        behind = self.simple_rule_hit_ratio - self.learned_hit_ratio
+        return behind if behind > 0 else None
 
     @property
     def unsafe(self) -> bool:
@@ -54,14 +68,16 @@ class VllmNextUse:
         return deployment(self.model, self.readout)
 
 
-def later_hit_ratio(split: Split, tiers: Tiers, twin=None) -> float:
-    """Token hit ratio from ``split.count_from`` on, vLLM flow; ``twin`` None: vLLM's LRU."""
+def later_hit_ratio(split: Split, tiers: Tiers, twin=None, store_threshold: int = 0) -> float:
+    """Token hit ratio from ``split.count_from`` on, vLLM flow; ``twin`` None: vLLM's LRU;
+    ``store_threshold`` vLLM's (0: every block stored)."""
     from kvtier.policy.sim.config import SimConfig
     from kvtier.policy.sim.simulator import Simulator
 
     block_tokens = split.records[0].block_size_tokens or 16
     simulator = Simulator(SimConfig(tiers.gpu_blocks, tiers.cpu_blocks, semantics="vllm",
-                                    default_block_tokens=block_tokens), cpu_tier=twin)
+                                    default_block_tokens=block_tokens,
+                                    store_threshold=store_threshold), cpu_tier=twin)
     served = prompt = 0
     for i, record in enumerate(split.records):
         if twin is not None:
@@ -84,11 +100,12 @@ def next_use_for_vllm(records: Sequence[RequestRecord], tiers: Tiers,
     split = Split.by_time(records, train_fraction)
     choice = choose(split.train, tiers)
     lru = later_hit_ratio(split, tiers)
+    simple = later_hit_ratio(split, tiers, store_threshold=SIMPLE_RULE_SIGHTINGS)
     if choice.readout is None:
-        return VllmNextUse(choice.model, None, lru, None, 0)
+        return VllmNextUse(choice.model, None, lru, None, 0, simple)
     tier = twin(tiers.cpu_blocks, deployment(choice.model, choice.readout))
     learned = later_hit_ratio(split, tiers, tier)
-    return VllmNextUse(choice.model, choice.readout, lru, learned, len(tier.decisions))
+    return VllmNextUse(choice.model, choice.readout, lru, learned, len(tier.decisions), simple)
 
 
 def write(result: VllmNextUse, out: Path) -> Path | None:
