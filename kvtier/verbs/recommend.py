@@ -235,6 +235,7 @@ def recommendation(args):
 def _next_use_policy(records, rec, args) -> list:
     """The learned vLLM cache policy's file, when it is safe at the recommended sizes."""
     from kvtier.policy.learn.replay import Tiers
+    from kvtier.policy.learn.pairs import SIMPLE_RULE_SIGHTINGS
     from kvtier.policy.learn.vllm_deploy import FILE_NAME, POLICY_SETTINGS, next_use_for_vllm, write
     from kvtier.probes.vllm.next_use_twin import NextUseTwin
 
@@ -245,7 +246,8 @@ def _next_use_policy(records, rec, args) -> list:
     print(f"next-use policy: fitting at GPU {blocks.gpu} / CPU {blocks.cpu} blocks ...")
     result = next_use_for_vllm(records, Tiers(blocks.gpu, blocks.cpu), NextUseTwin,
                                args.train_fraction)
-    simple = (f"vLLM's store_threshold 2 (its LRU storing a block on its second request) "
+    rule = f"vLLM's store_threshold {SIMPLE_RULE_SIGHTINGS}"
+    simple = (f"{rule} (its LRU storing a block on its second request) "
               f"{result.simple_rule_hit_ratio:.4f}")
     if result.readout is None:
         print(f"next-use policy: not written (no readout beat LRU on the training period; "
@@ -262,10 +264,10 @@ def _next_use_policy(records, rec, args) -> list:
     print(f"next-use policy: wrote {FILE_NAME} ({words}); load it with {settings} in "
           f"kv_connector_extra_config and KVTIER_NEXT_USE_MODEL={path.resolve()}")
     if result.behind_simple_rule is not None:
-        print(f"next-use policy: BELOW vLLM's store_threshold 2 by "
-              f"{result.behind_simple_rule * 100:.2f} points on later time (the plug-in shadows "
-              f"LRU's order, not that rule's admission): vLLM's own \"store_threshold\": 2 "
-              f"with its LRU served more on these requests")
+        print(f"next-use policy: BELOW {rule} by {result.behind_simple_rule * 100:.2f} points "
+              f"on later time (the plug-in shadows LRU's order, not that rule's admission): "
+              f"vLLM's own \"store_threshold\": {SIMPLE_RULE_SIGHTINGS} with its LRU served "
+              f"more on these requests")
     return [path]
 
 

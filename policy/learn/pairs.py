@@ -288,12 +288,13 @@ def deployed(choice: PairChoice, records: Sequence[RequestRecord], tiers: Tiers,
 
 def shadows_simple_rule(pair: Pair) -> bool:
     """Whether ``pair`` deployed runs :data:`SIMPLE_RULE`'s ghost beside plain LRU's: where
-    it admits every block to the CPU tier (plain LRU is deployed as it is). A pair that
+    it admits every block to the CPU tier in the next-use order (plain LRU is deployed as it
+    is) and the GPU prefix cache is not filtered. A pair that
     filters already has plain LRU's ghost, admitting every block, as its other hypothesis;
     a second filter's ghost beside it there pulled ahead on short windows of noise (beside
     the learned admission, up to 1.05 points lost: Mooncake at 10,000 and 20,000 CPU blocks,
     chat at 5,000)."""
-    return pair.admission == "all" and not pair.gpu_sightings and not pair.plain_lru
+    return pair.admission == "all" and pair.eviction == "next-use" and not pair.gpu_sightings
 
 
 def _admitter(pair: Pair, scores):

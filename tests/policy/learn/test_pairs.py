@@ -276,18 +276,27 @@ def test_a_pair_that_turns_worse_than_the_simple_rule_yields_to_it(monkeypatch):
     assert alone < simple - 0.005
 
 
-@pytest.mark.parametrize("pair, ghosts", [
-    (Pair("all", "next-use", readout="q50"), ("lru", "admit on sighting 2 + LRU")),
-    (Pair("sightings", min_sightings=3), ("lru",)),  # a filter already: LRU's ghost is its other
-    (Pair("sightings", min_sightings=2), ("lru",)),  # the simple rule itself
-    (Pair("all", "next-use", readout="q50", gpu_sightings=2), ("lru",)),  # GPU filtered: moot
-])
-def test_the_ghosts_a_deployed_pair_runs_behind(pair, ghosts):
-    from kvtier.policy.learn import pairs
+def test_the_ghosts_a_deployed_pair_runs_behind():
+    """Each pair of a fitted choice, deployed: the simple rule's ghost beside plain LRU's only
+    where the pair admits every block in the next-use order with the GPU cache unfiltered."""
+    import dataclasses
 
-    assert pairs.shadows_simple_rule(pair) == (len(ghosts) == 2)
-    if pair.eviction == "lru":  # built without a fitted order
-        records = hot_documents_in_a_flood(n=40)
-        tier = deployed(pairs.PairChoice(pair, (), 1, 1, ""), records, Tiers(6, 40))(40)
-        assert tier.names == (*ghosts, pair.label)
-    assert deployed(pairs.PairChoice(Pair(), (), 1, 1, ""), [], Tiers(6, 40)) == "lru"
+    from kvtier.policy.learn import pairs
+    from tests.policy.learn import traffic
+
+    records = traffic.mixed(hours=0.2, seed=4)
+    tiers = Tiers(300, 800)
+    choice = choose_pair(Split.by_count(records, 0.5).train, tiers)
+    readout = choice.readout.label()
+    simple = ("lru", pairs.SIMPLE_RULE.label)
+    for pair, ghosts in [
+            (Pair("all", "next-use", readout=readout), simple),
+            (Pair("learned", "next-use", threshold=0.2, readout=readout), ("lru",)),  # filters
+            (Pair("sightings", min_sightings=3), ("lru",)),  # a filter already
+            (pairs.SIMPLE_RULE, ("lru",)),  # the simple rule itself
+            (Pair("all", "next-use", readout=readout, gpu_sightings=2), ("lru",))]:  # moot
+        deployed_pair = dataclasses.replace(choice, pair=pair)
+        tier = deployed(deployed_pair, records, tiers)(tiers.cpu_blocks)
+        assert tier.names == (*ghosts, pair.label), pair
+        assert pairs.shadows_simple_rule(pair) == (ghosts == simple)
+    assert deployed(dataclasses.replace(choice, pair=Pair()), records, tiers) == "lru"
